@@ -1,0 +1,73 @@
+"""The event Engine (PyTorch-Ignite semantics) and supervised step factories.
+
+`Engine`, `Events` and friends import without torch; the names that need torch (`DeterministicEngine`, the
+supervised steps) are loaded on first use, so `import tracktrain` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from tracktrain.engine.engine import Engine
+from tracktrain.engine.events import CallableEventWithFilter, EventEnum, Events, EventsList, RemovableEventHandle
+from tracktrain.engine.state import State
+
+if TYPE_CHECKING:
+    from tracktrain.engine.deterministic import DeterministicEngine, ReproducibleBatchSampler
+    from tracktrain.engine.supervised import (
+        create_supervised_evaluator,
+        create_supervised_trainer,
+        supervised_evaluation_step,
+        supervised_evaluation_step_amp,
+        supervised_training_step,
+        supervised_training_step_amp,
+        supervised_training_step_apex,
+        supervised_training_step_tpu,
+    )
+
+_LAZY = {
+    "DeterministicEngine": "tracktrain.engine.deterministic",
+    "ReproducibleBatchSampler": "tracktrain.engine.deterministic",
+    "create_supervised_evaluator": "tracktrain.engine.supervised",
+    "create_supervised_trainer": "tracktrain.engine.supervised",
+    "supervised_evaluation_step": "tracktrain.engine.supervised",
+    "supervised_evaluation_step_amp": "tracktrain.engine.supervised",
+    "supervised_training_step": "tracktrain.engine.supervised",
+    "supervised_training_step_amp": "tracktrain.engine.supervised",
+    "supervised_training_step_apex": "tracktrain.engine.supervised",
+    "supervised_training_step_tpu": "tracktrain.engine.supervised",
+}
+
+__all__ = [
+    "CallableEventWithFilter",
+    "DeterministicEngine",
+    "Engine",
+    "EventEnum",
+    "Events",
+    "EventsList",
+    "RemovableEventHandle",
+    "ReproducibleBatchSampler",
+    "State",
+    "create_supervised_evaluator",
+    "create_supervised_trainer",
+    "supervised_evaluation_step",
+    "supervised_evaluation_step_amp",
+    "supervised_training_step",
+    "supervised_training_step_amp",
+    "supervised_training_step_apex",
+    "supervised_training_step_tpu",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,218 @@
+"""DeterministicEngine: a run resumed from a checkpoint sees the same batches, in the same order, with the same
+random augmentations as the run that was never interrupted.
+
+How:
+
+- Every pass over the data starts from a known seed, `state.seed + pass_index`, where
+  `pass_index = iteration // len(data)`. The shuffle order is drawn right then (the batch sampler below
+  materialises a whole pass eagerly), so it depends on nothing that happens later in the epoch.
+- Resuming mid-pass skips the batches already seen by index: the sampler drops the first `k` batches of the
+  re-drawn order, so skipped samples are never loaded.
+- For a map-style DataLoader every batch carries its own seed, and the dataset wrapper seeds the generators
+  with it just before loading that batch, in whichever process loads it. Random augmentations are therefore
+  a function of (seed, pass, batch position), identical with `num_workers=0` or `> 0` and after a resume.
+- `state_dict()` also saves the seed and the generators' states; a mid-pass resume restores them, so
+  randomness in the model (dropout, ...) continues exactly.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+from torch.utils.data import BatchSampler, DataLoader, Dataset
+
+from tracktrain.engine.engine import Engine
+from tracktrain.engine.events import Events
+from tracktrain.rng import get_rng_states, manual_seed, set_rng_states
+
+__all__ = ["DeterministicEngine", "ReproducibleBatchSampler"]
+
+_SEED_SPACE = 2**62
+
+
+class _SeededIndices(list):
+    """The sample indices of one batch, plus the seed the batch is loaded with (survives pickling to workers)."""
+
+    seed: int
+
+
+class ReproducibleBatchSampler(BatchSampler):
+    """Wraps a batch sampler: draws a whole pass at `iter()`, can start at a given batch, seeds each batch.
+
+    Args:
+        batch_sampler: the DataLoader's batch sampler.
+        start_iteration: batches of the next pass to skip (set by the engine on resume).
+    """
+
+    def __init__(self, batch_sampler: Any, start_iteration: int | None = None) -> None:
+        # BatchSampler.__init__ would demand a batch size; this wraps any batch sampler instead.
+        self.batch_sampler = batch_sampler
+        self.sampler = getattr(batch_sampler, "sampler", None)
+        self.batch_size = getattr(batch_sampler, "batch_size", None)
+        self.drop_last = getattr(batch_sampler, "drop_last", False)
+        self.start_iteration = start_iteration
+
+    def __iter__(self) -> Iterator[list[int]]:
+        # Not a generator function on purpose: DataLoader calls iter() when its iterator is created, so the
+        # shuffle and the batch seeds are drawn right after the engine reseeded, not at the first batch.
+        batches = list(self.batch_sampler)
+        seed_base = int(torch.randint(0, _SEED_SPACE, ()).item())
+        start = self.start_iteration or 0
+        self.start_iteration = None
+        seeded = []
+        for position in range(start, len(batches)):
+            indices = _SeededIndices(batches[position])
+            indices.seed = (seed_base + position) % _SEED_SPACE
+            seeded.append(indices)
+        return iter(seeded)
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+
+class _BatchSeededDataset(Dataset):
+    """Loads each batch under the seed its ReproducibleBatchSampler gave it. The original is `.dataset`."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.dataset[index]
+
+    def __getitems__(self, indices: list[Any]) -> list[Any]:
+        seed = getattr(indices, "seed", None)
+        if seed is not None:
+            manual_seed(seed)
+        inner = getattr(self.dataset, "__getitems__", None)
+        if inner is not None:
+            return inner(list(indices))
+        return [self.dataset[i] for i in indices]
+
+
+# DataLoader arguments that describe *how* batches are formed; the rebuilt loader replaces them.
+_REPLACED_LOADER_ARGS = {"self", "dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"}
+
+
+def make_reproducible(loader: DataLoader) -> DataLoader:
+    """A copy of `loader` whose batches are reproducible by pass and position (see the module docstring).
+
+    Loaders over iterable datasets, or without automatic batching, are returned unchanged.
+    """
+    from torch.utils.data.dataloader import _DatasetKind
+
+    if getattr(loader, "_dataset_kind", _DatasetKind.Map) != _DatasetKind.Map or loader.batch_sampler is None:
+        return loader
+    if isinstance(loader.batch_sampler, ReproducibleBatchSampler):
+        return loader
+    kwargs = {
+        name: getattr(loader, name)
+        for name in inspect.signature(DataLoader.__init__).parameters
+        if name not in _REPLACED_LOADER_ARGS and hasattr(loader, name)
+    }
+    if kwargs.get("num_workers", 0) == 0:
+        kwargs.pop("prefetch_factor", None)
+        kwargs.pop("persistent_workers", None)
+    return DataLoader(
+        _BatchSeededDataset(loader.dataset), batch_sampler=ReproducibleBatchSampler(loader.batch_sampler), **kwargs
+    )
+
+
+class DeterministicEngine(Engine):
+    """An Engine whose runs are reproducible and resumable batch for batch.
+
+    Differences from `Engine`: data is required; a DataLoader is rebuilt with a `ReproducibleBatchSampler`
+    (`engine.state.dataloader` is that copy); every pass over the data is reseeded from `state.seed` (given
+    to `run(seed=...)`, or drawn from torch's generator at the start of the run); and `state_dict()` saves
+    `seed` and `rng_states`. On CUDA it also selects deterministic algorithms, as Ignite does.
+    """
+
+    def __init__(self, process_function: Any) -> None:
+        super().__init__(process_function)
+        self.state_dict_user_keys.append("rng_states")
+        if not hasattr(self.state, "rng_states"):
+            self.state.rng_states = None
+        # A plain function, not a bound method: the engine's handler list then holds no reference to itself.
+        self.add_event_handler(Events.STARTED, _init_run)
+
+    def state_dict(self) -> OrderedDict:
+        state_dict = super().state_dict()
+        state_dict["rng_states"] = get_rng_states()
+        state_dict["seed"] = self.state.seed
+        return state_dict
+
+    def load_state_dict(self, state_dict: Mapping) -> None:
+        super().load_state_dict(state_dict)
+        # optional, so that state dicts saved by Ignite's DeterministicEngine (no seed) still load
+        self.state.seed = state_dict.get("seed")
+
+    def _pass_length(self) -> int:
+        length = self._get_data_length(self.state.dataloader)
+        return length or self.state.epoch_length or 1
+
+    def _setup_engine(self) -> None:
+        data = self.state.dataloader
+        if data is None:
+            raise ValueError(
+                "DeterministicEngine needs data to run on (it reseeds and replays it); got data=None. Pass an "
+                "iterable to run(), or use Engine for runs without data."
+            )
+        if isinstance(data, DataLoader):
+            if hasattr(data.sampler, "set_epoch") and self._get_data_length(data) != self.state.epoch_length:
+                warnings.warn(
+                    f"epoch_length={self.state.epoch_length} differs from the DataLoader's length "
+                    f"{self._get_data_length(data)}: the distributed sampler's epoch follows passes over the data, "
+                    "not engine epochs.",
+                    stacklevel=4,
+                )
+            self.state.dataloader = make_reproducible(data)
+
+        iteration = self.state.iteration
+        position = iteration % self._pass_length()
+        self._dataloader_iter = self._pass_iterator(iteration - position, skip=position)
+        if self._init_iter is None:
+            self._init_iter = iteration % self.state.epoch_length if self.state.epoch_length else iteration
+        rng_states = getattr(self.state, "rng_states", None)
+        if rng_states is not None and position > 0:
+            # resuming mid-pass: continue the generators from where the saved run was
+            set_rng_states(rng_states)
+        self.state.rng_states = None
+
+    def _setup_dataloader_iter(self) -> None:
+        # a fresh pass: the data ran dry, or terminate_epoch() ended the epoch early
+        self._dataloader_iter = self._pass_iterator(self.state.iteration, skip=0)
+
+    def _pass_iterator(self, pass_start_iteration: int, skip: int) -> Iterator[Any]:
+        data = self.state.dataloader
+        pass_index = pass_start_iteration // self._pass_length()
+        pass_seed = self.state.seed + pass_index
+        manual_seed(pass_seed)
+        batch_sampler = getattr(data, "batch_sampler", None)
+        sampler = getattr(data, "sampler", None)
+        generator = getattr(sampler, "generator", None)
+        if isinstance(generator, torch.Generator):
+            generator.manual_seed(pass_seed)  # a sampler with its own generator ignores the global seed
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(pass_index)
+        if isinstance(batch_sampler, ReproducibleBatchSampler):
+            batch_sampler.start_iteration = skip
+            return iter(data)
+        iterator = iter(data)
+        for _ in range(skip):  # data without index access: replay it up to the resume point
+            next(iterator)
+        return iterator
+
+
+def _init_run(engine: DeterministicEngine) -> None:
+    if engine.state.seed is None:
+        engine.state.seed = int(torch.randint(0, int(1e9), (1,)).item())
+    if torch.cuda.is_available():
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.benchmark = False

@@ -1,0 +1,751 @@
+"""The Engine: an event loop over data with PyTorch-Ignite's semantics and less overhead per iteration.
+
+Order of events in one run (counters are incremented *before* their STARTED event)::
+
+    STARTED
+    for each epoch:                         epoch += 1
+        EPOCH_STARTED
+        for each iteration:
+            GET_BATCH_STARTED               (not fired again right after DATALOADER_STOP_ITERATION)
+            [DATALOADER_STOP_ITERATION]     when the iterator runs dry; it is then re-created
+            GET_BATCH_COMPLETED
+            ITERATION_STARTED               iteration += 1 just before
+            process_function(engine, batch) -> state.output
+            ITERATION_COMPLETED
+        EPOCH_COMPLETED
+    COMPLETED
+
+`terminate()` ends the run after the current event with TERMINATE then COMPLETED (the cut-short epoch gets no
+EPOCH_COMPLETED); `terminate_epoch()` ends the epoch with TERMINATE_SINGLE_EPOCH then EPOCH_COMPLETED;
+`interrupt()` fires INTERRUPT and returns from `run()`, and the next `run()` resumes at the exact batch.
+With `data=None` no GET_BATCH_* or DATALOADER_STOP_ITERATION events fire and every batch is None.
+
+Why this is cheaper than Ignite's loop: handlers live in a dict keyed by the event's name (a str, whose hash is
+cached), filters are plain objects evaluated inline, there is no per-event logging, and the three stop flags
+are folded into one boolean checked after each event.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import numbers
+import time
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from typing import Any
+
+from tracktrain.engine._signature import accepts, check_signature
+from tracktrain.engine.events import CallableEventWithFilter, EventEnum, Events, EventsList, RemovableEventHandle
+from tracktrain.engine.state import State
+
+__all__ = ["Engine"]
+
+# Handler record: (handler, pass_engine, args, kwargs, event_filter, counter_attr, takes_event_kwargs)
+_Record = tuple[Callable, bool, tuple, dict, Any, Any, bool]
+
+_STARTED, _EPOCH_STARTED, _EPOCH_COMPLETED = Events.STARTED, Events.EPOCH_STARTED, Events.EPOCH_COMPLETED
+_GET_BATCH_STARTED, _GET_BATCH_COMPLETED = Events.GET_BATCH_STARTED, Events.GET_BATCH_COMPLETED
+_ITERATION_STARTED, _ITERATION_COMPLETED = Events.ITERATION_STARTED, Events.ITERATION_COMPLETED
+_DATALOADER_STOP_ITERATION = Events.DATALOADER_STOP_ITERATION
+
+
+class _EngineTerminateException(Exception):
+    """Raised inside the loop to unwind to the TERMINATE event."""
+
+
+class _EngineTerminateSingleEpochException(Exception):
+    """Raised inside the loop to unwind to the TERMINATE_SINGLE_EPOCH event."""
+
+
+def _event_key(event: Any) -> str:
+    """Handlers are stored by event name: events compare equal to their filtered versions and to their name."""
+    return event.name if isinstance(event, CallableEventWithFilter) else event
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0):
+        raise ValueError(f"Argument {name} must be a positive integer, got {value!r}.")
+    return int(value)
+
+
+class Engine:
+    """Runs `process_function(engine, batch)` over data for a number of epochs or iterations, firing events.
+
+    Args:
+        process_function: called once per iteration with the engine and the batch; whatever it returns is
+            stored in `engine.state.output`.
+
+    .. code-block:: python
+
+        def train_step(engine, batch):
+            x, y = batch
+            ...
+            return loss
+
+        trainer = Engine(train_step)
+
+        @trainer.on(Events.ITERATION_COMPLETED(every=100))
+        def log_loss(engine):
+            print(engine.state.iteration, engine.state.output)
+
+        trainer.run(train_loader, max_epochs=10)
+    """
+
+    _state_dict_all_req_keys: tuple[str, ...] = ("epoch_length", "iteration")
+    _state_dict_one_of_opt_keys: tuple[tuple[str, ...], ...] = (("max_epochs", "max_iters"),)
+
+    def __init__(self, process_function: Callable[[Engine, Any], Any]) -> None:
+        if process_function is None or not callable(process_function):
+            raise TypeError(
+                f"Engine needs a callable process_function(engine, batch), got {process_function!r}."
+            )
+        check_signature(process_function, "process_function", self, None)
+        self._process_function = process_function
+        self.logger = logging.getLogger(f"{__name__}.{type(self).__name__}")
+        self._event_handlers: dict[str, list[_Record]] = {}
+        self._allowed_events: dict[str, Any] = {}
+        self._state_dict_user_keys: list[str] = []
+        self.last_event_name: Any = None
+        self.state = State()
+        # Stop requests. `terminate()`/`terminate_epoch()` store True or a "skip_*" string like Ignite; the loop
+        # itself only reads `_stop_requested`, which the property setters keep up to date.
+        self._should_terminate: bool | str = False
+        self._should_terminate_single_epoch: bool | str = False
+        self._should_interrupt = False
+        self._stop_requested = False
+        self.interrupt_resume_enabled = True
+        self._dataloader_iter: Iterator[Any] | None = None
+        self._init_iter: int | None = None
+        self._internal_run_generator: Generator[Any, None, State] | None = None
+        self.register_events(*Events)
+
+    # ------------------------------------------------------------------------------------------------ stop flags
+    @property
+    def should_terminate(self) -> bool | str:
+        return self._should_terminate
+
+    @should_terminate.setter
+    def should_terminate(self, value: bool | str) -> None:
+        self._should_terminate = value
+        self._update_stop_requested()
+
+    @property
+    def should_terminate_single_epoch(self) -> bool | str:
+        return self._should_terminate_single_epoch
+
+    @should_terminate_single_epoch.setter
+    def should_terminate_single_epoch(self, value: bool | str) -> None:
+        self._should_terminate_single_epoch = value
+        self._update_stop_requested()
+
+    @property
+    def should_interrupt(self) -> bool:
+        return self._should_interrupt
+
+    @should_interrupt.setter
+    def should_interrupt(self, value: bool) -> None:
+        self._should_interrupt = value
+        self._update_stop_requested()
+
+    def _update_stop_requested(self) -> None:
+        self._stop_requested = bool(
+            self._should_terminate or self._should_terminate_single_epoch or self._should_interrupt
+        )
+
+    def terminate(self, skip_completed: bool = False) -> None:
+        """Stop the run after the current event: TERMINATE then COMPLETED fire (COMPLETED not with
+        `skip_completed=True`); the epoch cut short gets no EPOCH_COMPLETED. A later `run()` continues."""
+        self.logger.info("Terminate signaled. Engine will stop after current iteration is finished.")
+        self.should_terminate = "skip_completed" if skip_completed else True
+
+    def terminate_epoch(self, skip_epoch_completed: bool = False) -> None:
+        """End the current epoch after the current event: TERMINATE_SINGLE_EPOCH then EPOCH_COMPLETED (unless
+        `skip_epoch_completed=True`) fire, and the next epoch starts on fresh data."""
+        self.logger.info("Terminate current epoch is signaled. Epoch will stop after current iteration.")
+        self.should_terminate_single_epoch = "skip_epoch_completed" if skip_epoch_completed else True
+
+    def interrupt(self) -> None:
+        """Pause the run after the current event: INTERRUPT fires and `run()` returns the state; calling
+        `run()` again resumes at the exact next batch without firing STARTED again."""
+        if not self.interrupt_resume_enabled:
+            raise RuntimeError(
+                "Engine.interrupt() needs interrupt_resume_enabled=True; set engine.interrupt_resume_enabled = True."
+            )
+        self.logger.info("Interrupt signaled. Engine will interrupt the run after current iteration.")
+        self.should_interrupt = True
+
+    # ---------------------------------------------------------------------------------------------------- events
+    def register_events(self, *event_names: str | EventEnum, event_to_attr: dict | None = None) -> None:
+        """Allow custom events on this engine; `event_to_attr` names the state counter each one's filters use.
+
+        .. code-block:: python
+
+            class TBPTTEvents(EventEnum):
+                TIME_ITERATION_STARTED = "time_iteration_started"
+
+            engine.register_events(*TBPTTEvents, event_to_attr={TBPTTEvents.TIME_ITERATION_STARTED: "time_iteration"})
+            # engine.state.time_iteration now exists (0); increment it before fire_event to use every=/once=
+        """
+        if event_to_attr is not None and not isinstance(event_to_attr, Mapping):
+            raise ValueError(
+                f"event_to_attr must be a dict mapping events to state attribute names, got {event_to_attr!r}."
+            )
+        for index, event in enumerate(event_names):
+            if not isinstance(event, (str, EventEnum)):
+                raise TypeError(
+                    f"Value at {index} of event_names should be a str or an EventEnum member, got {event!r}."
+                )
+            self._allowed_events[_event_key(event)] = event
+            if event_to_attr and event in event_to_attr:
+                self.state.event_to_attr[event] = event_to_attr[event]
+        self.state._update_attrs()
+
+    def has_registered_events(self, event: Any) -> bool:
+        return _event_key(event) in self._allowed_events
+
+    def _assert_allowed_event(self, event: Any) -> str:
+        key = _event_key(event)
+        if not isinstance(key, str) or key not in self._allowed_events:
+            raise ValueError(
+                f"Event {event!r} is not a valid event for this {type(self).__name__}. Use a member of Events, "
+                "or register your own first with engine.register_events(...)."
+            )
+        return key
+
+    def add_event_handler(self, event_name: Any, handler: Callable, *args: Any, **kwargs: Any) -> RemovableEventHandle:
+        """Call `handler` whenever `event_name` fires; returns a handle that removes it.
+
+        `handler` may take the engine as first argument or not; `args`/`kwargs` are passed after it. Handlers
+        of EXCEPTION_RAISED also receive the exception (after the engine). `event_name` may be filtered
+        (`Events.ITERATION_COMPLETED(every=10)`) or a list (`Events.STARTED | Events.COMPLETED`).
+        """
+        if isinstance(event_name, EventsList):
+            for event in event_name:
+                self.add_event_handler(event, handler, *args, **kwargs)
+            return RemovableEventHandle(event_name, handler, self)
+        if not callable(handler):
+            raise TypeError(f"Handler for {event_name!r} must be callable, got {handler!r}.")
+        key = self._assert_allowed_event(event_name)
+
+        event_filter = getattr(event_name, "filter", None)
+        counter_attr = None
+        if event_filter is not None:
+            counter_attr = self.state.event_to_attr.get(key)
+            if counter_attr is None:
+                raise ValueError(
+                    f"Cannot filter {event_name!r}: the event has no counter on engine.state to filter on. "
+                    f"For a custom event, register it with engine.register_events(..., "
+                    f"event_to_attr={{event: 'counter_name'}}) and increment that counter before firing it."
+                )
+
+        event_args: tuple = (Exception(),) if key == "EXCEPTION_RAISED" else ()
+        if accepts(handler, self, *event_args, *args, **kwargs):
+            pass_engine = True
+        else:
+            check_signature(handler, "handler", *event_args, *args, **kwargs)
+            pass_engine = False
+        lead = (self,) if pass_engine else ()
+        # TERMINATE_SINGLE_EPOCH carries iter_counter=...; handlers that do not take it are called without it.
+        takes_event_kwargs = key != "TERMINATE_SINGLE_EPOCH" or accepts(
+            handler, *lead, *args, iter_counter=0, **kwargs
+        )
+        record: _Record = (handler, pass_engine, args, kwargs, event_filter, counter_attr, takes_event_kwargs)
+        self._event_handlers.setdefault(key, []).append(record)
+        return RemovableEventHandle(event_name, handler, self)
+
+    def on(self, event_name: Any, *args: Any, **kwargs: Any) -> Callable[[Callable], Callable]:
+        """Decorator form of `add_event_handler`; returns the function unchanged."""
+
+        def decorator(handler: Callable) -> Callable:
+            self.add_event_handler(event_name, handler, *args, **kwargs)
+            return handler
+
+        return decorator
+
+    def has_event_handler(self, handler: Callable, event_name: Any | None = None) -> bool:
+        """Whether `handler` is attached to `event_name` (to any event when None), filtered or not."""
+        keys = [_event_key(event_name)] if event_name is not None else list(self._event_handlers)
+        return any(record[0] == handler for key in keys for record in self._event_handlers.get(key, ()))
+
+    def remove_event_handler(self, handler: Callable, event_name: Any) -> None:
+        """Detach `handler` from `event_name`; raises ValueError if it was not attached there."""
+        key = _event_key(event_name)
+        if key not in self._event_handlers:
+            raise ValueError(f"Input event name {event_name!r} has no handlers on this engine.")
+        records = self._event_handlers[key]
+        kept = [record for record in records if record[0] != handler]
+        if len(kept) == len(records):
+            raise ValueError(f"Handler {handler!r} is not attached to {event_name!r}.")
+        # A new list, not an in-place edit: an event being fired right now still calls every handler it had.
+        self._event_handlers[key] = kept
+
+    def fire_event(self, event_name: Any) -> None:
+        """Run the handlers of a (custom) event; for use in handlers and process functions."""
+        self._assert_allowed_event(event_name)
+        self._fire_event(event_name)
+
+    def _fire_event(self, event_name: Any, *event_args: Any, **event_kwargs: Any) -> None:
+        self.last_event_name = event_name
+        records = self._event_handlers.get(_event_key(event_name))
+        if not records:
+            return
+        state = self.state
+        for handler, pass_engine, args, kwargs, event_filter, counter_attr, takes_event_kwargs in records:
+            if event_filter is not None and not event_filter(self, getattr(state, counter_attr)):
+                continue
+            if event_kwargs and takes_event_kwargs:
+                kwargs = {**kwargs, **event_kwargs}
+            if pass_engine:
+                handler(self, *event_args, *args, **kwargs)
+            else:
+                handler(*event_args, *args, **kwargs)
+
+    def _fire(self, event: Any, key: str) -> None:
+        """`_fire_event` for the loop's own events: no event arguments, key known in advance."""
+        self.last_event_name = event
+        records = self._event_handlers.get(key)
+        if not records:
+            return
+        for handler, pass_engine, args, kwargs, event_filter, counter_attr, _ in records:
+            if event_filter is not None and not event_filter(self, getattr(self.state, counter_attr)):
+                continue
+            if pass_engine:
+                handler(self, *args, **kwargs)
+            else:
+                handler(*args, **kwargs)
+
+    def _handle_exception(self, e: BaseException) -> None:
+        if self._event_handlers.get("EXCEPTION_RAISED"):
+            self._fire_event(Events.EXCEPTION_RAISED, e)
+        else:
+            raise e
+
+    # ----------------------------------------------------------------------------------------------- state_dict
+    @property
+    def state_dict_user_keys(self) -> list[str]:
+        """Names of user attributes of `engine.state` that `state_dict()` saves and `load_state_dict()` needs."""
+        return self._state_dict_user_keys
+
+    def state_dict(self) -> OrderedDict:
+        """`epoch_length`, `iteration`, `max_epochs` or `max_iters`, and the user keys."""
+        keys = self._state_dict_all_req_keys
+        keys += ("max_iters",) if self.state.max_iters is not None else ("max_epochs",)
+        keys += tuple(self._state_dict_user_keys)
+        return OrderedDict((k, getattr(self.state, k)) for k in keys)
+
+    def load_state_dict(self, state_dict: Mapping) -> None:
+        """Restore counters and limits saved by `state_dict()`; the next `run()` resumes from them.
+
+        Needs `epoch_length`, one of `iteration`/`epoch` and one of `max_epochs`/`max_iters`, plus every key in
+        `state_dict_user_keys`.
+        """
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(
+                f"Engine.load_state_dict expects a dict as returned by engine.state_dict(), "
+                f"got {type(state_dict).__name__}."
+            )
+        state_dict = dict(state_dict)
+        if "epoch_length" not in state_dict:
+            raise ValueError(
+                f"Required state attribute 'epoch_length' is absent in provided state_dict {list(state_dict)}."
+            )
+        epoch_length = state_dict["epoch_length"]
+        if epoch_length is not None:
+            _positive_int("epoch_length in state_dict", epoch_length)
+        if "iteration" in state_dict and "epoch" in state_dict:
+            raise ValueError(
+                "State dictionary should contain only one of 'iteration' or 'epoch' keys. "
+                f"Found both: iteration={state_dict['iteration']}, epoch={state_dict['epoch']}."
+            )
+        if "iteration" not in state_dict and "epoch" not in state_dict:
+            raise ValueError(f"state_dict needs 'iteration' or 'epoch', got keys {list(state_dict)}.")
+        for counter in ("iteration", "epoch"):
+            value = state_dict.get(counter)
+            if counter in state_dict and not (isinstance(value, numbers.Integral) and value >= 0):
+                raise ValueError(f"state_dict['{counter}'] must be an integer >= 0, got {value!r}.")
+        limits = [k for k in self._state_dict_one_of_opt_keys[0] if k in state_dict]
+        if len(limits) != 1:
+            raise ValueError(
+                f"state_dict should contain exactly one of {self._state_dict_one_of_opt_keys[0]}, "
+                f"got keys {list(state_dict)}."
+            )
+        missing = [k for k in self._state_dict_user_keys if k not in state_dict]
+        if missing:
+            raise ValueError(
+                f"Required user state attribute(s) {missing} are absent in provided state_dict {list(state_dict)}."
+            )
+        if "iteration" in state_dict:
+            iteration = int(state_dict["iteration"])
+            epoch = iteration // epoch_length if epoch_length is not None else 0
+        else:
+            if epoch_length is None:
+                raise ValueError(
+                    "If epoch is provided in the state dict, epoch_length should not be None. "
+                    f"Input state_dict: {state_dict}"
+                )
+            epoch = int(state_dict["epoch"])
+            iteration = epoch * epoch_length
+        limit_name = limits[0]
+        limit = _positive_int(f"{limit_name} in state_dict", state_dict[limit_name])
+        progress_name, progress = ("epoch", epoch) if limit_name == "max_epochs" else ("iteration", iteration)
+        if limit < progress:
+            raise ValueError(
+                f"state_dict has {limit_name}={limit} below its {progress_name}={progress}; it is not a "
+                "consistent engine state."
+            )
+
+        self.state.epoch_length = epoch_length
+        self.state.iteration = iteration
+        self.state.epoch = epoch
+        self.state.max_epochs = limit if limit_name == "max_epochs" else None
+        self.state.max_iters = limit if limit_name == "max_iters" else None
+        for key in self._state_dict_user_keys:
+            setattr(self.state, key, state_dict[key])
+        # A loaded state replaces whatever run was paused: the next run() starts from it.
+        self._internal_run_generator = None
+        self._dataloader_iter = None
+        self._init_iter = None
+
+    # ------------------------------------------------------------------------------------------------------ run
+    @staticmethod
+    def _is_done(state: State) -> bool:
+        if state.max_iters is not None and state.iteration >= state.max_iters:
+            return True
+        if state.max_epochs is None:
+            return False
+        if state.epoch_length is not None and state.iteration >= state.epoch_length * state.max_epochs:
+            return True
+        return state.epoch >= state.max_epochs
+
+    @staticmethod
+    def _get_data_length(data: Iterable) -> int | None:
+        try:
+            if hasattr(data, "__len__"):
+                return len(data)  # type: ignore[arg-type]
+        except TypeError:  # e.g. a DataLoader over an IterableDataset without __len__
+            pass
+        return None
+
+    def set_data(self, data: Iterable) -> None:
+        """Swap the data source mid-run: the next batch comes from `data`. `epoch_length` is unchanged."""
+        if not isinstance(data, Iterable):
+            raise TypeError(f"Argument data should be iterable, got {type(data).__name__}.")
+        self.state.dataloader = data
+        self._dataloader_iter = iter(data)
+
+    def run(
+        self,
+        data: Iterable | None = None,
+        max_epochs: int | None = None,
+        epoch_length: int | None = None,
+        max_iters: int | None = None,
+        seed: int | None = None,
+    ) -> State:
+        """Run `process_function` over `data`; returns the state.
+
+        - The first call, or a call after the previous run finished, starts a new run: counters start at 0,
+          `max_epochs` defaults to 1 and `epoch_length` to `len(data)` (for data without a length, the first
+          time it runs dry defines the epoch length).
+        - A call on an unfinished run (after `interrupt()`, `terminate()`, an exception, or
+          `load_state_dict()`) resumes it; `max_epochs`/`max_iters` given then extend or shorten it, but not
+          below the progress already made. To restart instead, set `engine.state.max_epochs = None`.
+
+        Args:
+            data: an iterable, re-iterated each epoch (e.g. a DataLoader). None needs `epoch_length`; every
+                batch is then None.
+            max_epochs: epochs to run (exclusive with `max_iters`).
+            epoch_length: iterations per epoch.
+            max_iters: iterations to run in total (exclusive with `max_epochs`).
+            seed: stored in `state.seed`; `DeterministicEngine` derives its per-epoch seeds from it.
+        """
+        if data is not None and not isinstance(data, Iterable):
+            raise TypeError(f"Argument data should be iterable (a DataLoader, a list, ...), got {type(data).__name__}.")
+        if max_epochs is not None and max_iters is not None:
+            raise ValueError(
+                f"Arguments max_iters and max_epochs are mutually exclusive, got max_epochs={max_epochs} and "
+                f"max_iters={max_iters}. Please provide only one."
+            )
+        if max_epochs is not None:
+            _positive_int("max_epochs", max_epochs)
+        if max_iters is not None:
+            _positive_int("max_iters", max_iters)
+        if epoch_length is not None:
+            _positive_int("epoch_length", epoch_length)
+        if seed is not None and not isinstance(seed, numbers.Integral):
+            raise TypeError(f"Argument seed must be an integer, got {seed!r}.")
+
+        state = self.state
+        if max_iters is not None and state.max_epochs is not None and not self._is_done(state):
+            raise ValueError(
+                "This engine has an unfinished run limited by max_epochs; to switch it to max_iters, reset it first "
+                "with engine.state.max_epochs = None."
+            )
+        if max_epochs is not None and state.max_iters is not None and not self._is_done(state):
+            raise ValueError(
+                "This engine has an unfinished run limited by max_iters; to switch it to max_epochs, reset it first "
+                "with engine.state.max_iters = None."
+            )
+        if max_epochs is not None and state.max_epochs is not None and max_epochs < state.epoch:
+            raise ValueError(
+                f"Argument max_epochs should be greater than or equal to the start epoch defined in the state: "
+                f"{max_epochs} vs {state.epoch}. Please, set engine.state.max_epochs = None before calling "
+                "engine.run() in order to restart the training from the beginning."
+            )
+        if max_iters is not None and state.max_iters is not None and max_iters < state.iteration:
+            raise ValueError(
+                f"Argument max_iters should be greater than or equal to the start iteration defined in the state: "
+                f"{max_iters} vs {state.iteration}. Please, set engine.state.max_iters = None before calling "
+                "engine.run() in order to restart the training from the beginning."
+            )
+        if state.max_epochs is not None and max_epochs is not None:
+            state.max_epochs = max_epochs
+        if state.max_iters is not None and max_iters is not None:
+            state.max_iters = max_iters
+
+        new_run = (state.max_epochs is None and state.max_iters is None) or (
+            self._is_done(state) and self._internal_run_generator is None
+        )
+        if new_run:
+            if data is None and epoch_length is None and state.epoch_length is None:
+                raise ValueError("epoch_length should be provided if data is None.")
+            if epoch_length is None:
+                if data is not None:
+                    epoch_length = self._get_data_length(data)
+                if epoch_length is None:  # data without a length: keep the one the last run found
+                    epoch_length = state.epoch_length
+                if epoch_length is not None and epoch_length < 1:
+                    raise ValueError("Input data has zero size. Please provide non-empty data.")
+            if max_iters is None and max_epochs is None:
+                max_epochs = 1
+            state.iteration = 0
+            state.epoch = 0
+            state.max_epochs = max_epochs
+            state.max_iters = max_iters
+            state.epoch_length = epoch_length
+            state.seed = seed
+            self._internal_run_generator = None
+            self._init_iter = None
+            self._dataloader_iter = None
+            self.logger.info("Engine run starting with max_epochs=%s, max_iters=%s.", max_epochs, max_iters)
+        else:
+            if state.epoch_length is not None:
+                if epoch_length is not None and epoch_length != state.epoch_length:
+                    raise ValueError(
+                        "Argument epoch_length should be same as in the state, "
+                        f"but given {epoch_length} vs {state.epoch_length}. Resuming cannot change the epoch "
+                        "length; start a new run (engine.state.max_epochs = None) to use another one."
+                    )
+            else:
+                if epoch_length is None and data is not None:
+                    epoch_length = self._get_data_length(data)
+                if epoch_length is not None:
+                    if epoch_length < 1:
+                        raise ValueError("Input data has zero size. Please provide non-empty data.")
+                    state.epoch_length = epoch_length
+            if state.epoch_length is None and data is None:
+                raise ValueError("epoch_length should be provided if data is None.")
+            if seed is not None:
+                state.seed = seed
+            if self.should_terminate:
+                # resuming after terminate(): the cut-short epoch is over, the next one starts at its beginning
+                self._init_iter = 0
+            self.logger.info("Engine run resuming from iteration %d, epoch %d.", state.iteration, state.epoch)
+
+        if self._dataloader_iter is None:
+            state.dataloader = data
+
+        if self._internal_run_generator is None:
+            self._internal_run_generator = self._internal_run_as_gen()
+        try:
+            return next(self._internal_run_generator)
+        except StopIteration as finished:
+            self._internal_run_generator = None
+            return finished.value
+
+    def _setup_dataloader_iter(self) -> None:
+        if self.state.dataloader is None:
+            if self.state.epoch_length is None:
+                raise RuntimeError("Internal error: epoch_length is None while data is None.")
+            self._dataloader_iter = itertools.repeat(None, self.state.epoch_length)
+        else:
+            self._dataloader_iter = iter(self.state.dataloader)
+
+    def _setup_engine(self) -> None:
+        self._setup_dataloader_iter()
+        if self._init_iter is None:
+            iteration = self.state.iteration
+            if self.state.epoch_length is not None:
+                iteration %= self.state.epoch_length
+            self._init_iter = iteration
+
+    def _stop_point(self) -> Generator[State, None, None]:
+        """Act on a stop request: unwind for terminate/terminate_epoch, or pause the run for interrupt."""
+        if self._should_terminate:
+            raise _EngineTerminateException()
+        if self._should_terminate_single_epoch:
+            raise _EngineTerminateSingleEpochException()
+        if self._should_interrupt:
+            self._fire_event(Events.INTERRUPT)
+            self.should_interrupt = False
+            yield self.state
+
+    def _internal_run_as_gen(self) -> Generator[State, None, State]:
+        self.should_terminate = self.should_terminate_single_epoch = self.should_interrupt = False
+        state = self.state
+        state.times[Events.EPOCH_COMPLETED.name] = 0.0
+        state.times[Events.COMPLETED.name] = 0.0
+        start_time = time.perf_counter()
+        try:
+            try:
+                self._fire(_STARTED, "STARTED")
+                if self._stop_requested:
+                    yield from self._stop_point()
+
+                while not self._is_done(state) and not self._should_terminate:
+                    state.epoch += 1
+                    handlers_start = time.perf_counter()
+                    self._fire(_EPOCH_STARTED, "EPOCH_STARTED")
+                    epoch_time = time.perf_counter() - handlers_start
+                    if self._stop_requested:
+                        yield from self._stop_point()
+
+                    if self._dataloader_iter is None:
+                        self._setup_engine()
+
+                    epoch_time += yield from self._run_once_on_dataset_as_gen()
+                    # available to EPOCH_COMPLETED handlers, then updated to include them
+                    state.times[Events.EPOCH_COMPLETED.name] = epoch_time
+                    if self._should_terminate_single_epoch != "skip_epoch_completed":
+                        handlers_start = time.perf_counter()
+                        self._fire(_EPOCH_COMPLETED, "EPOCH_COMPLETED")
+                        epoch_time += time.perf_counter() - handlers_start
+                        state.times[Events.EPOCH_COMPLETED.name] = epoch_time
+                    if self._should_terminate_single_epoch:
+                        # the epoch is over already; there is nothing left to cut short
+                        self.should_terminate_single_epoch = False
+                    if self._stop_requested:
+                        yield from self._stop_point()
+                    self.logger.info("Epoch[%d] Complete. Time taken: %.3fs", state.epoch, epoch_time)
+
+            except _EngineTerminateException:
+                self._fire_event(Events.TERMINATE)
+
+            except _EngineTerminateSingleEpochException:
+                raise RuntimeError(
+                    "terminate_epoch() cannot be called on Events.STARTED or Events.EPOCH_STARTED: there is no "
+                    "epoch in progress to end. Call terminate() to stop the run, or call terminate_epoch() from an "
+                    "iteration event."
+                )
+
+            time_taken = time.perf_counter() - start_time
+            state.times[Events.COMPLETED.name] = time_taken
+            if self._should_terminate != "skip_completed":
+                handlers_start = time.perf_counter()
+                self._fire_event(Events.COMPLETED)
+                time_taken += time.perf_counter() - handlers_start
+                state.times[Events.COMPLETED.name] = time_taken
+            self.logger.info("Engine run finished. Time taken: %.3fs", time_taken)
+
+        except GeneratorExit:
+            # the paused run was discarded (engine reset or garbage-collected): not an error of the run
+            self._dataloader_iter = None
+            raise
+        except BaseException as e:
+            self._dataloader_iter = None
+            self.logger.error("Engine run is terminating due to exception: %s", e)
+            self._handle_exception(e)
+
+        self._dataloader_iter = None
+        return state
+
+    def _run_once_on_dataset_as_gen(self) -> Generator[State, None, float]:
+        start_time = time.perf_counter()
+        # non-zero when resuming in the middle of an epoch
+        iter_counter = 0 if self._init_iter is None else self._init_iter
+        self._init_iter = None
+        should_exit = False
+        state = self.state
+        fire = self._fire
+        has_data = state.dataloader is not None
+        try:
+            if self._dataloader_iter is None:
+                raise RuntimeError("Internal error: the data iterator is None at the start of an epoch.")
+            while True:
+                state.batch = None
+                try:
+                    # not fired twice when the data iterator has just been re-created
+                    if has_data and self.last_event_name is not _DATALOADER_STOP_ITERATION:
+                        fire(_GET_BATCH_STARTED, "GET_BATCH_STARTED")
+                        if self._stop_requested:
+                            yield from self._stop_point()
+                    state.batch = next(self._dataloader_iter)
+                    # reset here too: an iterable that ran dry must not leave the previous output visible
+                    state.output = None
+                    if has_data:
+                        fire(_GET_BATCH_COMPLETED, "GET_BATCH_COMPLETED")
+                        if self._stop_requested:
+                            yield from self._stop_point()
+                    iter_counter += 1
+                    should_exit = False
+                except StopIteration:
+                    if state.epoch_length is None:
+                        # data of unknown length: its first exhaustion defines the epoch length
+                        state.epoch_length = iter_counter
+                        if state.max_iters is not None:
+                            state.max_epochs = math.ceil(state.max_iters / state.epoch_length)
+                        break
+                    if should_exit:
+                        # the data ran dry right after being re-created: it cannot provide more
+                        if not self._is_done(state):
+                            total = (
+                                state.epoch_length * state.max_epochs
+                                if state.max_epochs is not None
+                                else state.max_iters
+                            )
+                            warnings.warn(
+                                "Data iterator can not provide data anymore but required total number of "
+                                f"iterations to run is not reached. Current iteration: {state.iteration} vs "
+                                f"Total iterations to run : {total}. Pass data that can be iterated again (a "
+                                "DataLoader or a list, not a one-shot iterator) or a smaller epoch_length.",
+                                stacklevel=3,
+                            )
+                        break
+                    if has_data:
+                        fire(_DATALOADER_STOP_ITERATION, "DATALOADER_STOP_ITERATION")
+                        if self._stop_requested:
+                            yield from self._stop_point()
+                    self._setup_dataloader_iter()
+                    should_exit = True
+                    continue
+
+                state.iteration += 1
+                fire(_ITERATION_STARTED, "ITERATION_STARTED")
+                if self._stop_requested:
+                    yield from self._stop_point()
+
+                state.output = self._process_function(self, state.batch)
+                fire(_ITERATION_COMPLETED, "ITERATION_COMPLETED")
+                if self._stop_requested:
+                    yield from self._stop_point()
+
+                if iter_counter == state.epoch_length:
+                    break
+                if state.max_iters is not None and state.iteration == state.max_iters:
+                    self.should_terminate = True
+                    raise _EngineTerminateException()
+
+        except _EngineTerminateSingleEpochException:
+            self._fire_event(Events.TERMINATE_SINGLE_EPOCH, iter_counter=iter_counter)
+            self._setup_dataloader_iter()
+
+        except _EngineTerminateException:
+            raise
+
+        except Exception as e:
+            self.logger.error("Current run is terminating due to exception: %s", e)
+            self._handle_exception(e)
+
+        return time.perf_counter() - start_time

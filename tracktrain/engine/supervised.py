@@ -1,0 +1,441 @@
+"""Supervised training and evaluation steps, and engines built from them.
+
+There is one training step (`_training_step`) and one evaluation step (`_evaluation_step`); precision and
+device are small parameters of them: an autocast dtype, an optional GradScaler, and how the optimizer steps
+(`optimizer.step()` or torch_xla's `optimizer_step`). The public factories only choose those parameters.
+
+By default the training step returns `loss.detach()`, a tensor: nothing in the step waits for the device.
+Ignite returns `loss.item()`; pass `output_transform=lambda x, y, y_pred, loss: loss.item()` to get that.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from tracktrain.engine.deterministic import DeterministicEngine
+from tracktrain.engine.engine import Engine
+
+__all__ = [
+    "convert_tensor",
+    "create_supervised_evaluator",
+    "create_supervised_trainer",
+    "supervised_evaluation_step",
+    "supervised_evaluation_step_amp",
+    "supervised_training_step",
+    "supervised_training_step_amp",
+    "supervised_training_step_apex",
+    "supervised_training_step_tpu",
+]
+
+Device = str | torch.device | None
+
+_APEX_MESSAGE = (
+    "NVIDIA apex is not supported: native PyTorch AMP replaces it. Use amp_mode='amp' (torch.autocast plus "
+    "torch.amp.GradScaler via scaler=True) or supervised_training_step_amp."
+)
+
+
+def convert_tensor(value: Any, device: Device = None, non_blocking: bool = False) -> Any:
+    """Move tensors, also inside lists, tuples and dicts, to `device`; other values pass through."""
+    if device is None:
+        return value
+    if isinstance(value, torch.Tensor):
+        return value.to(device=device, non_blocking=non_blocking)
+    if isinstance(value, Mapping):
+        return type(value)({k: convert_tensor(v, device, non_blocking) for k, v in value.items()})
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # namedtuple
+        return type(value)(*(convert_tensor(v, device, non_blocking) for v in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(convert_tensor(v, device, non_blocking) for v in value)
+    return value
+
+
+def _prepare_batch(batch: Sequence[Any], device: Device = None, non_blocking: bool = False) -> tuple[Any, Any]:
+    """Split a `(x, y)` batch and move both parts to `device`."""
+    try:
+        x, y = batch
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"The default prepare_batch expects batches of (inputs, targets), got {type(batch).__name__}"
+            f"{f' of length {len(batch)}' if hasattr(batch, '__len__') else ''}. Pass prepare_batch=fn(batch, "
+            "device, non_blocking) -> (x, y) for other batch layouts."
+        ) from None
+    return convert_tensor(x, device, non_blocking), convert_tensor(y, device, non_blocking)
+
+
+def _identity(output: Any) -> Any:
+    return output
+
+
+def _call_model(model: torch.nn.Module, x: Any) -> Any:
+    return model(x)
+
+
+def _detached_loss(x: Any, y: Any, y_pred: Any, loss: torch.Tensor) -> torch.Tensor:
+    return loss.detach()
+
+
+def _prediction_and_target(x: Any, y: Any, y_pred: Any) -> tuple[Any, Any]:
+    return y_pred, y
+
+
+def _device_type(device: Device, model: torch.nn.Module) -> str:
+    if device is not None:
+        return torch.device(device).type
+    parameter = next(model.parameters(), None)
+    return parameter.device.type if parameter is not None else "cpu"
+
+
+def _check_accumulation(gradient_accumulation_steps: Any) -> int:
+    if not (
+        isinstance(gradient_accumulation_steps, numbers.Integral)
+        and not isinstance(gradient_accumulation_steps, bool)
+        and gradient_accumulation_steps > 0
+    ):
+        raise ValueError(
+            "Gradient_accumulation_steps must be a positive integer (1 = no accumulation), "
+            f"got {gradient_accumulation_steps!r}."
+        )
+    return int(gradient_accumulation_steps)
+
+
+def _optimizer_step(optimizer: torch.optim.Optimizer) -> None:
+    optimizer.step()
+
+
+def _training_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: Callable,
+    device: Device,
+    non_blocking: bool,
+    prepare_batch: Callable,
+    model_transform: Callable,
+    output_transform: Callable,
+    gradient_accumulation_steps: int,
+    model_fn: Callable,
+    *,
+    autocast_dtype: torch.dtype | None = None,
+    scaler: torch.amp.GradScaler | None = None,
+    clip_grad_norm: float | None = None,
+    optimizer_step: Callable[[torch.optim.Optimizer], None] = _optimizer_step,
+) -> Callable[[Engine, Any], Any]:
+    """The one supervised training step. Gradients of `gradient_accumulation_steps` consecutive iterations
+    are summed (each loss divided by that number), so the update equals one step on their concatenated batch.
+    """
+    accumulation = _check_accumulation(gradient_accumulation_steps)
+    if clip_grad_norm is not None and not (isinstance(clip_grad_norm, numbers.Real) and clip_grad_norm > 0):
+        raise ValueError(f"clip_grad_norm must be a positive number or None, got {clip_grad_norm!r}.")
+    device_type = _device_type(device, model)
+    parameters = [p for group in optimizer.param_groups for p in group["params"]]
+
+    def update(engine: Engine, batch: Any) -> Any:
+        iteration = engine.state.iteration
+        if (iteration - 1) % accumulation == 0:
+            optimizer.zero_grad()
+        if not model.training:  # an evaluator may have switched it to eval mode
+            model.train()
+        x, y = prepare_batch(batch, device=device, non_blocking=non_blocking)
+        if autocast_dtype is None:
+            output = model_fn(model, x)
+            y_pred = model_transform(output)
+            loss = loss_fn(y_pred, y)
+        else:
+            with torch.autocast(device_type, dtype=autocast_dtype):
+                output = model_fn(model, x)
+                y_pred = model_transform(output)
+                loss = loss_fn(y_pred, y)
+        if accumulation > 1:
+            loss = loss / accumulation
+        if scaler is not None:
+            scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        if iteration % accumulation == 0:
+            if clip_grad_norm is not None:
+                if scaler is not None:
+                    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+                torch.nn.utils.clip_grad_norm_(parameters, clip_grad_norm)
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer_step(optimizer)
+        return output_transform(x, y, y_pred, loss * accumulation if accumulation > 1 else loss)
+
+    return update
+
+
+def supervised_training_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: Callable,
+    device: Device = None,
+    non_blocking: bool = False,
+    prepare_batch: Callable = _prepare_batch,
+    model_transform: Callable = _identity,
+    output_transform: Callable = _detached_loss,
+    gradient_accumulation_steps: int = 1,
+    model_fn: Callable = _call_model,
+    clip_grad_norm: float | None = None,
+) -> Callable[[Engine, Any], Any]:
+    """A process function for supervised training in full precision.
+
+    Per iteration: zero the gradients (at the start of an accumulation window), `model.train()`,
+    `x, y = prepare_batch(batch, device, non_blocking)`, `y_pred = model_transform(model_fn(model, x))`,
+    `loss = loss_fn(y_pred, y)`, backward, optionally clip to `clip_grad_norm`, and step the optimizer (at the
+    end of the window). Returns `output_transform(x, y, y_pred, loss)`, by default the detached loss tensor.
+    """
+    return _training_step(
+        model, optimizer, loss_fn, device, non_blocking, prepare_batch, model_transform, output_transform,
+        gradient_accumulation_steps, model_fn, clip_grad_norm=clip_grad_norm,
+    )
+
+
+def _resolve_amp(
+    device_type: str, amp_dtype: torch.dtype | None, scaler: torch.amp.GradScaler | bool | None
+) -> tuple[torch.dtype, torch.amp.GradScaler | None]:
+    if amp_dtype is None:
+        amp_dtype = torch.float16 if device_type == "cuda" else torch.bfloat16
+    if amp_dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"amp_dtype must be torch.float16 or torch.bfloat16, got {amp_dtype!r}.")
+    if scaler is True:
+        scaler = torch.amp.GradScaler(device_type)
+    elif scaler is False:
+        scaler = None
+    if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
+        raise TypeError(f"scaler must be a torch.amp.GradScaler, True, False or None, got {scaler!r}.")
+    return amp_dtype, scaler
+
+
+def supervised_training_step_amp(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: Callable,
+    device: Device = None,
+    non_blocking: bool = False,
+    prepare_batch: Callable = _prepare_batch,
+    model_transform: Callable = _identity,
+    output_transform: Callable = _detached_loss,
+    scaler: torch.amp.GradScaler | bool | None = None,
+    gradient_accumulation_steps: int = 1,
+    model_fn: Callable = _call_model,
+    amp_dtype: torch.dtype | None = None,
+    clip_grad_norm: float | None = None,
+) -> Callable[[Engine, Any], Any]:
+    """`supervised_training_step` under `torch.autocast`, with an optional `torch.amp.GradScaler`.
+
+    `amp_dtype` defaults to float16 on CUDA and bfloat16 elsewhere. Use a scaler (`scaler=True` or your own)
+    with float16; bfloat16 has float32's range and needs none. Gradients are unscaled before clipping.
+    """
+    amp_dtype, scaler = _resolve_amp(_device_type(device, model), amp_dtype, scaler)
+    return _training_step(
+        model, optimizer, loss_fn, device, non_blocking, prepare_batch, model_transform, output_transform,
+        gradient_accumulation_steps, model_fn, autocast_dtype=amp_dtype, scaler=scaler,
+        clip_grad_norm=clip_grad_norm,
+    )
+
+
+def supervised_training_step_apex(*args: Any, **kwargs: Any) -> Callable[[Engine, Any], Any]:
+    """Kept for code ported from Ignite: always raises, pointing to native AMP."""
+    raise NotImplementedError(_APEX_MESSAGE)
+
+
+def _xla_model() -> Any:
+    try:
+        import torch_xla.core.xla_model as xm
+    except ImportError as e:
+        raise ModuleNotFoundError(
+            "The TPU/XLA step needs torch_xla, which is not installed. Install the torch_xla release that "
+            f"matches your torch ({torch.__version__}): pip install 'torch_xla==<your torch version>'; "
+            "on a CPU host set PJRT_DEVICE=CPU to try it."
+        ) from e
+    return xm
+
+
+def supervised_training_step_tpu(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: Callable,
+    device: Device = None,
+    non_blocking: bool = False,
+    prepare_batch: Callable = _prepare_batch,
+    model_transform: Callable = _identity,
+    output_transform: Callable = _detached_loss,
+    gradient_accumulation_steps: int = 1,
+    model_fn: Callable = _call_model,
+    clip_grad_norm: float | None = None,
+) -> Callable[[Engine, Any], Any]:
+    """`supervised_training_step` for XLA devices: the optimizer steps through `xm.optimizer_step`, which
+    reduces gradients across replicas and marks the step (graph barrier). Needs torch_xla."""
+    xm = _xla_model()
+
+    def xla_step(optimizer: torch.optim.Optimizer) -> None:
+        xm.optimizer_step(optimizer, barrier=True)
+
+    return _training_step(
+        model, optimizer, loss_fn, device, non_blocking, prepare_batch, model_transform, output_transform,
+        gradient_accumulation_steps, model_fn, clip_grad_norm=clip_grad_norm, optimizer_step=xla_step,
+    )
+
+
+def _evaluation_step(
+    model: torch.nn.Module,
+    device: Device,
+    non_blocking: bool,
+    prepare_batch: Callable,
+    model_transform: Callable,
+    output_transform: Callable,
+    model_fn: Callable,
+    autocast_dtype: torch.dtype | None,
+) -> Callable[[Engine, Any], Any]:
+    device_type = _device_type(device, model)
+
+    def evaluate_step(engine: Engine, batch: Any) -> Any:
+        if model.training:
+            model.eval()
+        with torch.no_grad():
+            x, y = prepare_batch(batch, device=device, non_blocking=non_blocking)
+            if autocast_dtype is None:
+                y_pred = model_transform(model_fn(model, x))
+            else:
+                with torch.autocast(device_type, dtype=autocast_dtype):
+                    y_pred = model_transform(model_fn(model, x))
+            return output_transform(x, y, y_pred)
+
+    return evaluate_step
+
+
+def supervised_evaluation_step(
+    model: torch.nn.Module,
+    device: Device = None,
+    non_blocking: bool = False,
+    prepare_batch: Callable = _prepare_batch,
+    model_transform: Callable = _identity,
+    output_transform: Callable = _prediction_and_target,
+    model_fn: Callable = _call_model,
+) -> Callable[[Engine, Any], Any]:
+    """A process function for evaluation: `model.eval()`, no gradients, returns `output_transform(x, y, y_pred)`
+    (by default `(y_pred, y)`, what metrics take)."""
+    return _evaluation_step(model, device, non_blocking, prepare_batch, model_transform, output_transform, model_fn, None)
+
+
+def supervised_evaluation_step_amp(
+    model: torch.nn.Module,
+    device: Device = None,
+    non_blocking: bool = False,
+    prepare_batch: Callable = _prepare_batch,
+    model_transform: Callable = _identity,
+    output_transform: Callable = _prediction_and_target,
+    model_fn: Callable = _call_model,
+    amp_dtype: torch.dtype | None = None,
+) -> Callable[[Engine, Any], Any]:
+    """`supervised_evaluation_step` under `torch.autocast` (float16 on CUDA, bfloat16 elsewhere by default)."""
+    amp_dtype, _ = _resolve_amp(_device_type(device, model), amp_dtype, None)
+    return _evaluation_step(
+        model, device, non_blocking, prepare_batch, model_transform, output_transform, model_fn, amp_dtype
+    )
+
+
+def _check_amp_mode(amp_mode: str | None, on_xla: bool, scaler: Any) -> str | None:
+    if amp_mode == "apex":
+        raise ValueError(_APEX_MESSAGE)
+    if amp_mode not in (None, "amp"):
+        raise ValueError(f"amp_mode must be None or 'amp', got {amp_mode!r}.")
+    if on_xla and amp_mode is not None:
+        raise ValueError("amp_mode is for CUDA/CPU autocast; on an XLA device leave it None (XLA uses bf16 natively).")
+    if scaler not in (None, False) and amp_mode != "amp":
+        raise ValueError(f"scaler={scaler!r} needs amp_mode='amp'; a GradScaler only makes sense with autocast.")
+    return amp_mode
+
+
+def create_supervised_trainer(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: Callable,
+    device: Device = None,
+    non_blocking: bool = False,
+    prepare_batch: Callable = _prepare_batch,
+    model_transform: Callable = _identity,
+    output_transform: Callable = _detached_loss,
+    deterministic: bool = False,
+    amp_mode: str | None = None,
+    scaler: torch.amp.GradScaler | bool = False,
+    gradient_accumulation_steps: int = 1,
+    model_fn: Callable = _call_model,
+    clip_grad_norm: float | None = None,
+    amp_dtype: torch.dtype | None = None,
+) -> Engine:
+    """An Engine that trains `model` on `(x, y)` batches.
+
+    Args:
+        device: where batches are moved (the model must already be there).
+        deterministic: use `DeterministicEngine` (reproducible and exactly resumable data order).
+        amp_mode: None for full precision, or "amp" for `torch.autocast` (`amp_dtype`, float16 on CUDA and
+            bfloat16 elsewhere by default). On an XLA device the TPU step is chosen automatically.
+        scaler: with amp_mode="amp", True creates a `torch.amp.GradScaler` (kept in `engine.state.scaler`, so
+            it can be checkpointed), or pass your own.
+        gradient_accumulation_steps: iterations whose gradients are summed before each optimizer step.
+        clip_grad_norm: clip the gradients' total norm before each optimizer step.
+        output_transform: `f(x, y, y_pred, loss)` -> `engine.state.output`; default: the detached loss.
+    """
+    on_xla = device is not None and "xla" in torch.device(device).type
+    amp_mode = _check_amp_mode(amp_mode, on_xla, scaler)
+    common = dict(
+        device=device, non_blocking=non_blocking, prepare_batch=prepare_batch, model_transform=model_transform,
+        output_transform=output_transform, gradient_accumulation_steps=gradient_accumulation_steps,
+        model_fn=model_fn, clip_grad_norm=clip_grad_norm,
+    )
+    created_scaler = None
+    if on_xla:
+        step = supervised_training_step_tpu(model, optimizer, loss_fn, **common)
+    elif amp_mode == "amp":
+        amp_dtype, created_scaler = _resolve_amp(_device_type(device, model), amp_dtype, scaler)
+        step = supervised_training_step_amp(model, optimizer, loss_fn, scaler=created_scaler, amp_dtype=amp_dtype, **common)
+    else:
+        step = supervised_training_step(model, optimizer, loss_fn, **common)
+    trainer = DeterministicEngine(step) if deterministic else Engine(step)
+    if created_scaler is not None:
+        trainer.state.scaler = created_scaler
+    return trainer
+
+
+def create_supervised_evaluator(
+    model: torch.nn.Module,
+    metrics: Mapping[str, Any] | None = None,
+    device: Device = None,
+    non_blocking: bool = False,
+    prepare_batch: Callable = _prepare_batch,
+    model_transform: Callable = _identity,
+    output_transform: Callable = _prediction_and_target,
+    amp_mode: str | None = None,
+    model_fn: Callable = _call_model,
+    amp_dtype: torch.dtype | None = None,
+) -> Engine:
+    """An Engine that evaluates `model` on `(x, y)` batches and attaches `metrics` (name -> metric) to it.
+
+    Each metric receives `output_transform(x, y, y_pred)`, by default `(y_pred, y)`.
+    """
+    on_xla = device is not None and "xla" in torch.device(device).type
+    amp_mode = _check_amp_mode(amp_mode, on_xla, None)
+    common = dict(
+        device=device, non_blocking=non_blocking, prepare_batch=prepare_batch, model_transform=model_transform,
+        output_transform=output_transform, model_fn=model_fn,
+    )
+    if amp_mode == "amp":
+        step = supervised_evaluation_step_amp(model, amp_dtype=amp_dtype, **common)
+    else:
+        step = supervised_evaluation_step(model, **common)
+    evaluator = Engine(step)
+    for name, metric in (metrics or {}).items():
+        if not callable(getattr(metric, "attach", None)):
+            raise TypeError(
+                f"Metric {name!r} must have an attach(engine, name) method (a tracktrain.metrics.Metric), "
+                f"got {metric!r}."
+            )
+        metric.attach(evaluator, name)
+    return evaluator
