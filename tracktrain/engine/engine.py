@@ -241,20 +241,30 @@ class Engine:
                     f"event_to_attr={{event: 'counter_name'}}) and increment that counter before firing it."
                 )
 
-        event_args: tuple = (Exception(),) if key == "EXCEPTION_RAISED" else ()
-        if accepts(handler, self, *event_args, *args, **kwargs):
-            pass_engine = True
-        else:
-            check_signature(handler, "handler", *event_args, *args, **kwargs)
-            pass_engine = False
-        lead = (self,) if pass_engine else ()
-        # TERMINATE_SINGLE_EPOCH carries iter_counter=...; handlers that do not take it are called without it.
-        takes_event_kwargs = key != "TERMINATE_SINGLE_EPOCH" or accepts(
-            handler, *lead, *args, iter_counter=0, **kwargs
-        )
+        pass_engine, takes_event_kwargs = self._call_convention(key, handler, args, kwargs)
         record: _Record = (handler, pass_engine, args, kwargs, event_filter, counter_attr, takes_event_kwargs)
         self._event_handlers.setdefault(key, []).append(record)
         return RemovableEventHandle(event_name, handler, self)
+
+    def _call_convention(self, key: str, handler: Callable, args: tuple, kwargs: dict) -> tuple[bool, bool]:
+        """How to call `handler`: (with the engine first?, with the event's keyword arguments?).
+
+        Decided once here, from the signature, so firing never inspects it. The engine-first form wins when
+        both bind, as in Ignite. TERMINATE_SINGLE_EPOCH passes `iter_counter=`; handlers without that
+        parameter are called without it.
+        """
+        event_args: tuple = (Exception(),) if key == "EXCEPTION_RAISED" else ()
+        event_kwargs = {"iter_counter": 0} if key == "TERMINATE_SINGLE_EPOCH" else {}
+        conventions = [(True, True), (False, True), (True, False), (False, False)] if event_kwargs else [
+            (True, True), (False, True)
+        ]
+        for pass_engine, with_event_kwargs in conventions:
+            lead = (self, *event_args) if pass_engine else event_args
+            extra = event_kwargs if with_event_kwargs else {}
+            if accepts(handler, *lead, *args, **kwargs, **extra):
+                return pass_engine, with_event_kwargs
+        check_signature(handler, "handler (with or without the engine first)", *event_args, *args, **kwargs)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def on(self, event_name: Any, *args: Any, **kwargs: Any) -> Callable[[Callable], Callable]:
         """Decorator form of `add_event_handler`; returns the function unchanged."""
