@@ -60,10 +60,11 @@ class ReproducibleBatchSampler(BatchSampler):
     def __iter__(self) -> Iterator[list[int]]:
         # Not a generator function on purpose: DataLoader calls iter() when its iterator is created, so the
         # shuffle and the batch seeds are drawn right after the engine reseeded, not at the first batch.
+        # start_iteration is left as it is: a multi-process DataLoader calls iter() twice when it creates its
+        # iterator, and both calls must skip. The engine resets it once the iterator exists.
         batches = list(self.batch_sampler)
         seed_base = int(torch.randint(0, _SEED_SPACE, ()).item())
         start = self.start_iteration or 0
-        self.start_iteration = None
         seeded = []
         for position in range(start, len(batches)):
             indices = _SeededIndices(batches[position])
@@ -195,15 +196,19 @@ class DeterministicEngine(Engine):
         pass_seed = self.state.seed + pass_index
         manual_seed(pass_seed)
         batch_sampler = getattr(data, "batch_sampler", None)
-        sampler = getattr(data, "sampler", None)
-        generator = getattr(sampler, "generator", None)
-        if isinstance(generator, torch.Generator):
-            generator.manual_seed(pass_seed)  # a sampler with its own generator ignores the global seed
+        # the sampler that orders the data: inside our batch sampler when the loader was made reproducible
+        sampler = getattr(batch_sampler, "sampler", None) or getattr(data, "sampler", None)
+        own_generators = (getattr(sampler, "generator", None), getattr(data, "generator", None))
+        for generator in dict.fromkeys(g for g in own_generators if isinstance(g, torch.Generator)):
+            generator.manual_seed(pass_seed)  # a sampler or loader with its own generator ignores the global seed
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(pass_index)
         if isinstance(batch_sampler, ReproducibleBatchSampler):
             batch_sampler.start_iteration = skip
-            return iter(data)
+            try:
+                return iter(data)
+            finally:
+                batch_sampler.start_iteration = None
         iterator = iter(data)
         for _ in range(skip):  # data without index access: replay it up to the resume point
             next(iterator)
