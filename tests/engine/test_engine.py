@@ -263,8 +263,10 @@ def test_handler_signature_and_type_are_checked_when_added():
         engine.add_event_handler(Events.STARTED, lambda a, b, c: None)
     with pytest.raises(ValueError, match="process_function"):
         Engine(lambda: None)
-    with pytest.raises(TypeError, match="callable process_function"):
+    with pytest.raises(ValueError, match="must be given a processing function"):
         Engine(None)
+    with pytest.raises(TypeError, match="callable process_function"):
+        Engine(42)
 
 
 def test_has_and_remove_event_handler_find_filtered_handlers():
@@ -420,3 +422,31 @@ def test_paused_engine_is_collected():
     del engine
     gc.collect()
     assert ref() is None
+
+
+def test_run_after_an_exception_resumes_the_broken_epoch():
+    failures = {"left": 1}
+    seen = []
+
+    def step(engine, batch):
+        if engine.state.iteration == 2 and failures["left"]:
+            failures["left"] -= 1
+            raise RuntimeError("transient")
+        seen.append((engine.state.epoch, engine.state.iteration))
+
+    engine = Engine(step)
+    with pytest.raises(RuntimeError, match="transient"):
+        engine.run(range(3), max_epochs=2)
+    assert (engine.state.epoch, engine.state.iteration) == (1, 2)
+    state = engine.run(range(3), max_epochs=2)
+    # the failed iteration counts as done (as in Ignite); epoch 1 finishes, then epoch 2 runs in full
+    assert seen == [(1, 1), (1, 3), (2, 4), (2, 5), (2, 6)]
+    assert (state.epoch, state.iteration) == (2, 6)
+
+
+def test_interrupt_can_be_disabled_on_the_class_or_the_engine():
+    engine = Engine(lambda e, b: b)
+    engine.interrupt_resume_enabled = False
+    with pytest.raises(RuntimeError, match="interrupt_resume_enabled"):
+        engine.interrupt()
+    assert Engine(lambda e, b: b).interrupt_resume_enabled is True

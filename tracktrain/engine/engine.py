@@ -96,9 +96,13 @@ class Engine:
 
     _state_dict_all_req_keys: tuple[str, ...] = ("epoch_length", "iteration")
     _state_dict_one_of_opt_keys: tuple[tuple[str, ...], ...] = (("max_epochs", "max_iters"),)
+    # Ignite's switch, settable on the class or on an engine: False makes interrupt() an error.
+    interrupt_resume_enabled = True
 
     def __init__(self, process_function: Callable[[Engine, Any], Any]) -> None:
-        if process_function is None or not callable(process_function):
+        if process_function is None:
+            raise ValueError("Engine must be given a processing function process_function(engine, batch) to run.")
+        if not callable(process_function):
             raise TypeError(
                 f"Engine needs a callable process_function(engine, batch), got {process_function!r}."
             )
@@ -116,10 +120,10 @@ class Engine:
         self._should_terminate_single_epoch: bool | str = False
         self._should_interrupt = False
         self._stop_requested = False
-        self.interrupt_resume_enabled = True
         self._dataloader_iter: Iterator[Any] | None = None
         self._init_iter: int | None = None
         self._internal_run_generator: Generator[Any, None, State] | None = None
+        self._resume_after_failure = False
         self.register_events(*Events)
 
     # ------------------------------------------------------------------------------------------------ stop flags
@@ -294,8 +298,9 @@ class Engine:
 
     def fire_event(self, event_name: Any) -> None:
         """Run the handlers of a (custom) event; for use in handlers and process functions."""
-        self._assert_allowed_event(event_name)
-        self._fire_event(event_name)
+        key = self._assert_allowed_event(event_name)
+        # the registered event, so that the loop's identity checks on last_event_name see a name-fired event
+        self._fire_event(self._allowed_events[key])
 
     def _fire_event(self, event_name: Any, *event_args: Any, **event_kwargs: Any) -> None:
         self.last_event_name = event_name
@@ -562,6 +567,10 @@ class Engine:
             if self.should_terminate:
                 # resuming after terminate(): the cut-short epoch is over, the next one starts at its beginning
                 self._init_iter = 0
+            elif self._resume_after_failure and state.epoch_length:
+                # resuming after an exception: finish the epoch it broke off, counting from its iteration
+                state.epoch = state.iteration // state.epoch_length
+                self._init_iter = None
             self.logger.info("Engine run resuming from iteration %d, epoch %d.", state.iteration, state.epoch)
 
         if self._dataloader_iter is None:
@@ -569,11 +578,18 @@ class Engine:
 
         if self._internal_run_generator is None:
             self._internal_run_generator = self._internal_run_as_gen()
+        self._resume_after_failure = False
         try:
             return next(self._internal_run_generator)
         except StopIteration as finished:
             self._internal_run_generator = None
             return finished.value
+        except BaseException:
+            # The run is over, but not done: the next run() resumes it from the state (Ignite instead returns
+            # None from every later run() call).
+            self._internal_run_generator = None
+            self._resume_after_failure = True
+            raise
 
     def _setup_dataloader_iter(self) -> None:
         if self.state.dataloader is None:

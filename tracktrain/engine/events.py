@@ -170,21 +170,18 @@ class _once_filter:
 
 
 class _range_filter:
-    """`after < counter < before`, and, with `every`, every `every`-th event counted from `after`.
-
-    Without `after` the range is open below: it starts at counter 0 alone, and at 0 exclusive with `every`
-    (so that `every=n` alone and `every=n, before=b` fire on the same multiples of n).
-    """
+    """`after < counter < before` (both exclusive; `after` defaults to 0), and with `every`, every `every`-th
+    event starting with the first one after `after` (Ignite's rule: `every=3, after=2` fires at 3, 6, 9)."""
 
     __slots__ = ("every", "before", "after")
 
     def __init__(self, every: int | None, before: int | None, after: int | None) -> None:
         self.every = 1 if every is None else every
         self.before = float("inf") if before is None else before
-        self.after = after if after is not None else (-1 if every is None else 0)
+        self.after = 0 if after is None else after
 
     def __call__(self, engine: Engine, counter: int) -> bool:
-        return self.after < counter < self.before and (counter - self.after) % self.every == 0
+        return self.after < counter < self.before and (counter - self.after - 1) % self.every == 0
 
     def __repr__(self) -> str:
         return f"every={self.every}, after={self.after}, before={self.before}"
