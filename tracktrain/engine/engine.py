@@ -303,13 +303,16 @@ class Engine:
         self._fire_event(self._allowed_events[key])
 
     def _fire_event(self, event_name: Any, *event_args: Any, **event_kwargs: Any) -> None:
+        """Run the handlers of `event_name`, passing `event_args` (after the engine) and `event_kwargs`."""
+        if not event_args and not event_kwargs:
+            self._fire(event_name, _event_key(event_name))
+            return
         self.last_event_name = event_name
         records = self._event_handlers.get(_event_key(event_name))
         if not records:
             return
-        state = self.state
         for handler, pass_engine, args, kwargs, event_filter, counter_attr, takes_event_kwargs in records:
-            if event_filter is not None and not event_filter(self, getattr(state, counter_attr)):
+            if event_filter is not None and not event_filter(self, getattr(self.state, counter_attr)):
                 continue
             if event_kwargs and takes_event_kwargs:
                 kwargs = {**kwargs, **event_kwargs}
@@ -319,7 +322,7 @@ class Engine:
                 handler(*event_args, *args, **kwargs)
 
     def _fire(self, event: Any, key: str) -> None:
-        """`_fire_event` for the loop's own events: no event arguments, key known in advance."""
+        """The hot path of `_fire_event`: no event arguments, and the loop passes the key it knows already."""
         self.last_event_name = event
         records = self._event_handlers.get(key)
         if not records:
