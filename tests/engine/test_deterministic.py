@@ -31,12 +31,20 @@ def _step(engine, batch):
     return batch, torch.rand(())
 
 
-def _run(loader_kwargs: dict, stop_at: int | None = None, resume_from: dict | None = None, max_epochs: int = 3):
+def _run(
+    loader_kwargs: dict,
+    stop_at: int | None = None,
+    resume_from: dict | None = None,
+    max_epochs: int = 3,
+    end_epoch_at: tuple[int, ...] = (),
+):
     """Return [(iteration, batch, step_noise)] and, when stop_at is set, the state_dict taken there."""
     dataset = NoisyDataset()
     loader = DataLoader(dataset, batch_size=4, shuffle=True, **loader_kwargs)
     engine = DeterministicEngine(_step)
     seen, saved = [], {}
+    if end_epoch_at:
+        engine.add_event_handler(Events.ITERATION_COMPLETED(once=list(end_epoch_at)), lambda e: e.terminate_epoch())
     engine.add_event_handler(
         Events.ITERATION_COMPLETED,
         lambda e: seen.append((e.state.iteration, e.state.output[0], e.state.output[1])),
@@ -65,10 +73,14 @@ def _assert_same(resumed, reference):
         assert torch.equal(noise, ref_noise), f"step randomness of iteration {i} differs"
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
-@pytest.mark.parametrize("stop_at", [3, 5, 10])  # mid-epoch, mid-epoch of epoch 2, at an epoch boundary
-def test_resume_replays_batches_augmentations_and_step_randomness(num_workers, stop_at):
-    loader_kwargs = {"num_workers": num_workers}
+@pytest.mark.parametrize(
+    "loader_kwargs",
+    [{"num_workers": 0}, {"num_workers": 2}, {"num_workers": 2, "persistent_workers": True}],
+    ids=["workers0", "workers2", "persistent"],
+)
+@pytest.mark.parametrize("stop_at", [3, 5, 7, 10])  # mid-epoch 1, at its end, mid-epoch 2, at its end
+def test_resume_replays_batches_augmentations_and_step_randomness(loader_kwargs, stop_at):
+    num_workers = loader_kwargs["num_workers"]
     reference, _, _ = _run(loader_kwargs)
     partial, saved, _ = _run(loader_kwargs, stop_at=stop_at)
     _assert_same(partial, reference[:stop_at])
@@ -79,6 +91,54 @@ def test_resume_replays_batches_augmentations_and_step_randomness(num_workers, s
     if num_workers == 0:
         # skipped batches are skipped by index: only the samples still to come were loaded
         assert len(dataset.loaded) == 4 * (15 - stop_at)
+
+
+def test_the_data_order_does_not_depend_on_worker_processes():
+    in_process, _, _ = _run({"num_workers": 0})
+    with_workers, _, _ = _run({"num_workers": 2})
+    for (i, batch, _), (_, ref_batch, _) in zip(with_workers, in_process):
+        assert torch.equal(batch, ref_batch), f"batch of iteration {i} differs"
+
+
+@pytest.mark.parametrize("stop_at", [1, 3, 6])
+def test_resume_after_terminate_epoch_started_a_pass_early(stop_at):
+    reference, _, _ = _run({}, end_epoch_at=(2,))
+    first_pass = [b[:, 0].tolist() for _, b, _ in reference[:2]]
+    second_pass = [b[:, 0].tolist() for _, b, _ in reference[2:4]]
+    assert first_pass != second_pass, "the pass started by terminate_epoch() must be a new pass"
+    _, saved, _ = _run({}, stop_at=stop_at, end_epoch_at=(2,))
+    resumed, _, _ = _run({}, resume_from=saved, end_epoch_at=(2,))
+    # The data replays exactly. The run itself is longer: an Engine state_dict holds the iteration, not the
+    # epoch, so the epoch cut short by terminate_epoch() cannot be told from a full one (as in Ignite).
+    _assert_same(resumed[: len(reference) - stop_at], reference[stop_at:])
+
+
+def test_resume_in_the_first_pass_of_data_without_length():
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(10))
+
+    def run(stop_at=None, resume_from=None):
+        engine = DeterministicEngine(lambda e, b: b.tolist())
+        seen, saved = [], {}
+        engine.add_event_handler(Events.ITERATION_COMPLETED, lambda e: seen.append(e.state.output))
+        if stop_at:
+            engine.add_event_handler(
+                Events.ITERATION_COMPLETED(once=stop_at), lambda e: (saved.update(e.state_dict()), e.terminate())
+            )
+        loader = DataLoader(Stream(), batch_size=2)
+        if resume_from:
+            engine.load_state_dict(resume_from)
+            state = engine.run(loader)
+        else:
+            state = engine.run(loader, max_epochs=3, seed=0)
+        return seen, saved, state
+
+    reference, _, _ = run()
+    _, saved, _ = run(stop_at=2)
+    assert saved["epoch_length"] is None
+    resumed, _, state = run(resume_from=saved)
+    assert resumed == reference[2:] and state.epoch_length == 5 and state.iteration == 15
 
 
 def test_every_pass_is_reseeded_and_the_seed_decides_the_order():
@@ -143,9 +203,10 @@ def test_plain_engine_does_not_replay_data_position():
     assert seen == [0, 1, 2, 3]
 
 
-def test_loads_ignite_state_dicts_without_seed():
+def test_loads_ignite_state_dicts_without_seed_and_warns():
     engine = DeterministicEngine(lambda e, b: b)
-    engine.load_state_dict({"epoch_length": 4, "iteration": 2, "max_epochs": 1, "rng_states": None})
+    with pytest.warns(UserWarning, match="no 'seed'.*run\\(seed=...\\)"):
+        engine.load_state_dict({"epoch_length": 4, "iteration": 2, "max_epochs": 1, "rng_states": None})
     assert engine.state.seed is None
     state = engine.run(list(range(4)))
     assert state.iteration == 4 and isinstance(state.seed, int)

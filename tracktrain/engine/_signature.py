@@ -27,8 +27,8 @@ def check_signature(fn: Callable, description: str, *args: Any, **kwargs: Any) -
     params = list(inspect.signature(fn).parameters)
     passed = [_describe(a) for a in args] + [f"{k}=" for k in kwargs]
     raise ValueError(
-        f"Error adding {fn!r} as '{description}': it takes parameters {params} but will be called with "
-        f"{passed}. Change its signature to accept these arguments."
+        f"The {description} {fn!r} takes parameters {params} but will be called with {passed}. Change its "
+        "signature to accept these arguments."
     )
 
 

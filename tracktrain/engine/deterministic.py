@@ -56,15 +56,29 @@ class ReproducibleBatchSampler(BatchSampler):
         self.batch_size = getattr(batch_sampler, "batch_size", None)
         self.drop_last = getattr(batch_sampler, "drop_last", False)
         self.start_iteration = start_iteration
+        self.pass_seed: int | None = None
 
     def __iter__(self) -> Iterator[list[int]]:
-        # Not a generator function on purpose: DataLoader calls iter() when its iterator is created, so the
-        # shuffle and the batch seeds are drawn right after the engine reseeded, not at the first batch.
-        # start_iteration is left as it is: a multi-process DataLoader calls iter() twice when it creates its
-        # iterator, and both calls must skip. The engine resets it once the iterator exists.
+        # start_iteration and pass_seed are left as they are: a multi-process DataLoader calls iter() twice when
+        # it creates its iterator (and a persistent one once per pass), and every call must draw the same pass.
+        start = self.start_iteration or 0
+        if self.pass_seed is None:
+            return self._draw(start)
+        # The pass is drawn from its own seed with the global generators set aside, so it is the same however
+        # many other draws the DataLoader makes around it (persistent workers or not, num_workers 0 or > 0).
+        saved = get_rng_states()
+        try:
+            manual_seed(self.pass_seed)
+            own_generator = getattr(self.sampler, "generator", None)
+            if isinstance(own_generator, torch.Generator):
+                own_generator.manual_seed(self.pass_seed)
+            return self._draw(start)
+        finally:
+            set_rng_states(saved)
+
+    def _draw(self, start: int) -> Iterator[list[int]]:
         batches = list(self.batch_sampler)
         seed_base = int(torch.randint(0, _SEED_SPACE, ()).item())
-        start = self.start_iteration or 0
         seeded = []
         for position in range(start, len(batches)):
             indices = _SeededIndices(batches[position])
@@ -137,6 +151,12 @@ class DeterministicEngine(Engine):
 
     def __init__(self, process_function: Any) -> None:
         super().__init__(process_function)
+        # Which pass over the data is running and at which iteration it started. Counted, not derived from
+        # the iteration, because terminate_epoch() and set_data() start passes early.
+        self._pass_index = 0
+        self._pass_start = 0
+        # set by load_state_dict: the saved (pass index, pass start), or "derive" for state dicts without them
+        self._loaded_pass: tuple[int, int] | str | None = None
         self.state_dict_user_keys.append("rng_states")
         if not hasattr(self.state, "rng_states"):
             self.state.rng_states = None
@@ -147,12 +167,22 @@ class DeterministicEngine(Engine):
         state_dict = super().state_dict()
         state_dict["rng_states"] = get_rng_states()
         state_dict["seed"] = self.state.seed
+        state_dict["data_pass"] = (self._pass_index, self._pass_start)
         return state_dict
 
     def load_state_dict(self, state_dict: Mapping) -> None:
         super().load_state_dict(state_dict)
-        # optional, so that state dicts saved by Ignite's DeterministicEngine (no seed) still load
+        # seed and data_pass are optional, so that state dicts saved by Ignite's DeterministicEngine still load
         self.state.seed = state_dict.get("seed")
+        if self.state.seed is None:
+            warnings.warn(
+                "The state_dict has no 'seed' (it was not saved by tracktrain's DeterministicEngine): the resumed "
+                "run draws a new seed and will not replay the original data order. Pass the original seed to "
+                "run(seed=...) to replay it.",
+                stacklevel=2,
+            )
+        data_pass = state_dict.get("data_pass")
+        self._loaded_pass = (int(data_pass[0]), int(data_pass[1])) if data_pass is not None else "derive"
 
     def _pass_length(self) -> int:
         length = self._get_data_length(self.state.dataloader)
@@ -176,8 +206,17 @@ class DeterministicEngine(Engine):
             self.state.dataloader = make_reproducible(data)
 
         iteration = self.state.iteration
-        position = iteration % self._pass_length()
-        self._dataloader_iter = self._pass_iterator(iteration - position, skip=position)
+        if iteration == 0:
+            self._pass_index, self._pass_start = 0, 0
+        elif isinstance(self._loaded_pass, tuple):
+            self._pass_index, self._pass_start = self._loaded_pass
+        elif self._loaded_pass == "derive" or self._pass_start > iteration:
+            # a state dict without pass bookkeeping (Ignite's): passes are assumed to have been full
+            length = self._pass_length()
+            self._pass_index, self._pass_start = iteration // length, iteration - iteration % length
+        self._loaded_pass = None
+        position = iteration - self._pass_start
+        self._dataloader_iter = self._pass_iterator(skip=position)
         if self._init_iter is None:
             self._init_iter = iteration % self.state.epoch_length if self.state.epoch_length else iteration
         rng_states = getattr(self.state, "rng_states", None)
@@ -188,13 +227,14 @@ class DeterministicEngine(Engine):
 
     def _setup_dataloader_iter(self) -> None:
         # a fresh pass: the data ran dry, or terminate_epoch() ended the epoch early
-        self._dataloader_iter = self._pass_iterator(self.state.iteration, skip=0)
+        self._pass_index += 1
+        self._pass_start = self.state.iteration
+        self._dataloader_iter = self._pass_iterator(skip=0)
 
-    def _pass_iterator(self, pass_start_iteration: int, skip: int) -> Iterator[Any]:
+    def _pass_iterator(self, skip: int) -> Iterator[Any]:
+        """An iterator over the current pass, `skip` batches in, with every generator seeded for the pass."""
         data = self.state.dataloader
-        pass_index = pass_start_iteration // self._pass_length()
-        pass_seed = self.state.seed + pass_index
-        manual_seed(pass_seed)
+        pass_seed = self.state.seed + self._pass_index
         batch_sampler = getattr(data, "batch_sampler", None)
         # the sampler that orders the data: inside our batch sampler when the loader was made reproducible
         sampler = getattr(batch_sampler, "sampler", None) or getattr(data, "sampler", None)
@@ -202,16 +242,20 @@ class DeterministicEngine(Engine):
         for generator in dict.fromkeys(g for g in own_generators if isinstance(g, torch.Generator)):
             generator.manual_seed(pass_seed)  # a sampler or loader with its own generator ignores the global seed
         if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(pass_index)
+            sampler.set_epoch(self._pass_index)
+        manual_seed(pass_seed)  # what iter() draws (worker seeds, an unwrapped sampler's shuffle) follows the pass
         if isinstance(batch_sampler, ReproducibleBatchSampler):
-            batch_sampler.start_iteration = skip
+            batch_sampler.start_iteration, batch_sampler.pass_seed = skip, pass_seed
             try:
-                return iter(data)
+                iterator = iter(data)
             finally:
                 batch_sampler.start_iteration = None
-        iterator = iter(data)
-        for _ in range(skip):  # data without index access: replay it up to the resume point
-            next(iterator)
+        else:
+            iterator = iter(data)
+            for _ in range(skip):  # data without index access: replay it up to the resume point
+                next(iterator)
+        # and again after it: the training step's randomness starts the same however many draws iter() made
+        manual_seed(pass_seed)
         return iterator
 
 

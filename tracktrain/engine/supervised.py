@@ -123,6 +123,7 @@ def _training_step(
     scaler: torch.amp.GradScaler | None = None,
     clip_grad_norm: float | None = None,
     optimizer_step: Callable[[torch.optim.Optimizer], None] = _optimizer_step,
+    reduce_gradients: Callable[[torch.optim.Optimizer], None] | None = None,
 ) -> Callable[[Engine, Any], Any]:
     """The one supervised training step. Gradients of `gradient_accumulation_steps` consecutive iterations
     are summed (each loss divided by that number), so the update equals one step on their concatenated batch.
@@ -131,7 +132,6 @@ def _training_step(
     if clip_grad_norm is not None and not (isinstance(clip_grad_norm, numbers.Real) and clip_grad_norm > 0):
         raise ValueError(f"clip_grad_norm must be a positive number or None, got {clip_grad_norm!r}.")
     device_type = _device_type(device, model)
-    parameters = [p for group in optimizer.param_groups for p in group["params"]]
 
     def update(engine: Engine, batch: Any) -> Any:
         iteration = engine.state.iteration
@@ -149,23 +149,25 @@ def _training_step(
                 output = model_fn(model, x)
                 y_pred = model_transform(output)
                 loss = loss_fn(y_pred, y)
-        if accumulation > 1:
-            loss = loss / accumulation
+        scaled_loss = loss / accumulation if accumulation > 1 else loss
         if scaler is not None:
-            scaler.scale(loss).backward()
+            scaler.scale(scaled_loss).backward()
         else:
-            loss.backward()
+            scaled_loss.backward()
         if iteration % accumulation == 0:
+            if reduce_gradients is not None:
+                reduce_gradients(optimizer)  # across replicas first, so every replica clips the same norm
             if clip_grad_norm is not None:
                 if scaler is not None:
                     scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+                parameters = [p for group in optimizer.param_groups for p in group["params"]]
                 torch.nn.utils.clip_grad_norm_(parameters, clip_grad_norm)
             if scaler is not None:
                 scaler.step(optimizer)
                 scaler.update()
             else:
                 optimizer_step(optimizer)
-        return output_transform(x, y, y_pred, loss * accumulation if accumulation > 1 else loss)
+        return output_transform(x, y, y_pred, loss)
 
     return update
 
@@ -270,16 +272,19 @@ def supervised_training_step_tpu(
     model_fn: Callable = _call_model,
     clip_grad_norm: float | None = None,
 ) -> Callable[[Engine, Any], Any]:
-    """`supervised_training_step` for XLA devices: the optimizer steps through `xm.optimizer_step`, which
-    reduces gradients across replicas and marks the step (graph barrier). Needs torch_xla."""
+    """`supervised_training_step` for XLA devices: gradients are all-reduced across replicas (before any
+    clipping), the optimizer steps, and the step is marked as a graph barrier — what `xm.optimizer_step` does,
+    split so that clipping sees the reduced gradients. Needs torch_xla."""
     xm = _xla_model()
 
     def xla_step(optimizer: torch.optim.Optimizer) -> None:
-        xm.optimizer_step(optimizer, barrier=True)
+        optimizer.step()
+        xm.mark_step()
 
     return _training_step(
         model, optimizer, loss_fn, device, non_blocking, prepare_batch, model_transform, output_transform,
         gradient_accumulation_steps, model_fn, clip_grad_norm=clip_grad_norm, optimizer_step=xla_step,
+        reduce_gradients=xm.reduce_gradients,
     )
 
 
