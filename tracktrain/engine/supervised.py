@@ -10,6 +10,7 @@ Ignite returns `loss.item()`; pass `output_transform=lambda x, y, y_pred, loss: 
 
 from __future__ import annotations
 
+import importlib
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -249,7 +250,8 @@ def supervised_training_step_apex(*args: Any, **kwargs: Any) -> Callable[[Engine
 
 def _xla_model() -> Any:
     try:
-        import torch_xla.core.xla_model as xm
+        # imported by name, on first use only: the core package never depends on torch_xla
+        xm = importlib.import_module("torch_xla.core.xla_model")
     except ImportError as e:
         raise ModuleNotFoundError(
             "The TPU/XLA step needs torch_xla, which is not installed. Install the torch_xla release that "
