@@ -1,0 +1,37 @@
+"""Handlers for the Engine: checkpoints, early stopping, NaN guard, timers, progress bar, LR scheduling.
+
+Each handler lives in its own module; names are loaded on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "Checkpoint": "tracktrain.handlers.checkpoint",
+    "DiskSaver": "tracktrain.handlers.checkpoint",
+    "FsspecSaver": "tracktrain.handlers.checkpoint",
+    "ModelCheckpoint": "tracktrain.handlers.checkpoint",
+    "EarlyStopping": "tracktrain.handlers.early_stopping",
+    "TerminateOnNan": "tracktrain.handlers.terminate_on_nan",
+    "Timer": "tracktrain.handlers.timing",
+    "ProgressBar": "tracktrain.handlers.progress",
+    "LRScheduler": "tracktrain.handlers.lr_scheduler",
+    "global_step_from_engine": "tracktrain.handlers.global_step",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,40 @@
+"""Metrics that accumulate on the device and attach to an Engine (PyTorch-Ignite's Metric semantics).
+
+Names are loaded on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "Metric": "tracktrain.metrics.metric",
+    "MetricUsage": "tracktrain.metrics.metric",
+    "EpochWise": "tracktrain.metrics.metric",
+    "RunningEpochWise": "tracktrain.metrics.metric",
+    "BatchWise": "tracktrain.metrics.metric",
+    "MetricsLambda": "tracktrain.metrics.metric",
+    "Accuracy": "tracktrain.metrics.accuracy",
+    "TopKCategoricalAccuracy": "tracktrain.metrics.accuracy",
+    "Loss": "tracktrain.metrics.loss",
+    "Average": "tracktrain.metrics.average",
+    "RunningAverage": "tracktrain.metrics.running_average",
+    "MeanSquaredError": "tracktrain.metrics.regression",
+    "MeanAbsoluteError": "tracktrain.metrics.regression",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
