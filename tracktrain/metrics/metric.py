@@ -1,0 +1,385 @@
+"""The Metric base class and MetricsLambda (arithmetic on metrics). Usages live in `usage.py`, the all-reduce
+in `distributed.py`.
+
+PyTorch-Ignite's `ignite.metrics.Metric` is the reference for names and behaviour: `reset()`, `update(output)`,
+`compute()`, `attach(engine, name, usage)`, `detach`, `is_attached`, `output_transform`, arithmetic on metrics.
+
+What is ours: `update()` only adds to tensors on the metric's device and never reads a value back to the host;
+`compute()` is where the one host sync of an epoch happens, and under torch.distributed the one all-reduce, done
+for every metric by `all_reduce_sum`.
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+import weakref
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from tracktrain.engine.engine import Engine
+from tracktrain.metrics.usage import EpochWise, MetricUsage, _as_usage, _same_events
+
+__all__ = ["Metric", "MetricsLambda", "NotComputableError"]
+
+
+class NotComputableError(RuntimeError):
+    """`compute()` was called on a metric with nothing to compute from (no `update()` since its last `reset()`)."""
+
+
+# ------------------------------------------------------------------------------------------------------- usages
+def _identity(output: Any) -> Any:
+    return output
+
+
+def _as_device(device: str | torch.device, owner: str) -> torch.device:
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"{owner}: device={device!r} is not a torch device; use e.g. 'cpu' or 'cuda:0'.") from error
+    if resolved.type == "xla":
+        # as in Ignite: per-update accumulation on XLA devices is slow; accumulate on the CPU instead
+        raise ValueError(f"{owner}: cannot accumulate on an XLA device ({device!r}); use device='cpu'.")
+    return resolved
+
+
+def _is_sequence_of_tensors_or_numbers(value: Any) -> bool:
+    return isinstance(value, Sequence) and all(isinstance(v, (torch.Tensor, numbers.Number)) for v in value)
+
+
+def _as_batch_of_one(value: torch.Tensor | numbers.Number, device: torch.device | None = None) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value.unsqueeze(0)
+    return torch.tensor([value], device=device)
+
+
+def _tensor_pair(output: Any, owner: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """`output` as `(y_pred, y)`, two tensors, or a TypeError that says what was given instead."""
+    if not (isinstance(output, Sequence) and len(output) == 2):
+        raise TypeError(
+            f"{owner}.update() expects (y_pred, y), got {type(output).__name__}"
+            f"{f' of length {len(output)}' if isinstance(output, Sequence) else ''}. Pass output_transform to "
+            "turn the process function's output into (y_pred, y)."
+        )
+    y_pred, y = output
+    if not (isinstance(y_pred, torch.Tensor) and isinstance(y, torch.Tensor)):
+        raise TypeError(
+            f"{owner}.update() expects y_pred and y as tensors, got {type(y_pred).__name__} and "
+            f"{type(y).__name__}. Convert them with torch.as_tensor (in output_transform)."
+        )
+    return y_pred.detach(), y.detach()
+
+
+def _accumulation_dtype(device: torch.device) -> torch.dtype:
+    return torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
+
+
+class Metric(ABC):
+    """Base of all metrics: accumulate over `update(output)` calls, `compute()` the value, `reset()` to start over.
+
+    Args:
+        output_transform: turns the engine's `state.output` into what `update()` expects, by default
+            `(y_pred, y)`. A mapping output is read at `required_output_keys`.
+        device: where the accumulated state lives. Put it where `update()`'s inputs live so that updates never
+            copy to another device (a copy from CUDA to the CPU would wait for the GPU).
+        skip_unrolling: do not split an output of two lists, `([y_pred_1, ...], [y_1, ...])`, into one update
+            per pair (Ignite's behaviour for lists of per-sample tensors).
+
+    Standalone use: `m.reset(); m.update((y_pred, y)); m.compute()`. Attached: `m.attach(engine, "name")` resets
+    at EPOCH_STARTED, updates at ITERATION_COMPLETED and writes `engine.state.metrics["name"]` at EPOCH_COMPLETED.
+    Subclasses set their own configuration before calling `super().__init__`, which calls `reset()`.
+    """
+
+    required_output_keys: tuple[str, ...] | None = ("y_pred", "y")
+
+    def __init__(
+        self,
+        output_transform: Callable[[Any], Any] = _identity,
+        device: str | torch.device = "cpu",
+        skip_unrolling: bool = False,
+    ) -> None:
+        if not callable(output_transform):
+            raise TypeError(f"{type(self).__name__}: output_transform must be callable, got {output_transform!r}.")
+        self._output_transform = output_transform
+        self._device = _as_device(device, type(self).__name__)
+        self._skip_unrolling = skip_unrolling
+        # usages attached per engine, so that detaching one keeps the handlers another still needs
+        self._attached_usages: weakref.WeakKeyDictionary[Engine, list[MetricUsage]] = weakref.WeakKeyDictionary()
+        self.reset()
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Forget everything accumulated."""
+
+    @abstractmethod
+    def update(self, output: Any) -> None:
+        """Accumulate one batch's output (already passed through `output_transform` when attached)."""
+
+    @abstractmethod
+    def compute(self) -> Any:
+        """The value over everything accumulated since `reset()`. A Mapping is also written key by key into
+        `engine.state.metrics` when attached. Raises NotComputableError when there is nothing to compute from."""
+
+    # --------------------------------------------------------------------------------------- engine handlers
+    def started(self, engine: Engine) -> None:
+        self.reset()
+
+    @torch.no_grad()
+    def iteration_completed(self, engine: Engine) -> None:
+        output = self._output_transform(engine.state.output)
+        if isinstance(output, Mapping):
+            output = self._pick_required_keys(output)
+        if not self._skip_unrolling and isinstance(output, Sequence) and all(
+            _is_sequence_of_tensors_or_numbers(part) for part in output
+        ):
+            # ([y_pred_1, y_pred_2, ...], [y_1, y_2, ...]): one update per sample, each a batch of one
+            if not (len(output) == 2 and len(output[0]) == len(output[1])):
+                lengths = [len(part) for part in output]
+                raise ValueError(
+                    f"{type(self).__name__}: an output of lists must be two lists of the same length "
+                    f"(y_preds, ys), got {len(output)} lists of lengths {lengths}."
+                )
+            for y_pred, y in zip(output[0], output[1]):
+                y_pred_batch = _as_batch_of_one(y_pred)
+                self.update((y_pred_batch, _as_batch_of_one(y, y_pred_batch.device)))
+        else:
+            self.update(output)
+
+    def _pick_required_keys(self, output: Mapping) -> tuple:
+        name = type(self).__name__
+        keys = self.required_output_keys
+        if keys is None:
+            example_key = next(iter(output), "key")
+            raise TypeError(
+                f"{name} takes the output itself, not a mapping; got a mapping with keys {list(output)}. Pass "
+                f"output_transform to pick the value, e.g. output_transform=lambda out: out[{example_key!r}]."
+            )
+        missing = [key for key in keys if key not in output]
+        if missing:
+            raise ValueError(
+                f"{name} reads the keys {list(keys)} from a mapping output, but {missing} are missing (keys given: "
+                f"{list(output)}). Add them to the output or pass output_transform to build the tuple."
+            )
+        return tuple(output[key] for key in keys)
+
+    def completed(self, engine: Engine, name: str) -> None:
+        result = self.compute()
+        metrics = engine.state.metrics
+        if isinstance(result, Mapping):
+            if name in result:
+                raise ValueError(
+                    f"Metric name {name!r} is also a key of the mapping it computes ({list(result)}); attach it "
+                    "under another name."
+                )
+            metrics.update(result)
+            metrics[name] = result
+            return
+        if isinstance(result, torch.Tensor):
+            if result.ndim == 0:
+                result = result.item()  # host sync, once per COMPLETED event
+            elif result.device.type != "cpu":
+                result = result.cpu()
+        metrics[name] = result
+
+    # ------------------------------------------------------------------------------------------------ attach
+    def attach(self, engine: Engine, name: str, usage: str | MetricUsage = EpochWise()) -> None:
+        """Compute this metric on `engine` per `usage` into `engine.state.metrics[name]`.
+
+        Usages: EpochWise (default, "epoch_wise"), RunningEpochWise, BatchWise, RunningBatchWise,
+        SingleEpochRunningBatchWise, or their `usage_name` strings. Attaching under several names or usages
+        updates the metric once per event all the same.
+        """
+        if not isinstance(name, str):
+            raise TypeError(f"{type(self).__name__}.attach: name must be a str, got {name!r}.")
+        usage = _as_usage(usage)
+        if not engine.has_event_handler(self.started, usage.STARTED):
+            engine.add_event_handler(usage.STARTED, self.started)
+        if not engine.has_event_handler(self.iteration_completed, usage.ITERATION_COMPLETED):
+            engine.add_event_handler(usage.ITERATION_COMPLETED, self.iteration_completed)
+        engine.add_event_handler(usage.COMPLETED, self.completed, name)
+        self._attached_usages.setdefault(engine, []).append(usage)
+
+    def detach(self, engine: Engine, usage: str | MetricUsage = EpochWise()) -> None:
+        """Stop computing this metric on `engine` for `usage`; does nothing where it is not attached.
+
+        Unlike Ignite, the reset and update handlers stay while another usage attached on this engine needs them
+        (detaching "batch_wise" leaves an "epoch_wise" attachment of the same metric working).
+        """
+        usage = _as_usage(usage)
+        if engine.has_event_handler(self.completed, usage.COMPLETED):
+            engine.remove_event_handler(self.completed, usage.COMPLETED)
+        others = [u for u in self._attached_usages.get(engine, []) if not _same_events(u, usage)]
+        self._attached_usages[engine] = others
+        for event, handler, needed in (
+            (usage.STARTED, self.started, any(u.STARTED == usage.STARTED for u in others)),
+            (
+                usage.ITERATION_COMPLETED,
+                self.iteration_completed,
+                any(u.ITERATION_COMPLETED == usage.ITERATION_COMPLETED for u in others),
+            ),
+        ):
+            if not needed and engine.has_event_handler(handler, event):
+                engine.remove_event_handler(handler, event)
+
+    def is_attached(self, engine: Engine, usage: str | MetricUsage = EpochWise()) -> bool:
+        return engine.has_event_handler(self.completed, _as_usage(usage).COMPLETED)
+
+    # ------------------------------------------------------------------------------------------- composition
+    def __add__(self, other: Any) -> MetricsLambda:
+        return MetricsLambda(operator.add, self, other)
+
+    def __radd__(self, other: Any) -> MetricsLambda:
+        return MetricsLambda(operator.add, other, self)
+
+    def __sub__(self, other: Any) -> MetricsLambda:
+        return MetricsLambda(operator.sub, self, other)
+
+    def __rsub__(self, other: Any) -> MetricsLambda:
+        return MetricsLambda(operator.sub, other, self)
+
+    def __mul__(self, other: Any) -> MetricsLambda:
+        return MetricsLambda(operator.mul, self, other)
+
+    def __rmul__(self, other: Any) -> MetricsLambda:
+        return MetricsLambda(operator.mul, other, self)
+
+    def __truediv__(self, other: Any) -> MetricsLambda:
+        return MetricsLambda(operator.truediv, self, other)
+
+    def __rtruediv__(self, other: Any) -> MetricsLambda:
+        return MetricsLambda(operator.truediv, other, self)
+
+    def __floordiv__(self, other: Any) -> MetricsLambda:
+        return MetricsLambda(operator.floordiv, self, other)
+
+    def __mod__(self, other: Any) -> MetricsLambda:
+        return MetricsLambda(operator.mod, self, other)
+
+    def __pow__(self, other: Any) -> MetricsLambda:
+        return MetricsLambda(operator.pow, self, other)
+
+    def __rpow__(self, other: Any) -> MetricsLambda:
+        return MetricsLambda(operator.pow, other, self)
+
+    def __neg__(self) -> MetricsLambda:
+        return MetricsLambda(operator.neg, self)
+
+    def __getitem__(self, index: Any) -> MetricsLambda:
+        return MetricsLambda(operator.itemgetter(index), self)
+
+    def __iter__(self) -> Iterator[Any]:
+        # __getitem__ alone would make Python iterate a metric forever, building MetricsLambda(m[0]), m[1], ...
+        raise TypeError(f"{type(self).__name__} is not iterable; index its value with metric[i] instead.")
+
+
+# -------------------------------------------------------------------------------------------------- composition
+class MetricsLambda(Metric):
+    """`f` applied to the computed values of other metrics (and plain values): `MetricsLambda(f, m1, m2, 3)`.
+
+    Arithmetic on metrics builds one: `precision = true_positives / predicted_positives`. Resetting or updating
+    it resets or updates each metric it depends on once (a metric used twice is not updated twice); attaching
+    it attaches those metrics' reset and update handlers, and computing it computes each of them once.
+    Attached, its `update()` is refused: the engine updates the dependencies.
+    """
+
+    required_output_keys = None
+
+    def __init__(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        if not callable(f):
+            raise TypeError(f"MetricsLambda: f must be callable, got {f!r}.")
+        self.function = f
+        self.engine: Engine | None = None
+        self._updated = False
+        # no dependencies yet while Metric.__init__ calls reset(): building a combination must not wipe what its
+        # metrics accumulated (Ignite's does)
+        self.args: list[Any] = []
+        self.kwargs: dict[str, Any] = {}
+        super().__init__(device="cpu")
+        self.args = list(args)
+        self.kwargs = kwargs
+
+    def _nodes(self) -> list[Metric]:
+        """Every metric this one depends on, nested MetricsLambdas included, each once, depth first."""
+        seen: dict[int, Metric] = {}
+
+        def visit(value: Any) -> None:
+            if isinstance(value, Metric) and id(value) not in seen:
+                seen[id(value)] = value
+                if isinstance(value, MetricsLambda):
+                    for child in (*value.args, *value.kwargs.values()):
+                        visit(child)
+
+        for value in (*self.args, *self.kwargs.values()):
+            visit(value)
+        return list(seen.values())
+
+    def _leaves(self) -> list[Metric]:
+        return [node for node in self._nodes() if not isinstance(node, MetricsLambda)]
+
+    def reset(self) -> None:
+        for metric in self._leaves():
+            metric.reset()
+        self._updated = False
+
+    def update(self, output: Any) -> None:
+        if self.engine is not None:
+            raise ValueError(
+                "This MetricsLambda is attached to an engine, which updates the metrics it depends on; do not call "
+                "update() on it too (detach it first to use reset/update/compute by hand)."
+            )
+        for metric in self._leaves():
+            metric.update(output)
+        self._updated = True
+
+    def compute(self) -> Any:
+        return self._compute({})
+
+    def _compute(self, computed: dict[int, Any]) -> Any:
+        def value_of(arg: Any) -> Any:
+            if not isinstance(arg, Metric):
+                return arg
+            if id(arg) not in computed:
+                value = arg._compute(computed) if isinstance(arg, MetricsLambda) else arg.compute()
+                computed[id(arg)] = value.cpu() if isinstance(value, torch.Tensor) else value
+            return computed[id(arg)]
+
+        args = [value_of(arg) for arg in self.args]
+        kwargs = {key: value_of(arg) for key, arg in self.kwargs.items()}
+        return self.function(*args, **kwargs)
+
+    def attach(self, engine: Engine, name: str, usage: str | MetricUsage = EpochWise()) -> None:
+        if self._updated:
+            raise ValueError(
+                "The metrics this MetricsLambda depends on were updated by hand; call reset() before attaching it "
+                "to an engine."
+            )
+        if not isinstance(name, str):
+            raise TypeError(f"MetricsLambda.attach: name must be a str, got {name!r}.")
+        usage = _as_usage(usage)
+        for node in self._nodes():
+            if isinstance(node, MetricsLambda):
+                node.engine = engine
+            else:
+                if not engine.has_event_handler(node.started, usage.STARTED):
+                    engine.add_event_handler(usage.STARTED, node.started)
+                if not engine.has_event_handler(node.iteration_completed, usage.ITERATION_COMPLETED):
+                    engine.add_event_handler(usage.ITERATION_COMPLETED, node.iteration_completed)
+        self.engine = engine
+        engine.add_event_handler(usage.COMPLETED, self.completed, name)
+
+    def detach(self, engine: Engine, usage: str | MetricUsage = EpochWise()) -> None:
+        """Stop writing this metric's value; the metrics it depends on stay attached (they may be shared)."""
+        super().detach(engine, usage)
+        self.engine = None
+
+    def is_attached(self, engine: Engine, usage: str | MetricUsage = EpochWise()) -> bool:
+        """Attached when its own value is written and every metric it depends on is reset and updated."""
+        usage = _as_usage(usage)
+        return super().is_attached(engine, usage) and all(
+            engine.has_event_handler(leaf.started, usage.STARTED)
+            and engine.has_event_handler(leaf.iteration_completed, usage.ITERATION_COMPLETED)
+            for leaf in self._leaves()
+        )
