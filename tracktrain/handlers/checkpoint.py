@@ -1,0 +1,748 @@
+"""Checkpoints: save the state of models, optimizers, schedulers, scalers, engines and handlers from an Engine
+event, keep the best or the last few, and load them back. Behaves as PyTorch-Ignite's `Checkpoint`,
+`DiskSaver` and `ModelCheckpoint` (same file names, retention and state_dict), with these guarantees on top:
+
+- A checkpoint is either fully there or not there: it is serialized in memory first, then committed atomically
+  through `tracktrain.storage` (temporary file + fsync + rename on disks, a single put on object stores).
+- Retention deletes an old checkpoint only after the new one is committed.
+- `load_objects` reads and checks the whole checkpoint before it calls any `load_state_dict`.
+- Any fsspec URL works where a directory does: `"/runs/a"`, `"memory://runs/a"`, `"s3://bucket/runs/a"`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import numbers
+import os
+import pickle
+import re
+import string
+import warnings
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+from tracktrain import storage
+from tracktrain.engine import Engine, EventEnum, Events
+from tracktrain.engine._signature import accepts
+
+__all__ = ["BaseSaveHandler", "Checkpoint", "CheckpointEvents", "DiskSaver", "FsspecSaver", "ModelCheckpoint"]
+
+_WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
+_PATTERN_FIELDS = {"filename_prefix", "name", "score", "score_name", "global_step", "ext"}
+
+
+class CheckpointEvents(EventEnum):
+    """Events fired by `Checkpoint` on the engine it is attached to."""
+
+    SAVED_CHECKPOINT = "saved_checkpoint"
+
+
+class BaseSaveHandler(ABC):
+    """Stores what `Checkpoint` hands over. Any object with these two methods works as a save handler."""
+
+    @abstractmethod
+    def __call__(self, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None:
+        """Store `checkpoint` (state dicts) under `filename`. `metadata` has `basename`, `score_name`, `priority`."""
+
+    @abstractmethod
+    def remove(self, filename: str) -> None:
+        """Delete what was stored under `filename`."""
+
+
+class FsspecSaver(BaseSaveHandler):
+    """Saves checkpoints with `torch.save` into a directory at any fsspec URL, atomically.
+
+    Each file is serialized into host memory first (as much memory as the checkpoint itself), so that a failure
+    while serializing never touches storage, and is then committed with `tracktrain.storage.write_bytes_atomic`.
+
+    Args:
+        url: the directory: a local path, `file://...`, `memory://...`, `s3://bucket/prefix`, ...
+        atomic: commit each file atomically (see module docstring). With False a local file is written in place,
+            and a crash mid-write can leave it truncated.
+        create_dir: create the directory when missing.
+        require_empty: refuse a directory that already holds `.pt` files (so that a new run cannot mix its
+            checkpoints with an old run's). Pass False to resume into it.
+        save_on_rank: in a torch.distributed run, the only rank that writes and deletes.
+        kwargs: passed to `torch.save`.
+    """
+
+    def __init__(
+        self,
+        url: str | os.PathLike,
+        atomic: bool = True,
+        create_dir: bool = True,
+        require_empty: bool = True,
+        save_on_rank: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        _check_torch_save_kwargs(type(self).__name__, kwargs)
+        self.url = os.fspath(url)
+        self._atomic = atomic
+        self.save_on_rank = save_on_rank
+        self.kwargs = kwargs
+        if _rank() == save_on_rank:
+            self._check_and_setup(create_dir, require_empty)
+
+    def _check_and_setup(self, create_dir: bool, require_empty: bool) -> None:
+        if create_dir:
+            storage.makedirs(self.url)
+        elif not storage.isdir(self.url):
+            raise ValueError(f"Directory path '{self.url}' is not found. Create it, or pass create_dir=True.")
+        if require_empty:
+            try:
+                matched = [name for name in storage.listdir(self.url) if name.endswith(".pt")]
+            except FileNotFoundError:  # an object store "directory" with nothing in it yet
+                matched = []
+            if matched:
+                raise ValueError(
+                    f"Files {matched} with extension '.pt' are already present in the directory {self.url}. "
+                    "A new run would mix its checkpoints with these. To resume from them or to use this directory "
+                    "anyway, pass `require_empty=False`; otherwise choose an empty directory."
+                )
+
+    def path_of(self, filename: str) -> str | Path:
+        """Where `filename` is stored (what `Checkpoint.last_checkpoint` returns)."""
+        return storage.join(self.url, filename)
+
+    def __call__(self, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None:
+        if _rank() != self.save_on_rank:
+            return
+        # Serialized completely before storage is touched: a failure here cannot damage any file.
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer, **self.kwargs)
+        write = storage.write_bytes_atomic if self._atomic else storage.write_bytes
+        write(self.path_of(filename), buffer.getbuffer())
+
+    def remove(self, filename: str) -> None:
+        if _rank() == self.save_on_rank:
+            # already gone (deleted by hand, or by a run that crashed after deleting it) is what was wanted
+            storage.remove(self.path_of(filename), missing_ok=True)
+
+
+class DiskSaver(FsspecSaver):
+    """`FsspecSaver` for a local directory, as Ignite's DiskSaver: `dirname` is a `Path`, and so is
+    `Checkpoint.last_checkpoint`. Same arguments as `FsspecSaver`."""
+
+    def __init__(
+        self,
+        dirname: str | os.PathLike,
+        atomic: bool = True,
+        create_dir: bool = True,
+        require_empty: bool = True,
+        save_on_rank: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        if not storage.is_local(dirname):
+            raise ValueError(
+                f"DiskSaver writes to a local directory, got the URL {os.fspath(dirname)!r}. Use "
+                "FsspecSaver(url) for other storage, or pass the URL to Checkpoint as save_handler."
+            )
+        if "://" in os.fspath(dirname):  # file://...
+            dirname = storage.open_filesystem(dirname)[1]
+        self.dirname = Path(dirname).expanduser()
+        super().__init__(self.dirname, atomic, create_dir, require_empty, save_on_rank, **kwargs)
+
+    def path_of(self, filename: str) -> Path:
+        return self.dirname / filename
+
+
+class Checkpoint:
+    """Saves `to_save` when called from an engine event, keeping the `n_saved` best (by `score_function`) or
+    latest checkpoints. Everything in `to_save` needs `state_dict()`; DataParallel/DDP models are saved as
+    their inner module. One object is saved as its state dict, several as a dict of them.
+
+    Args:
+        to_save: name -> object (or nested dicts/lists of objects) to save.
+        save_handler: a directory path or fsspec URL (a `DiskSaver`/`FsspecSaver` with `create_dir=True` is made
+            for it), a `BaseSaveHandler`, or a callable `(checkpoint, filename[, metadata])`.
+        filename_prefix: prefix of the file names.
+        score_function: `engine -> number`; the highest scores are kept. Default: the latest are kept.
+        score_name: shown in the file name; alone, it makes `score_function` read `engine.state.metrics[score_name]`.
+        n_saved: how many checkpoints to keep; None keeps all.
+        global_step_transform: `(engine, event) -> int` for the step in the file name (e.g. the trainer's epoch
+            when saving from an evaluator).
+        filename_pattern: format string with `{filename_prefix}`, `{name}`, `{global_step}`, `{score_name}`,
+            `{score}`, `{ext}`. Default: `{filename_prefix}_{name}_{global_step}_{score_name}={score}.{ext}` with
+            the parts that are not set left out (see `setup_filename_pattern`); `name` is the key of the single
+            object in `to_save`, or "checkpoint" for several; `score` has 4 decimals unless it is an integer.
+        include_self: also save this handler's own state (the retention list) under the key "checkpointer".
+        greater_or_equal: a score equal to the worst kept one replaces it (default: it is not saved).
+        save_on_rank: the rank that writes, when `save_handler` is a path or URL.
+
+    .. code-block:: python
+
+        to_save = {"trainer": trainer, "model": model, "optimizer": optimizer, "lr_scheduler": lr_scheduler}
+        checkpoint = Checkpoint(to_save, DiskSaver("/runs/a", require_empty=False), n_saved=2)
+        trainer.add_event_handler(Events.ITERATION_COMPLETED(every=100), checkpoint)
+
+        last = Checkpoint.get_last_checkpoint("/runs/a")
+        if last is not None:
+            Checkpoint.load_objects(to_save, last)
+        trainer.run(loader, max_epochs=10)  # continues from the checkpoint's iteration
+    """
+
+    SAVED_CHECKPOINT = CheckpointEvents.SAVED_CHECKPOINT
+
+    class Item(NamedTuple):
+        priority: int | float
+        filename: str
+
+    def __init__(
+        self,
+        to_save: Mapping,
+        save_handler: str | os.PathLike | Callable | BaseSaveHandler,
+        filename_prefix: str = "",
+        score_function: Callable[[Engine], int | float] | None = None,
+        score_name: str | None = None,
+        n_saved: int | None = 1,
+        global_step_transform: Callable | None = None,
+        filename_pattern: str | None = None,
+        include_self: bool = False,
+        greater_or_equal: bool = False,
+        save_on_rank: int = 0,
+    ) -> None:
+        if not isinstance(to_save, Mapping):
+            raise TypeError(f"Argument `to_save` should be a dictionary, but given {type(to_save).__name__}.")
+        _check_objects(to_save, "state_dict", "to_save")
+        if include_self and "checkpointer" in to_save:
+            raise ValueError(
+                f"Cannot have key 'checkpointer' if `include_self` is True: {list(to_save)}. Rename that entry."
+            )
+        if not isinstance(filename_prefix, str):
+            raise TypeError(f"filename_prefix should be a str, got {filename_prefix!r}.")
+        if score_function is not None and not callable(score_function):
+            raise TypeError(f"score_function should be a function engine -> number, got {score_function!r}.")
+        if score_name is not None and not isinstance(score_name, str):
+            raise TypeError(f"score_name should be a str, got {score_name!r}.")
+        if n_saved is not None and not (isinstance(n_saved, numbers.Integral) and not isinstance(n_saved, bool)):
+            raise TypeError(f"n_saved must be a positive integer or None, got {n_saved!r}.")
+        if n_saved is not None and n_saved < 1:
+            raise ValueError(f"n_saved must be a positive integer or None, got {n_saved}. Use None to keep all.")
+        if global_step_transform is not None and not callable(global_step_transform):
+            raise TypeError(
+                f"global_step_transform should be a function (engine, event) -> int, got {global_step_transform!r}."
+            )
+        if filename_pattern is not None:
+            _check_filename_pattern(filename_pattern)
+
+        self.to_save = to_save
+        self.filename_prefix = filename_prefix
+        self.save_handler = _make_save_handler(save_handler, save_on_rank)
+        # decided once here rather than by catching TypeError around every save, which would hide the handler's
+        # own TypeErrors and save twice
+        self._pass_metadata = accepts(self.save_handler, {}, "", {})
+        if not self._pass_metadata and not accepts(self.save_handler, {}, ""):
+            raise TypeError(
+                f"save_handler {self.save_handler!r} must accept (checkpoint, filename) or "
+                "(checkpoint, filename, metadata)."
+            )
+        self.score_function = score_function
+        self.score_name = score_name
+        if score_name is not None and score_function is None:
+            self.score_function = self.get_default_score_fn(score_name)
+        self.n_saved = n_saved
+        self.ext = "pt"
+        self.global_step_transform = global_step_transform
+        self.filename_pattern = filename_pattern
+        self.include_self = include_self
+        self.greater_or_equal = greater_or_equal
+        self.save_on_rank = save_on_rank
+        self._saved: list[Checkpoint.Item] = []
+
+    # ------------------------------------------------------------------------------------------------- saving
+    @property
+    def last_checkpoint(self) -> str | Path | None:
+        """Where the newest kept checkpoint is: a `Path` for a `DiskSaver`, a URL for an `FsspecSaver`, the file
+        name for other save handlers; None before the first save."""
+        if not self._saved:
+            return None
+        filename = self._saved[-1].filename
+        if isinstance(self.save_handler, FsspecSaver):
+            return self.save_handler.path_of(filename)
+        return filename
+
+    def reset(self) -> None:
+        """Forget the saved checkpoints (the files stay); for running the same engine several times."""
+        self._saved = []
+
+    def __call__(self, engine: Engine, *event_args: Any) -> None:
+        """Save if the checkpoint makes the cut. Extra event arguments (EXCEPTION_RAISED's exception) are ignored."""
+        if not engine.has_registered_events(CheckpointEvents.SAVED_CHECKPOINT):
+            engine.register_events(*CheckpointEvents)
+        global_step = None
+        if self.global_step_transform is not None:
+            global_step = self.global_step_transform(engine, engine.last_event_name)
+        if self.score_function is not None:
+            priority = self.score_function(engine)
+            if not isinstance(priority, numbers.Number):
+                raise ValueError(
+                    f"Output of score_function should be a number, got {type(priority).__name__}: {priority!r}. "
+                    "Return a float (for a tensor, call .item())."
+                )
+        else:
+            if global_step is None:
+                global_step = engine.state.get_event_attrib_value(Events.ITERATION_COMPLETED)
+            priority = global_step
+
+        if not (self._below_n_saved() or self._beats_worst(priority)):
+            return
+
+        states = self._collect_states()
+        name = next(iter(states)) if len(states) == 1 else "checkpoint"
+        score = self._format_score(priority) if self.score_function is not None else None
+        filename = self._filename(name, global_step, score)
+        metadata = {
+            "basename": f"{self.filename_prefix}_{name}" if self.filename_prefix else name,
+            "score_name": self.score_name,
+            "priority": priority,
+        }
+        saved, evicted = self._with_new_item(Checkpoint.Item(priority, filename))
+
+        payload: Any = states if len(states) > 1 else states[name]
+        if self.include_self:
+            # Unlike Ignite, which adds "checkpointer" inside a single object's state dict (where that object's
+            # load_state_dict then rejects it), the file then holds a dict of objects under their keys.
+            payload = {**states, "checkpointer": self._state_dict_of(saved)}
+        if self._pass_metadata:
+            self.save_handler(payload, filename, metadata)
+        else:
+            self.save_handler(payload, filename)
+        # Only now that the new file is committed: a failed save leaves the old files and the list as they were.
+        self._saved = saved
+        if evicted is not None and callable(getattr(self.save_handler, "remove", None)):
+            self.save_handler.remove(evicted.filename)
+        engine.fire_event(CheckpointEvents.SAVED_CHECKPOINT)
+
+    def _with_new_item(self, item: Checkpoint.Item) -> tuple[list[Checkpoint.Item], Checkpoint.Item | None]:
+        """The kept list once `item` is saved (sorted by priority, worst first), and the item it pushes out."""
+        saved = list(self._saved)
+        evicted = None
+        same_name = [i for i, kept in enumerate(saved) if kept.filename == item.filename]
+        if same_name:
+            saved.pop(same_name[0])  # the new file replaces it under the same name: nothing to delete
+        elif not self._below_n_saved():
+            evicted = saved.pop(0)
+        saved.append(item)
+        saved.sort(key=lambda kept: kept.priority)  # stable: among equal priorities, the oldest goes first
+        return saved, evicted
+
+    def _filename(self, name: str, global_step: int | None, score: str | None) -> str:
+        return self._get_filename_pattern(global_step).format(
+            filename_prefix=self.filename_prefix,
+            ext=self.ext,
+            name=name,
+            score_name=self.score_name,
+            score=score,
+            global_step=global_step,
+        )
+
+    def _below_n_saved(self) -> bool:
+        return self.n_saved is None or len(self._saved) < self.n_saved
+
+    def _beats_worst(self, priority: int | float) -> bool:
+        worst = self._saved[0].priority
+        return priority >= worst if self.greater_or_equal else priority > worst
+
+    @staticmethod
+    def _format_score(score: int | float) -> str:
+        return f"{score}" if isinstance(score, numbers.Integral) else f"{score:.4f}"
+
+    def _get_filename_pattern(self, global_step: int | None) -> str:
+        if self.filename_pattern is not None:
+            return self.filename_pattern
+        return self.setup_filename_pattern(
+            with_prefix=len(self.filename_prefix) > 0,
+            with_score=self.score_function is not None,
+            with_score_name=self.score_name is not None,
+            with_global_step=global_step is not None,
+        )
+
+    def _collect_states(self) -> dict[str, Any]:
+        return {key: _state_of(obj, f"to_save[{key!r}]") for key, obj in self.to_save.items()}
+
+    @staticmethod
+    def setup_filename_pattern(
+        with_prefix: bool = True, with_score: bool = True, with_score_name: bool = True, with_global_step: bool = True
+    ) -> str:
+        """The default file name pattern for the parts in use; with all of them:
+        `{filename_prefix}_{name}_{global_step}_{score_name}={score}.{ext}`."""
+        if not (with_global_step or with_score):
+            raise ValueError("At least one of with_score and with_global_step should be True.")
+        if with_score_name and not with_score:
+            raise ValueError("If with_score_name is True, with_score should be also True.")
+        pattern = "{name}"
+        if with_global_step:
+            pattern += "_{global_step}"
+        if with_score:
+            pattern += "_{score_name}={score}" if with_score_name else "_{score}"
+        if with_prefix:
+            pattern = "{filename_prefix}_" + pattern
+        return pattern + ".{ext}"
+
+    @staticmethod
+    def get_default_score_fn(metric_name: str, score_sign: float = 1.0) -> Callable[[Engine], float]:
+        """A score function reading `engine.state.metrics[metric_name]`; `score_sign=-1.0` for losses."""
+        if score_sign not in (1.0, -1.0):
+            raise ValueError(f"Argument score_sign should be 1 or -1, got {score_sign!r}.")
+
+        def score(engine: Engine) -> float:
+            return score_sign * engine.state.metrics[metric_name]
+
+        return score
+
+    # ----------------------------------------------------------------------------------------------- state dict
+    def state_dict(self) -> OrderedDict:
+        """The kept checkpoints as `(priority, filename)` pairs, so retention continues after a resume."""
+        return self._state_dict_of(self._saved)
+
+    @staticmethod
+    def _state_dict_of(saved: list[Checkpoint.Item]) -> OrderedDict:
+        return OrderedDict([("_saved", [(item.priority, item.filename) for item in saved])])
+
+    def load_state_dict(self, state_dict: Mapping) -> None:
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"Argument state_dict should be a dictionary, but given {type(state_dict).__name__}.")
+        if "_saved" not in state_dict:
+            raise ValueError(
+                f"Required state attribute '_saved' is absent in provided state_dict {list(state_dict)}; pass what "
+                "Checkpoint.state_dict() returned."
+            )
+        items = []
+        for entry in state_dict["_saved"]:
+            if not (
+                isinstance(entry, Sequence) and len(entry) == 2 and isinstance(entry[0], numbers.Number)
+                and isinstance(entry[1], str)
+            ):
+                raise ValueError(f"Each entry of state_dict['_saved'] must be (priority, filename), got {entry!r}.")
+            items.append(Checkpoint.Item(entry[0], entry[1]))
+        self._saved = items
+
+    # ------------------------------------------------------------------------------------------------- loading
+    @staticmethod
+    def load_objects(
+        to_load: Mapping, checkpoint: str | os.PathLike | Mapping, strict: bool = True, **kwargs: Any
+    ) -> None:
+        """Restore every object of `to_load` from `checkpoint`: a dict of state dicts, a local path or an fsspec URL.
+
+        The whole checkpoint is read, and its structure checked against `to_load`, before any `load_state_dict`
+        is called, so a missing key or a missing or corrupted file leaves every object untouched. (Should an
+        object's own `load_state_dict` then fail, e.g. on a shape mismatch, the error notes which objects were
+        loaded before it.) With one object in `to_load`, the checkpoint may be that object's state dict itself.
+        Tensors are read onto the CPU; `load_state_dict` moves them to where each object lives.
+
+        Args:
+            to_load: name -> object (or nested dicts/lists), as given to `Checkpoint(to_save=...)`.
+            checkpoint: the checkpoint.
+            strict: with False, keys absent from the checkpoint are skipped (with a warning) and modules load
+                with `strict=False`.
+            kwargs: passed to `nn.Module.load_state_dict` (e.g. `assign=True`).
+        """
+        if not isinstance(checkpoint, (Mapping, str, os.PathLike)):
+            raise TypeError(
+                f"Argument checkpoint should be a string or a dictionary, but given {type(checkpoint).__name__}."
+            )
+        if not isinstance(to_load, Mapping):
+            raise TypeError(f"Argument to_load should be a dictionary, but given {type(to_load).__name__}.")
+        _check_objects(to_load, "load_state_dict", "to_load")
+        if isinstance(checkpoint, Mapping):
+            source, states = "the checkpoint dict", checkpoint
+        else:
+            source, states = os.fspath(checkpoint), _read_checkpoint(checkpoint)
+            if not isinstance(states, Mapping):
+                raise ValueError(
+                    f"Checkpoint file {source} holds a {type(states).__name__}, not a dict of state dicts; it was "
+                    "not written by Checkpoint or torch.save(state_dict)."
+                )
+
+        if len(to_load) == 1:
+            key, obj = next(iter(to_load.items()))
+            if key not in states:  # a single object's checkpoint is that object's state dict
+                to_load, states = {key: obj}, {key: states}
+        plan: list[tuple[str, Any, Any]] = []
+        missing: list[str] = []
+        _match(to_load, states, "", source, plan, missing)
+        if missing and strict:
+            raise ValueError(
+                f"Checkpoint {source} has no state for {missing} (it holds {list(states)}). Nothing was loaded. "
+                "Load only the objects it holds, or pass strict=False to skip the missing ones."
+            )
+        if missing:
+            warnings.warn(f"Checkpoint {source} has no state for {missing}; those objects were left as they are.",
+                          stacklevel=2)
+
+        done: list[str] = []
+        for key_path, obj, state in plan:
+            if isinstance(obj, _WRAPPERS):
+                obj = obj.module
+            try:
+                if isinstance(obj, nn.Module):
+                    obj.load_state_dict(state, strict=strict, **kwargs)
+                else:
+                    obj.load_state_dict(state)
+            except Exception as e:
+                if hasattr(e, "add_note"):  # Python >= 3.11
+                    loaded = ", ".join(done) or "nothing"
+                    e.add_note(f"while loading {key_path} from {source}; already loaded: {loaded}")
+                raise
+            done.append(key_path)
+
+    def reload_objects(self, to_load: Mapping, load_kwargs: dict | None = None, **filename_components: Any) -> None:
+        """`load_objects` from this handler's directory, naming the file by `name`, `score` and `global_step`."""
+        if not isinstance(self.save_handler, FsspecSaver):
+            raise AttributeError(
+                "Checkpoint's `save_handler` should be of type `DiskSaver` or `FsspecSaver`, given "
+                f"{type(self.save_handler).__name__}."
+            )
+        default_name = next(iter(self.to_save)) if len(self.to_save) == 1 else "checkpoint"
+        filename = self._filename(
+            filename_components.get("name", default_name),
+            filename_components.get("global_step"),
+            filename_components.get("score"),
+        )
+        Checkpoint.load_objects(to_load, self.save_handler.path_of(filename), **(load_kwargs or {}))
+
+    @staticmethod
+    def get_last_checkpoint(dirname: str | os.PathLike, filename_prefix: str = "") -> str | None:
+        """The newest checkpoint in a directory (a path or fsspec URL), for resuming in a new process; None when
+        the directory is missing or holds none.
+
+        "Newest" is the largest global step in the name, among `.pt` files named as Checkpoint names them by
+        default, `{filename_prefix}_{name}_{global_step}.pt` (`{name}_{global_step}.pt` without a prefix), i.e.
+        without a score. Temporary files of unfinished writes never count. When several handlers save into the
+        same directory, give each a prefix and pass it here.
+        """
+        lead = re.escape(f"{filename_prefix}_") if filename_prefix else ""
+        named = re.compile(rf"{lead}.+_(\d+)\.pt")
+        try:
+            names = storage.listdir(dirname)
+        except FileNotFoundError:
+            return None
+        steps = {}
+        for name in names:
+            match = named.fullmatch(name)
+            if match is not None:
+                steps[name] = int(match.group(1))
+        if not steps:
+            return None
+        return storage.join(dirname, max(steps, key=lambda name: steps[name]))
+
+
+class ModelCheckpoint(Checkpoint):
+    """`Checkpoint` into a directory, with the objects given at call time: `handler(engine, to_save)`.
+
+    .. code-block:: python
+
+        handler = ModelCheckpoint("/runs/a", "best", n_saved=2, score_name="accuracy")
+        evaluator.add_event_handler(Events.COMPLETED, handler, {"model": model})
+
+    `dirname` may also be an fsspec URL; `kwargs` go to `torch.save`. Other arguments as `Checkpoint`,
+    `DiskSaver`/`FsspecSaver`.
+    """
+
+    def __init__(
+        self,
+        dirname: str | os.PathLike,
+        filename_prefix: str = "",
+        score_function: Callable | None = None,
+        score_name: str | None = None,
+        n_saved: int | None = 1,
+        atomic: bool = True,
+        require_empty: bool = True,
+        create_dir: bool = True,
+        global_step_transform: Callable | None = None,
+        filename_pattern: str | None = None,
+        include_self: bool = False,
+        greater_or_equal: bool = False,
+        save_on_rank: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        saver_class = DiskSaver if storage.is_local(dirname) else FsspecSaver
+        saver = saver_class(
+            dirname, atomic=atomic, create_dir=create_dir, require_empty=require_empty, save_on_rank=save_on_rank,
+            **kwargs,
+        )
+        super().__init__(
+            to_save={},
+            save_handler=saver,
+            filename_prefix=filename_prefix,
+            score_function=score_function,
+            score_name=score_name,
+            n_saved=n_saved,
+            global_step_transform=global_step_transform,
+            filename_pattern=filename_pattern,
+            include_self=include_self,
+            greater_or_equal=greater_or_equal,
+            save_on_rank=save_on_rank,
+        )
+
+    def __call__(self, engine: Engine, to_save: Mapping) -> None:  # type: ignore[override]
+        if not isinstance(to_save, Mapping) or len(to_save) == 0:
+            raise RuntimeError(f"No objects to checkpoint found: pass a non-empty dict of objects, got {to_save!r}.")
+        _check_objects(to_save, "state_dict", "to_save")
+        if self.include_self and "checkpointer" in to_save:
+            raise ValueError(f"Cannot have key 'checkpointer' if `include_self` is True: {list(to_save)}.")
+        self.to_save = to_save
+        super().__call__(engine)
+
+
+# ------------------------------------------------------------------------------------------------------ helpers
+def _rank() -> int:
+    distributed = torch.distributed
+    return distributed.get_rank() if distributed.is_available() and distributed.is_initialized() else 0
+
+
+def _make_save_handler(save_handler: Any, save_on_rank: int) -> Any:
+    if isinstance(save_handler, (str, os.PathLike)):
+        saver_class = DiskSaver if storage.is_local(save_handler) else FsspecSaver
+        return saver_class(save_handler, create_dir=True, save_on_rank=save_on_rank)
+    if callable(save_handler):
+        return save_handler
+    raise TypeError(
+        "Argument `save_handler` should be a string or Path object or callable or inherit from BaseSaveHandler, "
+        f"got {type(save_handler).__name__}: {save_handler!r}."
+    )
+
+
+def _check_torch_save_kwargs(owner: str, kwargs: dict[str, Any]) -> None:
+    try:
+        inspect.signature(torch.save).bind(None, None, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"{owner} passes its keyword arguments to torch.save, which rejects them: {e}.") from None
+
+
+def _check_filename_pattern(pattern: str) -> None:
+    if not isinstance(pattern, str):
+        raise TypeError(f"filename_pattern should be a str, got {pattern!r}.")
+    fields = {field for _, field, _, _ in string.Formatter().parse(pattern) if field is not None}
+    unknown = fields - _PATTERN_FIELDS
+    if unknown:
+        raise ValueError(
+            f"filename_pattern {pattern!r} uses unknown fields {sorted(unknown)}; it may use {sorted(_PATTERN_FIELDS)}."
+        )
+
+
+def _is_container(value: Any) -> bool:
+    return isinstance(value, Mapping) or (isinstance(value, Sequence) and not isinstance(value, (str, bytes)))
+
+
+def _children(value: Any) -> list[tuple[Any, Any]]:
+    return list(value.items()) if isinstance(value, Mapping) else list(enumerate(value))
+
+
+def _check_objects(objs: Any, method: str, where: str) -> None:
+    """TypeError naming the first object (by its key path) without `method`, looking into nested dicts/lists."""
+    for key, obj in _children(objs):
+        path = f"{where}[{key!r}]"
+        if _is_container(obj) and not hasattr(obj, method):
+            _check_objects(obj, method, path)
+        elif not callable(getattr(obj, method, None)):
+            raise TypeError(
+                f"Object {type(obj).__name__} at {path} should have `{method}` method. Checkpoints hold objects "
+                "with state_dict()/load_state_dict() (modules, optimizers, LR schedulers, GradScaler, engines, "
+                "handlers); wrap other values in such an object, or leave them out."
+            )
+
+
+def _state_of(obj: Any, path: str) -> Any:
+    if _is_container(obj) and not hasattr(obj, "state_dict"):
+        if isinstance(obj, Mapping):
+            return {key: _state_of(value, f"{path}[{key!r}]") for key, value in obj.items()}
+        return [_state_of(value, f"{path}[{i}]") for i, value in enumerate(obj)]
+    if isinstance(obj, _WRAPPERS):
+        obj = obj.module  # saved without the wrapper's "module." prefix, as Ignite does
+    try:
+        return obj.state_dict()
+    except Exception as e:
+        if hasattr(e, "add_note"):
+            e.add_note(f"while collecting the state of {path} for a checkpoint; nothing was saved")
+        raise
+
+
+def _match(objs: Any, states: Any, path: str, source: str, plan: list, missing: list) -> None:
+    """Pair each object of `objs` with its state in `states` (same nesting), collecting absent keys in `missing`."""
+    if not (_is_container(objs) and not hasattr(objs, "load_state_dict")):
+        plan.append((path, objs, states))
+        return
+    if isinstance(objs, Mapping):
+        if not isinstance(states, Mapping):
+            raise ValueError(f"Checkpoint {source} holds a {type(states).__name__} at {path or 'top level'}, "
+                             f"where to_load has a dict {list(objs)}. Nothing was loaded.")
+        for key, obj in objs.items():
+            if key in states:
+                _match(obj, states[key], f"{path}[{key!r}]", source, plan, missing)
+            else:
+                missing.append(f"{path}[{key!r}]" if path else key)
+        return
+    if not (_is_container(states) and not isinstance(states, Mapping)) or len(states) != len(objs):
+        raise ValueError(
+            f"Checkpoint {source} holds {type(states).__name__} at {path}, where to_load has a list of "
+            f"{len(objs)} objects. Nothing was loaded."
+        )
+    for i, (obj, state) in enumerate(zip(objs, states)):
+        _match(obj, state, f"{path}[{i}]", source, plan, missing)
+
+
+def _read_checkpoint(url: str | os.PathLike) -> Any:
+    """torch.load of the file at `url`, with errors that name the file and say what to do."""
+    try:
+        data = storage.read_bytes(url)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"Checkpoint file {os.fspath(url)} does not exist. Check the path; "
+            "Checkpoint.get_last_checkpoint(directory) finds the newest checkpoint in a directory."
+        ) from None
+    except IsADirectoryError:
+        raise IsADirectoryError(
+            f"Checkpoint {os.fspath(url)} is a directory; pass one checkpoint file in it, e.g. "
+            "Checkpoint.get_last_checkpoint(directory)."
+        ) from None
+    # torch < 2.5 has no safe_globals; it then refuses numpy arrays, as weights_only loading always did
+    allow = getattr(torch.serialization, "safe_globals", None)
+    try:
+        with allow(_numpy_array_globals()) if allow is not None else contextlib.nullcontext():
+            return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        if "Unsupported global" in str(e):  # well-formed, but holds objects that are not plain data
+            raise RuntimeError(
+                f"Checkpoint file {os.fspath(url)} holds Python objects that torch.load(weights_only=True) does not "
+                "load, to protect against code execution. If you trust the file, load it with "
+                "torch.load(path, weights_only=False) and pass the resulting dict to Checkpoint.load_objects. "
+                f"Details: {_gist(e)}"
+            ) from e
+        raise _corrupted(url, e) from e
+    except Exception as e:
+        raise _corrupted(url, e) from e
+
+
+def _gist(error: Exception) -> str:
+    """One line of an error: torch's unpickling errors span many, some with advice that does not apply here."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    specific = [line for line in lines if "Unsupported" in line]
+    return (specific or lines or [type(error).__name__])[0][:300]
+
+
+def _corrupted(url: str | os.PathLike, error: Exception) -> RuntimeError:
+    return RuntimeError(
+        f"Checkpoint file {os.fspath(url)} could not be read ({type(error).__name__}: {_gist(error)}). It is "
+        "truncated or corrupted, or was not written by torch.save. Nothing was loaded; load an earlier checkpoint "
+        "instead."
+    )
+
+
+def _numpy_array_globals() -> list[Any]:
+    """What unpickling a plain numpy array needs: numpy's RNG state (saved with DeterministicEngine's state) is one."""
+    try:
+        import numpy
+    except ImportError:
+        return []
+    core = getattr(numpy, "_core", None) or numpy.core
+    dtype_classes = [type(numpy.dtype(code)) for code in "?bBhHiIlLqQefdgFDG"]
+    return [core.multiarray._reconstruct, numpy.ndarray, numpy.dtype, *dtype_classes]
