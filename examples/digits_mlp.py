@@ -18,6 +18,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from tracktrain.engine import Events, create_supervised_evaluator, create_supervised_trainer
+from tracktrain.handlers import ProgressBar
+from tracktrain.metrics import Accuracy, Average, Loss
 
 
 def digits_loaders(batch_size: int, seed: int) -> tuple[DataLoader, DataLoader]:
@@ -36,25 +38,6 @@ def digits_loaders(batch_size: int, seed: int) -> tuple[DataLoader, DataLoader]:
     return train, val
 
 
-class EpochAccumulator:
-    """Sums a per-batch quantity on the device and reads it once per epoch (one host sync per epoch)."""
-
-    def __init__(self) -> None:
-        self.total = torch.zeros(())
-        self.count = 0
-
-    def reset(self) -> None:
-        self.total = torch.zeros(())
-        self.count = 0
-
-    def add(self, value: torch.Tensor, count: int) -> None:
-        self.total += value
-        self.count += count
-
-    def mean(self) -> float:
-        return self.total.item() / max(self.count, 1)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=20)
@@ -70,36 +53,22 @@ def main() -> None:
     loss_fn = nn.CrossEntropyLoss()
 
     trainer = create_supervised_trainer(model, optimizer, loss_fn)
-    evaluator = create_supervised_evaluator(model)
-
-    train_loss = EpochAccumulator()
-    trainer.add_event_handler(Events.EPOCH_STARTED, train_loss.reset)
-
-    @trainer.on(Events.ITERATION_COMPLETED)
-    def accumulate_loss(engine):
-        batch_size = len(engine.state.batch[1])
-        train_loss.add(engine.state.output * batch_size, batch_size)
-
-    val_correct, val_loss = EpochAccumulator(), EpochAccumulator()
-
-    @evaluator.on(Events.STARTED)
-    def reset_validation(engine):
-        val_correct.reset()
-        val_loss.reset()
-
-    @evaluator.on(Events.ITERATION_COMPLETED)
-    def accumulate_validation(engine):
-        y_pred, y = engine.state.output
-        val_correct.add((y_pred.argmax(dim=1) == y).sum(), len(y))
-        val_loss.add(loss_fn(y_pred, y) * len(y), len(y))
+    evaluator = create_supervised_evaluator(
+        model, metrics={"val_accuracy": Accuracy(), "val_loss": Loss(loss_fn)}
+    )
+    # the epoch's mean training loss, accumulated on the device and read once per epoch
+    Average(output_transform=lambda loss: loss).attach(trainer, "train_loss")
+    # a bar on a terminal (nothing when the output is piped to a file)
+    ProgressBar(persist=False).attach(trainer, metric_names=["train_loss"])
 
     @trainer.on(Events.EPOCH_COMPLETED)
     def validate(engine):
-        evaluator.run(val_loader)
-        engine.state.metrics = {"val_accuracy": val_correct.mean(), "val_loss": val_loss.mean()}
+        metrics = evaluator.run(val_loader).metrics
+        engine.state.metrics.update(metrics)
         print(
-            f"epoch {engine.state.epoch:3d}/{engine.state.max_epochs}  train_loss {train_loss.mean():.4f}  "
-            f"val_loss {val_loss.mean():.4f}  val_accuracy {val_correct.mean():.4f}",
+            f"epoch {engine.state.epoch:3d}/{engine.state.max_epochs}  "
+            f"train_loss {float(engine.state.metrics['train_loss']):.4f}  "
+            f"val_loss {metrics['val_loss']:.4f}  val_accuracy {metrics['val_accuracy']:.4f}",
             flush=True,
         )
 
