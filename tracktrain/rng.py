@@ -8,29 +8,33 @@ from typing import Any
 import torch
 
 
-def _numpy_random() -> Any:
+def _numpy() -> Any:
     try:
-        import numpy.random  # numpy is optional for tracktrain; seed it only where it is installed
+        import numpy  # optional for tracktrain: its generator is seeded and saved only where it is installed
     except ImportError:
         return None
-    return numpy.random
+    return numpy
 
 
 def manual_seed(seed: int) -> None:
     """Seed python's `random`, torch (CPU and every CUDA device) and numpy's global generator."""
     random.seed(seed)
     torch.manual_seed(seed)
-    np_random = _numpy_random()
-    if np_random is not None:
-        np_random.seed(seed % 2**32)
+    numpy = _numpy()
+    if numpy is not None:
+        numpy.random.seed(seed % 2**32)
 
 
 def get_rng_states() -> dict[str, Any]:
-    """A picklable snapshot of every global generator, for `set_rng_states`."""
+    """A snapshot of every global generator, for `set_rng_states`.
+
+    Plain data and tensors only, so that `torch.load` with its default `weights_only=True` reads it back.
+    """
     states: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    np_random = _numpy_random()
-    if np_random is not None:
-        states["numpy"] = np_random.get_state()
+    numpy = _numpy()
+    if numpy is not None:
+        kind, keys, position, has_gauss, cached_gaussian = numpy.random.get_state()
+        states["numpy"] = (kind, keys.tolist(), int(position), int(has_gauss), float(cached_gaussian))
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         states["cuda"] = torch.cuda.get_rng_state_all()
     return states
@@ -44,8 +48,9 @@ def set_rng_states(states: dict[str, Any]) -> None:
         )
     random.setstate(states["python"])
     torch.set_rng_state(states["torch"].cpu())
-    np_random = _numpy_random()
-    if "numpy" in states and np_random is not None:
-        np_random.set_state(states["numpy"])
+    numpy = _numpy()
+    if "numpy" in states and numpy is not None:
+        kind, keys, position, has_gauss, cached_gaussian = states["numpy"]
+        numpy.random.set_state((kind, numpy.asarray(keys, dtype=numpy.uint32), position, has_gauss, cached_gaussian))
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])

@@ -28,7 +28,7 @@ def start(*args: str | Path) -> subprocess.Popen:
     )
 
 
-def wait_for_file(process: subprocess.Popen, path: Path, timeout: float = 60.0) -> None:
+def wait_for_file(process: subprocess.Popen, path: Path, timeout: float = 180.0) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
         if process.poll() is not None:
@@ -52,12 +52,12 @@ def run_to_completion(*args: str | Path) -> None:
 
 @pytest.mark.slow
 def test_sigkill_mid_save_never_leaves_a_torn_checkpoint(tmp_path):
-    """Kill a process that saves 24 MB checkpoints back to back, at random moments, six times: every `.pt`
+    """Kill a process that saves 8 MB checkpoints back to back, at random moments, six times: every `.pt`
     file left behind loads and is complete, and the newest one is what a resume would pick."""
     rng = random.Random(1234)
     for round_ in range(3):
         directories = [tmp_path / f"run{round_}-{i}" for i in range(2)]
-        processes = [start(SAVE_LOOP, directory, 24) for directory in directories]  # two at a time: 2 cores
+        processes = [start(SAVE_LOOP, directory, 8) for directory in directories]  # two at a time: 2 cores
         for process, directory in zip(processes, directories):
             wait_for_file(process, directory / "blob_1.pt")
         time.sleep(rng.uniform(0.0, 0.4))
@@ -73,7 +73,7 @@ def test_sigkill_mid_save_never_leaves_a_torn_checkpoint(tmp_path):
             for name in checkpoints:
                 state = torch.load(directory / name)
                 step = int(name[len("blob_"):-len(".pt")])
-                assert state["step"] == step and state["data"].numel() == 24 * 2**18
+                assert state["step"] == step and state["data"].numel() == 8 * 2**18
                 assert bool((state["data"] == step).all()), name
             newest = Checkpoint.get_last_checkpoint(directory)
             assert newest == str(directory / max(checkpoints, key=lambda n: int(n[5:-3])))

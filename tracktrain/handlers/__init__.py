@@ -10,8 +10,9 @@ from typing import Any
 
 _LAZY = {
     "Checkpoint": "tracktrain.handlers.checkpoint",
-    "DiskSaver": "tracktrain.handlers.checkpoint",
-    "FsspecSaver": "tracktrain.handlers.checkpoint",
+    "BaseSaveHandler": "tracktrain.handlers.savers",
+    "DiskSaver": "tracktrain.handlers.savers",
+    "FsspecSaver": "tracktrain.handlers.savers",
     "ModelCheckpoint": "tracktrain.handlers.checkpoint",
     "EarlyStopping": "tracktrain.handlers.early_stopping",
     "TerminateOnNan": "tracktrain.handlers.terminate_on_nan",

@@ -11,27 +11,23 @@ event, keep the best or the last few, and load them back. Behaves as PyTorch-Ign
 
 from __future__ import annotations
 
-import contextlib
-import inspect
-import io
 import numbers
 import os
-import pickle
 import re
 import string
 import warnings
-from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import torch
 from torch import nn
 
 from tracktrain import storage
 from tracktrain.engine import Engine, EventEnum, Events
 from tracktrain.engine._signature import accepts
+from tracktrain.handlers.checkpoint_state import _check_objects, _match, _read_checkpoint, _state_of
+from tracktrain.handlers.savers import BaseSaveHandler, DiskSaver, FsspecSaver, _make_save_handler
 
 __all__ = ["BaseSaveHandler", "Checkpoint", "CheckpointEvents", "DiskSaver", "FsspecSaver", "ModelCheckpoint"]
 
@@ -43,115 +39,6 @@ class CheckpointEvents(EventEnum):
     """Events fired by `Checkpoint` on the engine it is attached to."""
 
     SAVED_CHECKPOINT = "saved_checkpoint"
-
-
-class BaseSaveHandler(ABC):
-    """Stores what `Checkpoint` hands over. Any object with these two methods works as a save handler."""
-
-    @abstractmethod
-    def __call__(self, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None:
-        """Store `checkpoint` (state dicts) under `filename`. `metadata` has `basename`, `score_name`, `priority`."""
-
-    @abstractmethod
-    def remove(self, filename: str) -> None:
-        """Delete what was stored under `filename`."""
-
-
-class FsspecSaver(BaseSaveHandler):
-    """Saves checkpoints with `torch.save` into a directory at any fsspec URL, atomically.
-
-    Each file is serialized into host memory first (as much memory as the checkpoint itself), so that a failure
-    while serializing never touches storage, and is then committed with `tracktrain.storage.write_bytes_atomic`.
-
-    Args:
-        url: the directory: a local path, `file://...`, `memory://...`, `s3://bucket/prefix`, ...
-        atomic: commit each file atomically (see module docstring). With False a local file is written in place,
-            and a crash mid-write can leave it truncated.
-        create_dir: create the directory when missing.
-        require_empty: refuse a directory that already holds `.pt` files (so that a new run cannot mix its
-            checkpoints with an old run's). Pass False to resume into it.
-        save_on_rank: in a torch.distributed run, the only rank that writes and deletes.
-        kwargs: passed to `torch.save`.
-    """
-
-    def __init__(
-        self,
-        url: str | os.PathLike,
-        atomic: bool = True,
-        create_dir: bool = True,
-        require_empty: bool = True,
-        save_on_rank: int = 0,
-        **kwargs: Any,
-    ) -> None:
-        _check_torch_save_kwargs(type(self).__name__, kwargs)
-        self.url = os.fspath(url)
-        self._atomic = atomic
-        self.save_on_rank = save_on_rank
-        self.kwargs = kwargs
-        if _rank() == save_on_rank:
-            self._check_and_setup(create_dir, require_empty)
-
-    def _check_and_setup(self, create_dir: bool, require_empty: bool) -> None:
-        if create_dir:
-            storage.makedirs(self.url)
-        elif not storage.isdir(self.url):
-            raise ValueError(f"Directory path '{self.url}' is not found. Create it, or pass create_dir=True.")
-        if require_empty:
-            try:
-                matched = [name for name in storage.listdir(self.url) if name.endswith(".pt")]
-            except FileNotFoundError:  # an object store "directory" with nothing in it yet
-                matched = []
-            if matched:
-                raise ValueError(
-                    f"Files {matched} with extension '.pt' are already present in the directory {self.url}. "
-                    "A new run would mix its checkpoints with these. To resume from them or to use this directory "
-                    "anyway, pass `require_empty=False`; otherwise choose an empty directory."
-                )
-
-    def path_of(self, filename: str) -> str | Path:
-        """Where `filename` is stored (what `Checkpoint.last_checkpoint` returns)."""
-        return storage.join(self.url, filename)
-
-    def __call__(self, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None:
-        if _rank() != self.save_on_rank:
-            return
-        # Serialized completely before storage is touched: a failure here cannot damage any file.
-        buffer = io.BytesIO()
-        torch.save(checkpoint, buffer, **self.kwargs)
-        write = storage.write_bytes_atomic if self._atomic else storage.write_bytes
-        write(self.path_of(filename), buffer.getbuffer())
-
-    def remove(self, filename: str) -> None:
-        if _rank() == self.save_on_rank:
-            # already gone (deleted by hand, or by a run that crashed after deleting it) is what was wanted
-            storage.remove(self.path_of(filename), missing_ok=True)
-
-
-class DiskSaver(FsspecSaver):
-    """`FsspecSaver` for a local directory, as Ignite's DiskSaver: `dirname` is a `Path`, and so is
-    `Checkpoint.last_checkpoint`. Same arguments as `FsspecSaver`."""
-
-    def __init__(
-        self,
-        dirname: str | os.PathLike,
-        atomic: bool = True,
-        create_dir: bool = True,
-        require_empty: bool = True,
-        save_on_rank: int = 0,
-        **kwargs: Any,
-    ) -> None:
-        if not storage.is_local(dirname):
-            raise ValueError(
-                f"DiskSaver writes to a local directory, got the URL {os.fspath(dirname)!r}. Use "
-                "FsspecSaver(url) for other storage, or pass the URL to Checkpoint as save_handler."
-            )
-        if "://" in os.fspath(dirname):  # file://...
-            dirname = storage.open_filesystem(dirname)[1]
-        self.dirname = Path(dirname).expanduser()
-        super().__init__(self.dirname, atomic, create_dir, require_empty, save_on_rank, **kwargs)
-
-    def path_of(self, filename: str) -> Path:
-        return self.dirname / filename
 
 
 class Checkpoint:
@@ -594,30 +481,6 @@ class ModelCheckpoint(Checkpoint):
 
 
 # ------------------------------------------------------------------------------------------------------ helpers
-def _rank() -> int:
-    distributed = torch.distributed
-    return distributed.get_rank() if distributed.is_available() and distributed.is_initialized() else 0
-
-
-def _make_save_handler(save_handler: Any, save_on_rank: int) -> Any:
-    if isinstance(save_handler, (str, os.PathLike)):
-        saver_class = DiskSaver if storage.is_local(save_handler) else FsspecSaver
-        return saver_class(save_handler, create_dir=True, save_on_rank=save_on_rank)
-    if callable(save_handler):
-        return save_handler
-    raise TypeError(
-        "Argument `save_handler` should be a string or Path object or callable or inherit from BaseSaveHandler, "
-        f"got {type(save_handler).__name__}: {save_handler!r}."
-    )
-
-
-def _check_torch_save_kwargs(owner: str, kwargs: dict[str, Any]) -> None:
-    try:
-        inspect.signature(torch.save).bind(None, None, **kwargs)
-    except TypeError as e:
-        raise TypeError(f"{owner} passes its keyword arguments to torch.save, which rejects them: {e}.") from None
-
-
 def _check_filename_pattern(pattern: str) -> None:
     if not isinstance(pattern, str):
         raise TypeError(f"filename_pattern should be a str, got {pattern!r}.")
@@ -627,122 +490,3 @@ def _check_filename_pattern(pattern: str) -> None:
         raise ValueError(
             f"filename_pattern {pattern!r} uses unknown fields {sorted(unknown)}; it may use {sorted(_PATTERN_FIELDS)}."
         )
-
-
-def _is_container(value: Any) -> bool:
-    return isinstance(value, Mapping) or (isinstance(value, Sequence) and not isinstance(value, (str, bytes)))
-
-
-def _children(value: Any) -> list[tuple[Any, Any]]:
-    return list(value.items()) if isinstance(value, Mapping) else list(enumerate(value))
-
-
-def _check_objects(objs: Any, method: str, where: str) -> None:
-    """TypeError naming the first object (by its key path) without `method`, looking into nested dicts/lists."""
-    for key, obj in _children(objs):
-        path = f"{where}[{key!r}]"
-        if _is_container(obj) and not hasattr(obj, method):
-            _check_objects(obj, method, path)
-        elif not callable(getattr(obj, method, None)):
-            raise TypeError(
-                f"Object {type(obj).__name__} at {path} should have `{method}` method. Checkpoints hold objects "
-                "with state_dict()/load_state_dict() (modules, optimizers, LR schedulers, GradScaler, engines, "
-                "handlers); wrap other values in such an object, or leave them out."
-            )
-
-
-def _state_of(obj: Any, path: str) -> Any:
-    if _is_container(obj) and not hasattr(obj, "state_dict"):
-        if isinstance(obj, Mapping):
-            return {key: _state_of(value, f"{path}[{key!r}]") for key, value in obj.items()}
-        return [_state_of(value, f"{path}[{i}]") for i, value in enumerate(obj)]
-    if isinstance(obj, _WRAPPERS):
-        obj = obj.module  # saved without the wrapper's "module." prefix, as Ignite does
-    try:
-        return obj.state_dict()
-    except Exception as e:
-        if hasattr(e, "add_note"):
-            e.add_note(f"while collecting the state of {path} for a checkpoint; nothing was saved")
-        raise
-
-
-def _match(objs: Any, states: Any, path: str, source: str, plan: list, missing: list) -> None:
-    """Pair each object of `objs` with its state in `states` (same nesting), collecting absent keys in `missing`."""
-    if not (_is_container(objs) and not hasattr(objs, "load_state_dict")):
-        plan.append((path, objs, states))
-        return
-    if isinstance(objs, Mapping):
-        if not isinstance(states, Mapping):
-            raise ValueError(f"Checkpoint {source} holds a {type(states).__name__} at {path or 'top level'}, "
-                             f"where to_load has a dict {list(objs)}. Nothing was loaded.")
-        for key, obj in objs.items():
-            if key in states:
-                _match(obj, states[key], f"{path}[{key!r}]", source, plan, missing)
-            else:
-                missing.append(f"{path}[{key!r}]" if path else key)
-        return
-    if not (_is_container(states) and not isinstance(states, Mapping)) or len(states) != len(objs):
-        raise ValueError(
-            f"Checkpoint {source} holds {type(states).__name__} at {path}, where to_load has a list of "
-            f"{len(objs)} objects. Nothing was loaded."
-        )
-    for i, (obj, state) in enumerate(zip(objs, states)):
-        _match(obj, state, f"{path}[{i}]", source, plan, missing)
-
-
-def _read_checkpoint(url: str | os.PathLike) -> Any:
-    """torch.load of the file at `url`, with errors that name the file and say what to do."""
-    try:
-        data = storage.read_bytes(url)
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"Checkpoint file {os.fspath(url)} does not exist. Check the path; "
-            "Checkpoint.get_last_checkpoint(directory) finds the newest checkpoint in a directory."
-        ) from None
-    except IsADirectoryError:
-        raise IsADirectoryError(
-            f"Checkpoint {os.fspath(url)} is a directory; pass one checkpoint file in it, e.g. "
-            "Checkpoint.get_last_checkpoint(directory)."
-        ) from None
-    # torch < 2.5 has no safe_globals; it then refuses numpy arrays, as weights_only loading always did
-    allow = getattr(torch.serialization, "safe_globals", None)
-    try:
-        with allow(_numpy_array_globals()) if allow is not None else contextlib.nullcontext():
-            return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        if "Unsupported global" in str(e):  # well-formed, but holds objects that are not plain data
-            raise RuntimeError(
-                f"Checkpoint file {os.fspath(url)} holds Python objects that torch.load(weights_only=True) does not "
-                "load, to protect against code execution. If you trust the file, load it with "
-                "torch.load(path, weights_only=False) and pass the resulting dict to Checkpoint.load_objects. "
-                f"Details: {_gist(e)}"
-            ) from e
-        raise _corrupted(url, e) from e
-    except Exception as e:
-        raise _corrupted(url, e) from e
-
-
-def _gist(error: Exception) -> str:
-    """One line of an error: torch's unpickling errors span many, some with advice that does not apply here."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    specific = [line for line in lines if "Unsupported" in line]
-    return (specific or lines or [type(error).__name__])[0][:300]
-
-
-def _corrupted(url: str | os.PathLike, error: Exception) -> RuntimeError:
-    return RuntimeError(
-        f"Checkpoint file {os.fspath(url)} could not be read ({type(error).__name__}: {_gist(error)}). It is "
-        "truncated or corrupted, or was not written by torch.save. Nothing was loaded; load an earlier checkpoint "
-        "instead."
-    )
-
-
-def _numpy_array_globals() -> list[Any]:
-    """What unpickling a plain numpy array needs: numpy's RNG state (saved with DeterministicEngine's state) is one."""
-    try:
-        import numpy
-    except ImportError:
-        return []
-    core = getattr(numpy, "_core", None) or numpy.core
-    dtype_classes = [type(numpy.dtype(code)) for code in "?bBhHiIlLqQefdgFDG"]
-    return [core.multiarray._reconstruct, numpy.ndarray, numpy.dtype, *dtype_classes]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tracktrain.engine.events import CallableEventWithFilter, Events
 
 __all__ = ["BatchWise", "EpochWise", "MetricUsage", "RunningBatchWise", "RunningEpochWise", "SingleEpochRunningBatchWise"]

@@ -1,0 +1,122 @@
+"""Collecting the state of the objects in a checkpoint, and reading a checkpoint back and matching it to the
+objects to load, checked in full before anything is applied."""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from tracktrain import storage
+
+_WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
+
+
+def _is_container(value: Any) -> bool:
+    return isinstance(value, Mapping) or (isinstance(value, Sequence) and not isinstance(value, (str, bytes)))
+
+
+def _children(value: Any) -> list[tuple[Any, Any]]:
+    return list(value.items()) if isinstance(value, Mapping) else list(enumerate(value))
+
+
+def _check_objects(objs: Any, method: str, where: str) -> None:
+    """TypeError naming the first object (by its key path) without `method`, looking into nested dicts/lists."""
+    for key, obj in _children(objs):
+        path = f"{where}[{key!r}]"
+        if _is_container(obj) and not hasattr(obj, method):
+            _check_objects(obj, method, path)
+        elif not callable(getattr(obj, method, None)):
+            raise TypeError(
+                f"Object {type(obj).__name__} at {path} should have `{method}` method. Checkpoints hold objects "
+                "with state_dict()/load_state_dict() (modules, optimizers, LR schedulers, GradScaler, engines, "
+                "handlers); wrap other values in such an object, or leave them out."
+            )
+
+
+def _state_of(obj: Any, path: str) -> Any:
+    if _is_container(obj) and not hasattr(obj, "state_dict"):
+        if isinstance(obj, Mapping):
+            return {key: _state_of(value, f"{path}[{key!r}]") for key, value in obj.items()}
+        return [_state_of(value, f"{path}[{i}]") for i, value in enumerate(obj)]
+    if isinstance(obj, _WRAPPERS):
+        obj = obj.module  # saved without the wrapper's "module." prefix, as Ignite does
+    try:
+        return obj.state_dict()
+    except Exception as e:
+        if hasattr(e, "add_note"):
+            e.add_note(f"while collecting the state of {path} for a checkpoint; nothing was saved")
+        raise
+
+
+def _match(objs: Any, states: Any, path: str, source: str, plan: list, missing: list) -> None:
+    """Pair each object of `objs` with its state in `states` (same nesting), collecting absent keys in `missing`."""
+    if not (_is_container(objs) and not hasattr(objs, "load_state_dict")):
+        plan.append((path, objs, states))
+        return
+    if isinstance(objs, Mapping):
+        if not isinstance(states, Mapping):
+            raise ValueError(f"Checkpoint {source} holds a {type(states).__name__} at {path or 'top level'}, "
+                             f"where to_load has a dict {list(objs)}. Nothing was loaded.")
+        for key, obj in objs.items():
+            if key in states:
+                _match(obj, states[key], f"{path}[{key!r}]", source, plan, missing)
+            else:
+                missing.append(f"{path}[{key!r}]" if path else key)
+        return
+    if not (_is_container(states) and not isinstance(states, Mapping)) or len(states) != len(objs):
+        raise ValueError(
+            f"Checkpoint {source} holds {type(states).__name__} at {path}, where to_load has a list of "
+            f"{len(objs)} objects. Nothing was loaded."
+        )
+    for i, (obj, state) in enumerate(zip(objs, states)):
+        _match(obj, state, f"{path}[{i}]", source, plan, missing)
+
+
+def _read_checkpoint(url: str | os.PathLike) -> Any:
+    """torch.load of the file at `url`, with errors that name the file and say what to do."""
+    try:
+        data = storage.read_bytes(url)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"Checkpoint file {os.fspath(url)} does not exist. Check the path; "
+            "Checkpoint.get_last_checkpoint(directory) finds the newest checkpoint in a directory."
+        ) from None
+    except IsADirectoryError:
+        raise IsADirectoryError(
+            f"Checkpoint {os.fspath(url)} is a directory; pass one checkpoint file in it, e.g. "
+            "Checkpoint.get_last_checkpoint(directory)."
+        ) from None
+    try:
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        if "Unsupported global" in str(e):  # well-formed, but holds objects that are not plain data
+            raise RuntimeError(
+                f"Checkpoint file {os.fspath(url)} holds Python objects that torch.load(weights_only=True) does not "
+                "load, to protect against code execution. If you trust the file, load it with "
+                "torch.load(path, weights_only=False) and pass the resulting dict to Checkpoint.load_objects. "
+                f"Details: {_gist(e)}"
+            ) from e
+        raise _corrupted(url, e) from e
+    except Exception as e:
+        raise _corrupted(url, e) from e
+
+
+def _gist(error: Exception) -> str:
+    """One line of an error: torch's unpickling errors span many, some with advice that does not apply here."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    specific = [line for line in lines if "Unsupported" in line]
+    return (specific or lines or [type(error).__name__])[0][:300]
+
+
+def _corrupted(url: str | os.PathLike, error: Exception) -> RuntimeError:
+    return RuntimeError(
+        f"Checkpoint file {os.fspath(url)} could not be read ({type(error).__name__}: {_gist(error)}). It is "
+        "truncated or corrupted, or was not written by torch.save. Nothing was loaded; load an earlier checkpoint "
+        "instead."
+    )

@@ -1,0 +1,150 @@
+"""Where checkpoints go: save handlers over `tracktrain.storage` (one code path for every fsspec URL)."""
+
+from __future__ import annotations
+
+import inspect
+import io
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tracktrain import storage
+
+__all__ = ["BaseSaveHandler", "DiskSaver", "FsspecSaver"]
+
+
+class BaseSaveHandler(ABC):
+    """Stores what `Checkpoint` hands over. Any object with these two methods works as a save handler."""
+
+    @abstractmethod
+    def __call__(self, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None:
+        """Store `checkpoint` (state dicts) under `filename`. `metadata` has `basename`, `score_name`, `priority`."""
+
+    @abstractmethod
+    def remove(self, filename: str) -> None:
+        """Delete what was stored under `filename`."""
+
+
+class FsspecSaver(BaseSaveHandler):
+    """Saves checkpoints with `torch.save` into a directory at any fsspec URL, atomically.
+
+    Each file is serialized into host memory first (as much memory as the checkpoint itself), so that a failure
+    while serializing never touches storage, and is then committed with `tracktrain.storage.write_bytes_atomic`.
+
+    Args:
+        url: the directory: a local path, `file://...`, `memory://...`, `s3://bucket/prefix`, ...
+        atomic: commit each file atomically (see module docstring). With False a local file is written in place,
+            and a crash mid-write can leave it truncated.
+        create_dir: create the directory when missing.
+        require_empty: refuse a directory that already holds `.pt` files (so that a new run cannot mix its
+            checkpoints with an old run's). Pass False to resume into it.
+        save_on_rank: in a torch.distributed run, the only rank that writes and deletes.
+        kwargs: passed to `torch.save`.
+    """
+
+    def __init__(
+        self,
+        url: str | os.PathLike,
+        atomic: bool = True,
+        create_dir: bool = True,
+        require_empty: bool = True,
+        save_on_rank: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        _check_torch_save_kwargs(type(self).__name__, kwargs)
+        self.url = os.fspath(url)
+        self._atomic = atomic
+        self.save_on_rank = save_on_rank
+        self.kwargs = kwargs
+        if _rank() == save_on_rank:
+            self._check_and_setup(create_dir, require_empty)
+
+    def _check_and_setup(self, create_dir: bool, require_empty: bool) -> None:
+        if create_dir:
+            storage.makedirs(self.url)
+        elif not storage.isdir(self.url):
+            raise ValueError(f"Directory path '{self.url}' is not found. Create it, or pass create_dir=True.")
+        if require_empty:
+            try:
+                matched = [name for name in storage.listdir(self.url) if name.endswith(".pt")]
+            except FileNotFoundError:  # an object store "directory" with nothing in it yet
+                matched = []
+            if matched:
+                raise ValueError(
+                    f"Files {matched} with extension '.pt' are already present in the directory {self.url}. "
+                    "A new run would mix its checkpoints with these. To resume from them or to use this directory "
+                    "anyway, pass `require_empty=False`; otherwise choose an empty directory."
+                )
+
+    def path_of(self, filename: str) -> str | Path:
+        """Where `filename` is stored (what `Checkpoint.last_checkpoint` returns)."""
+        return storage.join(self.url, filename)
+
+    def __call__(self, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None:
+        if _rank() != self.save_on_rank:
+            return
+        # Serialized completely before storage is touched: a failure here cannot damage any file.
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer, **self.kwargs)
+        write = storage.write_bytes_atomic if self._atomic else storage.write_bytes
+        write(self.path_of(filename), buffer.getbuffer())
+
+    def remove(self, filename: str) -> None:
+        if _rank() == self.save_on_rank:
+            # already gone (deleted by hand, or by a run that crashed after deleting it) is what was wanted
+            storage.remove(self.path_of(filename), missing_ok=True)
+
+
+class DiskSaver(FsspecSaver):
+    """`FsspecSaver` for a local directory, as Ignite's DiskSaver: `dirname` is a `Path`, and so is
+    `Checkpoint.last_checkpoint`. Same arguments as `FsspecSaver`."""
+
+    def __init__(
+        self,
+        dirname: str | os.PathLike,
+        atomic: bool = True,
+        create_dir: bool = True,
+        require_empty: bool = True,
+        save_on_rank: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        if not storage.is_local(dirname):
+            raise ValueError(
+                f"DiskSaver writes to a local directory, got the URL {os.fspath(dirname)!r}. Use "
+                "FsspecSaver(url) for other storage, or pass the URL to Checkpoint as save_handler."
+            )
+        if "://" in os.fspath(dirname):  # file://...
+            dirname = storage.open_filesystem(dirname)[1]
+        self.dirname = Path(dirname).expanduser()
+        super().__init__(self.dirname, atomic, create_dir, require_empty, save_on_rank, **kwargs)
+
+    def path_of(self, filename: str) -> Path:
+        return self.dirname / filename
+
+
+def _rank() -> int:
+    distributed = torch.distributed
+    return distributed.get_rank() if distributed.is_available() and distributed.is_initialized() else 0
+
+
+def _make_save_handler(save_handler: Any, save_on_rank: int) -> Any:
+    if isinstance(save_handler, (str, os.PathLike)):
+        saver_class = DiskSaver if storage.is_local(save_handler) else FsspecSaver
+        return saver_class(save_handler, create_dir=True, save_on_rank=save_on_rank)
+    if callable(save_handler):
+        return save_handler
+    raise TypeError(
+        "Argument `save_handler` should be a string or Path object or callable or inherit from BaseSaveHandler, "
+        f"got {type(save_handler).__name__}: {save_handler!r}."
+    )
+
+
+def _check_torch_save_kwargs(owner: str, kwargs: dict[str, Any]) -> None:
+    try:
+        inspect.signature(torch.save).bind(None, None, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"{owner} passes its keyword arguments to torch.save, which rejects them: {e}.") from None
