@@ -22,7 +22,27 @@ SAVE_LOOP = HERE / "_save_loop_script.py"
 TRAIN = HERE / "_train_script.py"
 
 
+_CHILDREN: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_orphans():
+    """Whatever a test started is dead when it ends, even when an assertion failed before its kill."""
+    yield
+    while _CHILDREN:
+        child = _CHILDREN.pop()
+        if child.poll() is None:
+            child.kill()  # our own child, by its PID
+            child.wait(timeout=30)
+
+
 def start(*args: str | Path) -> subprocess.Popen:
+    child = _popen(*args)
+    _CHILDREN.append(child)
+    return child
+
+
+def _popen(*args: str | Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, *map(str, args)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
