@@ -5,19 +5,20 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from tracktrain import engine as _engine
+from tracktrain._lazy import lazy_attributes
 from tracktrain.engine import CallableEventWithFilter, Engine, EventEnum, Events, EventsList, RemovableEventHandle, State
 
 __version__ = "0.1.0"
 
-_FROM_ENGINE = {
-    "DeterministicEngine",
-    "create_supervised_evaluator",
-    "create_supervised_trainer",
-    "supervised_evaluation_step",
-    "supervised_training_step",
+_LAZY = {
+    name: "tracktrain.engine"
+    for name in (
+        "DeterministicEngine",
+        "create_supervised_evaluator",
+        "create_supervised_trainer",
+        "supervised_evaluation_step",
+        "supervised_training_step",
+    )
 }
 
 __all__ = [
@@ -37,13 +38,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _FROM_ENGINE:
-        value = getattr(_engine, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY)

@@ -5,8 +5,7 @@ Each handler lives in its own module; names are loaded on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tracktrain._lazy import lazy_attributes
 
 _LAZY = {
     "Checkpoint": "tracktrain.handlers.checkpoint",
@@ -25,14 +24,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY)
