@@ -94,6 +94,21 @@ def run_rank(rank: int) -> dict[str, Any]:
             only_rank_1.update(batch)
     results["only_rank_1"] = only_rank_1.compute()
 
+    # Average on a rank without updates: it has no sample shape, yet adds zeros of the other rank's shape
+    vectors_of_rank_1, numbers_of_rank_1 = Average(), Average()
+    if rank == 1:
+        for batch in data["vectors"]:
+            vectors_of_rank_1.update(batch)
+        for number in data["numbers"]:
+            numbers_of_rank_1.update(number)
+    results["average_only_rank_1"] = (vectors_of_rank_1.compute(), numbers_of_rank_1.compute())
+
+    # samples of different shapes on different ranks: every rank raises, none hangs or crashes
+    mismatched = Average()
+    mismatched.update(torch.ones(2, 3 + rank))
+    results["average_mismatch"] = outcome(mismatched.compute)
+    results["average_nothing"] = outcome(Average().compute)
+
     # no rank has data: every rank raises, none hangs
     results["nothing"] = outcome(Accuracy().compute)
 
@@ -179,6 +194,24 @@ def test_accuracy_of_all_data_is_the_direct_fraction(rank_results):
 def test_a_rank_without_updates_gets_the_global_value(rank_results):
     expected = metrics_over([rank_data(1)])["accuracy"]
     assert [r["only_rank_1"] for r in rank_results] == [expected, expected]
+
+
+def test_an_average_without_updates_on_one_rank_gets_the_other_ranks_mean(rank_results):
+    vectors = torch.cat(rank_data(1)["vectors"]).double()
+    numbers = rank_data(1)["numbers"]
+    for result in rank_results:
+        vector_mean, number_mean = result["average_only_rank_1"]
+        torch.testing.assert_close(vector_mean, vectors.mean(dim=0))
+        assert number_mean == pytest.approx(sum(numbers) / len(numbers))
+
+
+def test_average_errors_are_raised_on_every_rank(rank_results):
+    for result in rank_results:
+        assert result["average_mismatch"] == (
+            "ValueError: Average: the processes accumulated samples of different shapes (largest (4,), smallest "
+            "(3,)); every process must give samples of the same shape."
+        )
+        assert result["average_nothing"].startswith("NotComputableError: Average must have at least one example")
 
 
 def test_errors_are_raised_on_every_rank(rank_results):

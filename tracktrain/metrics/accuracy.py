@@ -47,7 +47,7 @@ class Accuracy(Metric):
     Args:
         output_transform: turns the engine output into `(y_pred, y)`.
         is_multilabel: `y_pred` and `y` are (N, C, ...) 0/1 labels; a sample is correct when all C labels match.
-        device: where the counts accumulate.
+        device: where the counts accumulate (default: the device of the inputs; see `Metric`).
         skip_unrolling: see `Metric`.
 
     The kind of input (binary/multiclass/multilabel) and the number of classes are fixed by the first `update()`
@@ -65,13 +65,14 @@ class Accuracy(Metric):
         self,
         output_transform: Callable[[Any], Any] = _identity,
         is_multilabel: bool = False,
-        device: str | torch.device = "cpu",
+        device: str | torch.device | None = None,
         skip_unrolling: bool = False,
     ) -> None:
         self._is_multilabel = is_multilabel
         super().__init__(output_transform=output_transform, device=device, skip_unrolling=skip_unrolling)
 
     def reset(self) -> None:
+        self._unsettle_device()
         self._num_correct = torch.zeros((), dtype=torch.int64, device=self._device)
         self._num_examples = 0
         # updates whose y_pred / y held values other than 0 and 1 in a binary or multilabel setting
@@ -82,6 +83,7 @@ class Accuracy(Metric):
 
     def update(self, output: Any) -> None:
         y_pred, y = _tensor_pair(output, "Accuracy")
+        self._settle_device(y_pred.device)
         kind = self._check_kind(y_pred, y)
         if kind == "multiclass":
             correct = torch.argmax(y_pred, dim=1) == y
@@ -170,7 +172,7 @@ class TopKCategoricalAccuracy(Metric):
         self,
         k: int = 5,
         output_transform: Callable[[Any], Any] = _identity,
-        device: str | torch.device = "cpu",
+        device: str | torch.device | None = None,
         skip_unrolling: bool = False,
     ) -> None:
         if not (isinstance(k, numbers.Integral) and not isinstance(k, bool) and k > 0):
@@ -179,11 +181,13 @@ class TopKCategoricalAccuracy(Metric):
         super().__init__(output_transform=output_transform, device=device, skip_unrolling=skip_unrolling)
 
     def reset(self) -> None:
+        self._unsettle_device()
         self._num_correct = torch.zeros((), dtype=torch.int64, device=self._device)
         self._num_examples = 0
 
     def update(self, output: Any) -> None:
         y_pred, y = _tensor_pair(output, "TopKCategoricalAccuracy")
+        self._settle_device(y_pred.device)
         if y_pred.ndim != 2 or y.ndim not in (1, 2) or y.shape[0] != y_pred.shape[0] or y.numel() != y.shape[0]:
             raise ValueError(
                 f"TopKCategoricalAccuracy got {_shapes(y_pred, y)}: expected y_pred (N, C) class scores and y (N,) "

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from tracktrain.metrics.distributed import all_reduce_sum
+from tracktrain.metrics.distributed import all_reduce_sum, common_shape
 from tracktrain.metrics.metric import Metric, NotComputableError, _accumulation_dtype, _identity
 
 __all__ = ["Average"]
@@ -27,7 +27,7 @@ class Average(Metric):
     Args:
         output_transform: picks the value to average from the engine output (a mapping output is an error:
             pick its entry here).
-        device: where the sum accumulates.
+        device: where the sum accumulates (default: the device of the inputs; see `Metric`).
         skip_unrolling: see `Metric`.
     """
 
@@ -40,12 +40,13 @@ class Average(Metric):
     def __init__(
         self,
         output_transform: Callable[[Any], Any] = _identity,
-        device: str | torch.device = "cpu",
+        device: str | torch.device | None = None,
         skip_unrolling: bool = False,
     ) -> None:
         super().__init__(output_transform=output_transform, device=device, skip_unrolling=skip_unrolling)
 
     def reset(self) -> None:
+        self._unsettle_device()
         self._sum = torch.zeros((), dtype=_accumulation_dtype(self._device), device=self._device)
         self._num_examples = 0
         self._sample_shape = None
@@ -53,6 +54,7 @@ class Average(Metric):
     def update(self, output: Any) -> None:
         value: torch.Tensor | numbers.Number
         if isinstance(output, torch.Tensor):
+            self._settle_device(output.device)
             value = output.detach().to(self._sum)
             if value.ndim > 1:
                 count, value = value.shape[0], value.sum(dim=0)
@@ -60,7 +62,9 @@ class Average(Metric):
                 count = 1
             shape = value.shape
         elif isinstance(output, numbers.Number):
-            # added as a Python scalar: no host-to-device copy of it
+            # added as a Python scalar: no host-to-device copy of it; the state stays where it is, for good (a
+            # later tensor must not move it by resetting)
+            self._settle_device(self._device)
             value, count, shape = output, 1, torch.Size()
         else:
             raise TypeError(
@@ -80,7 +84,12 @@ class Average(Metric):
         self._num_examples += count
 
     def compute(self) -> float | torch.Tensor:
-        total, examples = all_reduce_sum(self._sum, self._num_examples)
+        # a process without updates has no sample shape yet: it adds zeros of the shape the others have
+        shape = common_shape(self._sample_shape, "Average")
+        total, examples = 0.0, 0
+        if shape is not None:
+            local_sum = self._sum if self._sample_shape is not None else self._sum.new_zeros(shape)
+            total, examples = all_reduce_sum(local_sum, self._num_examples)
         if examples == 0:
             raise NotComputableError("Average must have at least one example before it can be computed; call "
                                      "update() after reset().")

@@ -7,7 +7,10 @@ from typing import Any
 
 import torch
 
-__all__ = ["all_reduce_sum"]
+__all__ = ["all_reduce_sum", "common_shape"]
+
+# common_shape's fixed-length descriptor: every rank must send the same number of elements
+_MAX_SHAPE_DIMS = 32
 
 
 def _world_size() -> int:
@@ -54,4 +57,40 @@ def all_reduce_sum(*values: torch.Tensor | numbers.Number) -> tuple[Any, ...]:
     return tuple(reduced)
 
 
-# -------------------------------------------------------------------------------------------------------- Metric
+def common_shape(shape: torch.Size | None, owner: str) -> torch.Size | None:
+    """The shape that the processes with data have, `shape` itself when not distributed; None when none has data.
+
+    For state whose shape is set by the first update (a rank without updates has no shape): ranks without data
+    then contribute zeros of the common shape, so that every rank's all-reduce has the same length. One small
+    all-reduce (max) of each rank's shape and its negation finds the largest and smallest shape at once; if they
+    differ, every rank raises the same ValueError (none goes on to a collective the others skip).
+    """
+    if _world_size() == 1:
+        return shape
+    if shape is not None and len(shape) > _MAX_SHAPE_DIMS:
+        raise ValueError(
+            f"{owner}: a sample of {len(shape)} dimensions {tuple(shape)} cannot be reduced across processes (at most "
+            f"{_MAX_SHAPE_DIMS}); flatten the samples in output_transform."
+        )
+    width = 1 + _MAX_SHAPE_DIMS
+    # per rank: (ndim, sizes..., padded with 0) and its negation; -1 (no data) is below every real value
+    descriptor = torch.full((2 * width,), -1, dtype=torch.int64)
+    if shape is not None:
+        sizes = torch.zeros(width, dtype=torch.int64)
+        sizes[0] = len(shape)
+        sizes[1 : 1 + len(shape)] = torch.tensor(shape, dtype=torch.int64)
+        descriptor = torch.cat([sizes, -sizes])
+    else:
+        descriptor[width:] = -(2**62)  # the negated half: below every negated real value
+    descriptor = descriptor.to(_collective_device())
+    torch.distributed.all_reduce(descriptor, op=torch.distributed.ReduceOp.MAX)
+    largest, smallest = descriptor[:width].tolist(), (-descriptor[width:]).tolist()  # host sync, in compute()
+    if largest[0] == -1:
+        return None
+    if largest != smallest:
+        raise ValueError(
+            f"{owner}: the processes accumulated samples of different shapes (largest "
+            f"{tuple(largest[1 : 1 + largest[0]])}, smallest {tuple(smallest[1 : 1 + smallest[0]])}); every process "
+            "must give samples of the same shape."
+        )
+    return torch.Size(largest[1 : 1 + largest[0]])

@@ -23,7 +23,7 @@ class Loss(Metric):
             is a dict of extra keyword arguments for `loss_fn`. A mapping output needs the keys "y_pred", "y"
             and "criterion_kwargs", as in Ignite.
         batch_size: the number of samples of a batch, from `y` (default `len`).
-        device: where the sum accumulates.
+        device: where the sum accumulates (default: the device of the inputs; see `Metric`).
         skip_unrolling: see `Metric`.
 
     `compute()` returns a float.
@@ -39,7 +39,7 @@ class Loss(Metric):
         loss_fn: Callable[..., Any],
         output_transform: Callable[[Any], Any] = _identity,
         batch_size: Callable[[Any], Any] = len,
-        device: str | torch.device = "cpu",
+        device: str | torch.device | None = None,
         skip_unrolling: bool = False,
     ) -> None:
         if not callable(loss_fn):
@@ -51,6 +51,7 @@ class Loss(Metric):
         super().__init__(output_transform=output_transform, device=device, skip_unrolling=skip_unrolling)
 
     def reset(self) -> None:
+        self._unsettle_device()
         self._sum = torch.zeros((), dtype=_accumulation_dtype(self._device), device=self._device)
         self._num_examples = 0
 
@@ -68,6 +69,7 @@ class Loss(Metric):
         average_loss = self._loss_fn(y_pred, y, **kwargs)
         if not isinstance(average_loss, torch.Tensor):
             average_loss = torch.as_tensor(average_loss)
+        self._settle_device(average_loss.device)
         if average_loss.ndim != 0:
             raise ValueError(
                 f"Loss: loss_fn returned a tensor of shape {tuple(average_loss.shape)}; it must return the batch's "

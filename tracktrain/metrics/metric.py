@@ -4,7 +4,8 @@ in `distributed.py`.
 PyTorch-Ignite's `ignite.metrics.Metric` is the reference for names and behaviour: `reset()`, `update(output)`,
 `compute()`, `attach(engine, name, usage)`, `detach`, `is_attached`, `output_transform`, arithmetic on metrics.
 
-What is ours: `update()` only adds to tensors on the metric's device and never reads a value back to the host;
+What is ours: `update()` only adds to tensors on the metric's device (by default the device of its inputs, so that
+updates never copy across devices) and never reads a value back to the host;
 `compute()` is where the one host sync of an epoch happens, and under torch.distributed the one all-reduce, done
 for every metric by `all_reduce_sum`.
 """
@@ -83,14 +84,18 @@ class Metric(ABC):
     Args:
         output_transform: turns the engine's `state.output` into what `update()` expects, by default
             `(y_pred, y)`. A mapping output is read at `required_output_keys`.
-        device: where the accumulated state lives. Put it where `update()`'s inputs live so that updates never
-            copy to another device (a copy from CUDA to the CPU would wait for the GPU).
+        device: where the accumulated state lives. None (default): on the device of `update()`'s inputs, settled
+            by the first update after each `reset()` (the CPU for numbers and XLA inputs), so that updates never
+            copy to another device (a copy from CUDA to the CPU would wait for the GPU). Ignite's default is the
+            CPU; give `device="cpu"` to keep it there.
         skip_unrolling: do not split an output of two lists, `([y_pred_1, ...], [y_1, ...])`, into one update
             per pair (Ignite's behaviour for lists of per-sample tensors).
 
     Standalone use: `m.reset(); m.update((y_pred, y)); m.compute()`. Attached: `m.attach(engine, "name")` resets
     at EPOCH_STARTED, updates at ITERATION_COMPLETED and writes `engine.state.metrics["name"]` at EPOCH_COMPLETED.
-    Subclasses set their own configuration before calling `super().__init__`, which calls `reset()`.
+    Subclasses set their own configuration before calling `super().__init__`, which calls `reset()`. Their
+    `reset()` allocates state on `self._device` (the CPU until an update settles the device), and their `update()`
+    calls `self._settle_device(inputs.device)` first: with device=None it resets once onto the inputs' device.
     """
 
     required_output_keys: tuple[str, ...] | None = ("y_pred", "y")
@@ -98,13 +103,16 @@ class Metric(ABC):
     def __init__(
         self,
         output_transform: Callable[[Any], Any] = _identity,
-        device: str | torch.device = "cpu",
+        device: str | torch.device | None = None,
         skip_unrolling: bool = False,
     ) -> None:
         if not callable(output_transform):
             raise TypeError(f"{type(self).__name__}: output_transform must be callable, got {output_transform!r}.")
         self._output_transform = output_transform
-        self._device = _as_device(device, type(self).__name__)
+        # None: the state follows the inputs (see _settle_device); until then it waits on the CPU
+        self._requested_device = None if device is None else _as_device(device, type(self).__name__)
+        self._device = self._requested_device or torch.device("cpu")
+        self._device_settled = self._requested_device is not None
         self._skip_unrolling = skip_unrolling
         # usages attached per engine, so that detaching one keeps the handlers another still needs
         self._attached_usages: weakref.WeakKeyDictionary[Engine, list[MetricUsage]] = weakref.WeakKeyDictionary()
@@ -113,6 +121,22 @@ class Metric(ABC):
     @abstractmethod
     def reset(self) -> None:
         """Forget everything accumulated."""
+
+    def _settle_device(self, inputs_device: torch.device) -> None:
+        """Call first in update(): with device=None, the first update after reset() puts the state on its inputs'
+        device, by resetting again there (nothing is accumulated yet, and zeros made on the device cost no sync)."""
+        if self._device_settled:
+            return
+        # XLA inputs: accumulate on the CPU, as Ignite (per-update accumulation on XLA is slow)
+        target = torch.device("cpu") if inputs_device.type == "xla" else inputs_device
+        if target != self._device:
+            self._device = target
+            self.reset()
+        self._device_settled = True
+
+    def _unsettle_device(self) -> None:
+        """Call in reset(): with device=None the next update settles the device again."""
+        self._device_settled = self._requested_device is not None
 
     @abstractmethod
     def update(self, output: Any) -> None:

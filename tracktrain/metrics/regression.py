@@ -29,12 +29,14 @@ class _MeanError(Metric):
         """The elementwise error of `y_pred - y`."""
 
     def reset(self) -> None:
+        self._unsettle_device()
         self._sum_of_errors = torch.zeros((), dtype=_accumulation_dtype(self._device), device=self._device)
         self._num_examples = 0
 
     def update(self, output: Any) -> None:
         name = type(self).__name__
         y_pred, y = _tensor_pair(output, name)
+        self._settle_device(y_pred.device)
         if y_pred.ndim == 0 or y.ndim == 0 or y.shape[0] != y_pred.shape[0] or y.numel() != y_pred.numel():
             raise ValueError(
                 f"{name} got y_pred of shape {tuple(y_pred.shape)} and y of shape {tuple(y.shape)}: expected both "

@@ -83,7 +83,7 @@ class RunningAverage(Metric):
                     "RunningAverage(src=...) takes its device from src, so device must be None; create src on "
                     f"{device!r} instead."
                 )
-            output_transform, accumulation_device = _identity, src._device
+            output_transform, accumulation_device = _identity, src._requested_device
         else:
             if output_transform is None:
                 raise ValueError(
@@ -92,7 +92,7 @@ class RunningAverage(Metric):
                 )
             if device is not None:
                 self._value_device = _as_device(device, "RunningAverage")
-            accumulation_device = device if device is not None else "cpu"
+            accumulation_device = device
         self.src = src
         self.alpha = float(alpha)
         self.epoch_bound = epoch_bound
