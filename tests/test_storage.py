@@ -154,3 +154,90 @@ def test_object_store_round_trip(s3_bucket):
     assert storage.listdir(directory) == ["b.pt"]
     with pytest.raises(FileNotFoundError, match="No file at s3://"):
         storage.read_bytes(storage.join(directory, "a.pt"))
+
+
+@pytest.fixture
+def file_size_limit():
+    """Writes past 64 KiB fail with EFBIG part-way through, as on a full disk."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG instead of being killed
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous_handler)
+
+
+def _arrow_local_filesystem():
+    """fsspec's Arrow wrapper (the one HDFS uses) over the local disk: its pipe_file streams into the final name."""
+    pyarrow_fs = pytest.importorskip("pyarrow.fs")
+    from fsspec.implementations.arrow import ArrowFSWrapper
+
+    return ArrowFSWrapper(pyarrow_fs.LocalFileSystem())
+
+
+def test_commit_strategy_per_file_system(tmp_path):
+    s3fs = pytest.importorskip("s3fs")
+    strategy = storage.atomic_commit_strategy
+    assert strategy(storage.open_filesystem(tmp_path)[0]) is storage.AtomicCommit.REPLACE_LOCAL_FILE
+    assert strategy(fsspec.filesystem("memory")) is storage.AtomicCommit.SINGLE_PUT
+    assert strategy(s3fs.S3FileSystem(anon=True)) is storage.AtomicCommit.SINGLE_PUT  # constructing connects nowhere
+    assert strategy(fsspec.filesystem("dir", path=str(tmp_path))) is storage.AtomicCommit.REPLACE_LOCAL_FILE
+    over_memory = fsspec.filesystem("dir", path="/somewhere", fs=fsspec.filesystem("memory"))
+    assert strategy(over_memory) is storage.AtomicCommit.SINGLE_PUT
+    simplecache = storage.open_filesystem(f"simplecache::file://{tmp_path}/a.pt")[0]
+    assert strategy(simplecache) is storage.AtomicCommit.MOVE_TEMPORARY  # its mv is the local rename it wraps
+    assert strategy(_arrow_local_filesystem()) is storage.AtomicCommit.MOVE_TEMPORARY
+
+
+def test_a_file_system_without_an_atomic_commit_is_refused_before_writing():
+    # HTTP's mv is fsspec's copy-then-delete fallback; the refusal comes before any request is made.
+    pytest.importorskip("aiohttp")
+    with pytest.raises(NotImplementedError, match=r"not available on HTTPFileSystem .* atomic=False"):
+        storage.write_bytes_atomic("http://127.0.0.1:9/a.pt", b"x")
+
+
+def test_dir_file_system_over_a_local_disk_keeps_the_old_file_when_a_write_fails_mid_stream(tmp_path, file_size_limit):
+    """DirFileSystem.pipe_file opens the final name and streams into it; the commit must go around it."""
+    fs = fsspec.filesystem("dir", path=str(tmp_path))
+    storage.write_file_atomic(fs, "a.pt", b"old")
+    assert (tmp_path / "a.pt").read_bytes() == b"old"
+    with pytest.raises(OSError) as failure:
+        storage.write_file_atomic(fs, "a.pt", b"n" * (1024 * 1024))
+    assert failure.value.errno == 27  # EFBIG: part of the data had been written when it failed
+    assert (tmp_path / "a.pt").read_bytes() == b"old"
+    assert os.listdir(tmp_path) == ["a.pt"]
+
+
+def test_move_temporary_commit_keeps_the_old_file_when_a_write_fails_mid_stream(tmp_path, file_size_limit):
+    fs = _arrow_local_filesystem()
+    target = f"{tmp_path}/a.pt"
+    storage.write_file_atomic(fs, target, b"old")
+    with pytest.raises(OSError, match="File too large"):
+        storage.write_file_atomic(fs, target, b"n" * (1024 * 1024))
+    assert (tmp_path / "a.pt").read_bytes() == b"old"
+    assert os.listdir(tmp_path) == ["a.pt"]
+
+
+def test_move_temporary_commit_replaces_the_file_and_leaves_nothing_else(tmp_path):
+    fs = _arrow_local_filesystem()
+    storage.write_file_atomic(fs, f"{tmp_path}/a.pt", b"first")
+    storage.write_file_atomic(fs, f"{tmp_path}/a.pt", memoryview(b"second, longer"))
+    assert (tmp_path / "a.pt").read_bytes() == b"second, longer"
+    # The same commit through a URL: a caching wrapper over the local disk.
+    storage.write_bytes_atomic(f"simplecache::file://{tmp_path}/b.pt", b"cached")
+    assert (tmp_path / "b.pt").read_bytes() == b"cached"
+    assert sorted(os.listdir(tmp_path)) == ["a.pt", "b.pt"]
+
+
+def test_move_temporary_commit_removes_the_temporary_when_the_move_fails(tmp_path):
+    # The final name is taken by a non-empty directory: the temporary is written whole, then the rename fails.
+    fs = _arrow_local_filesystem()
+    blocker = tmp_path / "a.pt"
+    blocker.mkdir()
+    (blocker / "keep").write_bytes(b"k")
+    with pytest.raises(OSError):
+        storage.write_file_atomic(fs, str(blocker), b"x" * 1000)
+    assert os.listdir(tmp_path) == ["a.pt"]
+    assert os.listdir(blocker) == ["keep"]

@@ -1,14 +1,20 @@
 """Files at any fsspec URL (a local path, `file://`, `memory://`, `s3://`, `gs://`, ...), written crash-consistently.
 
-Every URL goes through fsspec; only the commit step differs by kind of storage:
+Every URL goes through fsspec; only the commit step of `write_bytes_atomic` differs, chosen per file system by
+`atomic_commit_strategy`:
 
-- local file systems: the bytes go to a temporary file in the same directory, are fsynced, and the file is
-  renamed onto the final name (`os.replace` is atomic on POSIX and Windows), then the directory is fsynced so
-  the rename survives a power cut. A crash leaves either the old file or the new one, never a partial one;
-  at worst a hidden `.<name>.<random>.tmp` file stays behind.
-- everything else (object stores, `memory://`): the whole payload is written with one `pipe_file` call, a
-  single PUT (or a multipart upload, which is equally invisible until it completes), so a partial object is
-  never visible.
+- local disks (`LocalFileSystem`, and a `dir::` view of one): the bytes go to a temporary file in the same
+  directory, are fsynced, and the file is renamed onto the final name (`os.replace` is atomic on POSIX and
+  Windows), then the directory is fsynced so the rename survives a power cut.
+- stores where one `pipe_file` is atomic (an allow-list: `memory://`, S3, GCS, Azure Blob): the whole payload
+  goes in one put (or a multipart upload, which is equally invisible until it completes).
+- everything else (SFTP, FTP, SMB, HDFS/Arrow, caching wrappers, ...): there `pipe_file` opens the final name
+  and streams into it, so the bytes go to a hidden temporary name in the same directory instead, which `fs.mv`
+  then renames onto the final name on the server. A file system whose `mv` is fsspec's copy-then-delete
+  fallback offers no atomic commit, and the write is refused before anything is written.
+
+A crash leaves either the old file or the new one, never a partial one; at worst a hidden
+`.<name>.<random>.tmp` file stays behind.
 
 Credentials and other storage options come from fsspec's own configuration (environment variables,
 `fsspec.config`, the provider's credential chain); this module takes none, so none can leak into what it writes.
@@ -17,17 +23,19 @@ Credentials and other storage options come from fsspec's own configuration (envi
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import uuid
-from typing import TYPE_CHECKING, Union
+from typing import Union
 
 import fsspec
+from fsspec import AbstractFileSystem
+from fsspec.implementations.dirfs import DirFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
-if TYPE_CHECKING:
-    from fsspec import AbstractFileSystem
-
 __all__ = [
+    "AtomicCommit",
+    "atomic_commit_strategy",
     "exists",
     "is_local",
     "isdir",
@@ -39,6 +47,7 @@ __all__ = [
     "remove",
     "write_bytes",
     "write_bytes_atomic",
+    "write_file_atomic",
 ]
 
 PathOrURL = Union[str, "os.PathLike[str]"]
@@ -66,16 +75,65 @@ def join(url: PathOrURL, name: str) -> str:
     return url + name if url.endswith("/") else f"{url}/{name}"
 
 
+class AtomicCommit(enum.Enum):
+    """How `write_bytes_atomic` makes a file appear whole on a given file system."""
+
+    REPLACE_LOCAL_FILE = "temporary file + fsync + os.replace"
+    SINGLE_PUT = "one pipe_file call"
+    MOVE_TEMPORARY = "pipe_file to a temporary name + server-side mv"
+
+
+# Protocols whose pipe_file publishes the object in one step, so no reader ever sees a part of it:
+_SINGLE_PUT_PROTOCOLS = frozenset({
+    "memory",  # fsspec's MemoryFileSystem stores the finished buffer under the name in one dict assignment
+    "s3", "s3a",  # S3 PutObject / CompleteMultipartUpload make the object visible only once complete
+    "gs", "gcs",  # a GCS (resumable) upload creates the object only when it is finalized
+    "abfs", "abfss", "az",  # Azure block blobs: blocks are staged, then Put Block List commits them at once
+})
+
+
+def atomic_commit_strategy(fs: AbstractFileSystem) -> AtomicCommit:
+    """How to commit a file atomically on `fs`; NotImplementedError when `fs` offers no atomic commit."""
+    if isinstance(fs, DirFileSystem):
+        return atomic_commit_strategy(fs.fs)  # a directory view commits as the file system it views does
+    if isinstance(fs, LocalFileSystem):
+        return AtomicCommit.REPLACE_LOCAL_FILE
+    protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
+    if protocols & _SINGLE_PUT_PROTOCOLS:
+        return AtomicCommit.SINGLE_PUT
+    # fsspec's default mv copies then deletes, which streams into the final name just like pipe_file does; a
+    # file system that overrides it (SFTP, FTP, SMB, WebHDFS, Arrow/HDFS, local) renames on the server instead.
+    # A bound method is compared, not the class attribute, because caching wrappers forward mv to their target.
+    if getattr(fs.mv, "__func__", None) is AbstractFileSystem.mv:
+        raise NotImplementedError(
+            f"Atomic writes are not available on {type(fs).__name__} (protocol {fs.protocol!r}): one put there is "
+            "not known to be atomic and its mv copies then deletes instead of renaming, so a crash could leave a "
+            "partial file under the final name. Write to a local path or to s3://, gs://, abfs:// or memory://, "
+            "or accept in-place writes (storage.write_bytes, or atomic=False on the checkpoint saver)."
+        )
+    return AtomicCommit.MOVE_TEMPORARY
+
+
 def write_bytes_atomic(url: PathOrURL, data: BytesLike) -> None:
     """Write `data` to `url` so that readers see either the previous content or all of `data`, never a part.
 
     On any exception (including KeyboardInterrupt) the temporary file is removed and `url` is unchanged.
     """
-    fs, path = open_filesystem(url)
-    if isinstance(fs, LocalFileSystem):
+    write_file_atomic(*open_filesystem(url), data)
+
+
+def write_file_atomic(fs: AbstractFileSystem, path: str, data: BytesLike) -> None:
+    """`write_bytes_atomic` for a file system object already at hand (for instance a `DirFileSystem`, whose
+    `dir::` URLs fsspec does not resolve)."""
+    while isinstance(fs, DirFileSystem):  # commit on the viewed file system, so a local disk gets its fsyncs
+        fs, path = fs.fs, fs._join(path)
+    strategy = atomic_commit_strategy(fs)
+    if strategy is AtomicCommit.REPLACE_LOCAL_FILE:
         _replace_local_file(path, data)
+    elif strategy is AtomicCommit.SINGLE_PUT:
+        fs.pipe_file(path, bytes(data))
     else:
-        fs.pipe_file(path, bytes(data))  # one PUT: the object appears whole or not at all
+        _move_temporary_into_place(fs, path, data)
 
 
 def write_bytes(url: PathOrURL, data: BytesLike) -> None:
@@ -135,11 +193,26 @@ def listdir(url: PathOrURL) -> list[str]:
     return sorted(entry["name"].rstrip("/").rsplit("/", 1)[-1] for entry in entries if entry["type"] == "file")
 
 
+def _temporary_name(name: str) -> str:
+    # Hidden, and without the target's extension, so listings of checkpoints never pick it up.
+    return f".{name}.{uuid.uuid4().hex[:12]}.tmp"
+
+
+def _move_temporary_into_place(fs: AbstractFileSystem, path: str, data: BytesLike) -> None:
+    directory, separator, name = path.rpartition(fs.sep)
+    temporary = directory + separator + _temporary_name(name)  # same directory: the mv is a rename, not a copy
+    try:
+        fs.pipe_file(temporary, bytes(data))
+        fs.mv(temporary, path)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the temporary may never have been created
+            fs.rm_file(temporary)
+        raise
+
+
 def _replace_local_file(path: str, data: BytesLike) -> None:
     directory, name = os.path.split(path)
-    # Same directory as the target, so the rename never crosses file systems; hidden, and without the target's
-    # extension, so listings of checkpoints never pick it up.
-    temporary = os.path.join(directory, f".{name}.{uuid.uuid4().hex[:12]}.tmp")
+    temporary = os.path.join(directory, _temporary_name(name))  # same directory: the rename stays on one disk
     try:
         f = open(temporary, "xb")
     except FileNotFoundError:
