@@ -26,12 +26,20 @@ from torch import nn
 from tracktrain import storage
 from tracktrain.engine import Engine, EventEnum, Events
 from tracktrain.engine._signature import accepts
-from tracktrain.handlers.checkpoint_state import _check_objects, _match, _read_checkpoint, _state_of
-from tracktrain.handlers.savers import BaseSaveHandler, DiskSaver, FsspecSaver, _make_save_handler
+from tracktrain.handlers.checkpoint_state import (
+    _WRAPPERS,
+    _check_fits,
+    _check_objects,
+    _is_container,
+    _looks_like_objects,
+    _match,
+    _read_checkpoint,
+    _state_of,
+)
+from tracktrain.handlers.savers import BaseSaveHandler, DiskSaver, FsspecSaver, _is_plain_name, _make_save_handler
 
 __all__ = ["BaseSaveHandler", "Checkpoint", "CheckpointEvents", "DiskSaver", "FsspecSaver", "ModelCheckpoint"]
 
-_WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
 _PATTERN_FIELDS = {"filename_prefix", "name", "score", "score_name", "global_step", "ext"}
 
 
@@ -302,6 +310,12 @@ class Checkpoint:
                 f"Required state attribute '_saved' is absent in provided state_dict {list(state_dict)}; pass what "
                 "Checkpoint.state_dict() returned."
             )
+        self._saved = self._items_of(state_dict)
+
+    @staticmethod
+    def _items_of(state_dict: Mapping) -> list[Checkpoint.Item]:
+        """The retention list in `state_dict`, checked: retention deletes these files, so each must be a plain
+        file name inside the save handler's directory."""
         items = []
         for entry in state_dict["_saved"]:
             if not (
@@ -309,8 +323,14 @@ class Checkpoint:
                 and isinstance(entry[1], str)
             ):
                 raise ValueError(f"Each entry of state_dict['_saved'] must be (priority, filename), got {entry!r}.")
+            if not _is_plain_name(entry[1]):
+                raise ValueError(
+                    f"state_dict['_saved'] names the file {entry[1]!r}, which is not a plain file name in the save "
+                    "directory (it is absolute, or has a path separator or '..'); retention would delete it. Pass "
+                    "what Checkpoint.state_dict() returned, which only holds plain names."
+                )
             items.append(Checkpoint.Item(entry[0], entry[1]))
-        self._saved = items
+        return items
 
     # ------------------------------------------------------------------------------------------------- loading
     @staticmethod
@@ -319,11 +339,17 @@ class Checkpoint:
     ) -> None:
         """Restore every object of `to_load` from `checkpoint`: a dict of state dicts, a local path or an fsspec URL.
 
-        The whole checkpoint is read, and its structure checked against `to_load`, before any `load_state_dict`
-        is called, so a missing key or a missing or corrupted file leaves every object untouched. (Should an
-        object's own `load_state_dict` then fail, e.g. on a shape mismatch, the error notes which objects were
-        loaded before it.) With one object in `to_load`, the checkpoint may be that object's state dict itself.
-        Tensors are read onto the CPU; `load_state_dict` moves them to where each object lives.
+        The whole checkpoint is read and checked against `to_load` before any `load_state_dict` is called: its
+        structure, every module's keys (when strict) and tensor shapes, every optimizer's parameter groups, and
+        a `Checkpoint`'s retention list. So a missing key, a shape mismatch, or a missing or corrupted file
+        leaves every object untouched. (Should an object's own `load_state_dict` still fail, the error notes
+        which objects were loaded before it.) Tensors are read onto the CPU; `load_state_dict` moves them to
+        where each object lives.
+
+        With one object in `to_load`, the checkpoint may be that object's state itself, as `Checkpoint` writes it
+        for a single entry of `to_save` (a list entry included). A checkpoint that holds several objects' states
+        under other names (every entry a dict or list, none named like a key of the object's own state dict) is
+        not taken for the object's state: its key counts as missing.
 
         Args:
             to_load: name -> object (or nested dicts/lists), as given to `Checkpoint(to_save=...)`.
@@ -343,16 +369,20 @@ class Checkpoint:
             source, states = "the checkpoint dict", checkpoint
         else:
             source, states = os.fspath(checkpoint), _read_checkpoint(checkpoint)
-            if not isinstance(states, Mapping):
-                raise ValueError(
-                    f"Checkpoint file {source} holds a {type(states).__name__}, not a dict of state dicts; it was "
-                    "not written by Checkpoint or torch.save(state_dict)."
-                )
 
         if len(to_load) == 1:
+            # Checkpoint writes a single entry of to_save as that entry's state alone (a list for a list of objects)
             key, obj = next(iter(to_load.items()))
-            if key not in states:  # a single object's checkpoint is that object's state dict
-                to_load, states = {key: obj}, {key: states}
+            is_list = _is_container(obj) and not isinstance(obj, Mapping) and not hasattr(obj, "load_state_dict")
+            if not isinstance(states, Mapping) and is_list:
+                states = {key: states}
+            elif isinstance(states, Mapping) and key not in states and not _looks_like_objects(states, obj):
+                states = {key: states}
+        if not isinstance(states, Mapping):
+            raise ValueError(
+                f"Checkpoint file {source} holds a {type(states).__name__}, not a dict of state dicts; it was "
+                "not written by Checkpoint or torch.save(state_dict)."
+            )
         plan: list[tuple[str, Any, Any]] = []
         missing: list[str] = []
         _match(to_load, states, "", source, plan, missing)
@@ -361,9 +391,16 @@ class Checkpoint:
                 f"Checkpoint {source} has no state for {missing} (it holds {list(states)}). Nothing was loaded. "
                 "Load only the objects it holds, or pass strict=False to skip the missing ones."
             )
+        _check_fits(plan, source, strict)
+        for key_path, obj, state in plan:
+            if isinstance(obj, Checkpoint) and isinstance(state, Mapping) and "_saved" in state:
+                Checkpoint._items_of(state)  # refused here rather than after other objects were loaded
         if missing:
-            warnings.warn(f"Checkpoint {source} has no state for {missing}; those objects were left as they are.",
-                          stacklevel=2)
+            warnings.warn(
+                f"Checkpoint {source} has no state for {missing} (it holds {list(states)}); those objects were left "
+                "as they are.",
+                stacklevel=2,
+            )
 
         done: list[str] = []
         for key_path, obj, state in plan:
@@ -401,13 +438,18 @@ class Checkpoint:
         """The newest checkpoint in a directory (a path or fsspec URL), for resuming in a new process; None when
         the directory is missing or holds none.
 
-        "Newest" is the largest global step in the name, among `.pt` files named as Checkpoint names them by
-        default, `{filename_prefix}_{name}_{global_step}.pt` (`{name}_{global_step}.pt` without a prefix), i.e.
-        without a score. Temporary files of unfinished writes never count. When several handlers save into the
-        same directory, give each a prefix and pass it here.
+        "Newest" is the largest global step in the name, among `.pt` files named exactly as Checkpoint names them
+        by default without a score: `{filename_prefix}_{name}_{global_step}.pt`, or `{name}_{global_step}.pt`
+        when `filename_prefix` is empty. `name` must be one token without "_" or "=" (Checkpoint's name for
+        several objects is "checkpoint"): otherwise `run_b_model_9.pt` could be prefix "run" with name
+        "b_model", and `best_model_9512.pt` a best-score file whose score 9512 reads as a step. So files of
+        other prefixes, score files and temporary files of unfinished writes never count, and neither do
+        single objects saved under names with "_" (such as "lr_scheduler"): save several objects together, or
+        pass the file to `load_objects` yourself. When several handlers save into the same directory, give
+        each a prefix and pass it here.
         """
         lead = re.escape(f"{filename_prefix}_") if filename_prefix else ""
-        named = re.compile(rf"{lead}.+_(\d+)\.pt")
+        named = re.compile(rf"{lead}[^_=/\\]+_(\d+)\.pt")
         try:
             names = storage.listdir(dirname)
         except FileNotFoundError:

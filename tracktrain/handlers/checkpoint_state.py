@@ -78,6 +78,93 @@ def _match(objs: Any, states: Any, path: str, source: str, plan: list, missing: 
         _match(obj, state, f"{path}[{i}]", source, plan, missing)
 
 
+def _check_fits(plan: list, source: str, strict: bool) -> None:
+    """ValueError naming the object, the key and both shapes for the first state in `plan` that its object's
+    `load_state_dict` would reject part-way, so that the caller can refuse before anything is applied. Modules
+    are checked in full (keys when strict, every tensor's shape); optimizers by their parameter groups and by
+    the shapes of per-parameter state they already hold. Other objects check their own state when loading.
+    The error is of the class that the object's own `load_state_dict` raises (RuntimeError for modules,
+    ValueError for optimizers), so code written against torch or Ignite catches it."""
+    for key_path, obj, state in plan:
+        if isinstance(obj, _WRAPPERS):
+            obj = obj.module
+        if isinstance(obj, nn.Module):
+            problem, error = _module_misfit(obj, state, strict), RuntimeError
+        elif isinstance(obj, torch.optim.Optimizer):
+            problem, error = _optimizer_misfit(obj, state), ValueError
+        else:
+            continue
+        if problem is not None:
+            raise error(
+                f"Cannot load {key_path} ({type(obj).__name__}) from {source}: {problem}. Nothing was loaded. "
+                "Load a checkpoint written for this architecture, or leave this object out of to_load."
+            )
+
+
+def _module_misfit(module: nn.Module, state: Any, strict: bool) -> str | None:
+    if not isinstance(state, Mapping):
+        return f"its state is a {type(state).__name__}, not a state dict"
+    current = module.state_dict(keep_vars=True)
+    if strict:
+        missing = [key for key in current if key not in state]
+        unexpected = [key for key in state if key not in current]
+        if missing or unexpected:
+            return (f"Missing key(s) {missing[:5]}, Unexpected key(s) {unexpected[:5]} in the checkpoint (pass "
+                    "strict=False to load the keys both have)")
+    for key, value in state.items():
+        mine = current.get(key)
+        if not (isinstance(value, torch.Tensor) and isinstance(mine, torch.Tensor)):
+            continue
+        if isinstance(mine, nn.parameter.UninitializedTensorMixin):  # lazy modules take any shape
+            continue
+        if mine.dim() == 0 and tuple(value.shape) == (1,):  # torch loads a 1-element tensor into a scalar
+            continue
+        if value.shape != mine.shape:
+            return (f"size mismatch for {key!r}: shape {tuple(value.shape)} in the checkpoint, "
+                    f"{tuple(mine.shape)} in the model")
+    return None
+
+
+def _optimizer_misfit(optimizer: torch.optim.Optimizer, state: Any) -> str | None:
+    if not (isinstance(state, Mapping) and isinstance(state.get("param_groups"), Sequence)):
+        return f"its state is not an optimizer state dict (it holds {_keys(state)})"
+    groups = state["param_groups"]
+    if len(groups) != len(optimizer.param_groups):
+        return f"the checkpoint has {len(groups)} parameter groups, the optimizer {len(optimizer.param_groups)}"
+    for i, (saved, mine) in enumerate(zip(groups, optimizer.param_groups)):
+        if not isinstance(saved, Mapping) or len(saved.get("params", ())) != len(mine["params"]):
+            count = len(saved.get("params", ())) if isinstance(saved, Mapping) else "?"
+            return f"parameter group {i} has {count} parameters in the checkpoint, {len(mine['params'])} here"
+    # Where this optimizer already has state for a parameter (a resumed run), shapes must agree; comparing with
+    # the parameters themselves would be wrong for optimizers whose state is factored (e.g. Adafactor).
+    current = optimizer.state_dict()["state"]
+    for index, saved in (state.get("state") or {}).items():
+        mine = current.get(index)
+        if not (isinstance(saved, Mapping) and isinstance(mine, Mapping)):
+            continue
+        for name, value in saved.items():
+            here = mine.get(name)
+            if isinstance(value, torch.Tensor) and isinstance(here, torch.Tensor) and value.shape != here.shape:
+                return (f"state[{index!r}][{name!r}] has shape {tuple(value.shape)} in the checkpoint but "
+                        f"{tuple(here.shape)} here")
+    return None
+
+
+def _keys(value: Any) -> Any:
+    return list(value) if isinstance(value, Mapping) else type(value).__name__
+
+
+def _looks_like_objects(states: Mapping, obj: Any) -> bool:
+    """Whether a checkpoint holds several objects' states under their names, rather than `obj`'s own state:
+    every entry is a dict or list (a state dict), and none is named like an entry of `obj`'s state dict."""
+    if not states or not all(_is_container(value) for value in states.values()):
+        return False
+    if isinstance(obj, _WRAPPERS):
+        obj = obj.module
+    own = obj if _is_container(obj) and not hasattr(obj, "state_dict") else obj.state_dict()
+    return not (isinstance(own, Mapping) and any(key in own for key in states))
+
+
 def _read_checkpoint(url: str | os.PathLike) -> Any:
     """torch.load of the file at `url`, with errors that name the file and say what to do."""
     try:

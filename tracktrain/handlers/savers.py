@@ -81,8 +81,9 @@ class FsspecSaver(BaseSaveHandler):
                 )
 
     def path_of(self, filename: str) -> str | Path:
-        """Where `filename` is stored (what `Checkpoint.last_checkpoint` returns)."""
-        return storage.join(self.url, filename)
+        """Where `filename` is stored (what `Checkpoint.last_checkpoint` returns). `filename` must be a plain
+        name, so that saving and retention never reach outside the directory."""
+        return storage.join(self.url, _check_plain_name(filename))
 
     def __call__(self, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None:
         if _rank() != self.save_on_rank:
@@ -123,7 +124,29 @@ class DiskSaver(FsspecSaver):
         super().__init__(self.dirname, atomic, create_dir, require_empty, save_on_rank, **kwargs)
 
     def path_of(self, filename: str) -> Path:
-        return self.dirname / filename
+        return self.dirname / _check_plain_name(filename)
+
+
+def _is_plain_name(filename: str) -> bool:
+    """Whether `filename` names a file directly inside a directory: not absolute, no path separator, not "..".
+    ("a..b" is a plain name: without a separator ".." can only be the whole name.)"""
+    separators = {"/", os.sep} | ({os.altsep} if os.altsep else set())
+    return (
+        isinstance(filename, str) and filename not in ("", ".", "..") and not os.path.isabs(filename)
+        and not any(sep in filename for sep in separators)
+    )
+
+
+def _check_plain_name(filename: str) -> str:
+    """`filename` itself if it is a plain name; ValueError otherwise, since savers write and delete what it
+    names."""
+    if not _is_plain_name(filename):
+        raise ValueError(
+            f"Checkpoint file name {filename!r} is not a plain file name: savers only write and delete files "
+            "directly inside their directory. Use a name without '/', '..' or a leading root (check "
+            "filename_prefix and filename_pattern)."
+        )
+    return filename
 
 
 def _rank() -> int:
