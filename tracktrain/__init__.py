@@ -14,10 +14,12 @@ _LAZY = {
     name: "tracktrain.engine"
     for name in (
         "DeterministicEngine",
+        "ModelEngine",
         "create_supervised_evaluator",
         "create_supervised_trainer",
         "supervised_evaluation_step",
         "supervised_training_step",
+        "initialize",
     )
 }
 
@@ -28,11 +30,13 @@ __all__ = [
     "EventEnum",
     "Events",
     "EventsList",
+    "ModelEngine",
     "RemovableEventHandle",
     "State",
     "__version__",
     "create_supervised_evaluator",
     "create_supervised_trainer",
+    "initialize",
     "supervised_evaluation_step",
     "supervised_training_step",
 ]

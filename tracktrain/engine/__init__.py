@@ -15,6 +15,7 @@ from tracktrain.engine.events import CallableEventWithFilter, EventEnum, Events,
 from tracktrain.engine.state import State
 
 if TYPE_CHECKING:
+    from tracktrain.engine.model_engine import BaseOpHook, ModelEngine, initialize
     from tracktrain.engine.deterministic import DeterministicEngine, ReproducibleBatchSampler
     from tracktrain.engine.supervised import (
         create_supervised_evaluator,
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {
+    "BaseOpHook": "tracktrain.engine.model_engine",
+    "ModelEngine": "tracktrain.engine.model_engine",
+    "initialize": "tracktrain.engine.model_engine",
     "DeterministicEngine": "tracktrain.engine.deterministic",
     "ReproducibleBatchSampler": "tracktrain.engine.deterministic",
     "create_supervised_evaluator": "tracktrain.engine.supervised",
@@ -41,17 +45,20 @@ _LAZY = {
 }
 
 __all__ = [
+    "BaseOpHook",
     "CallableEventWithFilter",
     "DeterministicEngine",
     "Engine",
     "EventEnum",
     "Events",
     "EventsList",
+    "ModelEngine",
     "RemovableEventHandle",
     "ReproducibleBatchSampler",
     "State",
     "create_supervised_evaluator",
     "create_supervised_trainer",
+    "initialize",
     "supervised_evaluation_step",
     "supervised_evaluation_step_amp",
     "supervised_training_step",

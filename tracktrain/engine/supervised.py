@@ -19,6 +19,7 @@ import torch
 
 from tracktrain.engine.deterministic import DeterministicEngine
 from tracktrain.engine.engine import Engine
+from tracktrain.engine.model_engine import ModelEngine
 
 __all__ = [
     "convert_tensor",
@@ -104,10 +105,6 @@ def _check_accumulation(gradient_accumulation_steps: Any) -> int:
     return int(gradient_accumulation_steps)
 
 
-def _optimizer_step(optimizer: torch.optim.Optimizer) -> None:
-    optimizer.step()
-
-
 def _training_step(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -123,53 +120,38 @@ def _training_step(
     autocast_dtype: torch.dtype | None = None,
     scaler: torch.amp.GradScaler | None = None,
     clip_grad_norm: float | None = None,
-    optimizer_step: Callable[[torch.optim.Optimizer], None] = _optimizer_step,
-    reduce_gradients: Callable[[torch.optim.Optimizer], None] | None = None,
+    optimizer_step: Callable[[torch.optim.Optimizer], None] | None = None,
+    gradient_handlers: Sequence[Any] = (),
 ) -> Callable[[Engine, Any], Any]:
-    """The one supervised training step. Gradients of `gradient_accumulation_steps` consecutive iterations
-    are summed (each loss divided by that number), so the update equals one step on their concatenated batch.
+    """The one supervised training step, on a `ModelEngine`. Gradients of `gradient_accumulation_steps`
+    consecutive iterations are summed (each loss divided by that number), so the update equals one step on
+    their concatenated batch.
     """
     accumulation = _check_accumulation(gradient_accumulation_steps)
     if clip_grad_norm is not None and not (isinstance(clip_grad_norm, numbers.Real) and clip_grad_norm > 0):
         raise ValueError(f"clip_grad_norm must be a positive number or None, got {clip_grad_norm!r}.")
-    device_type = _device_type(device, model)
+    step_kwargs = {} if optimizer_step is None else {"optimizer_step": optimizer_step}
+    model_engine = ModelEngine(
+        model, optimizer, loss_fn, gradient_handlers=gradient_handlers, clip_grad_norm=clip_grad_norm,
+        scaler=scaler, autocast_dtype=autocast_dtype, device_type=_device_type(device, model), **step_kwargs,
+    )
 
     def update(engine: Engine, batch: Any) -> Any:
         iteration = engine.state.iteration
         if (iteration - 1) % accumulation == 0:
-            optimizer.zero_grad()
+            model_engine.zero_grad()
         if not model.training:  # an evaluator may have switched it to eval mode
-            model.train()
+            model_engine.train()
         x, y = prepare_batch(batch, device=device, non_blocking=non_blocking)
-        if autocast_dtype is None:
-            output = model_fn(model, x)
-            y_pred = model_transform(output)
+        with model_engine.autocast():
+            y_pred = model_transform(model_fn(model, x))
             loss = loss_fn(y_pred, y)
-        else:
-            with torch.autocast(device_type, dtype=autocast_dtype):
-                output = model_fn(model, x)
-                y_pred = model_transform(output)
-                loss = loss_fn(y_pred, y)
-        scaled_loss = loss / accumulation if accumulation > 1 else loss
-        if scaler is not None:
-            scaler.scale(scaled_loss).backward()
-        else:
-            scaled_loss.backward()
+        model_engine.backward(loss / accumulation if accumulation > 1 else loss)
         if iteration % accumulation == 0:
-            if reduce_gradients is not None:
-                reduce_gradients(optimizer)  # across replicas first, so every replica clips the same norm
-            if clip_grad_norm is not None:
-                if scaler is not None:
-                    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-                parameters = [p for group in optimizer.param_groups for p in group["params"]]
-                torch.nn.utils.clip_grad_norm_(parameters, clip_grad_norm)
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer_step(optimizer)
+            model_engine.step()
         return output_transform(x, y, y_pred, loss)
 
+    update.model_engine = model_engine  # type: ignore[attr-defined]  # for handlers that need the step's parts
     return update
 
 
@@ -286,7 +268,7 @@ def supervised_training_step_tpu(
     return _training_step(
         model, optimizer, loss_fn, device, non_blocking, prepare_batch, model_transform, output_transform,
         gradient_accumulation_steps, model_fn, clip_grad_norm=clip_grad_norm, optimizer_step=xla_step,
-        reduce_gradients=xm.reduce_gradients,
+        gradient_handlers=[lambda: xm.reduce_gradients(optimizer)],
     )
 
 

@@ -1,0 +1,273 @@
+"""ModelEngine: the one implementation of "a step" (Colossal-AI's Engine).
+
+It owns the model, the optimizer and the criterion, and runs the parts of an optimization step in the order
+that mixed precision and distributed training need::
+
+    model_engine.zero_grad()
+    output = model_engine(inputs)                   # forward, under autocast when enabled
+    loss = model_engine.criterion(output, labels)   # the loss, under the same autocast
+    model_engine.backward(loss)                     # scaled by the GradScaler when there is one
+    model_engine.step()                             # gradient handlers -> unscale + clip -> optimizer step -> scaler update
+
+`create_supervised_trainer`'s step is built on it; precision (autocast dtype, GradScaler) and strategy (gradient
+handlers such as an all-reduce, an optimizer step such as XLA's) are its parameters, never copies of the loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import numbers
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["BaseOpHook", "ModelEngine", "initialize"]
+
+
+class BaseOpHook:
+    """Code around every submodule's forward and backward (Colossal-AI's ophooks); override what you need.
+
+    `pre_fwd_exec(module, *inputs)`, `post_fwd_exec(module, *inputs)`, `pre_bwd_exec(module, grad_output)`,
+    `post_bwd_exec(module, grad_input)` run for each submodule; `post_iter()` once per `ModelEngine.step()`.
+    """
+
+    def pre_fwd_exec(self, module: nn.Module, *inputs: Any) -> None: ...
+
+    def post_fwd_exec(self, module: nn.Module, *inputs: Any) -> None: ...
+
+    def pre_bwd_exec(self, module: nn.Module, grad_output: Any) -> None: ...
+
+    def post_bwd_exec(self, module: nn.Module, grad_input: Any) -> None: ...
+
+    def post_iter(self) -> None: ...
+
+
+class _AutocastCriterion:
+    """The criterion, called under the engine's autocast (the loss belongs to the mixed-precision region)."""
+
+    def __init__(self, criterion: Callable, model_engine: ModelEngine) -> None:
+        self.criterion = criterion
+        self._model_engine = model_engine
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self._model_engine.autocast():
+            return self.criterion(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"autocast({self.criterion!r})"
+
+
+def _optimizer_step(optimizer: torch.optim.Optimizer) -> None:
+    optimizer.step()
+
+
+class ModelEngine:
+    """Forward, loss, backward and optimizer step for one model, as in Colossal-AI's `Engine`.
+
+    Args:
+        model: the module to train.
+        optimizer: its optimizer (None for evaluation only).
+        criterion: the loss function, reachable as `model_engine.criterion(output, label)`.
+        gradient_handlers: run first in `step()`, each an object with `handle_gradient()` or a callable taking
+            no argument (e.g. an all-reduce of the gradients across replicas).
+        clip_grad_norm: clip the gradients' total norm to this value in `step()` (0 or None: no clipping).
+        ophook_list: `BaseOpHook`s around every submodule's forward and backward.
+        clip_grad_value: clip each gradient element to [-value, value] in `step()`.
+        scaler: a `torch.amp.GradScaler` (fp16): `backward` scales the loss, `step` unscales before clipping
+            and skips the update when gradients are inf/NaN.
+        autocast_dtype: run forward and loss under `torch.autocast` with this dtype (None: full precision).
+        device_type: autocast's device type; by default that of the model's first parameter.
+        optimizer_step: how the optimizer steps (default `optimizer.step()`; XLA marks the step too).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+        criterion: Callable | None = None,
+        gradient_handlers: Iterable[Any] | None = None,
+        clip_grad_norm: float | None = 0.0,
+        ophook_list: Iterable[BaseOpHook] | None = None,
+        *,
+        clip_grad_value: float | None = None,
+        scaler: torch.amp.GradScaler | None = None,
+        autocast_dtype: torch.dtype | None = None,
+        device_type: str | None = None,
+        optimizer_step: Callable[[torch.optim.Optimizer], None] = _optimizer_step,
+    ) -> None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"ModelEngine needs a torch.nn.Module as model, got {type(model).__name__}.")
+        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer must be a torch.optim.Optimizer or None, got {type(optimizer).__name__}.")
+        if criterion is not None and not callable(criterion):
+            raise TypeError(f"criterion must be callable (e.g. nn.CrossEntropyLoss()), got {criterion!r}.")
+        for name, value in (("clip_grad_norm", clip_grad_norm), ("clip_grad_value", clip_grad_value)):
+            if value is not None and not (isinstance(value, numbers.Real) and value >= 0):
+                raise ValueError(f"{name} must be a number >= 0 or None, got {value!r}.")
+        if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
+            raise TypeError(f"scaler must be a torch.amp.GradScaler or None, got {scaler!r}.")
+        if autocast_dtype not in (None, torch.float16, torch.bfloat16):
+            raise ValueError(f"autocast_dtype must be torch.float16, torch.bfloat16 or None, got {autocast_dtype!r}.")
+        self._model = model
+        self._optimizer = optimizer
+        self._criterion = criterion
+        self.gradient_handlers = list(gradient_handlers or ())
+        self.clip_grad_norm = clip_grad_norm or None
+        self.clip_grad_value = clip_grad_value or None
+        self.scaler = scaler
+        self.autocast_dtype = autocast_dtype
+        if device_type is None:
+            parameter = next(model.parameters(), None)
+            device_type = parameter.device.type if parameter is not None else "cpu"
+        self.device_type = device_type
+        self._optimizer_step = optimizer_step
+        self._ophooks: list[BaseOpHook] = []
+        self._ophook_handles: dict[int, list[Any]] = {}
+        for ophook in ophook_list or ():
+            self.add_hook(ophook)
+
+    # --------------------------------------------------------------------------------------------- properties
+    @property
+    def model(self) -> nn.Module:
+        return self._model
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer | None:
+        return self._optimizer
+
+    @property
+    def criterion(self) -> Callable | None:
+        """The loss function; under mixed precision it runs under the same autocast as the forward."""
+        if self._criterion is None or self.autocast_dtype is None:
+            return self._criterion
+        return _AutocastCriterion(self._criterion, self)
+
+    @property
+    def ophooks(self) -> list[BaseOpHook]:
+        return list(self._ophooks)
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The mixed-precision region of this engine (a no-op in full precision)."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.autocast_dtype)
+
+    # ---------------------------------------------------------------------------------------------- the step
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.autocast_dtype is None:
+            return self._model(*args, **kwargs)
+        with self.autocast():
+            return self._model(*args, **kwargs)
+
+    def zero_grad(self) -> None:
+        self._require_optimizer("zero_grad")
+        self._optimizer.zero_grad()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backpropagate `loss` (scaled first when there is a GradScaler)."""
+        if self.scaler is not None:
+            loss = self.scaler.scale(loss)
+        loss.backward()
+
+    def backward_by_grad(self, tensor: torch.Tensor, grad: torch.Tensor) -> None:
+        """Backpropagate from `tensor` given the gradient of the loss with respect to it."""
+        if self.scaler is not None:
+            grad = self.scaler.scale(grad)
+        torch.autograd.backward(tensor, grad)
+
+    def step(self) -> None:
+        """Gradient handlers, then unscale + clip, then the optimizer step, then the scaler update."""
+        optimizer = self._require_optimizer("step")
+        for handler in self.gradient_handlers:
+            handle = getattr(handler, "handle_gradient", handler)
+            handle()
+        if self.clip_grad_norm is not None or self.clip_grad_value is not None:
+            if self.scaler is not None:
+                self.scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+            parameters = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+            if self.clip_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(parameters, self.clip_grad_norm)
+            if self.clip_grad_value is not None:
+                torch.nn.utils.clip_grad_value_(parameters, self.clip_grad_value)
+        if self.scaler is not None:
+            self.scaler.step(optimizer)  # skipped by the scaler when the gradients hold inf/NaN
+            self.scaler.update()
+        else:
+            self._optimizer_step(optimizer)
+        for ophook in self._ophooks:
+            ophook.post_iter()
+
+    def train(self) -> None:
+        self._model.train()
+
+    def eval(self) -> None:
+        self._model.eval()
+
+    def execute_schedule(
+        self, data_iter: Iterator[Any], forward_only: bool = False, return_loss: bool = True
+    ) -> tuple[Any, Any, torch.Tensor | None]:
+        """Take the next `(inputs, label)` batch from `data_iter`, run forward, the loss and (unless
+        `forward_only`) backward; returns `(output, label, loss)`."""
+        batch = next(data_iter)
+        try:
+            inputs, label = batch
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"execute_schedule expects (inputs, label) batches, got {type(batch).__name__}; split other "
+                "layouts yourself and call model_engine(inputs) and model_engine.criterion(output, label)."
+            ) from None
+        output = self(inputs)
+        loss = None
+        if return_loss or not forward_only:
+            if self._criterion is None:
+                raise ValueError("execute_schedule needs a criterion to compute the loss; pass criterion= to ModelEngine.")
+            loss = self.criterion(output, label)
+        if not forward_only:
+            self.backward(loss)
+        return output, label, loss
+
+    def _require_optimizer(self, method: str) -> torch.optim.Optimizer:
+        if self._optimizer is None:
+            raise RuntimeError(f"ModelEngine.{method}() needs an optimizer; this engine was built without one.")
+        return self._optimizer
+
+    # ----------------------------------------------------------------------------------------------- ophooks
+    def add_hook(self, ophook: BaseOpHook) -> None:
+        """Run `ophook` around every submodule's forward and backward."""
+        if not isinstance(ophook, BaseOpHook):
+            raise TypeError(f"ophooks must subclass tracktrain.engine.BaseOpHook, got {type(ophook).__name__}.")
+        handles = []
+        for module in self._model.modules():
+            handles.append(module.register_forward_pre_hook(lambda m, inputs: ophook.pre_fwd_exec(m, *inputs)))
+            handles.append(module.register_forward_hook(lambda m, inputs, output: ophook.post_fwd_exec(m, *inputs)))
+            handles.append(module.register_full_backward_pre_hook(lambda m, grad_out: ophook.pre_bwd_exec(m, grad_out)))
+            handles.append(module.register_full_backward_hook(lambda m, grad_in, grad_out: ophook.post_bwd_exec(m, grad_in)))
+        self._ophooks.append(ophook)
+        self._ophook_handles[id(ophook)] = handles
+
+    def remove_hook(self, ophook: BaseOpHook) -> None:
+        """Stop running `ophook`; a ValueError if it was not added."""
+        if ophook not in self._ophooks:
+            raise ValueError(f"{ophook!r} is not an ophook of this ModelEngine.")
+        for handle in self._ophook_handles.pop(id(ophook)):
+            handle.remove()
+        self._ophooks.remove(ophook)
+
+
+def initialize(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    criterion: Callable | None = None,
+    train_dataloader: Iterable[Any] | None = None,
+    test_dataloader: Iterable[Any] | None = None,
+    lr_scheduler: Any = None,
+    **model_engine_kwargs: Any,
+) -> tuple[ModelEngine, Iterable[Any] | None, Iterable[Any] | None, Any]:
+    """Colossal-AI's `initialize`: wrap the model, optimizer and criterion into a `ModelEngine` and return it with
+    the data loaders and the LR scheduler: `(model_engine, train_dataloader, test_dataloader, lr_scheduler)`.
+
+    Extra keyword arguments go to `ModelEngine` (`clip_grad_norm`, `scaler`, `autocast_dtype`, ...).
+    """
+    return ModelEngine(model, optimizer, criterion, **model_engine_kwargs), train_dataloader, test_dataloader, lr_scheduler
