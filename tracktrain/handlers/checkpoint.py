@@ -36,7 +36,14 @@ from tracktrain.handlers.checkpoint_state import (
     _read_checkpoint,
     _state_of,
 )
-from tracktrain.handlers.savers import BaseSaveHandler, DiskSaver, FsspecSaver, _is_plain_name, _make_save_handler
+from tracktrain.handlers.savers import (
+    BaseSaveHandler,
+    DiskSaver,
+    FsspecSaver,
+    _is_plain_name,
+    _make_save_handler,
+    saver_for,
+)
 
 __all__ = ["BaseSaveHandler", "Checkpoint", "CheckpointEvents", "DiskSaver", "FsspecSaver", "ModelCheckpoint"]
 
@@ -493,8 +500,7 @@ class ModelCheckpoint(Checkpoint):
         save_on_rank: int = 0,
         **kwargs: Any,
     ) -> None:
-        saver_class = DiskSaver if storage.is_local(dirname) else FsspecSaver
-        saver = saver_class(
+        saver = saver_for(
             dirname, atomic=atomic, create_dir=create_dir, require_empty=require_empty, save_on_rank=save_on_rank,
             **kwargs,
         )

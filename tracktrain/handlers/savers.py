@@ -154,10 +154,15 @@ def _rank() -> int:
     return distributed.get_rank() if distributed.is_available() and distributed.is_initialized() else 0
 
 
+def saver_for(dirname: str | os.PathLike, **kwargs: Any) -> FsspecSaver:
+    """The saver for a directory or URL: a DiskSaver for local paths, an FsspecSaver for any other URL."""
+    saver_class = DiskSaver if storage.is_local(dirname) else FsspecSaver
+    return saver_class(dirname, **kwargs)
+
+
 def _make_save_handler(save_handler: Any, save_on_rank: int) -> Any:
     if isinstance(save_handler, (str, os.PathLike)):
-        saver_class = DiskSaver if storage.is_local(save_handler) else FsspecSaver
-        return saver_class(save_handler, create_dir=True, save_on_rank=save_on_rank)
+        return saver_for(save_handler, create_dir=True, save_on_rank=save_on_rank)
     if callable(save_handler):
         return save_handler
     raise TypeError(

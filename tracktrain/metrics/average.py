@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from tracktrain.metrics.distributed import all_reduce_sum, common_shape
-from tracktrain.metrics.metric import Metric, NotComputableError, _accumulation_dtype, _identity
+from tracktrain.metrics.metric import Metric, NotComputableError, _accumulation_dtype
 
 __all__ = ["Average"]
 
@@ -36,14 +35,6 @@ class Average(Metric):
     _sum: torch.Tensor
     _num_examples: int
     _sample_shape: torch.Size | None
-
-    def __init__(
-        self,
-        output_transform: Callable[[Any], Any] = _identity,
-        device: str | torch.device | None = None,
-        skip_unrolling: bool = False,
-    ) -> None:
-        super().__init__(output_transform=output_transform, device=device, skip_unrolling=skip_unrolling)
 
     def reset(self) -> None:
         self._unsettle_device()
