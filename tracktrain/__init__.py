@@ -11,6 +11,10 @@ from tracktrain.engine import CallableEventWithFilter, Engine, EventEnum, Events
 __version__ = "0.1.0"
 
 _LAZY = {
+    "LoopModule": "tracktrain.trainer",
+    "Trainer": "tracktrain.trainer",
+    "Callback": "tracktrain.callbacks",
+    **{
     name: "tracktrain.engine"
     for name in (
         "DeterministicEngine",
@@ -21,18 +25,22 @@ _LAZY = {
         "supervised_training_step",
         "initialize",
     )
+    },
 }
 
 __all__ = [
+    "Callback",
     "CallableEventWithFilter",
     "DeterministicEngine",
     "Engine",
     "EventEnum",
     "Events",
     "EventsList",
+    "LoopModule",
     "ModelEngine",
     "RemovableEventHandle",
     "State",
+    "Trainer",
     "__version__",
     "create_supervised_evaluator",
     "create_supervised_trainer",

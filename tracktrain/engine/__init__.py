@@ -15,7 +15,7 @@ from tracktrain.engine.events import CallableEventWithFilter, EventEnum, Events,
 from tracktrain.engine.state import State
 
 if TYPE_CHECKING:
-    from tracktrain.engine.model_engine import BaseOpHook, ModelEngine, initialize
+    from tracktrain.engine.model_engine import BaseOpHook, ModelEngine, StepEvents, initialize
     from tracktrain.engine.deterministic import DeterministicEngine, ReproducibleBatchSampler
     from tracktrain.engine.supervised import (
         create_supervised_evaluator,
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "BaseOpHook": "tracktrain.engine.model_engine",
     "ModelEngine": "tracktrain.engine.model_engine",
+    "StepEvents": "tracktrain.engine.model_engine",
     "initialize": "tracktrain.engine.model_engine",
     "DeterministicEngine": "tracktrain.engine.deterministic",
     "ReproducibleBatchSampler": "tracktrain.engine.deterministic",
@@ -56,6 +57,7 @@ __all__ = [
     "RemovableEventHandle",
     "ReproducibleBatchSampler",
     "State",
+    "StepEvents",
     "create_supervised_evaluator",
     "create_supervised_trainer",
     "initialize",

@@ -23,7 +23,22 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["BaseOpHook", "ModelEngine", "initialize"]
+from tracktrain.engine.events import EventEnum
+
+__all__ = ["BaseOpHook", "ModelEngine", "StepEvents", "initialize"]
+
+
+class StepEvents(EventEnum):
+    """Events inside one optimization step, fired by a `ModelEngine` on the Engine it is attached to.
+
+    While they fire, `engine.state.step_loss` holds the loss being backpropagated and
+    `engine.state.step_optimizer` the optimizer about to step.
+    """
+
+    BACKWARD_STARTED = "backward_started"
+    BACKWARD_COMPLETED = "backward_completed"
+    OPTIMIZER_STEP_STARTED = "optimizer_step_started"
+    OPTIMIZER_STEP_COMPLETED = "optimizer_step_completed"
 
 
 class BaseOpHook:
@@ -127,6 +142,20 @@ class ModelEngine:
         self._ophook_handles: dict[int, list[Any]] = {}
         for ophook in ophook_list or ():
             self.add_hook(ophook)
+        self._events_engine: Any = None
+
+    def attach(self, engine: Any) -> None:
+        """Fire `StepEvents` on `engine` (an Engine) from now on; `detach()` stops it."""
+        if not engine.has_registered_events(StepEvents.BACKWARD_STARTED):
+            engine.register_events(*StepEvents)
+        self._events_engine = engine
+
+    def detach(self) -> None:
+        self._events_engine = None
+
+    def _fire(self, event: StepEvents) -> None:
+        # the Engine's own hot path: an event without handlers costs one dict lookup
+        self._events_engine._fire(event, event.name)
 
     # --------------------------------------------------------------------------------------------- properties
     @property
@@ -167,9 +196,15 @@ class ModelEngine:
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backpropagate `loss` (scaled first when there is a GradScaler)."""
+        events = self._events_engine
+        if events is not None:
+            events.state.step_loss = loss
+            self._fire(StepEvents.BACKWARD_STARTED)
         if self.scaler is not None:
             loss = self.scaler.scale(loss)
         loss.backward()
+        if events is not None:
+            self._fire(StepEvents.BACKWARD_COMPLETED)
 
     def backward_by_grad(self, tensor: torch.Tensor, grad: torch.Tensor) -> None:
         """Backpropagate from `tensor` given the gradient of the loss with respect to it."""
@@ -183,14 +218,15 @@ class ModelEngine:
         for handler in self.gradient_handlers:
             handle = getattr(handler, "handle_gradient", handler)
             handle()
-        if self.clip_grad_norm is not None or self.clip_grad_value is not None:
-            if self.scaler is not None:
-                self.scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-            parameters = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-            if self.clip_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(parameters, self.clip_grad_norm)
-            if self.clip_grad_value is not None:
-                torch.nn.utils.clip_grad_value_(parameters, self.clip_grad_value)
+        events = self._events_engine
+        clipping = self.clip_grad_norm is not None or self.clip_grad_value is not None
+        if clipping or events is not None:
+            self.unscale_gradients(optimizer)  # clipping and step handlers see the true gradients, not scaled ones
+        if events is not None:
+            events.state.step_optimizer = optimizer
+            self._fire(StepEvents.OPTIMIZER_STEP_STARTED)
+        if clipping:
+            self.clip_gradients(optimizer, self.clip_grad_norm, self.clip_grad_value)
         if self.scaler is not None:
             self.scaler.step(optimizer)  # skipped by the scaler when the gradients hold inf/NaN
             self.scaler.update()
@@ -198,6 +234,25 @@ class ModelEngine:
             self._optimizer_step(optimizer)
         for ophook in self._ophooks:
             ophook.post_iter()
+        if events is not None:
+            self._fire(StepEvents.OPTIMIZER_STEP_COMPLETED)
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """Divide `optimizer`'s gradients by the GradScaler's scale (once per step; a no-op without a scaler)."""
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer if optimizer is not None else self._require_optimizer("unscale_gradients"))
+
+    @staticmethod
+    def clip_gradients(
+        optimizer: torch.optim.Optimizer, max_norm: float | None = None, max_value: float | None = None
+    ) -> None:
+        """Clip the gradients of `optimizer`'s parameters: their total norm to `max_norm`, then each element to
+        [-`max_value`, `max_value`]. With a GradScaler, unscale first (`step()` does)."""
+        parameters = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if max_norm is not None:
+            torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+        if max_value is not None:
+            torch.nn.utils.clip_grad_value_(parameters, max_value)
 
     def train(self) -> None:
         self._model.train()

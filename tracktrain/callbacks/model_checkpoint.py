@@ -1,0 +1,150 @@
+"""`ModelCheckpoint`: the Trainer's checkpoints — top-k by a monitored metric, every n epochs or steps, and last."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from tracktrain.callbacks.base import Callback
+from tracktrain.handlers.checkpoint import Checkpoint
+
+if TYPE_CHECKING:
+    from tracktrain.trainer.module import LoopModule
+    from tracktrain.trainer.trainer import Trainer
+
+__all__ = ["ModelCheckpoint"]
+
+
+class ModelCheckpoint(Callback):
+    """Save `trainer.checkpoint_objects()` (module, optimizers, schedulers, engine and Trainer state) with a
+    `Checkpoint` handler, so any checkpoint resumes with `trainer.fit(..., ckpt_path=path)`.
+
+    Args:
+        dirpath: directory or fsspec URL (default: `default_root_dir/checkpoints`).
+        filename_prefix: prefix of the file names (`{prefix}_checkpoint_{step}.pt`, with the score when
+            monitoring).
+        monitor: a logged metric; keep the `save_top_k` best by it. None: keep the `save_top_k` latest.
+        mode: "min" or "max": which values of `monitor` are better.
+        save_top_k: how many to keep (None: all).
+        save_last: also keep `last.pt`, overwritten at each save.
+        every_n_epochs: save at the end of every n-th training epoch (after its validation) ...
+        every_n_train_steps: ... or every n optimizer steps instead.
+    """
+
+    priority = 100  # after the module's and other callbacks' epoch-end hooks: they may log what is monitored
+
+    def __init__(
+        self,
+        dirpath: str | os.PathLike | None = None,
+        filename_prefix: str = "",
+        monitor: str | None = None,
+        mode: str = "min",
+        save_top_k: int | None = 1,
+        save_last: bool = False,
+        every_n_epochs: int | None = 1,
+        every_n_train_steps: int | None = None,
+    ) -> None:
+        if mode not in ("min", "max"):
+            raise ValueError(f'ModelCheckpoint(mode=...) must be "min" or "max", got {mode!r}.')
+        for name, value in (("every_n_epochs", every_n_epochs), ("every_n_train_steps", every_n_train_steps)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"ModelCheckpoint({name}=...) must be a positive integer or None, got {value!r}.")
+        if every_n_train_steps is not None:
+            every_n_epochs = None
+        if monitor is not None and not isinstance(monitor, str):
+            raise TypeError(f"ModelCheckpoint(monitor=...) must be a logged metric's name, got {monitor!r}.")
+        self.dirpath = os.fspath(dirpath) if dirpath is not None else None
+        self.filename_prefix = filename_prefix
+        self.monitor = monitor
+        self.mode = mode
+        self.save_top_k = save_top_k
+        self.save_last = save_last
+        self.every_n_epochs = every_n_epochs
+        self.every_n_train_steps = every_n_train_steps
+        self._checkpoint: Checkpoint | None = None
+        self._last: Checkpoint | None = None
+        self._pending_state: Mapping[str, Any] | None = None
+        self._trainer: Trainer | None = None
+        self._last_saved_step = -1
+
+    # ------------------------------------------------------------------------------------------------- paths
+    @property
+    def best_model_path(self) -> str | None:
+        """The best checkpoint kept (the latest one without `monitor`)."""
+        last = self._checkpoint.last_checkpoint if self._checkpoint is not None else None
+        return os.fspath(last) if last is not None else None
+
+    @property
+    def last_model_path(self) -> str | None:
+        last = self._last.last_checkpoint if self._last is not None else None
+        return os.fspath(last) if last is not None else None
+
+    # ------------------------------------------------------------------------------------------------- hooks
+    def on_fit_start(self, trainer: Trainer, module: LoopModule) -> None:
+        if self._checkpoint is None:
+            from tracktrain import storage
+
+            dirpath = self.dirpath or storage.join(trainer.default_root_dir, "checkpoints")
+            self.dirpath = dirpath
+            self._checkpoint = Checkpoint(
+                trainer.checkpoint_objects(), dirpath, filename_prefix=self.filename_prefix,
+                score_function=self._score if self.monitor else None, score_name=self.monitor,
+                n_saved=self.save_top_k, global_step_transform=lambda engine, event: trainer.global_step,
+            )
+            if self.save_last:
+                self._last = Checkpoint(trainer.checkpoint_objects(), dirpath, n_saved=1, filename_pattern="last.{ext}")
+        else:  # a later fit() of the same Trainer: the objects may be new ones
+            for handler in (self._checkpoint, self._last):
+                if handler is not None:
+                    handler.to_save = trainer.checkpoint_objects()
+        self._trainer = trainer
+        if self._pending_state is not None:
+            self.load_state_dict(self._pending_state)
+
+    def on_train_epoch_end(self, trainer: Trainer, module: LoopModule) -> None:
+        if self.every_n_epochs is not None and (trainer.current_epoch + 1) % self.every_n_epochs == 0:
+            self._save(trainer)
+
+    def on_train_batch_end(self, trainer: Trainer, module: LoopModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        step = trainer.global_step
+        if self.every_n_train_steps is not None and step % self.every_n_train_steps == 0:
+            self._save(trainer)
+
+    def _save(self, trainer: Trainer) -> None:
+        if trainer.global_step == self._last_saved_step:
+            return  # no optimizer step since the last save (gradient accumulation): nothing new to save
+        self._last_saved_step = trainer.global_step
+        assert self._checkpoint is not None
+        self._checkpoint(trainer.train_engine)
+        if self._last is not None:
+            self._last(trainer.train_engine)
+
+    def _score(self, engine: Any) -> float:
+        metrics = self._trainer.callback_metrics  # type: ignore[union-attr]
+        if self.monitor not in metrics:
+            raise KeyError(
+                f"ModelCheckpoint(monitor={self.monitor!r}) but no metric of that name was logged. Logged metrics: "
+                f"{sorted(metrics)}. Log it with self.log({self.monitor!r}, value), or monitor one of those."
+            )
+        value = float(metrics[self.monitor])  # a host sync, once per save
+        return value if self.mode == "max" else -value
+
+    # ------------------------------------------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "best": self._checkpoint.state_dict() if self._checkpoint is not None else None,
+            "last": self._last.state_dict() if self._last is not None else None,
+            "last_saved_step": self._last_saved_step,
+        }
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        if self._checkpoint is None:  # the handlers are built when fit starts, which is after a checkpoint loads
+            self._pending_state = state_dict
+            return
+        self._pending_state = None
+        if state_dict.get("best") is not None:
+            self._checkpoint.load_state_dict(state_dict["best"])
+        if state_dict.get("last") is not None and self._last is not None:
+            self._last.load_state_dict(state_dict["last"])
+        self._last_saved_step = state_dict.get("last_saved_step", -1)

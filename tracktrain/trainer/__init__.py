@@ -1,0 +1,19 @@
+"""The Lightning-style layer: `LoopModule` (what a step does) and `Trainer` (runs it on Engines)."""
+
+from __future__ import annotations
+
+from tracktrain._lazy import lazy_attributes
+
+_LAZY = {
+    "LoopModule": "tracktrain.trainer.module",
+    "Trainer": "tracktrain.trainer.trainer",
+    "SupervisedModule": "tracktrain.trainer.supervised_module",
+    "LRSchedulerConfig": "tracktrain.trainer.optimizers",
+    "HOOK_EVENTS": "tracktrain.trainer.hooks",
+    "TrainerEvents": "tracktrain.trainer.hooks",
+}
+
+__all__ = sorted(_LAZY)
+
+
+__getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY)

@@ -1,0 +1,103 @@
+"""Checks of the Trainer's arguments: each error names the argument, the value given and what is accepted."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable, Sized
+from typing import Any
+
+import torch
+
+__all__ = [
+    "autocast_dtype_of",
+    "check_limit",
+    "check_non_negative_number",
+    "check_positive_int",
+    "device_of",
+    "epoch_length_of",
+]
+
+_PRECISIONS = {
+    "32-true": None,
+    "32": None,
+    32: None,
+    "bf16-mixed": torch.bfloat16,
+    "16-mixed": torch.float16,
+}
+_STRATEGIES = ("auto", "single_device")
+
+
+def check_positive_int(name: str, value: Any, allow_none: bool = False) -> int | None:
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+        accepted = "a positive integer" + (" or None" if allow_none else "")
+        raise ValueError(f"Trainer({name}=...) must be {accepted}, got {value!r}.")
+    return int(value)
+
+
+def check_non_negative_number(name: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"Trainer({name}=...) must be a number >= 0 or None, got {value!r}.")
+    return float(value) or None
+
+
+def check_limit(name: str, value: Any) -> int | float | None:
+    """`limit_*_batches`: None (all), a number of batches (int >= 0), or a fraction of the loader (0.0 to 1.0)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"Trainer({name}=...) must be an int (batches), a float in [0, 1] (fraction) or None, got {value!r}.")
+    if isinstance(value, numbers.Integral):
+        if value < 0:
+            raise ValueError(f"Trainer({name}=...) must be >= 0 batches, got {value}.")
+        return int(value)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"Trainer({name}=...) as a fraction of the loader must be in [0, 1], got {value}.")
+    return float(value)
+
+
+def epoch_length_of(name: str, loader: Iterable, limit: int | float | None) -> int | None:
+    """How many batches of `loader` an epoch takes under `limit` (None: the loader's length, unknown for
+    loaders without one)."""
+    length = len(loader) if isinstance(loader, Sized) else None
+    if limit is None:
+        return length
+    if isinstance(limit, float):
+        if length is None:
+            raise ValueError(
+                f"Trainer({name}={limit}) is a fraction, but the loader has no len(); give a number of batches."
+            )
+        return int(length * limit)
+    return limit if length is None else min(length, limit)
+
+
+def autocast_dtype_of(precision: Any) -> torch.dtype | None:
+    if precision not in _PRECISIONS:
+        raise ValueError(
+            f"Trainer(precision=...) must be one of {[p for p in _PRECISIONS if isinstance(p, str)]}, "
+            f"got {precision!r}."
+        )
+    return _PRECISIONS[precision]
+
+
+def check_strategy(strategy: Any) -> str:
+    if strategy not in _STRATEGIES:
+        raise ValueError(f"Trainer(strategy=...) must be one of {list(_STRATEGIES)}, got {strategy!r}.")
+    return strategy
+
+
+def device_of(accelerator: Any) -> torch.device:
+    if accelerator == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if accelerator == "cpu":
+        return torch.device("cpu")
+    if accelerator in ("cuda", "gpu"):
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                f"Trainer(accelerator={accelerator!r}) but CUDA is not available here; use accelerator='cpu' or 'auto'."
+            )
+        return torch.device("cuda", torch.cuda.current_device())
+    raise ValueError(f"Trainer(accelerator=...) must be 'auto', 'cpu' or 'cuda', got {accelerator!r}.")

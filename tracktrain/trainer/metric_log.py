@@ -1,0 +1,227 @@
+"""`MetricLog`: what `LoopModule.log` records in one stage, per step and aggregated over an epoch.
+
+Values stay tensors on their device. A per-step value is only replaced each step; it is read from the device
+when it is published (at the log interval) or shown. A per-epoch value is accumulated with tensor ops and
+reduced once at the epoch's end, across processes too when asked (`sync_dist`).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from tracktrain.metrics.distributed import _world_size, all_reduce_sum
+
+__all__ = ["MetricLog", "to_floats"]
+
+_REDUCE = ("mean", "sum", "max", "min")
+
+
+class _Logged:
+    """One logged name: its options, its latest step value and its running epoch aggregate."""
+
+    __slots__ = ("on_step", "on_epoch", "reduce", "sync_dist", "step_value", "step_fresh", "total", "weight")
+
+    def __init__(self, on_step: bool, on_epoch: bool, reduce: str, sync_dist: bool) -> None:
+        self.on_step = on_step
+        self.on_epoch = on_epoch
+        self.reduce = reduce
+        self.sync_dist = sync_dist
+        self.step_value: torch.Tensor | None = None
+        self.step_fresh = False
+        self.total: torch.Tensor | None = None
+        self.weight = 0.0
+
+
+class MetricLog:
+    """The values logged in one stage ("train", "validate" or "test") of a Trainer.
+
+    Args:
+        stage: the stage, for error messages.
+        callback_metrics: the Trainer's dict of latest values (tensors), shared by all stages.
+        progress_bar_names: the Trainer's set of names shown in the progress bar, shared by all stages.
+        per_step_in_step: whether values logged inside a step default to per-step (True for training).
+        batch_size_of: the length of the current batch, for weighting means when `batch_size` is not given.
+    """
+
+    def __init__(
+        self,
+        stage: str,
+        callback_metrics: dict[str, Any],
+        progress_bar_names: set[str],
+        per_step_in_step: bool,
+        batch_size_of: Callable[[Any], int],
+    ) -> None:
+        self.stage = stage
+        self.callback_metrics = callback_metrics
+        self.progress_bar_names = progress_bar_names
+        self._per_step_in_step = per_step_in_step
+        self._batch_size_of = batch_size_of
+        self._entries: dict[str, _Logged] = {}
+        self.in_step = False
+        self.batch: Any = None  # set by the Trainer before each step
+        self._batch_size: int | None = None
+        self._batch_size_for: Any = None
+
+    def reset(self) -> None:
+        """Forget the epoch's values (at the start of each epoch)."""
+        self._entries = {}
+
+    def log(
+        self,
+        name: str,
+        value: torch.Tensor | float,
+        prog_bar: bool = False,
+        on_step: bool | None = None,
+        on_epoch: bool | None = None,
+        reduce: str = "mean",
+        sync_dist: bool = False,
+        batch_size: int | None = None,
+    ) -> None:
+        entry = self._entries.get(name)
+        if entry is None:
+            entry = self._new_entry(name, prog_bar, on_step, on_epoch, reduce, sync_dist)
+        elif (on_step is not None and on_step != entry.on_step) or (on_epoch is not None and on_epoch != entry.on_epoch) or (
+            reduce != entry.reduce
+        ):
+            raise ValueError(
+                f"self.log({name!r}) was called with on_step={on_step}, on_epoch={on_epoch}, reduce={reduce!r}, "
+                f"but earlier in this epoch with on_step={entry.on_step}, on_epoch={entry.on_epoch}, "
+                f"reduce={entry.reduce!r}. Log a name with the same options every time."
+            )
+        value = _as_scalar_tensor(name, value)
+        if entry.on_step:
+            entry.step_value = value
+            entry.step_fresh = True
+            self.callback_metrics[name] = value
+        if entry.on_epoch:
+            self._accumulate(entry, value, batch_size)
+
+    def _new_entry(
+        self, name: str, prog_bar: bool, on_step: bool | None, on_epoch: bool | None, reduce: str, sync_dist: bool
+    ) -> _Logged:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"self.log needs a non-empty string name, got {name!r}.")
+        if reduce not in _REDUCE:
+            raise ValueError(f"self.log({name!r}, reduce=...) must be one of {_REDUCE}, got {reduce!r}.")
+        per_step = self._per_step_in_step and self.in_step
+        on_step = per_step if on_step is None else bool(on_step)
+        on_epoch = (not per_step) if on_epoch is None else bool(on_epoch)
+        if not (on_step or on_epoch):
+            raise ValueError(f"self.log({name!r}) with on_step=False and on_epoch=False records nothing; set one.")
+        if on_step and not self.in_step:
+            raise ValueError(
+                f"self.log({name!r}, on_step=True) outside a step (in a hook of the {self.stage} stage): there is no "
+                "step to log it at. Log it with on_epoch=True."
+            )
+        if prog_bar:
+            self.progress_bar_names.add(name)
+        entry = _Logged(on_step, on_epoch, reduce, bool(sync_dist))
+        self._entries[name] = entry
+        return entry
+
+    def _accumulate(self, entry: _Logged, value: torch.Tensor, batch_size: int | None) -> None:
+        reduce = entry.reduce
+        if reduce == "mean":
+            weight = self._current_batch_size() if batch_size is None else _checked_batch_size(batch_size)
+            weighted = value * weight if weight != 1 else value.float()
+            entry.total = weighted if entry.total is None else entry.total + weighted
+            entry.weight += weight
+        elif entry.total is None:
+            entry.total = value.float()
+        elif reduce == "sum":
+            entry.total = entry.total + value
+        elif reduce == "max":
+            entry.total = torch.maximum(entry.total, value)
+        else:
+            entry.total = torch.minimum(entry.total, value)
+
+    def _current_batch_size(self) -> int:
+        if not self.in_step:
+            return 1
+        if self._batch_size_for is not self.batch:  # inferred once per batch, and only when a mean needs it
+            self._batch_size = self._batch_size_of(self.batch)
+            self._batch_size_for = self.batch
+        return self._batch_size  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------------------------------ reading back
+    def step_values(self) -> dict[str, torch.Tensor]:
+        """The per-step values logged since the last call (`name_step` for names also logged per epoch)."""
+        values = {}
+        for name, entry in self._entries.items():
+            if entry.step_fresh:
+                entry.step_fresh = False
+                value = entry.step_value
+                if entry.sync_dist and _world_size() > 1:
+                    value = _reduce_across_ranks(value, "mean")
+                values[f"{name}_step" if entry.on_epoch else name] = value
+        return values
+
+    def epoch_values(self) -> dict[str, torch.Tensor]:
+        """The epoch's aggregates, reduced across processes where `sync_dist` (every rank must call this), and
+        stored in `callback_metrics` under `name` (and `name_epoch` for names also logged per step)."""
+        values = {}
+        for name, entry in self._entries.items():
+            if not entry.on_epoch or entry.total is None:
+                continue
+            total, weight = entry.total, entry.weight
+            if entry.sync_dist and _world_size() > 1:
+                if entry.reduce == "mean":
+                    total, weight = all_reduce_sum(total, weight)
+                else:
+                    total = _reduce_across_ranks(total, entry.reduce)
+            value = total / weight if entry.reduce == "mean" else total
+            self.callback_metrics[name] = value
+            if entry.on_step:
+                self.callback_metrics[f"{name}_epoch"] = value
+            values[f"{name}_epoch" if entry.on_step else name] = value
+        return values
+
+
+def _as_scalar_tensor(name: str, value: Any) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(
+                f"self.log({name!r}) needs a scalar, got a tensor of shape {tuple(value.shape)}. Reduce it first "
+                "(e.g. value.mean()) or log a metric."
+            )
+        return value.detach()
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return torch.tensor(float(value))
+    raise TypeError(f"self.log({name!r}) needs a number or a one-element tensor, got {type(value).__name__} {value!r}.")
+
+
+def _checked_batch_size(batch_size: Any) -> int:
+    if not isinstance(batch_size, numbers.Integral) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"self.log(..., batch_size=) must be a positive integer, got {batch_size!r}.")
+    return int(batch_size)
+
+
+def _reduce_across_ranks(value: torch.Tensor, reduce: str) -> torch.Tensor:
+    if reduce in ("mean", "sum"):
+        (total,) = all_reduce_sum(value)
+        return total / _world_size() if reduce == "mean" else total
+    from tracktrain.metrics.distributed import _collective_device
+
+    buffer = value.detach().to(device=_collective_device(), dtype=torch.float64).reshape(1)
+    op = torch.distributed.ReduceOp.MAX if reduce == "max" else torch.distributed.ReduceOp.MIN
+    torch.distributed.all_reduce(buffer, op=op)
+    return buffer.reshape(value.shape).to(device=value.device, dtype=value.dtype)
+
+
+def to_floats(values: dict[str, Any]) -> dict[str, float]:
+    """Logged values as Python floats, read from each device in one transfer (the one sync of publishing)."""
+    floats: dict[str, float] = {}
+    by_device: dict[torch.device, list[str]] = {}
+    for name, value in values.items():
+        if isinstance(value, torch.Tensor):
+            by_device.setdefault(value.device, []).append(name)
+        else:
+            floats[name] = float(value)
+    for names in by_device.values():
+        stacked = torch.stack([values[name].detach().reshape(()).float() for name in names])
+        floats.update(zip(names, stacked.tolist()))  # the sync point
+    return {name: floats[name] for name in values}

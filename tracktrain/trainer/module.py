@@ -1,0 +1,227 @@
+"""`LoopModule`: the model and what one step of training, validation, testing and prediction does with it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from tracktrain.trainer.trainer import Trainer
+
+__all__ = ["LoopModule"]
+
+
+class LoopModule(nn.Module):
+    """Subclass it: write `train_step`, `configure_optimizers` and (to validate) `eval_step`; a `Trainer` runs it.
+
+    .. code-block:: python
+
+        class Classifier(LoopModule):
+            def __init__(self):
+                super().__init__()
+                self.net = nn.Linear(64, 10)
+
+            def train_step(self, batch, batch_idx):
+                x, y = batch
+                loss = F.cross_entropy(self.net(x), y)
+                self.log("train_loss", loss, prog_bar=True)
+                return loss
+
+            def eval_step(self, batch, batch_idx):
+                x, y = batch
+                self.log("val_loss", F.cross_entropy(self.net(x), y))
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        Trainer(max_epochs=5).fit(Classifier(), train_loader, val_loader)
+
+    With `automatic_optimization = False`, `train_step` does the optimization itself with `self.optimizers()`,
+    `self.backward(loss)` and `self.clip_gradients(...)` (two optimizers for a GAN, for instance).
+
+    The lifecycle hooks (`on_fit_start`, `on_train_epoch_end`, `on_before_backward`, ...) are those of
+    `tracktrain.callbacks.Callback` without the `trainer, module` arguments; each is an Engine event, and only
+    the ones a subclass overrides are attached.
+    """
+
+    automatic_optimization: bool = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._trainer: Trainer | None = None
+
+    # ----------------------------------------------------------------------------------- the steps (override)
+    def train_step(self, batch: Any, batch_idx: int) -> torch.Tensor | Mapping[str, Any] | None:
+        """One training step: return the loss (a scalar tensor) or a dict with it under "loss". With manual
+        optimization, return what you like (or nothing)."""
+        raise NotImplementedError(f"{type(self).__name__} must define train_step(self, batch, batch_idx).")
+
+    def eval_step(self, batch: Any, batch_idx: int) -> Any:
+        """One validation step; log the metrics with `self.log` (aggregated over the whole loader)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} has no eval_step(self, batch, batch_idx); define it to validate or test."
+        )
+
+    def test_step(self, batch: Any, batch_idx: int) -> Any:
+        """One test step; by default the same as `eval_step`."""
+        return self.eval_step(batch, batch_idx)
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+        """One prediction step; by default `self(batch)`."""
+        return self(batch)
+
+    def configure_optimizers(self) -> Any:
+        """Return an optimizer; a list of them; `(optimizers, schedulers)`; or a dict (or a list of dicts)
+        `{"optimizer": opt, "lr_scheduler": scheduler or {"scheduler": s, "interval": "step" | "epoch",
+        "frequency": n, "monitor": "val_loss"}}`."""
+        raise NotImplementedError(f"{type(self).__name__} must define configure_optimizers(self).")
+
+    # --------------------------------------------------------------------------------------- the trainer side
+    @property
+    def trainer(self) -> Trainer:
+        if self._trainer is None:
+            raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer; pass it to Trainer.fit() first.")
+        return self._trainer
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken so far (0 outside a Trainer)."""
+        return self._trainer.global_step if self._trainer is not None else 0
+
+    @property
+    def current_epoch(self) -> int:
+        """The training epoch being run, counted from 0 (0 outside a Trainer)."""
+        return self._trainer.current_epoch if self._trainer is not None else 0
+
+    def log(
+        self,
+        name: str,
+        value: torch.Tensor | float,
+        *,
+        prog_bar: bool = False,
+        on_step: bool | None = None,
+        on_epoch: bool | None = None,
+        reduce: str = "mean",
+        sync_dist: bool = False,
+        batch_size: int | None = None,
+    ) -> None:
+        """Log a scalar. Defaults: in `train_step` per step only; in evaluation steps and hooks per epoch only.
+
+        Per-epoch values are reduced over the epoch with `reduce` ("mean" weighted by `batch_size`, by default
+        the batch's length; "sum", "max", "min") and, with `sync_dist`, across processes. A value logged
+        both per step and per epoch appears as `name_step` and `name_epoch`. Values stay tensors: they are read
+        from the device only when they are published (every `log_every_n_steps`) or shown. Outside a Trainer
+        this does nothing.
+        """
+        if self._trainer is not None:
+            self._trainer.metric_log.log(name, value, prog_bar, on_step, on_epoch, reduce, sync_dist, batch_size)
+
+    def log_dict(self, metrics: Mapping[str, torch.Tensor | float], **options: Any) -> None:
+        """`log` each entry of `metrics` with the same options."""
+        if not isinstance(metrics, Mapping):
+            raise TypeError(f"log_dict needs a mapping of name -> value, got {type(metrics).__name__}.")
+        for name, value in metrics.items():
+            self.log(name, value, **options)
+
+    # ---------------------------------------------------------------------------------- manual optimization
+    def optimizers(self) -> torch.optim.Optimizer | list[torch.optim.Optimizer]:
+        """The optimizer from `configure_optimizers` (a list when there are several)."""
+        optimizers = self.trainer.optimizers
+        return optimizers[0] if len(optimizers) == 1 else list(optimizers)
+
+    def lr_schedulers(self) -> Any:
+        """The LR scheduler(s) from `configure_optimizers` (None, one, or a list); step them yourself under manual
+        optimization."""
+        schedulers = [config.scheduler for config in self.trainer.lr_scheduler_configs]
+        if not schedulers:
+            return None
+        return schedulers[0] if len(schedulers) == 1 else schedulers
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backpropagate `loss` the way the Trainer's precision and strategy need (scaled under fp16)."""
+        self.trainer.model_engine.backward(loss)
+
+    def clip_gradients(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str = "norm",
+    ) -> None:
+        """Clip the gradients of `optimizer`'s parameters: by total norm ("norm") or element value ("value")."""
+        if gradient_clip_algorithm not in ("norm", "value"):
+            raise ValueError(f'gradient_clip_algorithm must be "norm" or "value", got {gradient_clip_algorithm!r}.')
+        if gradient_clip_val is None or gradient_clip_val == 0:
+            return
+        self.trainer.model_engine.unscale_gradients(optimizer)
+        if gradient_clip_algorithm == "norm":
+            self.trainer.model_engine.clip_gradients(optimizer, max_norm=gradient_clip_val)
+        else:
+            self.trainer.model_engine.clip_gradients(optimizer, max_value=gradient_clip_val)
+
+    # ------------------------------------------------------------------ lifecycle hooks (override as needed)
+    def on_fit_start(self) -> None: ...
+
+    def on_fit_end(self) -> None: ...
+
+    def on_train_start(self) -> None: ...
+
+    def on_train_end(self) -> None: ...
+
+    def on_train_epoch_start(self) -> None: ...
+
+    def on_train_epoch_end(self) -> None: ...
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None: ...
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
+
+    def on_validation_start(self) -> None: ...
+
+    def on_validation_end(self) -> None: ...
+
+    def on_validation_epoch_start(self) -> None: ...
+
+    def on_validation_epoch_end(self) -> None: ...
+
+    def on_validation_batch_start(self, batch: Any, batch_idx: int) -> None: ...
+
+    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
+
+    def on_test_start(self) -> None: ...
+
+    def on_test_end(self) -> None: ...
+
+    def on_test_epoch_start(self) -> None: ...
+
+    def on_test_epoch_end(self) -> None: ...
+
+    def on_test_batch_start(self, batch: Any, batch_idx: int) -> None: ...
+
+    def on_test_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
+
+    def on_predict_start(self) -> None: ...
+
+    def on_predict_end(self) -> None: ...
+
+    def on_predict_epoch_start(self) -> None: ...
+
+    def on_predict_epoch_end(self) -> None: ...
+
+    def on_predict_batch_start(self, batch: Any, batch_idx: int) -> None: ...
+
+    def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
+
+    def on_before_backward(self, loss: torch.Tensor) -> None: ...
+
+    def on_after_backward(self) -> None: ...
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None: ...
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
+
+    def on_exception(self, exception: BaseException) -> None: ...

@@ -1,0 +1,602 @@
+"""`Trainer`: runs a `LoopModule` on ordinary Engines — fit, validate, test, predict."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from tracktrain.callbacks.base import Callback
+from tracktrain.engine.deterministic import DeterministicEngine
+from tracktrain.engine.engine import Engine
+from tracktrain.engine.events import Events, RemovableEventHandle
+from tracktrain.engine.model_engine import ModelEngine
+from tracktrain.rng import manual_seed
+from tracktrain.trainer import arguments as args
+from tracktrain.trainer.hooks import TrainerEvents, batch_index, hook_handlers
+from tracktrain.trainer.metric_log import MetricLog, to_floats
+from tracktrain.trainer.module import LoopModule
+from tracktrain.trainer.optimizers import LRSchedulerConfig, parse_optimizers
+from tracktrain.trainer.supervised_module import SupervisedModule
+from tracktrain.trainer.trainer_state import TrainerState
+
+__all__ = ["Trainer"]
+
+# Where the Trainer's own handlers sit among the hooks (callbacks default to priority 0, lower runs first).
+_REDUCE_EPOCH = -300  # the epoch's logged values, before anything reads them
+_VALIDATE = -200  # validation at the end of a training epoch, before the epoch-end hooks (as in Lightning)
+_EPOCH_SCHEDULERS = 400  # after every epoch-end hook, with the validation metrics known
+_PUBLISH_EPOCH = 500  # last: also what hooks logged at the epoch's end
+
+
+class Trainer:
+    """Trains, validates, tests and predicts with a `LoopModule` (or a plain model + optimizer + criterion).
+
+    `trainer.train_engine` and `trainer.eval_engine` (validation), `test_engine` and `predict_engine` are
+    ordinary Engines built here: attach any Ignite-style handler or metric to them; Ignite metrics attached to
+    an evaluation engine land in `callback_metrics` with the logged values.
+
+    Args:
+        max_epochs: epochs to train (default 1000 when `max_steps` is not given either).
+        max_steps: stop after this many optimizer steps, mid-epoch if need be.
+        accumulate_grad_batches: batches whose gradients add up before each optimizer step (the loss is divided
+            by it, so the step equals one on a batch that many times larger).
+        gradient_clip_val: clip gradients before each optimizer step (None or 0: no clipping) ...
+        gradient_clip_algorithm: ... by their total norm ("norm") or element-wise ("value").
+        val_every_n_epochs: validate at the end of every n-th training epoch.
+        val_check_interval: validate every this many training batches instead (counted across epochs).
+        limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches: batches per epoch
+            (int) or fraction of the loader (float); None: all.
+        log_every_n_steps: publish per-step logged values every n optimizer steps.
+        callbacks: `Callback`s, run in order of their `priority`.
+        seed: seed python, numpy and torch at the start of each fit/validate/test/predict.
+        deterministic: train on a `DeterministicEngine` (reproducible data order, exact mid-epoch resume) and
+            ask torch for deterministic algorithms.
+        enable_progress_bar: show a tqdm bar (when the output is a terminal).
+        enable_checkpointing: save a checkpoint at each epoch's end under `default_root_dir/checkpoints` unless
+            a `ModelCheckpoint` callback is given.
+        default_root_dir: directory or fsspec URL for checkpoints and logs.
+        precision: "32-true" (default), "bf16-mixed" or "16-mixed".
+        strategy: "auto" / "single_device" (DDP and XLA come with their step variants).
+        accelerator: "auto" (CUDA when available), "cpu" or "cuda".
+    """
+
+    def __init__(
+        self,
+        max_epochs: int | None = None,
+        max_steps: int | None = None,
+        accumulate_grad_batches: int = 1,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str = "norm",
+        val_every_n_epochs: int = 1,
+        val_check_interval: int | None = None,
+        limit_train_batches: int | float | None = None,
+        limit_val_batches: int | float | None = None,
+        limit_test_batches: int | float | None = None,
+        limit_predict_batches: int | float | None = None,
+        log_every_n_steps: int = 50,
+        callbacks: Sequence[Callback] | None = None,
+        seed: int | None = None,
+        deterministic: bool = False,
+        enable_progress_bar: bool = True,
+        enable_checkpointing: bool = True,
+        default_root_dir: str | os.PathLike | None = None,
+        precision: str | int = "32-true",
+        strategy: str = "auto",
+        accelerator: str = "auto",
+    ) -> None:
+        self.max_steps = args.check_positive_int("max_steps", max_steps, allow_none=True)
+        self.max_epochs = args.check_positive_int("max_epochs", max_epochs, allow_none=True)
+        if self.max_epochs is None and self.max_steps is None:
+            self.max_epochs = 1000
+        self.accumulate_grad_batches = args.check_positive_int("accumulate_grad_batches", accumulate_grad_batches)
+        self.gradient_clip_val = args.check_non_negative_number("gradient_clip_val", gradient_clip_val)
+        if gradient_clip_algorithm not in ("norm", "value"):
+            raise ValueError(
+                f'Trainer(gradient_clip_algorithm=...) must be "norm" or "value", got {gradient_clip_algorithm!r}.'
+            )
+        self.gradient_clip_algorithm = gradient_clip_algorithm
+        self.val_every_n_epochs = args.check_positive_int("val_every_n_epochs", val_every_n_epochs)
+        self.val_check_interval = args.check_positive_int("val_check_interval", val_check_interval, allow_none=True)
+        self.limits = {
+            "fit": args.check_limit("limit_train_batches", limit_train_batches),
+            "validate": args.check_limit("limit_val_batches", limit_val_batches),
+            "test": args.check_limit("limit_test_batches", limit_test_batches),
+            "predict": args.check_limit("limit_predict_batches", limit_predict_batches),
+        }
+        self.log_every_n_steps = args.check_positive_int("log_every_n_steps", log_every_n_steps)
+        callbacks = list(callbacks or ())
+        for callback in callbacks:
+            if not isinstance(callback, Callback):
+                raise TypeError(
+                    f"Trainer(callbacks=...) takes tracktrain.callbacks.Callback instances, got {callback!r}. "
+                    "Attach plain Engine handlers to trainer.train_engine instead."
+                )
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise TypeError(f"Trainer(seed=...) must be an int or None, got {seed!r}.")
+        self.seed = seed
+        self.deterministic = bool(deterministic)
+        self.default_root_dir = os.fspath(default_root_dir) if default_root_dir is not None else os.getcwd()
+        self.autocast_dtype = args.autocast_dtype_of(precision)
+        self.precision = precision
+        self.strategy = args.check_strategy(strategy)
+        self.device = args.device_of(accelerator)
+        self.callbacks = callbacks + self._default_callbacks(callbacks, enable_progress_bar, enable_checkpointing)
+
+        self.train_engine: Engine = (DeterministicEngine if self.deterministic else Engine)(self._train_iteration)
+        self.eval_engine = Engine(self._eval_iteration)
+        self.test_engine = Engine(self._eval_iteration)
+        self.predict_engine = Engine(self._predict_iteration)
+        self.train_engine.register_events(*TrainerEvents)
+        self._engines = {"fit": self.train_engine, "validate": self.eval_engine, "test": self.test_engine,
+                         "predict": self.predict_engine}
+
+        self.callback_metrics: dict[str, Any] = {}
+        self.logged_metrics: dict[str, float] = {}
+        self._progress_bar_names: set[str] = set()
+        self._logs = {
+            stage: MetricLog(stage, self.callback_metrics, self._progress_bar_names, stage == "fit", _batch_size_of)
+            for stage in ("fit", "validate", "test")
+        }
+        self.metric_log = self._logs["fit"]
+        self.loggers: list[Any] = []  # trackers: each gets log_metrics(values, step) from _publish
+        self.state = TrainerState(self)
+        self.module: LoopModule | None = None
+        self.model_engine: ModelEngine | None = None
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self.lr_scheduler_configs: list[LRSchedulerConfig] = []
+        self._eval_loaders: dict[str, Any] = {}
+        self._predictions: list[Any] = []
+        self._last_values: dict[str, dict[str, Any]] = {}
+        self._step_hooks: list[Any] = []
+        self._training = False
+
+    def _default_callbacks(self, given: list[Callback], progress_bar: bool, checkpointing: bool) -> list[Callback]:
+        from tracktrain.callbacks.model_checkpoint import ModelCheckpoint
+        from tracktrain.callbacks.progress import TrainerProgressBar
+
+        defaults: list[Callback] = []
+        if progress_bar and not any(isinstance(c, TrainerProgressBar) for c in given):
+            defaults.append(TrainerProgressBar())
+        if checkpointing and not any(isinstance(c, ModelCheckpoint) for c in given):
+            defaults.append(ModelCheckpoint(dirpath=_join(self.default_root_dir, "checkpoints")))
+        return defaults
+
+    # ------------------------------------------------------------------------------------------- progress
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken (the step axis of every logged value)."""
+        return self.state.global_step
+
+    @property
+    def current_epoch(self) -> int:
+        """The training epoch being run (or the number of epochs finished, after fit), counted from 0."""
+        epoch = self.train_engine.state.epoch
+        return max(epoch - 1, 0) if self._training else epoch
+
+    @property
+    def progress_bar_metrics(self) -> dict[str, Any]:
+        """The latest values logged with `prog_bar=True` (tensors; read them only when shown)."""
+        return {name: self.callback_metrics[name] for name in self._progress_bar_names if name in self.callback_metrics}
+
+    # ------------------------------------------------------------------------------------------ entry points
+    def fit(
+        self,
+        module: LoopModule | nn.Module | ModelEngine,
+        train_dataloaders: Iterable[Any] | None = None,
+        val_dataloaders: Iterable[Any] | None = None,
+        ckpt_path: str | os.PathLike | None = None,
+        *,
+        optimizer: torch.optim.Optimizer | None = None,
+        criterion: Callable | None = None,
+        lr_scheduler: Any = None,
+    ) -> None:
+        """Train `module` on `train_dataloaders`, validating on `val_dataloaders`; resume from `ckpt_path`.
+
+        `module` may also be a plain `nn.Module` (with `optimizer=` and `criterion=`) or a `ModelEngine` from
+        `tracktrain.initialize`: it is then trained as a `SupervisedModule` on `(inputs, targets)` batches.
+        """
+        module = self._as_loop_module(module, optimizer, criterion, lr_scheduler)
+        _check_loader("train_dataloaders", train_dataloaders, required=True)
+        _check_loader("val_dataloaders", val_dataloaders)
+        if val_dataloaders is not None:
+            _require_override(module, "eval_step", "validate with val_dataloaders")
+        epoch_length = args.epoch_length_of("limit_train_batches", train_dataloaders, self.limits["fit"])
+        if epoch_length == 0:
+            return
+        self._eval_loaders = {"validate": val_dataloaders}
+        self._setup(module, training=True)
+        stages = {"fit", "validate"} if val_dataloaders is not None else {"fit"}
+        handles = self._attach(stages, outermost="fit", val_loader=val_dataloaders)
+        try:
+            if ckpt_path is not None:
+                self._load_checkpoint(ckpt_path)
+            self.train_engine.fire_event(TrainerEvents.FIT_STARTED)
+            self._training = True
+            try:
+                self.train_engine.run(train_dataloaders, max_epochs=self._max_epochs(epoch_length),
+                                      epoch_length=epoch_length, seed=self.seed)
+            finally:
+                self._training = False
+            self.train_engine.fire_event(TrainerEvents.FIT_COMPLETED)
+        finally:
+            self._teardown(handles)
+
+    def validate(self, module: LoopModule | None = None, dataloaders: Iterable[Any] | None = None) -> list[dict[str, float]]:
+        """Run `eval_step` over `dataloaders`; returns `[{metric: value}]` (also in `callback_metrics`)."""
+        return self._evaluate("validate", "eval_step", module, dataloaders)
+
+    def test(self, module: LoopModule | None = None, dataloaders: Iterable[Any] | None = None) -> list[dict[str, float]]:
+        """Run `test_step` over `dataloaders`; returns `[{metric: value}]` (also in `callback_metrics`)."""
+        return self._evaluate("test", "test_step", module, dataloaders)
+
+    def predict(self, module: LoopModule | None = None, dataloaders: Iterable[Any] | None = None) -> list[Any]:
+        """Run `predict_step` over `dataloaders`; returns the outputs, one per batch."""
+        module = self._module_for("predict", module)
+        _check_loader("dataloaders", dataloaders, required=True)
+        self._setup(module, training=False)
+        handles = self._attach({"predict"}, outermost="predict")
+        self._predictions = []
+        try:
+            self._run_stage("predict", dataloaders)
+        finally:
+            self._teardown(handles)
+        predictions, self._predictions = self._predictions, []
+        return predictions
+
+    def _evaluate(self, stage: str, step_name: str, module: LoopModule | None, loader: Any) -> list[dict[str, float]]:
+        module = self._module_for(stage, module)
+        _check_loader("dataloaders", loader, required=True)
+        if not (stage == "test" and type(module).test_step is not LoopModule.test_step):
+            _require_override(module, "eval_step", stage)
+        self._setup(module, training=False)
+        handles = self._attach({stage}, outermost=stage)
+        try:
+            values = self._run_stage(stage, loader)
+        finally:
+            self._teardown(handles)
+        return [to_floats(values)]
+
+    def _module_for(self, stage: str, module: LoopModule | None) -> LoopModule:
+        if module is None:
+            if self.module is None:
+                raise ValueError(f"Trainer.{stage}() needs a module: pass one, or call fit() first.")
+            return self.module
+        if not isinstance(module, LoopModule):
+            raise TypeError(f"Trainer.{stage}() needs a LoopModule, got {type(module).__name__}.")
+        return module
+
+    # --------------------------------------------------------------------------------------- set-up / tear-down
+    def _as_loop_module(self, module: Any, optimizer: Any, criterion: Any, lr_scheduler: Any) -> LoopModule:
+        if isinstance(module, LoopModule):
+            if optimizer is not None or criterion is not None or lr_scheduler is not None:
+                raise ValueError(
+                    "fit(optimizer=, criterion=, lr_scheduler=) are for plain models; a LoopModule returns its "
+                    "optimizers from configure_optimizers()."
+                )
+            return module
+        if isinstance(module, (nn.Module, ModelEngine)):
+            return SupervisedModule(module, optimizer, criterion, lr_scheduler)
+        raise TypeError(
+            f"Trainer.fit() needs a LoopModule, an nn.Module (with optimizer= and criterion=) or a ModelEngine; got "
+            f"{type(module).__name__}."
+        )
+
+    def _setup(self, module: LoopModule, training: bool) -> None:
+        if self.seed is not None:
+            manual_seed(self.seed)
+        if self.deterministic:
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        module._trainer = self
+        self.module = module
+        module.to(self.device)
+        if training:
+            self.optimizers, self.lr_scheduler_configs = self._configure_optimizers(module)
+            self.model_engine = self._model_engine_for(module)
+            self.model_engine.attach(self.train_engine)
+            self.model_engine.zero_grad()
+            self._step_hooks = [] if module.automatic_optimization else [
+                optimizer.register_step_post_hook(lambda *_: self._count_step()) for optimizer in self.optimizers
+            ]
+        elif self.model_engine is None or self.model_engine.model is not module:
+            self.model_engine = ModelEngine(module, autocast_dtype=self.autocast_dtype, device_type=self.device.type)
+
+    def _configure_optimizers(self, module: LoopModule) -> tuple[list, list]:
+        optimizers, schedulers = parse_optimizers(module.configure_optimizers())
+        if module.automatic_optimization and len(optimizers) > 1:
+            raise ValueError(
+                f"configure_optimizers returned {len(optimizers)} optimizers, but automatic optimization steps one. "
+                "Set automatic_optimization = False in your LoopModule and step them in train_step "
+                "(self.optimizers(), self.backward(loss), optimizer.step())."
+            )
+        return optimizers, schedulers
+
+    def _model_engine_for(self, module: LoopModule) -> ModelEngine:
+        clip_norm = self.gradient_clip_val if self.gradient_clip_algorithm == "norm" else None
+        clip_value = self.gradient_clip_val if self.gradient_clip_algorithm == "value" else None
+        if not module.automatic_optimization:
+            if self.autocast_dtype == torch.float16:
+                raise ValueError(
+                    'precision="16-mixed" with manual optimization is not supported yet (your optimizer.step() calls '
+                    'would bypass the GradScaler); use precision="bf16-mixed" or automatic optimization.'
+                )
+            if self.gradient_clip_val is not None:
+                raise ValueError(
+                    "Trainer(gradient_clip_val=...) applies to automatic optimization; under manual optimization "
+                    "call self.clip_gradients(optimizer, gradient_clip_val=...) in train_step."
+                )
+            return ModelEngine(module, autocast_dtype=self.autocast_dtype, device_type=self.device.type)
+        given = getattr(module, "model_engine", None)
+        if isinstance(module, SupervisedModule) and given is not None:
+            if self.gradient_clip_val is not None and (given.clip_grad_norm or given.clip_grad_value):
+                raise ValueError("Clip either in the ModelEngine (clip_grad_norm=) or in the Trainer, not both.")
+            if self.gradient_clip_val is not None:
+                given.clip_grad_norm, given.clip_grad_value = clip_norm, clip_value
+            return given
+        return ModelEngine(
+            module, self.optimizers[0], clip_grad_norm=clip_norm, clip_grad_value=clip_value,
+            scaler=self._grad_scaler(), autocast_dtype=self.autocast_dtype, device_type=self.device.type,
+        )
+
+    def _grad_scaler(self) -> torch.amp.GradScaler | None:
+        return torch.amp.GradScaler(self.device.type) if self.autocast_dtype == torch.float16 else None
+
+    def _max_epochs(self, epoch_length: int | None) -> int:
+        if self.max_epochs is not None:
+            return self.max_epochs
+        if epoch_length is None:
+            return 2**62  # max_steps stops the run; an unsized loader never reports how many epochs that is
+        steps_per_epoch = math.ceil(epoch_length / self.accumulate_grad_batches)
+        return math.ceil(self.max_steps / steps_per_epoch)
+
+    def _attach(self, stages: set[str], outermost: str, val_loader: Any = None) -> list[RemovableEventHandle]:
+        """Register the Trainer's handlers, the module's hooks and the callbacks' hooks for `stages`, in priority
+        order; returns their handles for `_teardown`."""
+        planned: list[tuple[int, str, Any, Callable]] = []  # (priority, stage, event, handler); sorted stably
+        for stage in stages - {"predict"}:
+            planned += self._own_handlers(stage, val_loader)
+        if "predict" in stages:
+            planned.append((_REDUCE_EPOCH, "predict", Events.ITERATION_COMPLETED, self._keep_prediction))
+        hook_stages = stages | {"outermost"}
+        for target, base, leading, priority in [(self.module, LoopModule, (), 0)] + [
+            (callback, Callback, (self, self.module), callback.priority) for callback in self.callbacks
+        ]:
+            for stage, event, handler in hook_handlers(target, base, leading, hook_stages):
+                planned.append((priority, outermost if stage == "outermost" else stage, event, handler))
+            if base is Callback:
+                for stage, event, handler in target.event_handlers(self):
+                    if stage in stages:
+                        planned.append((priority, stage, event, handler))
+        if any(event is Events.EXCEPTION_RAISED for _, _, event, _ in planned):
+            planned.append((10**9, outermost, Events.EXCEPTION_RAISED, _reraise))  # hooks see it, the caller gets it
+        planned.sort(key=lambda entry: entry[0])
+        return [self._engines[stage].add_event_handler(event, handler) for _, stage, event, handler in planned]
+
+    def _own_handlers(self, stage: str, val_loader: Any) -> list[tuple[int, str, Any, Callable]]:
+        log = self._logs[stage]
+        period_start = Events.EPOCH_STARTED if stage == "fit" else Events.STARTED
+        handlers = [
+            (_REDUCE_EPOCH, stage, period_start, lambda: self._enter_stage(stage)),
+            (_REDUCE_EPOCH, stage, Events.EPOCH_COMPLETED, lambda engine: self._reduce_epoch(stage, engine)),
+            (_PUBLISH_EPOCH, stage, Events.EPOCH_COMPLETED, lambda: self._publish(log.epoch_values())),
+        ]
+        if stage != "fit":
+            return handlers
+        if val_loader is not None:
+            if self.val_check_interval is not None:
+                event = Events.ITERATION_COMPLETED(every=self.val_check_interval)
+            else:
+                event = Events.EPOCH_COMPLETED(every=self.val_every_n_epochs)
+            handlers.append((_VALIDATE, stage, event, lambda: self._run_stage("validate", val_loader)))
+        if self.module.automatic_optimization and any(c.interval == "epoch" for c in self.lr_scheduler_configs):
+            handlers.append((_EPOCH_SCHEDULERS, stage, Events.EPOCH_COMPLETED, self._step_epoch_schedulers))
+        return handlers
+
+    def _teardown(self, handles: list[RemovableEventHandle]) -> None:
+        for handle in handles:
+            handle.remove()
+        for hook in self._step_hooks:
+            hook.remove()
+        self._step_hooks = []
+        if self.model_engine is not None:
+            self.model_engine.detach()
+        self.metric_log = self._logs["fit"]
+
+    # ------------------------------------------------------------------------------------------- training
+    def _train_iteration(self, engine: Engine, batch: Any) -> Any:
+        module = self.module
+        batch = self._to_device(batch)
+        log = self.metric_log
+        log.in_step, log.batch = True, batch
+        batch_idx = batch_index(engine)
+        if self.autocast_dtype is None:
+            output = module.train_step(batch, batch_idx)
+        else:
+            with self.model_engine.autocast():
+                output = module.train_step(batch, batch_idx)
+        log.in_step = False
+        if not module.automatic_optimization:
+            return output
+        loss = _loss_of(output)
+        accumulate = self.accumulate_grad_batches
+        model_engine = self.model_engine
+        model_engine.backward(loss / accumulate if accumulate > 1 else loss)
+        if accumulate == 1 or (batch_idx + 1) % accumulate == 0 or batch_idx + 1 == engine.state.epoch_length:
+            model_engine.step()
+            model_engine.zero_grad()
+            self._count_step()
+            for config in self.lr_scheduler_configs:
+                if config.interval == "step" and self.state.global_step % config.frequency == 0:
+                    config.step(self.callback_metrics)
+        return output
+
+    def _count_step(self) -> None:
+        """One optimizer step done: count it, publish the step's values at the log interval, stop at max_steps."""
+        state = self.state
+        state.global_step += 1
+        if state.global_step % self.log_every_n_steps == 0:
+            self._publish(self.metric_log.step_values())
+        if self.max_steps is not None and state.global_step >= self.max_steps:
+            self.train_engine.terminate()
+
+    def _step_epoch_schedulers(self, engine: Engine) -> None:
+        for config in self.lr_scheduler_configs:
+            if config.interval == "epoch" and engine.state.epoch % config.frequency == 0:
+                config.step(self.callback_metrics)
+
+    # ------------------------------------------------------------------------------------------ evaluation
+    def _run_stage(self, stage: str, loader: Any) -> dict[str, Any]:
+        """Run the evaluation engine of `stage` once over `loader` (no gradients, module in eval mode); returns
+        the epoch's logged values."""
+        module, outer_log = self.module, self.metric_log
+        training = module.training
+        epoch_length = args.epoch_length_of(f"limit_{stage}_batches", loader, self.limits[stage])
+        if epoch_length == 0:
+            return {}
+        module.eval()
+        try:
+            with torch.no_grad():
+                self._engines[stage].run(loader, max_epochs=1, epoch_length=epoch_length)
+        finally:
+            module.train(training)
+            self.metric_log = outer_log
+        return self._last_values.pop(stage, {})
+
+    def _eval_iteration(self, engine: Engine, batch: Any) -> Any:
+        batch = self._to_device(batch)
+        log = self.metric_log
+        log.in_step, log.batch = True, batch
+        step = self.module.test_step if log.stage == "test" else self.module.eval_step
+        with self.model_engine.autocast():
+            output = step(batch, batch_index(engine))
+        log.in_step = False
+        return output
+
+    def _predict_iteration(self, engine: Engine, batch: Any) -> Any:
+        batch = self._to_device(batch)
+        with torch.no_grad(), self.model_engine.autocast():
+            return self.module.predict_step(batch, batch_index(engine))
+
+    def _keep_prediction(self, engine: Engine) -> None:
+        self._predictions.append(engine.state.output)
+
+    # ------------------------------------------------------------------------------------- logged values
+    def _enter_stage(self, stage: str) -> None:
+        self.metric_log = self._logs[stage]
+        self.metric_log.reset()
+        if stage == "fit":
+            self.module.train()
+
+    def _reduce_epoch(self, stage: str, engine: Engine) -> None:
+        values = self.metric_log.epoch_values()
+        values.update(engine.state.metrics)  # Ignite metrics attached to the engine
+        self.callback_metrics.update(engine.state.metrics)
+        self._last_values[stage] = values
+
+    def _publish(self, values: Mapping[str, Any]) -> None:
+        """The one path logged values take to `logged_metrics` and the loggers (read from the device here)."""
+        if not values:
+            return
+        floats = to_floats(dict(values))
+        self.logged_metrics.update(floats)
+        for logger in self.loggers:
+            logger.log_metrics(floats, self.state.global_step)
+
+    # -------------------------------------------------------------------------------------------- checkpoints
+    def checkpoint_objects(self) -> dict[str, Any]:
+        """What a checkpoint of this run holds: the module, optimizers, LR schedulers, the train engine's state and
+        the Trainer's own (global step, callbacks); give it to `Checkpoint(to_save=...)`."""
+        objects: dict[str, Any] = {"model": self.module, "train_engine": self.train_engine, "trainer": self.state}
+        if self.optimizers:
+            objects["optimizers"] = list(self.optimizers)
+        if self.lr_scheduler_configs:
+            objects["lr_schedulers"] = [config.scheduler for config in self.lr_scheduler_configs]
+        if self.model_engine is not None and self.model_engine.scaler is not None:
+            objects["grad_scaler"] = self.model_engine.scaler
+        return objects
+
+    def _load_checkpoint(self, ckpt_path: str | os.PathLike) -> None:
+        from tracktrain.handlers.checkpoint import Checkpoint
+
+        Checkpoint.load_objects(self.checkpoint_objects(), ckpt_path)
+
+    # ------------------------------------------------------------------------------------------------ batches
+    def _to_device(self, batch: Any) -> Any:
+        if self.device.type == "cpu":
+            return batch  # CPU tensors stay where they are: no walk over the batch
+        return _move(batch, self.device)
+
+
+def _move(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, Mapping):
+        return type(batch)({key: _move(value, device) for key, value in batch.items()})  # type: ignore[call-arg]
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(_move(value, device) for value in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_move(value, device) for value in batch)
+    return batch
+
+
+def _batch_size_of(batch: Any) -> int:
+    """The length of the first tensor in `batch` (1 when there is none): the weight of a logged mean."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() > 0 else 1
+    values = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else ()
+    for value in values:
+        size = _batch_size_of(value)
+        if isinstance(value, (torch.Tensor, Mapping, list, tuple)):
+            return size
+    return 1
+
+
+def _loss_of(output: Any) -> torch.Tensor:
+    loss = output.get("loss") if isinstance(output, Mapping) else output
+    if not isinstance(loss, torch.Tensor):
+        found = f"a dict without 'loss' (keys {sorted(output)})" if isinstance(output, Mapping) else repr(output)[:100]
+        raise ValueError(
+            f"train_step must return the loss (a scalar tensor) or a dict with it under 'loss'; it returned {found}. "
+            "To skip optimization, set automatic_optimization = False and step yourself."
+        )
+    if loss.numel() != 1:
+        raise ValueError(
+            f"train_step returned a loss of shape {tuple(loss.shape)}; it must be a scalar. Reduce it (e.g. .mean())."
+        )
+    if not loss.requires_grad:
+        raise ValueError(
+            "train_step returned a loss that does not require grad (computed under torch.no_grad(), detached, or "
+            "from no trainable parameter), so there is nothing to backpropagate."
+        )
+    return loss
+
+
+def _check_loader(name: str, loader: Any, required: bool = False) -> None:
+    if loader is None:
+        if required:
+            raise ValueError(f"{name} is required: pass a DataLoader or another iterable of batches.")
+        return
+    if not isinstance(loader, Iterable):
+        raise TypeError(f"{name} must be a DataLoader or another iterable of batches, got {type(loader).__name__}.")
+
+
+def _require_override(module: LoopModule, method: str, purpose: str) -> None:
+    if getattr(type(module), method) is getattr(LoopModule, method):
+        raise NotImplementedError(
+            f"To {purpose}, {type(module).__name__} must define {method}(self, batch, batch_idx)."
+        )
+
+
+def _reraise(engine: Engine, exception: BaseException) -> None:
+    raise exception
+
+
+def _join(root: str, name: str) -> str:
+    from tracktrain import storage
+
+    return storage.join(root, name)
+

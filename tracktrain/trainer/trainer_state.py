@@ -1,0 +1,55 @@
+"""`TrainerState`: the Trainer's own part of a checkpoint — the global step and the callbacks' states."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from tracktrain.trainer.hooks import TrainerEvents
+
+if TYPE_CHECKING:
+    from tracktrain.trainer.trainer import Trainer
+
+__all__ = ["TrainerState"]
+
+
+class TrainerState:
+    """The global step, and `state_dict`/`load_state_dict` for the Trainer's entry in checkpoints.
+
+    Saving fires `TrainerEvents.CHECKPOINT_SAVING` (the `on_save_checkpoint` hooks) with the dict being saved in
+    `train_engine.state.checkpoint`, so hooks can add to it; loading fires `CHECKPOINT_LOADED` with it.
+    """
+
+    def __init__(self, trainer: Trainer) -> None:
+        self._trainer = trainer
+        self.global_step = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        trainer = self._trainer
+        checkpoint: dict[str, Any] = {
+            "global_step": self.global_step,
+            "callbacks": {callback.state_key: callback.state_dict() for callback in trainer.callbacks},
+        }
+        self._fire(TrainerEvents.CHECKPOINT_SAVING, checkpoint)
+        return checkpoint
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        if not isinstance(state_dict, Mapping) or "global_step" not in state_dict:
+            raise ValueError(
+                f"Not a Trainer checkpoint entry: expected a dict with 'global_step' and 'callbacks', got "
+                f"{type(state_dict).__name__} {list(state_dict) if isinstance(state_dict, Mapping) else ''}."
+            )
+        self.global_step = int(state_dict["global_step"])
+        states = state_dict.get("callbacks", {})
+        for callback in self._trainer.callbacks:
+            if callback.state_key in states:
+                callback.load_state_dict(states[callback.state_key])
+        self._fire(TrainerEvents.CHECKPOINT_LOADED, dict(state_dict))
+
+    def _fire(self, event: TrainerEvents, checkpoint: dict[str, Any]) -> None:
+        engine = self._trainer.train_engine
+        engine.state.checkpoint = checkpoint
+        try:
+            engine.fire_event(event)
+        finally:
+            engine.state.checkpoint = None
