@@ -93,6 +93,8 @@ class MetricLog:
                 f"reduce={entry.reduce!r}. Log a name with the same options every time."
             )
         value = _as_scalar_tensor(name, value)
+        if batch_size is not None:
+            batch_size = _checked_batch_size(batch_size)
         if entry.on_step:
             entry.step_value = value
             entry.step_fresh = True
@@ -126,8 +128,8 @@ class MetricLog:
     def _accumulate(self, entry: _Logged, value: torch.Tensor, batch_size: int | None) -> None:
         reduce = entry.reduce
         if reduce == "mean":
-            weight = self._current_batch_size() if batch_size is None else _checked_batch_size(batch_size)
-            weighted = value * weight if weight != 1 else value.float()
+            weight = self._current_batch_size() if batch_size is None else batch_size
+            weighted = value.float() * weight if weight != 1 else value.float()
             entry.total = weighted if entry.total is None else entry.total + weighted
             entry.weight += weight
         elif entry.total is None:

@@ -29,6 +29,7 @@ __all__ = ["Trainer"]
 # Where the Trainer's own handlers sit among the hooks (callbacks default to priority 0, lower runs first).
 _REDUCE_EPOCH = -300  # the epoch's logged values, before anything reads them
 _VALIDATE = -200  # validation at the end of a training epoch, before the epoch-end hooks (as in Lightning)
+_VALIDATE_IN_EPOCH = 300  # validation every n batches, after that batch's end hooks (as in Lightning)
 _EPOCH_SCHEDULERS = 400  # after every epoch-end hook, with the validation metrics known
 _PUBLISH_EPOCH = 500  # last: also what hooks logged at the epoch's end
 
@@ -298,7 +299,8 @@ class Trainer:
             self.optimizers, self.lr_scheduler_configs = self._configure_optimizers(module)
             self.model_engine = self._model_engine_for(module)
             self.model_engine.attach(self.train_engine)
-            self.model_engine.zero_grad()
+            for optimizer in self.optimizers:
+                optimizer.zero_grad()
             self._step_hooks = [] if module.automatic_optimization else [
                 optimizer.register_step_post_hook(lambda *_: self._count_step()) for optimizer in self.optimizers
             ]
@@ -388,10 +390,10 @@ class Trainer:
             return handlers
         if val_loader is not None:
             if self.val_check_interval is not None:
-                event = Events.ITERATION_COMPLETED(every=self.val_check_interval)
+                priority, event = _VALIDATE_IN_EPOCH, Events.ITERATION_COMPLETED(every=self.val_check_interval)
             else:
-                event = Events.EPOCH_COMPLETED(every=self.val_every_n_epochs)
-            handlers.append((_VALIDATE, stage, event, lambda: self._run_stage("validate", val_loader)))
+                priority, event = _VALIDATE, Events.EPOCH_COMPLETED(every=self.val_every_n_epochs)
+            handlers.append((priority, stage, event, lambda: self._run_stage("validate", val_loader)))
         if self.module.automatic_optimization and any(c.interval == "epoch" for c in self.lr_scheduler_configs):
             handlers.append((_EPOCH_SCHEDULERS, stage, Events.EPOCH_COMPLETED, self._step_epoch_schedulers))
         return handlers
