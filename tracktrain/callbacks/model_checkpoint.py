@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracktrain.callbacks.base import Callback
 from tracktrain.handlers.checkpoint import Checkpoint
+from tracktrain.handlers.savers import saver_for
 
 if TYPE_CHECKING:
     from tracktrain.trainer.module import LoopModule
@@ -85,15 +86,16 @@ class ModelCheckpoint(Callback):
         if self._checkpoint is None:
             from tracktrain import storage
 
-            dirpath = self.dirpath or storage.join(trainer.default_root_dir, "checkpoints")
-            self.dirpath = dirpath
+            self.dirpath = self.dirpath or storage.join(trainer.default_root_dir, "checkpoints")
+            # a resumed run writes next to the checkpoints it resumes from
+            saver = saver_for(self.dirpath, create_dir=True, require_empty=False)
             self._checkpoint = Checkpoint(
-                trainer.checkpoint_objects(), dirpath, filename_prefix=self.filename_prefix,
+                trainer.checkpoint_objects(), saver, filename_prefix=self.filename_prefix,
                 score_function=self._score if self.monitor else None, score_name=self.monitor,
                 n_saved=self.save_top_k, global_step_transform=lambda engine, event: trainer.global_step,
             )
             if self.save_last:
-                self._last = Checkpoint(trainer.checkpoint_objects(), dirpath, n_saved=1, filename_pattern="last.{ext}")
+                self._last = Checkpoint(trainer.checkpoint_objects(), saver, n_saved=1, filename_pattern="last.{ext}")
         else:  # a later fit() of the same Trainer: the objects may be new ones
             for handler in (self._checkpoint, self._last):
                 if handler is not None:
@@ -108,7 +110,7 @@ class ModelCheckpoint(Callback):
 
     def on_train_batch_end(self, trainer: Trainer, module: LoopModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         step = trainer.global_step
-        if self.every_n_train_steps is not None and step % self.every_n_train_steps == 0:
+        if self.every_n_train_steps is not None and step > 0 and step % self.every_n_train_steps == 0:
             self._save(trainer)
 
     def _save(self, trainer: Trainer) -> None:

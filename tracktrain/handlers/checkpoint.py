@@ -158,6 +158,7 @@ class Checkpoint:
         self.greater_or_equal = greater_or_equal
         self.save_on_rank = save_on_rank
         self._saved: list[Checkpoint.Item] = []
+        self._committing: list[Checkpoint.Item] | None = None
 
     # ------------------------------------------------------------------------------------------------- saving
     @property
@@ -197,8 +198,7 @@ class Checkpoint:
         if not (self._below_n_saved() or self._beats_worst(priority)):
             return
 
-        states = self._collect_states()
-        name = next(iter(states)) if len(states) == 1 else "checkpoint"
+        name = next(iter(self.to_save)) if len(self.to_save) == 1 else "checkpoint"
         score = self._format_score(priority) if self.score_function is not None else None
         filename = self._filename(name, global_step, score)
         metadata = {
@@ -207,6 +207,13 @@ class Checkpoint:
             "priority": priority,
         }
         saved, evicted = self._with_new_item(Checkpoint.Item(priority, filename))
+        # An object saved in this checkpoint that holds this handler's state (a Trainer's callbacks) records the
+        # list as it is once this file is committed: resuming from the file then knows the file itself.
+        self._committing = saved
+        try:
+            states = self._collect_states()
+        finally:
+            self._committing = None
 
         payload: Any = states if len(states) > 1 else states[name]
         if self.include_self:
@@ -303,7 +310,7 @@ class Checkpoint:
     # ----------------------------------------------------------------------------------------------- state dict
     def state_dict(self) -> OrderedDict:
         """The kept checkpoints as `(priority, filename)` pairs, so retention continues after a resume."""
-        return self._state_dict_of(self._saved)
+        return self._state_dict_of(self._committing if self._committing is not None else self._saved)
 
     @staticmethod
     def _state_dict_of(saved: list[Checkpoint.Item]) -> OrderedDict:
