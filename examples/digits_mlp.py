@@ -1,10 +1,9 @@
-"""Train an MLP on scikit-learn's bundled digits dataset with tracktrain's Engine.
+"""Train an MLP on scikit-learn's bundled digits dataset with a LoopModule and the Trainer.
 
-The main job of the README until the LoopModule/Trainer exists: a real training run built from
-`create_supervised_trainer` / `create_supervised_evaluator`, printing per-epoch loss and accuracy.
-Runs offline: the digits data ships inside scikit-learn.
+The README's main job: a real training run on the embedded defaults (checkpoints on local disk under
+--root-dir), printing per-epoch loss and accuracy. Runs offline: the digits data ships inside scikit-learn.
 
-    python examples/digits_mlp.py --epochs 20
+    python examples/digits_mlp.py --epochs 30
 """
 
 from __future__ import annotations
@@ -12,14 +11,55 @@ from __future__ import annotations
 import argparse
 
 import torch
+import torch.nn.functional as F
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from tracktrain.engine import Events, create_supervised_evaluator, create_supervised_trainer
-from tracktrain.handlers import ProgressBar
-from tracktrain.metrics import Accuracy, Average, Loss
+from tracktrain import Callback, LoopModule, Trainer
+from tracktrain.callbacks import ModelCheckpoint
+
+
+class DigitsClassifier(LoopModule):
+    def __init__(self, lr: float = 0.05, hidden: int = 128) -> None:
+        super().__init__()
+        self.lr = lr
+        self.net = nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Dropout(0.1), nn.Linear(hidden, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def train_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self(x), y)
+        self.log("train_loss", loss, on_step=True, on_epoch=True, prog_bar=True)
+        return loss
+
+    def eval_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self(x)
+        self.log("val_loss", F.cross_entropy(logits, y), prog_bar=True)
+        self.log("val_accuracy", (logits.argmax(dim=1) == y).float().mean(), prog_bar=True)
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
+        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=self.trainer.max_epochs)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}
+
+
+class PrintEpoch(Callback):
+    """One line per epoch, after validation (values are read from the device only here)."""
+
+    priority = 50
+
+    def on_train_epoch_end(self, trainer, module):
+        metrics = {name: float(value) for name, value in trainer.callback_metrics.items()}
+        print(
+            f"epoch {trainer.current_epoch + 1:3d}/{trainer.max_epochs}  train_loss {metrics['train_loss_epoch']:.4f}  "
+            f"val_loss {metrics['val_loss']:.4f}  val_accuracy {metrics['val_accuracy']:.4f}",
+            flush=True,
+        )
 
 
 def digits_loaders(batch_size: int, seed: int) -> tuple[DataLoader, DataLoader]:
@@ -44,38 +84,21 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--root-dir", default="runs/digits", help="where checkpoints go (a path or fsspec URL)")
     args = parser.parse_args()
 
-    torch.manual_seed(args.seed)
     train_loader, val_loader = digits_loaders(args.batch_size, args.seed)
-    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Dropout(0.1), nn.Linear(128, 10))
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
-
-    trainer = create_supervised_trainer(model, optimizer, loss_fn)
-    evaluator = create_supervised_evaluator(
-        model, metrics={"val_accuracy": Accuracy(), "val_loss": Loss(loss_fn)}
+    trainer = Trainer(
+        max_epochs=args.epochs,
+        seed=args.seed,
+        default_root_dir=args.root_dir,
+        callbacks=[PrintEpoch(), ModelCheckpoint(monitor="val_accuracy", mode="max", save_last=True)],
     )
-    # the epoch's mean training loss, accumulated on the device and read once per epoch
-    Average(output_transform=lambda loss: loss).attach(trainer, "train_loss")
-    # a bar on a terminal (nothing when the output is piped to a file)
-    ProgressBar(persist=False).attach(trainer, metric_names=["train_loss"])
-
-    @trainer.on(Events.EPOCH_COMPLETED)
-    def validate(engine):
-        metrics = evaluator.run(val_loader).metrics
-        engine.state.metrics.update(metrics)
-        print(
-            f"epoch {engine.state.epoch:3d}/{engine.state.max_epochs}  "
-            f"train_loss {float(engine.state.metrics['train_loss']):.4f}  "
-            f"val_loss {metrics['val_loss']:.4f}  val_accuracy {metrics['val_accuracy']:.4f}",
-            flush=True,
-        )
-
-    state = trainer.run(train_loader, max_epochs=args.epochs)
+    trainer.fit(DigitsClassifier(lr=args.lr), train_loader, val_loader)
+    checkpoint = next(c for c in trainer.callbacks if isinstance(c, ModelCheckpoint))
     print(
-        f"done: {state.iteration} iterations in {state.times['COMPLETED']:.1f}s, "
-        f"final val_accuracy {state.metrics['val_accuracy']:.4f}"
+        f"done: {trainer.global_step} steps, final val_accuracy {float(trainer.callback_metrics['val_accuracy']):.4f}, "
+        f"best checkpoint {checkpoint.best_model_path}"
     )
 
 

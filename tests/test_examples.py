@@ -1,4 +1,4 @@
-"""The README's main job, run as a new user runs it (shortened)."""
+"""The README's main job and the examples, run as a new user runs them (shortened)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,32 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+EPOCH_LINE = r"epoch\s+(\d+)/5\s+train_loss ([\d.]+)\s+val_loss ([\d.]+)\s+val_accuracy ([\d.]+)"
 
 
-def test_digits_main_job_trains_and_reports_each_epoch():
+def _run(script: str, *args: str, cwd: Path) -> str:
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "digits_mlp.py"), "--epochs", "5"],
-        check=True, capture_output=True, text=True, timeout=300,
+        [sys.executable, str(ROOT / "examples" / script), "--epochs", "5", *args],
+        check=True, capture_output=True, text=True, timeout=300, cwd=cwd,
     )
-    epochs = re.findall(r"epoch\s+(\d+)/5\s+train_loss ([\d.]+)\s+val_loss ([\d.]+)\s+val_accuracy ([\d.]+)", result.stdout)
-    assert [int(e[0]) for e in epochs] == [1, 2, 3, 4, 5]
+    return result.stdout
+
+
+def _check_learning(stdout: str) -> None:
+    epochs = re.findall(EPOCH_LINE, stdout)
+    assert [int(e[0]) for e in epochs] == [1, 2, 3, 4, 5], stdout
     train_losses = [float(e[1]) for e in epochs]
     assert train_losses[-1] < train_losses[0]
-    assert float(epochs[-1][3]) > 0.9, result.stdout  # an MLP reaches ~97% on digits
+    assert float(epochs[-1][3]) > 0.9, stdout  # an MLP reaches ~97% on digits
+
+
+def test_main_job_trains_a_loop_module_and_keeps_the_best_checkpoint(tmp_path):
+    stdout = _run("digits_mlp.py", "--root-dir", str(tmp_path / "run"), cwd=tmp_path)
+    _check_learning(stdout)
+    best = re.search(r"best checkpoint (\S+)", stdout).group(1)
+    assert Path(best).is_file() and "val_accuracy=" in best
+    assert (tmp_path / "run" / "checkpoints" / "last.pt").is_file()
+
+
+def test_engine_example_trains(tmp_path):
+    _check_learning(_run("digits_engine.py", cwd=tmp_path))
