@@ -124,3 +124,37 @@ def test_a_corrupt_checkpoint_path_loads_nothing(tmp_path):
     with pytest.raises(Exception, match="bad.pt"):
         Trainer(**quiet(tmp_path, max_epochs=1)).fit(module, make_loader(), ckpt_path=bad)
     assert torch.equal(module.net.weight, before)
+
+
+def test_deterministic_run_resumed_mid_epoch_is_bit_identical(tmp_path):
+    """A run that crashes mid-epoch and resumes from its last step checkpoint ends where an uninterrupted one does."""
+
+    def trainer(**kwargs):
+        return Trainer(**quiet(tmp_path, max_epochs=2, seed=5, deterministic=True, **kwargs))
+
+    full = Classifier()
+    trainer().fit(full, make_loader(shuffle=True))
+
+    class Crash(Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            if trainer.global_step == 11:
+                raise RuntimeError("killed")
+
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=5, save_top_k=1)
+    with pytest.raises(RuntimeError, match="killed"):
+        trainer(callbacks=[checkpoint, Crash()]).fit(Classifier(), make_loader(shuffle=True))
+    assert checkpoint.best_model_path.endswith("checkpoint_10.pt")  # mid-epoch 2 of 8-batch epochs
+
+    resumed = Classifier()
+    again = trainer()
+    again.fit(resumed, make_loader(shuffle=True), ckpt_path=checkpoint.best_model_path)
+    assert again.global_step == 16
+    for a, b in zip(full.parameters(), resumed.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_two_stateful_callbacks_under_one_key_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="both save their state under state_key 'Counter'"):
+        Trainer(**quiet(tmp_path, callbacks=[Counter(), Counter()]))
+    two_checkpoints = [ModelCheckpoint(monitor="a"), ModelCheckpoint(monitor="b")]
+    assert len(Trainer(**quiet(tmp_path, callbacks=two_checkpoints)).callbacks) == 2

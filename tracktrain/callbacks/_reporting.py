@@ -9,10 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from tracktrain.trainer.metric_log import to_floats
+
 if TYPE_CHECKING:
+    from tracktrain.dist_logger import DistributedLogger
     from tracktrain.trainer.trainer import Trainer
 
-__all__ = ["format_values", "is_fitting", "is_rank_zero", "report"]
+__all__ = ["check_logger", "format_values", "is_fitting", "is_rank_zero", "log_line", "report"]
 
 
 def is_rank_zero() -> bool:
@@ -45,9 +48,34 @@ def format_value(value: float) -> str:
 
 
 def format_values(values: Mapping[str, Any]) -> str:
-    """`name=value | name=value` with each value read as a float (a host sync per tensor: call it only to print)."""
-    parts = []
-    for name, value in values.items():
-        number = float(value) if isinstance(value, (torch.Tensor, numbers.Real)) else None
-        parts.append(f"{name}={format_value(number)}" if number is not None else f"{name}={value}")
-    return " | ".join(parts)
+    """`name=value | name=value`, the tensors read from their devices in one transfer each (the sync of printing)."""
+    floats = to_floats({name: value for name, value in values.items() if _is_scalar(value)})
+    return " | ".join(
+        f"{name}={format_value(floats[name]) if name in floats else value}" for name, value in values.items()
+    )
+
+
+def _is_scalar(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.numel() == 1
+    return isinstance(value, numbers.Real)
+
+
+def check_logger(owner: str, logger: Any) -> None:
+    """Refuse a `logger=` that cannot take lines, naming the callback."""
+    if logger is not None and not callable(getattr(logger, "info", None)):
+        raise TypeError(
+            f"{owner}(logger=...) takes a DistributedLogger (tracktrain.dist_logger.get_dist_logger()), got {logger!r}."
+        )
+
+
+def log_line(logger: DistributedLogger | None, title: str, values: Mapping[str, Any]) -> None:
+    """Log `title | name=value | ...` on `logger` (default `get_dist_logger()`), from rank 0 only; the values are
+    read from the device only there."""
+    if not is_rank_zero():
+        return
+    if logger is None:
+        from tracktrain.dist_logger import get_dist_logger
+
+        logger = get_dist_logger()
+    logger.info(f"{title} | {format_values(values) if values else 'no values logged'}")

@@ -69,6 +69,11 @@ class ModelCheckpoint(Callback):
         self._trainer: Trainer | None = None
         self._last_saved_step = -1
 
+    @property
+    def state_key(self) -> str:
+        return f"ModelCheckpoint[monitor={self.monitor}, every_n_epochs={self.every_n_epochs}, " \
+               f"every_n_train_steps={self.every_n_train_steps}, prefix={self.filename_prefix!r}]"
+
     # ------------------------------------------------------------------------------------------------- paths
     @property
     def best_model_path(self) -> str | None:

@@ -127,6 +127,7 @@ class Trainer:
         self.strategy = args.check_strategy(strategy)
         self.device = args.device_of(accelerator)
         self.callbacks = callbacks + self._default_callbacks(callbacks, enable_progress_bar, enable_checkpointing)
+        _check_state_keys(self.callbacks)
 
         self.train_engine: Engine = (DeterministicEngine if self.deterministic else Engine)(self._train_iteration)
         self.eval_engine = Engine(self._eval_iteration)
@@ -591,6 +592,21 @@ def _require_override(module: LoopModule, method: str, purpose: str) -> None:
         raise NotImplementedError(
             f"To {purpose}, {type(module).__name__} must define {method}(self, batch, batch_idx)."
         )
+
+
+def _check_state_keys(callbacks: list[Callback]) -> None:
+    """Two callbacks with state under one key would overwrite each other's state in checkpoints."""
+    seen: dict[str, Callback] = {}
+    for callback in callbacks:
+        if type(callback).state_dict is Callback.state_dict:
+            continue
+        key = callback.state_key
+        if key in seen:
+            raise ValueError(
+                f"Callbacks {seen[key]!r} and {callback!r} both save their state under state_key {key!r}; override "
+                "state_key in one of them (e.g. include its monitored metric) so checkpoints keep both."
+            )
+        seen[key] = callback
 
 
 def _reraise(engine: Engine, exception: BaseException) -> None:

@@ -1,0 +1,224 @@
+"""`EarlyStopping`: stop `fit` when a logged metric stops improving, crosses a threshold, or is not finite."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+import numbers
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from tracktrain.callbacks._reporting import is_fitting
+from tracktrain.callbacks.base import Callback
+from tracktrain.engine.events import Events
+
+if TYPE_CHECKING:
+    from tracktrain.trainer.trainer import Trainer
+
+__all__ = ["EarlyStopping", "EarlyStoppingReason"]
+
+_logger = logging.getLogger(__name__)
+
+
+class EarlyStoppingReason(enum.Enum):
+    """Why `EarlyStopping` stopped the run (or `NOT_STOPPED`)."""
+
+    NOT_STOPPED = "not_stopped"
+    PATIENCE_EXHAUSTED = "patience_exhausted"
+    STOPPING_THRESHOLD = "stopping_threshold"
+    DIVERGENCE_THRESHOLD = "divergence_threshold"
+    NON_FINITE_METRIC = "non_finite_metric"
+
+
+class EarlyStopping(Callback):
+    """Stops `trainer.fit` (with `trainer.train_engine.terminate()`) when `monitor` has not improved for
+    `patience` checks in a row, as Lightning's EarlyStopping.
+
+    A check reads `trainer.callback_metrics[monitor]` at the end of each validation during `fit`, or at the
+    end of each training epoch when the fit has no validation (or with `check_on_train_epoch_end=True`). A value
+    improves on the best when it is lower by more than `min_delta` (`mode="min"`), or higher (`"max"`).
+
+    Args:
+        monitor: the logged metric to watch.
+        min_delta: the smallest change that counts as an improvement (>= 0).
+        patience: checks without improvement to allow before stopping (>= 1).
+        mode: "min" or "max": which way is better.
+        check_finite: stop as soon as the metric is NaN or infinite.
+        stopping_threshold: stop as soon as the metric is better than this.
+        divergence_threshold: stop as soon as the metric is worse than this.
+        check_on_train_epoch_end: check at training epoch ends (True) or validation ends (False); None: at
+            validation ends when `fit` was given validation data, else at training epoch ends.
+
+    Under torch.distributed each rank checks its own value and the run stops on every rank as soon as one asks
+    (one all-reduce per check), so no rank waits for another that has stopped. `state_dict()` (wait count,
+    best score, stopped epoch) is saved in the Trainer's checkpoints, so a resumed run keeps counting.
+    """
+
+    priority = 100  # as ModelCheckpoint: after the other hooks of the event, which may log what is monitored
+
+    def __init__(
+        self,
+        monitor: str,
+        min_delta: float = 0.0,
+        patience: int = 3,
+        mode: str = "min",
+        check_finite: bool = True,
+        stopping_threshold: float | None = None,
+        divergence_threshold: float | None = None,
+        check_on_train_epoch_end: bool | None = None,
+    ) -> None:
+        if not isinstance(monitor, str) or not monitor:
+            raise TypeError(f"EarlyStopping(monitor=...) must be the name of a logged metric, got {monitor!r}.")
+        if mode not in ("min", "max"):
+            raise ValueError(f'EarlyStopping(mode=...) must be "min" or "max", got {mode!r}.')
+        if not isinstance(min_delta, numbers.Real) or isinstance(min_delta, bool) or not min_delta >= 0:
+            raise ValueError(
+                f"EarlyStopping(min_delta=...) must be a number >= 0 (its direction follows mode), got {min_delta!r}."
+            )
+        if not isinstance(patience, numbers.Integral) or isinstance(patience, bool) or patience < 1:
+            raise ValueError(f"EarlyStopping(patience=...) must be a positive integer, got {patience!r}.")
+        for name, value in (("stopping_threshold", stopping_threshold), ("divergence_threshold", divergence_threshold)):
+            if value is not None and (not isinstance(value, numbers.Real) or isinstance(value, bool)):
+                raise TypeError(f"EarlyStopping({name}=...) must be a number or None, got {value!r}.")
+        if check_on_train_epoch_end not in (None, True, False):
+            raise TypeError(
+                f"EarlyStopping(check_on_train_epoch_end=...) must be True, False or None, got {check_on_train_epoch_end!r}."
+            )
+        self.monitor = monitor
+        self.min_delta = float(min_delta)
+        self.patience = int(patience)
+        self.mode = mode
+        self.check_finite = bool(check_finite)
+        self.stopping_threshold = None if stopping_threshold is None else float(stopping_threshold)
+        self.divergence_threshold = None if divergence_threshold is None else float(divergence_threshold)
+        self.check_on_train_epoch_end = check_on_train_epoch_end
+        self.wait_count = 0
+        self.best_score = math.inf if mode == "min" else -math.inf
+        self.stopped_epoch = 0
+        self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
+        self.stopping_reason_message: str | None = None
+
+    # ------------------------------------------------------------------------------------------------ checks
+    def event_handlers(self, trainer: Trainer) -> Iterable[tuple[str, Any, Callable]]:
+        """One check per validation or per training epoch; the other event costs nothing."""
+        at_epoch_end = self.check_on_train_epoch_end
+        if at_epoch_end is None:
+            at_epoch_end = trainer._eval_loaders.get("validate") is None  # no public "fit has validation" yet
+        if at_epoch_end:
+            return [("fit", Events.EPOCH_COMPLETED, lambda: self._check(trainer))]
+        # attached for validate() calls too, where it must not count: _check skips outside fit
+        return [("validate", Events.COMPLETED, lambda: self._check(trainer))]
+
+    def _check(self, trainer: Trainer) -> None:
+        if not is_fitting(trainer):
+            return
+        metrics = trainer.callback_metrics
+        if self.monitor not in metrics:
+            raise KeyError(
+                f"EarlyStopping(monitor={self.monitor!r}) but no metric of that name was logged. Logged metrics: "
+                f"{sorted(metrics)}. Log it with self.log({self.monitor!r}, value), or monitor one of those."
+            )
+        current = _as_float(self.monitor, metrics[self.monitor])  # the one host sync of a check
+        should_stop, message = self._evaluate(current)
+        should_stop = _any_rank(should_stop)
+        if should_stop:
+            self.stopped_epoch = trainer.current_epoch
+            if self.stopping_reason is EarlyStoppingReason.NOT_STOPPED:  # stopped because another rank asked
+                message = f"Another process asked to stop (its {self.monitor} met a stopping condition)."
+            self.stopping_reason_message = message
+            _logger.info("EarlyStopping at epoch %d: %s", self.stopped_epoch, message)
+            trainer.train_engine.terminate()
+
+    def _better(self, value: float, than: float) -> bool:
+        return value < than if self.mode == "min" else value > than
+
+    def _evaluate(self, current: float) -> tuple[bool, str | None]:
+        """Whether to stop after seeing `current`, and why; updates the best score and the wait count."""
+        sign = "<" if self.mode == "min" else ">"
+        if self.check_finite and not math.isfinite(current):
+            self.stopping_reason = EarlyStoppingReason.NON_FINITE_METRIC
+            return True, (
+                f"Monitored metric {self.monitor} = {current} is not finite. Previous best value was "
+                f"{self.best_score:.3f}. Signaling Trainer to stop."
+            )
+        if self.stopping_threshold is not None and self._better(current, self.stopping_threshold):
+            self.stopping_reason = EarlyStoppingReason.STOPPING_THRESHOLD
+            return True, (
+                f"Stopping threshold reached: {self.monitor} = {current} {sign} {self.stopping_threshold}. "
+                "Signaling Trainer to stop."
+            )
+        if self.divergence_threshold is not None and self._better(-current, -self.divergence_threshold):
+            self.stopping_reason = EarlyStoppingReason.DIVERGENCE_THRESHOLD
+            return True, (
+                f"Divergence threshold reached: {self.monitor} = {current} {'>' if sign == '<' else '<'} "
+                f"{self.divergence_threshold}. Signaling Trainer to stop."
+            )
+        delta = self.min_delta if self.mode == "max" else -self.min_delta
+        if self._better(current - delta, self.best_score):
+            self.best_score = current
+            self.wait_count = 0
+            return False, None
+        self.wait_count += 1
+        if self.wait_count >= self.patience:
+            self.stopping_reason = EarlyStoppingReason.PATIENCE_EXHAUSTED
+            return True, (
+                f"Monitored metric {self.monitor} did not improve in the last {self.wait_count} records. Best score: "
+                f"{self.best_score:.3f}. Signaling Trainer to stop."
+            )
+        return False, None
+
+    # ------------------------------------------------------------------------------------------------- state
+    @property
+    def state_key(self) -> str:
+        """Two EarlyStoppings on different metrics or modes keep separate states in a checkpoint."""
+        return f"EarlyStopping{{'monitor': {self.monitor!r}, 'mode': {self.mode!r}}}"
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "wait_count": self.wait_count,
+            "stopped_epoch": self.stopped_epoch,
+            "best_score": self.best_score,
+            "patience": self.patience,
+            "stopping_reason": self.stopping_reason.value,
+            "stopping_reason_message": self.stopping_reason_message,
+        }
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        missing = [key for key in ("wait_count", "stopped_epoch", "best_score") if key not in state_dict]
+        if missing:
+            raise KeyError(
+                f"EarlyStopping.load_state_dict: {missing} missing from the given state (keys {sorted(state_dict)}); "
+                "pass what EarlyStopping.state_dict() returned."
+            )
+        self.wait_count = int(state_dict["wait_count"])
+        self.stopped_epoch = int(state_dict["stopped_epoch"])
+        self.best_score = float(state_dict["best_score"])
+        self.patience = int(state_dict.get("patience", self.patience))
+        self.stopping_reason = EarlyStoppingReason(state_dict.get("stopping_reason", "not_stopped"))
+        self.stopping_reason_message = state_dict.get("stopping_reason_message")
+
+
+def _as_float(name: str, value: Any) -> float:
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"EarlyStopping monitors {name!r}, which is a tensor of shape {tuple(value.shape)}; it "
+                             "needs a scalar.")
+        return float(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    raise TypeError(f"EarlyStopping monitors {name!r}, which holds {type(value).__name__} {value!r}, not a number.")
+
+
+def _any_rank(flag: bool) -> bool:
+    """`flag` or-ed over all processes: a rank that stops alone would leave the others waiting in a collective."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return flag
+    from tracktrain.metrics.distributed import _collective_device
+
+    buffer = torch.tensor([int(flag)], device=_collective_device())
+    dist.all_reduce(buffer, op=dist.ReduceOp.MAX)
+    return bool(buffer.item())
