@@ -13,6 +13,8 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
+from tracktrain.ranks import rank_and_world_size
+
 __all__ = ["DistributedLogger", "get_dist_logger"]
 
 _LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARNING": logging.WARNING, "ERROR": logging.ERROR}
@@ -20,29 +22,6 @@ _DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 _shared: dict[str, DistributedLogger] = {}  # every DistributedLogger, by name
 _shared_lock = threading.RLock()  # re-entered: get_dist_logger holds it while the constructor registers
-
-
-def _env_int(variable: str, default: int) -> int:
-    text = os.environ.get(variable)
-    if text is None or text == "":
-        return default
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(
-            f"The {variable} environment variable is {text!r}, not an integer. Unset it, or let torchrun set it."
-        ) from None
-
-
-def _rank_and_world_size() -> tuple[int, int]:
-    """This process's rank and the world size: from torch.distributed once a process group is initialized, else
-    from RANK and WORLD_SIZE (torchrun sets them before the script calls init_process_group), else (0, 1)."""
-    # Looked up, not imported: a process group exists only if torch.distributed was imported, and a log line must
-    # not cost a torch import.
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
 
 
 def _rank_tag(rank: int, world_size: int) -> str:
@@ -68,7 +47,7 @@ class _RankFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         if not hasattr(record, "rank_tag"):  # a record logged on `.logger` directly, not through DistributedLogger
-            record.rank_tag = _rank_tag(*_rank_and_world_size())
+            record.rank_tag = _rank_tag(*rank_and_world_size())
         return super().format(record)
 
 
@@ -160,7 +139,7 @@ class DistributedLogger:
                 "rank_{rank}.log per rank. Pass a directory."
             )
         directory.mkdir(parents=True, exist_ok=True)
-        rank, _ = _rank_and_world_size()
+        rank, _ = rank_and_world_size()
         file = (directory / f"rank_{rank}{'' if suffix is None else '_' + suffix}.log").resolve()
         with self._lock:
             handler = self._files.get(file)
@@ -178,7 +157,7 @@ class DistributedLogger:
             raise TypeError(f"ranks must be None (rank 0) or a list of ranks such as [0, 1], got {ranks!r}.")
         if not self._logger.isEnabledFor(level):
             return
-        rank, world_size = _rank_and_world_size()
+        rank, world_size = rank_and_world_size()
         if rank not in ((0,) if ranks is None else ranks):
             return
         # stacklevel 3 attributes the record to the caller of info()/warning()/..., not to this module

@@ -34,9 +34,11 @@ def report(trainer: Trainer, values: Mapping[str, torch.Tensor | float]) -> None
     loggers through the Trainer's one publishing path, which reads them from the device once."""
     if not values:
         return
-    trainer.callback_metrics.update(
-        {name: value if isinstance(value, torch.Tensor) else torch.tensor(float(value)) for name, value in values.items()}
-    )
+    # float64, so that reading a number back gives exactly the number reported
+    trainer.callback_metrics.update({
+        name: value if isinstance(value, torch.Tensor) else torch.tensor(float(value), dtype=torch.float64)
+        for name, value in values.items()
+    })
     trainer._publish(values)
 
 

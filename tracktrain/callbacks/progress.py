@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tracktrain.callbacks.base import Callback
+from tracktrain.ranks import global_rank
 from tracktrain.trainer.metric_log import to_floats
 
 if TYPE_CHECKING:
@@ -26,14 +27,9 @@ class TrainerProgressBar(Callback):
         self._attached_to: Any = None
 
     def on_fit_start(self, trainer: Trainer, module: LoopModule) -> None:
-        if _rank() != 0 or self._attached_to is trainer.train_engine:
+        if global_rank() != 0 or self._attached_to is trainer.train_engine:
             return
         # attached once for the lifetime of the engine: ProgressBar closes its own bars at the end of each run
         self.bar.attach(trainer.train_engine, output_transform=lambda _: to_floats(trainer.progress_bar_metrics))
         self._attached_to = trainer.train_engine
 
-
-def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
