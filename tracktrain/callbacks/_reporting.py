@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from tracktrain.ranks import global_rank
 from tracktrain.trainer.metric_log import to_floats
 
 if TYPE_CHECKING:
@@ -19,14 +20,13 @@ __all__ = ["check_logger", "format_values", "is_fitting", "is_rank_zero", "log_l
 
 
 def is_rank_zero() -> bool:
-    """Whether this process prints and writes files: rank 0 under torch.distributed, always otherwise."""
-    dist = torch.distributed
-    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+    """Whether this process prints and writes files: rank 0 of a distributed run, or the only process."""
+    return global_rank() == 0
 
 
 def is_fitting(trainer: Trainer) -> bool:
     """Whether `trainer.fit()` is running, as opposed to a `validate()` or `test()` call of its own."""
-    return bool(trainer._training)  # the Trainer has no public flag for this (yet)
+    return trainer.fitting
 
 
 def report(trainer: Trainer, values: Mapping[str, torch.Tensor | float]) -> None:

@@ -85,7 +85,8 @@ class EarlyStopping(Callback):
                 raise TypeError(f"EarlyStopping({name}=...) must be a number or None, got {value!r}.")
         if check_on_train_epoch_end not in (None, True, False):
             raise TypeError(
-                f"EarlyStopping(check_on_train_epoch_end=...) must be True, False or None, got {check_on_train_epoch_end!r}."
+                "EarlyStopping(check_on_train_epoch_end=...) must be True, False or None, got "
+                f"{check_on_train_epoch_end!r}."
             )
         self.monitor = monitor
         self.min_delta = float(min_delta)
@@ -106,7 +107,7 @@ class EarlyStopping(Callback):
         """One check per validation or per training epoch; the other event costs nothing."""
         at_epoch_end = self.check_on_train_epoch_end
         if at_epoch_end is None:
-            at_epoch_end = trainer._eval_loaders.get("validate") is None  # no public "fit has validation" yet
+            at_epoch_end = trainer.val_dataloaders is None
         if at_epoch_end:
             return [("fit", Events.EPOCH_COMPLETED, lambda: self._check(trainer))]
         # attached for validate() calls too, where it must not count: _check skips outside fit

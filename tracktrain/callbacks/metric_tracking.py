@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tracktrain.callbacks._reporting import report
+
 from tracktrain.callbacks.base import Callback
 from tracktrain.engine.events import Events
 from tracktrain.metrics.accuracy import Accuracy
@@ -50,8 +50,9 @@ def prediction_and_target(output: Any) -> tuple[Any, Any]:
     else:
         found = repr(output)[:100]
     raise TypeError(
-        f"A metric tracker reads (y_pred, y) from the step's output, which was {found}. Return {{'output': y_pred, 'target': y}} "
-        "from the step (as SupervisedModule does) or a (y_pred, y) tuple, or pass output_transform=... to pick them."
+        f"A metric tracker reads (y_pred, y) from the step's output, which was {found}. Return "
+        "{'output': y_pred, 'target': y} from the step (as SupervisedModule does) or a (y_pred, y) tuple, or pass "
+        "output_transform=... to pick them."
     )
 
 
@@ -98,7 +99,7 @@ def _completion(trainer: Trainer, metric: Metric, name: str) -> Callable[[Engine
             metric.completed(engine, name)  # compute(): the all-reduce and the one host sync of the epoch
         except NotComputableError:
             return  # an epoch without a single update has nothing to report
-        report(trainer, {name: engine.state.metrics[name]})
+        # now in engine.state.metrics, which the Trainer copies to callback_metrics and publishes
 
     return complete
 
@@ -129,7 +130,9 @@ class LossTracker(_MetricTracker):
             if not callable(value):
                 raise TypeError(f"LossTracker({what}=...) must be callable, got {value!r}.")
         if loss_fn is not None and not callable(loss_fn):
-            raise TypeError(f"LossTracker(loss_fn=...) must be callable, e.g. torch.nn.CrossEntropyLoss(); got {loss_fn!r}.")
+            raise TypeError(
+                f"LossTracker(loss_fn=...) must be callable, e.g. torch.nn.CrossEntropyLoss(); got {loss_fn!r}."
+            )
         if stages is None:
             stages = _STAGES if loss_fn is not None else ("fit",)
         stages = (stages,) if isinstance(stages, str) else tuple(stages)

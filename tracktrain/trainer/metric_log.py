@@ -101,6 +101,8 @@ class MetricLog:
             self.callback_metrics[name] = value
         if entry.on_epoch:
             self._accumulate(entry, value, batch_size)
+            if not self.in_step:  # logged from a hook: visible at once to the hooks and callbacks after it
+                self.callback_metrics[name] = _aggregate(entry)
 
     def _new_entry(
         self, name: str, prog_bar: bool, on_step: bool | None, on_epoch: bool | None, reduce: str, sync_dist: bool
@@ -175,12 +177,18 @@ class MetricLog:
                     total, weight = all_reduce_sum(total, weight)
                 else:
                     total = _reduce_across_ranks(total, entry.reduce)
-            value = total / weight if entry.reduce == "mean" else total
+            value = _aggregate(entry, total, weight)
             self.callback_metrics[name] = value
             if entry.on_step:
                 self.callback_metrics[f"{name}_epoch"] = value
             values[f"{name}_epoch" if entry.on_step else name] = value
         return values
+
+
+def _aggregate(entry: _Logged, total: torch.Tensor | None = None, weight: float | None = None) -> torch.Tensor:
+    total = entry.total if total is None else total
+    weight = entry.weight if weight is None else weight
+    return total / weight if entry.reduce == "mean" else total
 
 
 def _as_scalar_tensor(name: str, value: Any) -> torch.Tensor:
@@ -224,6 +232,7 @@ def to_floats(values: dict[str, Any]) -> dict[str, float]:
         else:
             floats[name] = float(value)
     for names in by_device.values():
-        stacked = torch.stack([values[name].detach().reshape(()).float() for name in names])
+        # float64: a float64 value reads back exactly, a float32 one is widened without loss
+        stacked = torch.stack([values[name].detach().reshape(()).double() for name in names])
         floats.update(zip(names, stacked.tolist()))  # the sync point
     return {name: floats[name] for name in values}

@@ -15,7 +15,7 @@ __all__ = ["SupervisedModule"]
 
 
 class SupervisedModule(LoopModule):
-    """Trains `model` on `(inputs, targets)` batches with `criterion`; logs `train_loss` and `val_loss`.
+    """Trains `model` on `(inputs, targets)` batches with `criterion`; logs `train_loss`, `val_loss`, `test_loss`.
 
     Built from a model, an optimizer and a criterion (and optionally an LR scheduler), or from a `ModelEngine`
     (`tracktrain.initialize(...)`), whose gradient handlers, clipping, ophooks and precision are then the ones
@@ -67,6 +67,12 @@ class SupervisedModule(LoopModule):
         inputs, targets = _split(batch)
         output = self.model(inputs)
         self.log("val_loss", self.criterion(output, targets), prog_bar=True)
+        return {"output": output, "target": targets}
+
+    def test_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
+        inputs, targets = _split(batch)
+        output = self.model(inputs)
+        self.log("test_loss", self.criterion(output, targets))
         return {"output": output, "target": targets}
 
     def predict_step(self, batch: Any, batch_idx: int) -> Any:

@@ -151,11 +151,11 @@ class Trainer:
         self.model_engine: ModelEngine | None = None
         self.optimizers: list[torch.optim.Optimizer] = []
         self.lr_scheduler_configs: list[LRSchedulerConfig] = []
-        self._eval_loaders: dict[str, Any] = {}
         self._predictions: list[Any] = []
         self._last_values: dict[str, dict[str, Any]] = {}
         self._step_hooks: list[Any] = []
-        self._training = False
+        self.fitting = False  # True while fit() runs (not during a validate()/test() of its own)
+        self.val_dataloaders: Any = None
 
     def _default_callbacks(self, given: list[Callback], progress_bar: bool, checkpointing: bool) -> list[Callback]:
         from tracktrain.callbacks.model_checkpoint import ModelCheckpoint
@@ -178,7 +178,7 @@ class Trainer:
     def current_epoch(self) -> int:
         """The training epoch being run (or the number of epochs finished, after fit), counted from 0."""
         epoch = self.train_engine.state.epoch
-        return max(epoch - 1, 0) if self._training else epoch
+        return max(epoch - 1, 0) if self.fitting else epoch
 
     @property
     def progress_bar_metrics(self) -> dict[str, Any]:
@@ -210,7 +210,7 @@ class Trainer:
         epoch_length = args.epoch_length_of("limit_train_batches", train_dataloaders, self.limits["fit"])
         if epoch_length == 0:
             return
-        self._eval_loaders = {"validate": val_dataloaders}
+        self.val_dataloaders = val_dataloaders
         self._setup(module, training=True)
         stages = {"fit", "validate"} if val_dataloaders is not None else {"fit"}
         handles = self._attach(stages, outermost="fit", val_loader=val_dataloaders)
@@ -218,12 +218,12 @@ class Trainer:
             if ckpt_path is not None:
                 self._load_checkpoint(ckpt_path)
             self.train_engine.fire_event(TrainerEvents.FIT_STARTED)
-            self._training = True
+            self.fitting = True
             try:
                 self.train_engine.run(train_dataloaders, max_epochs=self._max_epochs(epoch_length),
                                       epoch_length=epoch_length, seed=self.seed)
             finally:
-                self._training = False
+                self.fitting = False
             self.train_engine.fire_event(TrainerEvents.FIT_COMPLETED)
         finally:
             self._teardown(handles)
@@ -385,7 +385,8 @@ class Trainer:
         handlers = [
             (_REDUCE_EPOCH, stage, period_start, lambda: self._enter_stage(stage)),
             (_REDUCE_EPOCH, stage, Events.EPOCH_COMPLETED, lambda engine: self._reduce_epoch(stage, engine)),
-            (_PUBLISH_EPOCH, stage, Events.EPOCH_COMPLETED, lambda: self._publish(log.epoch_values())),
+            (_PUBLISH_EPOCH, stage, Events.EPOCH_COMPLETED,
+             lambda engine: self._publish({**log.epoch_values(), **_scalars(engine.state.metrics)})),
         ]
         if stage != "fit":
             return handlers
@@ -444,7 +445,10 @@ class Trainer:
         if state.global_step % self.log_every_n_steps == 0:
             self._publish(self.metric_log.step_values())
         if self.max_steps is not None and state.global_step >= self.max_steps:
-            self.train_engine.terminate()
+            # End with this epoch, cut short, as its last: its end hooks, validation and checkpoints still run.
+            engine = self.train_engine
+            engine.state.max_epochs = engine.state.epoch
+            engine.terminate_epoch()
 
     def _step_epoch_schedulers(self, engine: Engine) -> None:
         for config in self.lr_scheduler_configs:
@@ -496,7 +500,7 @@ class Trainer:
 
     def _reduce_epoch(self, stage: str, engine: Engine) -> None:
         values = self.metric_log.epoch_values()
-        values.update(engine.state.metrics)  # Ignite metrics attached to the engine
+        values.update(engine.state.metrics)  # Ignite metrics attached to the engine (and trackers built on them)
         self.callback_metrics.update(engine.state.metrics)
         self._last_values[stage] = values
 
@@ -592,6 +596,15 @@ def _require_override(module: LoopModule, method: str, purpose: str) -> None:
         raise NotImplementedError(
             f"To {purpose}, {type(module).__name__} must define {method}(self, batch, batch_idx)."
         )
+
+
+def _scalars(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The numbers among an engine's metrics (loggers take scalars; a confusion matrix stays in state.metrics)."""
+    return {
+        name: value for name, value in metrics.items()
+        if (isinstance(value, torch.Tensor) and value.numel() == 1)
+        or (isinstance(value, (int, float)) and not isinstance(value, bool))
+    }
 
 
 def _check_state_keys(callbacks: list[Callback]) -> None:
