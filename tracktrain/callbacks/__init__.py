@@ -6,7 +6,15 @@ from tracktrain._lazy import lazy_attributes
 
 _LAZY = {
     "Callback": "tracktrain.callbacks.base",
+    "AccuracyTracker": "tracktrain.callbacks.metric_tracking",
+    "EarlyStopping": "tracktrain.callbacks.early_stopping",
+    "EarlyStoppingReason": "tracktrain.callbacks.early_stopping",
+    "LearningRateMonitor": "tracktrain.callbacks.lr_monitor",
+    "LossTracker": "tracktrain.callbacks.metric_tracking",
+    "MemoryMonitor": "tracktrain.callbacks.memory",
+    "MetricPrinter": "tracktrain.callbacks.metric_printer",
     "ModelCheckpoint": "tracktrain.callbacks.model_checkpoint",
+    "Timing": "tracktrain.callbacks.timing",
     "TrainerProgressBar": "tracktrain.callbacks.progress",
 }
 

@@ -48,34 +48,43 @@ class LearningRateMonitor(Callback):
         self.logging_interval = logging_interval
         self.log_momentum = bool(log_momentum)
         self.lrs: dict[str, list[float]] = {}
-        self._last_logged_step = -1
+        self._logged_intervals = 0
 
     def event_handlers(self, trainer: Trainer) -> Iterable[tuple[str, Any, Callable]]:
-        """The step and/or epoch handler this configuration needs, after checking the optimizers' names."""
-        groups = self._named_optimizers(trainer)  # raises on duplicate group names before training starts
-        if self.log_momentum:
-            without = [type(opt).__name__ for _, opt, _ in groups if not _has_momentum(opt)]
-            if without:
-                warnings.warn(
-                    f"LearningRateMonitor(log_momentum=True), but {without} have no momentum; 0 is logged for them.",
-                    RuntimeWarning, stacklevel=2,
-                )
-        self._last_logged_step = -1
-        intervals = {config.interval if config is not None else "both" for _, _, config in groups}
-        handlers: list[tuple[str, Any, Callable]] = []
+        """The step and/or epoch handler this configuration needs (all on the train engine: nothing is attached
+        for validate(), test() or predict())."""
+        configs = trainer.lr_scheduler_configs
+        intervals = {config.interval for config in configs}
+        scheduled = [getattr(config.scheduler, "optimizer", None) for config in configs]
+        if any(not any(optimizer is seen for seen in scheduled) for optimizer in trainer.optimizers):
+            intervals.add("both")  # an optimizer without a scheduler is logged at steps and epochs under None
+        handlers: list[tuple[str, Any, Callable]] = [("fit", Events.STARTED, lambda: self._on_train_start(trainer))]
         if self.logging_interval == "step" or (self.logging_interval is None and intervals & {"step", "both"}):
             handlers.append(("fit", Events.ITERATION_STARTED, lambda: self._on_batch_start(trainer)))
         if self.logging_interval == "epoch" or (self.logging_interval is None and intervals & {"epoch", "both"}):
             handlers.append(("fit", Events.EPOCH_STARTED, lambda: self._log(trainer, "epoch")))
         return handlers
 
+    def _on_train_start(self, trainer: Trainer) -> None:
+        groups = self._named_optimizers(trainer)  # refuses duplicate group names before the first step
+        if self.log_momentum:
+            without = [type(optimizer).__name__ for _, optimizer, _ in groups if not _has_momentum(optimizer)]
+            if without:
+                warnings.warn(
+                    f"LearningRateMonitor(log_momentum=True), but {without} have no momentum; 0 is logged for them.",
+                    RuntimeWarning, stacklevel=2,
+                )
+        # counted from the global step after a checkpoint was loaded: a resumed run keeps its cadence
+        self._logged_intervals = trainer.global_step // trainer.log_every_n_steps
+
     def _on_batch_start(self, trainer: Trainer) -> None:
-        step = trainer.global_step
-        # once per optimizer step (not per accumulated batch), at the steps whose values the Trainer publishes
-        if (step + 1) % trainer.log_every_n_steps or step == self._last_logged_step:
-            return
-        self._last_logged_step = step
-        self._log(trainer, "step")
+        # Once every log_every_n_steps optimizer steps, at the start of the step that ends an interval: the step
+        # whose values the Trainer publishes. Counting whole intervals logs once per optimizer step under gradient
+        # accumulation, and keeps the pace when one batch takes several steps (manual optimization).
+        intervals = (trainer.global_step + 1) // trainer.log_every_n_steps
+        if intervals > self._logged_intervals:
+            self._logged_intervals = intervals
+            self._log(trainer, "step")
 
     def _log(self, trainer: Trainer, interval: str) -> None:
         values: dict[str, Any] = {}

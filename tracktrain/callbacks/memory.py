@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import resource
 import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,8 @@ def rss_mb() -> float:
             resident_pages = int(statm.read().split()[1])
         return resident_pages * os.sysconf("SC_PAGE_SIZE") / _MB
     except (OSError, ValueError, IndexError):
+        import resource  # Unix only: imported where it is needed
+
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak / _MB if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB elsewhere
 
@@ -56,26 +57,36 @@ class MemoryMonitor(Callback):
 
     def __init__(self, logger: DistributedLogger | None = None, logging_interval: str = "epoch") -> None:
         if logging_interval not in ("epoch", "step"):
-            raise ValueError(f'MemoryMonitor(logging_interval=...) must be "epoch" or "step", got {logging_interval!r}.')
+            raise ValueError(
+                f'MemoryMonitor(logging_interval=...) must be "epoch" or "step", got {logging_interval!r}.'
+            )
         check_logger("MemoryMonitor", logger)
         self.logger = logger
         self.logging_interval = logging_interval
-        self._last_logged_step = -1
+        self._logged_intervals = 0
 
     def event_handlers(self, trainer: Trainer) -> Iterable[tuple[str, Any, Callable]]:
         """The one handler the interval needs."""
         if self.logging_interval == "epoch":
-            return [("fit", Events.EPOCH_COMPLETED, lambda: self._measure(trainer, f"Epoch {trainer.current_epoch + 1}"))]
-        self._last_logged_step = -1
-        return [("fit", Events.ITERATION_COMPLETED, lambda: self._on_batch_end(trainer))]
+            return [
+                ("fit", Events.EPOCH_COMPLETED, lambda: self._measure(trainer, f"Epoch {trainer.current_epoch + 1}"))
+            ]
+        return [
+            ("fit", Events.STARTED, lambda: self._start_counting(trainer)),
+            ("fit", Events.ITERATION_COMPLETED, lambda: self._on_batch_end(trainer)),
+        ]
+
+    def _start_counting(self, trainer: Trainer) -> None:
+        # after a checkpoint was loaded: a resumed run goes on counting from its global step
+        self._logged_intervals = trainer.global_step // trainer.log_every_n_steps
 
     def _on_batch_end(self, trainer: Trainer) -> None:
-        step = trainer.global_step
-        # at the steps whose values the Trainer publishes, once each (not per accumulated batch)
-        if step == 0 or step % trainer.log_every_n_steps or step == self._last_logged_step:
-            return
-        self._last_logged_step = step
-        self._measure(trainer, f"Step {step}")
+        # once per log_every_n_steps optimizer steps, counted in whole intervals: once per step under gradient
+        # accumulation, and at the same pace when one batch takes several steps (manual optimization)
+        intervals = trainer.global_step // trainer.log_every_n_steps
+        if intervals > self._logged_intervals:
+            self._logged_intervals = intervals
+            self._measure(trainer, f"Step {trainer.global_step}")
 
     def _measure(self, trainer: Trainer, title: str) -> None:
         values = {"memory/rss_mb": rss_mb()}

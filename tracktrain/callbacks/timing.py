@@ -25,7 +25,7 @@ EPOCH, STEP, VALIDATION = "train-epoch", "train-step", "validation"
 class Timing(Callback):
     """Times training with a `MultiTimer` and reports, at the end of each training epoch:
 
-    - `time/epoch`: seconds of the epoch's training iterations (its validation is timed apart),
+    - `time/epoch`: seconds of the epoch's training, less the validations run within it (timed apart),
     - `time/step_mean`: mean seconds of the epoch's iterations (each one kept in the "train-step" history),
     - `throughput/samples_per_sec`: samples trained in the epoch / `time/epoch`, the samples of a batch being
       the length of its first tensor (read from its shape: no device sync);
@@ -49,6 +49,7 @@ class Timing(Callback):
         self.logger = logger
         self.timer = timer if timer is not None else MultiTimer()
         self._samples = 0
+        self._validation_seconds = 0.0  # validations run inside the current training epoch (val_check_interval)
         self._step_count_at_start = 0
         self._step_sum_at_start = 0.0
 
@@ -56,6 +57,7 @@ class Timing(Callback):
     def on_train_epoch_start(self, trainer: Trainer, module: LoopModule) -> None:
         self._restart(EPOCH)
         self._samples = 0
+        self._validation_seconds = 0.0
         if STEP in self.timer:
             watch = self.timer.get_timer(STEP)
             self._step_count_at_start, self._step_sum_at_start = watch.history_count, watch.get_history_sum()
@@ -64,13 +66,15 @@ class Timing(Callback):
         self._restart(STEP)
         self._samples += _batch_size(batch)
 
-    def on_train_batch_end(self, trainer: Trainer, module: LoopModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Trainer, module: LoopModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         self.timer.stop(STEP, keep_in_history=True)
 
     def on_train_epoch_end(self, trainer: Trainer, module: LoopModule) -> None:
         if not self.timer.is_on():
             return
-        seconds = self.timer.stop(EPOCH, keep_in_history=True)
+        seconds = self.timer.stop(EPOCH, keep_in_history=True) - self._validation_seconds
         values = {"time/epoch": seconds}
         step = self.timer.get_timer(STEP) if STEP in self.timer else None
         steps = step.history_count - self._step_count_at_start if step is not None else 0
@@ -85,8 +89,12 @@ class Timing(Callback):
         self._restart(VALIDATION)
 
     def on_validation_end(self, trainer: Trainer, module: LoopModule) -> None:
-        if self.timer.is_on():
-            self._report(trainer, "Validation", {"time/validation": self.timer.stop(VALIDATION, keep_in_history=True)})
+        if not self.timer.is_on():
+            return
+        seconds = self.timer.stop(VALIDATION, keep_in_history=True)
+        if EPOCH in self.timer and self.timer.get_timer(EPOCH).is_running:
+            self._validation_seconds += seconds  # a validation within the epoch (val_check_interval)
+        self._report(trainer, "Validation", {"time/validation": seconds})
 
     # ------------------------------------------------------------------------------------------------ helpers
     def _restart(self, name: str) -> None:
