@@ -1,0 +1,692 @@
+#!/usr/bin/env python
+"""Per-iteration overhead of tracktrain's `Trainer.fit`, next to a hand-written loop and Lightning's `Trainer`.
+
+Two settings of each Trainer are measured on the same model and data, in the same process:
+
+- "off": no progress bar, no checkpoints, no logger (Lightning: no model summary either); the module still
+  logs its loss with `self.log` every step.
+- "defaults": each library as shipped, with its progress bar drawing (to /dev/null) and its checkpoint at the end
+  of every epoch (Lightning also writes its default logger's files).
+
+A Trainer's time per iteration is measured without its start-up: every repeat runs a short fit (E1 epochs) and
+a long fit (E2 epochs) of each variant, and (time of the long fit − time of the short fit) / ((E2 − E1) ×
+batches per epoch) is one sample. Everything that happens once per fit (construction, set-up, tear-down)
+cancels out; everything that happens per iteration or per epoch (a checkpoint at each epoch's end) is counted.
+The start-up (Trainer construction to the first forward) is reported separately.
+
+    .venv/bin/python benchmarks/bench_trainer_overhead.py --quick      # smoke test, ~15 s
+    .venv/bin/python benchmarks/bench_trainer_overhead.py              # the real run, ~1.5 min on 2 cores
+
+Timing never makes this script fail. It exits with status 1 only when a sanity check fails: a fit ran the wrong
+number of iterations, ended with weights different from the hand-written loop's, wrote files with everything
+off, saved no checkpoint with the defaults, or a progress bar that should draw wrote nothing.
+See benchmarks/README.md for how to read the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import cProfile
+import gc
+import io
+import json
+import logging
+import os
+import platform
+import pstats
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import tracktrain
+from tracktrain.callbacks import TrainerProgressBar
+from tracktrain.trainer import LoopModule, Trainer
+
+RAW = "raw"
+TRACKTRAIN, LIGHTNING = "tracktrain", "lightning"
+OFF, DEFAULTS = "off", "defaults"
+# The project's goals, as (tracktrain overhead) / (Lightning overhead) measured in the same run.
+GOAL_RATIO = {OFF: 1 / 3, DEFAULTS: 1.0}
+LEARNING_RATE = 0.01
+
+
+# ------------------------------------------------------------------------------------------------------ setup
+def make_mlp(sizes: tuple[int, ...]) -> nn.Sequential:
+    """Linear layers of the given widths with ReLU between them (none after the last)."""
+    layers: list[nn.Module] = []
+    for index, (width_in, width_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        if index:
+            layers.append(nn.ReLU())
+        layers.append(nn.Linear(width_in, width_out))
+    return nn.Sequential(*layers)
+
+
+class Workload:
+    """One classifier's initial weights and one DataLoader over a synthetic in-memory TensorDataset, shared by
+    every variant of a case. Each fit trains a fresh copy of the same initial weights on the same batches in the
+    same order (no shuffling), so every variant does exactly the same arithmetic."""
+
+    def __init__(self, sizes: tuple[int, ...], batch_size: int, batches_per_epoch: int, seed: int) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        samples = batch_size * batches_per_epoch
+        inputs = torch.randn(samples, sizes[0], generator=generator)
+        targets = torch.randint(0, sizes[-1], (samples,), generator=generator)
+        self.sizes = sizes
+        self.batch_size = batch_size
+        self.batches_per_epoch = batches_per_epoch
+        self.loader = DataLoader(TensorDataset(inputs, targets), batch_size=batch_size)
+        torch.manual_seed(seed)
+        self._initial = {name: value.clone() for name, value in make_mlp(sizes).state_dict().items()}
+
+    def fresh_net(self) -> nn.Sequential:
+        net = make_mlp(self.sizes)
+        net.load_state_dict(self._initial)
+        return net
+
+    def describe(self) -> str:
+        return (
+            f"MLP {'-'.join(map(str, self.sizes))}, cross-entropy, SGD, batch {self.batch_size}, "
+            f"DataLoader over a TensorDataset, {self.batches_per_epoch} batches/epoch"
+        )
+
+
+class FirstForward:
+    """Reads the clock when the network's first forward starts, then removes itself, so it costs nothing per
+    iteration (a module with a hook takes torch's slower call path)."""
+
+    def __init__(self, net: nn.Module) -> None:
+        self.time: float | None = None
+        self._handle = net.register_forward_pre_hook(self._hook)
+
+    def _hook(self, module: nn.Module, inputs: Any) -> None:
+        self.time = time.perf_counter()
+        self._handle.remove()
+
+
+class CountingSink(io.TextIOBase):
+    """A text stream that throws its input away and counts it: lets the warm-up prove that a bar draws."""
+
+    def __init__(self) -> None:
+        self.characters = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.characters += len(text)
+        return len(text)
+
+
+class Classifier(LoopModule):
+    """tracktrain's module: the raw loop's step, plus `self.log` of the loss."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def train_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = F.cross_entropy(self.net(x), y)
+        self.log("loss", loss)
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=LEARNING_RATE)
+
+
+def lightning_classifier_class(lightning: Any) -> type:
+    """Lightning's module, line for line the same as `Classifier` (defined once Lightning is imported)."""
+
+    class LightningClassifier(lightning.LightningModule):
+        def __init__(self, net: nn.Module) -> None:
+            super().__init__()
+            self.net = net
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            loss = F.cross_entropy(self.net(x), y)
+            self.log("loss", loss)
+            return loss
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=LEARNING_RATE)
+
+    return LightningClassifier
+
+
+def load_lightning() -> tuple[Any, str]:
+    """`import lightning as L`, with its info logs and warnings (GPU availability, few DataLoader workers, ...)
+    silenced: they would go to the console in every fit."""
+    try:
+        import lightning
+    except Exception as error:  # not installed, or an install that fails to import
+        return None, f"not installed ({type(error).__name__}: {error})"
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "lightning_fabric"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module=r"lightning(\..*)?")
+    warnings.filterwarnings("ignore", module=r"lightning_fabric(\..*)?")
+    return lightning, lightning.__version__
+
+
+# ------------------------------------------------------------------------------------------------- variants
+@dataclass
+class Run:
+    """One fit. `seconds` and `startup_s` are measured from the start of the Trainer's construction (the raw loop:
+    of its optimizer) to the end of fit and to the first forward."""
+
+    seconds: float
+    startup_s: float
+    iterations: int
+    net: nn.Module
+    logger: str = ""
+
+
+@dataclass
+class Variant:
+    """`fit(workload, epochs, run_dir, sink)` trains a fresh copy of the network for `epochs` epochs; a progress
+    bar, if any, draws on `sink` (a Lightning bar through sys.stdout)."""
+
+    name: str
+    library: str
+    mode: str  # OFF or DEFAULTS ("" for the raw loop)
+    fit: Callable[[Workload, int, str, Any], Run]
+    draws_bar: bool = False
+    saves_checkpoints: bool = False
+    writes_nothing: bool = False
+
+
+def fit_raw(workload: Workload, epochs: int, run_dir: str, sink: Any) -> Run:
+    """The hand-written loop: zero_grad, forward, loss, backward, step. No logging."""
+    net = workload.fresh_net()
+    clock = FirstForward(net)
+    start = time.perf_counter()
+    optimizer = torch.optim.SGD(net.parameters(), lr=LEARNING_RATE)
+    net.train()
+    for _ in range(epochs):
+        for x, y in workload.loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(net(x), y)
+            loss.backward()
+            optimizer.step()
+    end = time.perf_counter()
+    return Run(end - start, clock.time - start, epochs * len(workload.loader), net)
+
+
+def tracktrain_fitter(mode: str) -> Callable[[Workload, int, str, Any], Run]:
+    def fit(workload: Workload, epochs: int, run_dir: str, sink: Any) -> Run:
+        net = workload.fresh_net()
+        module = Classifier(net)
+        clock = FirstForward(net)
+        start = time.perf_counter()
+        # accelerator="cpu" as for Lightning: "auto" would pick CUDA where there is one
+        if mode == OFF:
+            trainer = Trainer(
+                max_epochs=epochs, enable_progress_bar=False, enable_checkpointing=False, log_every_n_steps=50,
+                default_root_dir=run_dir, accelerator="cpu",
+            )
+        else:
+            # the default bar only draws on a terminal; disable=False makes it draw as Lightning's does
+            bar = TrainerProgressBar(file=sink, disable=False)
+            trainer = Trainer(max_epochs=epochs, default_root_dir=run_dir, accelerator="cpu", callbacks=[bar])
+        trainer.fit(module, workload.loader)
+        end = time.perf_counter()
+        return Run(end - start, clock.time - start, trainer.global_step, net)
+
+    return fit
+
+
+def lightning_fitter(lightning: Any, mode: str) -> Callable[[Workload, int, str, Any], Run]:
+    module_class = lightning_classifier_class(lightning)
+
+    def fit(workload: Workload, epochs: int, run_dir: str, sink: Any) -> Run:
+        net = workload.fresh_net()
+        module = module_class(net)
+        clock = FirstForward(net)
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(sink):  # Lightning's bar writes to sys.stdout, read when it is built
+            if mode == OFF:
+                trainer = lightning.Trainer(
+                    max_epochs=epochs, enable_progress_bar=False, enable_checkpointing=False, logger=False,
+                    enable_model_summary=False, accelerator="cpu", devices=1, num_sanity_val_steps=0,
+                    default_root_dir=run_dir,
+                )
+            else:
+                trainer = lightning.Trainer(max_epochs=epochs, default_root_dir=run_dir, accelerator="cpu", devices=1)
+            trainer.fit(module, train_dataloaders=workload.loader)
+        end = time.perf_counter()
+        logger = type(trainer.logger).__name__ if trainer.logger is not None else ""
+        return Run(end - start, clock.time - start, trainer.global_step, net, logger)
+
+    return fit
+
+
+def make_variants(lightning: Any) -> list[Variant]:
+    variants = [Variant(RAW, RAW, "", fit_raw)]
+    libraries = [(TRACKTRAIN, tracktrain_fitter)]
+    if lightning is not None:
+        libraries.append((LIGHTNING, lambda mode: lightning_fitter(lightning, mode)))
+    for mode in (OFF, DEFAULTS):
+        for library, fitter in libraries:
+            variants.append(Variant(
+                f"{library}-{mode}", library, mode, fitter(mode),
+                draws_bar=mode == DEFAULTS, saves_checkpoints=mode == DEFAULTS, writes_nothing=mode == OFF,
+            ))
+    return variants
+
+
+# ----------------------------------------------------------------------------------------------------- cases
+@dataclass
+class Case:
+    key: str
+    title: str
+    workload: Workload
+    short_epochs: int
+    long_epochs: int
+    reference: dict[int, list[torch.Tensor]] = field(default_factory=dict)  # epochs -> the raw loop's weights
+    loggers: dict[str, str] = field(default_factory=dict)  # variant -> its logger's class
+
+    @property
+    def measured_iterations(self) -> int:
+        """The iterations a sample is made of: those of the long fit beyond the short one."""
+        return (self.long_epochs - self.short_epochs) * self.workload.batches_per_epoch
+
+
+def weights(net: nn.Module) -> list[torch.Tensor]:
+    return [value.detach().clone() for value in net.state_dict().values()]
+
+
+def check_run(case: Case, variant: Variant, epochs: int, run: Run, run_dir: str, problems: list[str]) -> None:
+    """After every fit, outside the timing: the right number of iterations, the raw loop's weights (the same
+    arithmetic in the same order: bit for bit with one thread; the tolerance is for other thread counts), and the
+    files each setting must (not) write."""
+    where = f"[{case.key}] {variant.name} ({epochs} epochs)"
+    expected = epochs * case.workload.batches_per_epoch
+    if run.iterations != expected:
+        problems.append(f"{where}: ran {run.iterations} iterations, expected {expected}")
+    reference = case.reference.get(epochs)
+    if reference is not None:
+        if not all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(weights(run.net), reference)):
+            problems.append(f"{where}: the trained weights differ from the hand-written loop's")
+    written = [os.path.relpath(os.path.join(root, name), run_dir)
+               for root, _, names in os.walk(run_dir) for name in names]
+    if variant.writes_nothing and written:
+        problems.append(f"{where}: wrote files with checkpointing and logging off: {written[:5]}")
+    if variant.saves_checkpoints and not any("checkpoints" in path.split(os.sep) for path in written):
+        problems.append(f"{where}: saved no checkpoint with the defaults (files: {written[:5]})")
+    if run.logger:
+        case.loggers[variant.name] = run.logger
+
+
+def run_once(
+    case: Case, variant: Variant, epochs: int, root_dir: str, threads: int, sink: Any, problems: list[str]
+) -> Run:
+    """One fit in a fresh, empty directory under `root_dir` (removed afterwards, outside the timing): a
+    checkpoint directory left by an earlier fit would change what the next one does."""
+    run_dir = tempfile.mkdtemp(prefix="run-", dir=root_dir)
+    try:
+        torch.set_num_threads(threads)  # in case a library changed it
+        gc.collect()
+        run = variant.fit(case.workload, epochs, run_dir, sink)
+        check_run(case, variant, epochs, run, run_dir, problems)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return run
+
+
+def warm_up(case: Case, variants: list[Variant], root_dir: str, threads: int, problems: list[str]) -> dict[str, float]:
+    """One untimed short fit of each variant (first-call paths, lazy imports, allocator), drawing on a counting
+    sink: a bar that should draw must write something. Returns each warm-up fit's start-up (s)."""
+    startups = {}
+    for variant in variants:
+        sink = CountingSink()
+        startups[variant.name] = run_once(case, variant, case.short_epochs, root_dir, threads, sink, problems).startup_s
+        if variant.draws_bar and sink.characters == 0:
+            problems.append(f"[{case.key}] {variant.name}: the progress bar wrote nothing, so it did not draw")
+    return startups
+
+
+def measure_case(
+    case: Case, variants: list[Variant], repeats: int, root_dir: str, threads: int, rng: random.Random, sink: Any,
+    problems: list[str],
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, float]]:
+    """Per variant: the per-iteration samples (µs), the start-ups (s) of all its timed fits, and the start-up (s)
+    of its warm-up fit."""
+    for epochs in (case.short_epochs, case.long_epochs):
+        case.reference[epochs] = weights(fit_raw(case.workload, epochs, "", None).net)
+    first_startups = warm_up(case, variants, root_dir, threads, problems)
+    per_iteration: dict[str, list[float]] = {variant.name: [] for variant in variants}
+    startups: dict[str, list[float]] = {variant.name: [] for variant in variants}
+    for _ in range(repeats):
+        order = list(variants)
+        rng.shuffle(order)  # slow drifts of the machine hit every variant alike
+        for variant in order:
+            lengths = [case.short_epochs, case.long_epochs]
+            rng.shuffle(lengths)
+            runs = {epochs: run_once(case, variant, epochs, root_dir, threads, sink, problems) for epochs in lengths}
+            extra = runs[case.long_epochs].seconds - runs[case.short_epochs].seconds
+            per_iteration[variant.name].append(extra / case.measured_iterations * 1e6)
+            startups[variant.name] += [run.startup_s for run in runs.values()]
+    return per_iteration, startups, first_startups
+
+
+# ------------------------------------------------------------------------------------------------ summaries
+def quartiles(values: list[float]) -> tuple[float, float]:
+    if len(values) < 2:
+        return values[0], values[0]
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q3
+
+
+STATISTICS: dict[str, Callable[[list[float]], float]] = {
+    "median": statistics.median,
+    "p25": lambda values: quartiles(values)[0],
+    "min": min,
+}
+
+
+def summarize(
+    case: Case, per_iteration: dict[str, list[float]], startups: dict[str, list[float]], first_startups: dict[str, float],
+    statistic: str,
+) -> dict[str, Any]:
+    center = STATISTICS[statistic]
+    us_per_iter = {name: center(values) for name, values in per_iteration.items()}
+    iqr = {name: q3 - q1 for name, (q1, q3) in ((name, quartiles(values)) for name, values in per_iteration.items())}
+    startup_ms = {name: statistics.median(values) * 1e3 for name, values in startups.items()}
+    first_ms = {name: seconds * 1e3 for name, seconds in first_startups.items()}
+    raw = us_per_iter[RAW]
+    rows = []
+    for mode in (OFF, DEFAULTS):
+        ours, theirs = f"{TRACKTRAIN}-{mode}", f"{LIGHTNING}-{mode}"
+        overhead = {library: us_per_iter[name] - raw for library, name in ((TRACKTRAIN, ours), (LIGHTNING, theirs))
+                    if name in us_per_iter}
+        # what a difference of medians has to beat to mean something: the widest spread among the compared runs
+        noise = max(iqr[name] for name in (RAW, ours, theirs) if name in iqr)
+        ratio, goal = None, "n/a"
+        if LIGHTNING in overhead:
+            if overhead[LIGHTNING] > noise:
+                ratio = overhead[TRACKTRAIN] / overhead[LIGHTNING]
+            margin = GOAL_RATIO[mode] * overhead[LIGHTNING] - overhead[TRACKTRAIN]
+            goal = "yes" if margin >= 0 else "NO"
+            if abs(margin) <= noise:
+                goal += " (within noise)"
+        rows.append({
+            "mode": mode,
+            "us_per_iter": {RAW: raw, TRACKTRAIN: us_per_iter[ours], LIGHTNING: us_per_iter.get(theirs)},
+            "overhead_us_per_iter": {TRACKTRAIN: overhead[TRACKTRAIN], LIGHTNING: overhead.get(LIGHTNING)},
+            "noise_us_per_iter": noise,
+            "tracktrain_over_lightning_overhead": ratio,
+            "goal_ratio": GOAL_RATIO[mode],
+            "goal_met": goal,
+            "startup_ms": {RAW: startup_ms[RAW], TRACKTRAIN: startup_ms[ours], LIGHTNING: startup_ms.get(theirs)},
+            "warmup_startup_ms": {RAW: first_ms[RAW], TRACKTRAIN: first_ms[ours], LIGHTNING: first_ms.get(theirs)},
+        })
+    return {
+        "key": case.key,
+        "title": case.title,
+        "detail": case.workload.describe(),
+        "batches_per_epoch": case.workload.batches_per_epoch,
+        "short_epochs": case.short_epochs,
+        "long_epochs": case.long_epochs,
+        "measured_iterations": case.measured_iterations,
+        "statistic": statistic,
+        "rows": rows,
+        "us_per_iter": us_per_iter,
+        "iqr_us_per_iter": iqr,
+        "startup_ms": startup_ms,
+        "warmup_startup_ms": first_ms,
+        "loggers": dict(case.loggers),
+        "samples_us_per_iter": per_iteration,
+        "samples_startup_s": startups,
+    }
+
+
+# ------------------------------------------------------------------------------------------------- reporting
+def fmt(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "—"
+    if abs(value) >= 1000:
+        return f"{value:+,.0f}" if signed else f"{value:,.0f}"
+    return f"{value:+.1f}" if signed else f"{value:.1f}"
+
+
+def table(lines: list[list[str]], align: str) -> str:
+    """A markdown table: the first line is the header; `align` has one of l / r per column."""
+    rule = "|" + "|".join(":---" if side == "l" else "---:" for side in align) + "|"
+    return "\n".join(["| " + " | ".join(lines[0]) + " |", rule] + ["| " + " | ".join(line) + " |" for line in lines[1:]])
+
+
+def overhead_table(results: list[dict[str, Any]]) -> str:
+    lines = [[
+        "case", "settings", "iters/sample", "raw µs/it", "tracktrain µs/it", "lightning µs/it",
+        "tracktrain overhead", "lightning overhead", "noise (max IQR)", "tt/lightning overhead", "goal",
+    ]]
+    for result in results:
+        for row in result["rows"]:
+            medians, overheads = row["us_per_iter"], row["overhead_us_per_iter"]
+            ours = overheads[TRACKTRAIN]
+            ratio = row["tracktrain_over_lightning_overhead"]
+            lines.append([
+                result["title"],
+                row["mode"],
+                str(result["measured_iterations"]),
+                fmt(medians[RAW]),
+                fmt(medians[TRACKTRAIN]),
+                fmt(medians[LIGHTNING]),
+                f"{fmt(ours, True)} ({ours / medians[RAW]:+.1%})",
+                fmt(overheads[LIGHTNING], True),
+                fmt(row["noise_us_per_iter"]),
+                "—" if ratio is None else f"{ratio:.3f}",
+                f"≤ {row['goal_ratio']:.2g}×: {row['goal_met']}",
+            ])
+    return table(lines, "llrrrrrrrrl")
+
+
+def startup_table(results: list[dict[str, Any]]) -> str:
+    lines = [[
+        "case", "settings", "raw ms", "tracktrain ms", "lightning ms", "tracktrain: warm-up fit ms",
+        "lightning: warm-up fit ms",
+    ]]
+    for result in results:
+        for row in result["rows"]:
+            startup, first = row["startup_ms"], row["warmup_startup_ms"]
+            lines.append([result["title"], row["mode"]] + [
+                fmt(values[library])
+                for values, libraries in ((startup, (RAW, TRACKTRAIN, LIGHTNING)), (first, (TRACKTRAIN, LIGHTNING)))
+                for library in libraries
+            ])
+    return table(lines, "llrrrrr")
+
+
+def report(results: list[dict[str, Any]], stat: str, lightning_status: str, has_lightning: bool) -> None:
+    print("\n## Time per iteration, start-up excluded\n")
+    print(overhead_table(results) + "\n")
+    print(
+        f"µs/it: {stat} over the repeats of (long fit − short fit) / (iterations between them); iters/sample is "
+        "that number of iterations. overhead: variant − raw, in µs per iteration (for tracktrain also as a share "
+        "of the raw step). noise: the largest interquartile range of the raw, tracktrain and lightning samples. "
+        "tt/lightning overhead: given only where Lightning's overhead exceeds the noise. goal: the measured "
+        "overheads decide; '(within noise)' where the margin, either way, is smaller than the noise."
+    )
+    loggers = {name: logger for result in results for name, logger in result["loggers"].items()}
+    if loggers:
+        print(f"- Lightning's default logger here: {', '.join(sorted(set(loggers.values())))}; tracktrain's "
+              "Trainer has no logger by default.")
+    print("\n## Start-up: from the Trainer's construction to the first forward\n")
+    print(startup_table(results) + "\n")
+    print(
+        "median over all timed fits (not in the per-iteration numbers); each includes the DataLoader's iterator "
+        "and first batch (the raw loop: only those and its optimizer). warm-up fit: that variant's untimed first "
+        f"fit of the case; in the first case ({results[0]['title']}) it is the variant's first fit in the process, "
+        "lazy imports included."
+    )
+    if not has_lightning:
+        print(f"\nlightning: {lightning_status}; its columns are empty and the goals cannot be checked.")
+        return
+    verdicts = [(f"{result['key']} {row['mode']}", row["goal_met"]) for result in results for row in result["rows"]]
+    met = [name for name, verdict in verdicts if verdict.startswith("yes")]
+    missed = [name for name, verdict in verdicts if verdict.startswith("NO")]
+    unclear = [name for name, verdict in verdicts if verdict.endswith("(within noise)")]
+    print(
+        f"\nGoals (tracktrain overhead ≤ {GOAL_RATIO[OFF]:.2g} × Lightning's with everything off, ≤ "
+        f"{GOAL_RATIO[DEFAULTS]:g} × with the defaults): met in {len(met)} of {len(verdicts)}"
+        + (f"; NOT met in: {', '.join(missed)}" if missed else "")
+        + (f"; margin within noise in: {', '.join(unclear)}" if unclear else "")
+        + ". (Informational only: timing never fails this script.)"
+    )
+
+
+def profile_case(case: Case, variants: list[Variant], root_dir: str, threads: int, top: int, sink: Any) -> None:
+    """cProfile one long fit of each tracktrain variant: the functions with the most own time, then tracktrain's
+    own functions by cumulative time (which includes the torch calls they make)."""
+    for variant in variants:
+        if variant.library != TRACKTRAIN:
+            continue
+        run_dir = tempfile.mkdtemp(prefix="profile-", dir=root_dir)
+        torch.set_num_threads(threads)
+        gc.collect()
+        profiler = cProfile.Profile()
+        profiler.enable()
+        variant.fit(case.workload, case.long_epochs, run_dir, sink)
+        profiler.disable()
+        shutil.rmtree(run_dir, ignore_errors=True)
+        iterations = case.long_epochs * case.workload.batches_per_epoch
+        stats = pstats.Stats(profiler, stream=sys.stdout)
+        print(f"\n### cProfile: {case.key} / {variant.name} ({iterations} iterations, start-up included), top {top} "
+              "by own time\n\n```")
+        stats.sort_stats("tottime").print_stats(top)
+        print("```\n\ntracktrain's functions by cumulative time:\n\n```")
+        stats.sort_stats("cumulative").print_stats(r"[/\\]tracktrain[/\\]", top)
+        print("```")
+
+
+# ------------------------------------------------------------------------------------------------------ main
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add = parser.add_argument
+    add("--quick", action="store_true", help="small counts: a smoke test, not a measurement")
+    add("--repeats", type=int, help="timed (short, long) pairs per variant (default 9; --quick 3)")
+    add("--tiny-epochs", type=int, help="epochs of the tiny model's long fit, the short one being 1 (default 11; "
+        "--quick 3)")
+    add("--medium-epochs", type=int, help="the same for the medium model (default 5; --quick 3)")
+    add("--cases", default="tiny,medium", help="comma-separated: tiny, medium (default both)")
+    add("--threads", type=int, default=1, help="torch.set_num_threads for every fit (default 1)")
+    add("--stat", choices=sorted(STATISTICS), default="median",
+        help="statistic of the repeats to report (default median; p25 or min resist interference from other processes)")
+    add("--no-lightning", action="store_true", help="leave Lightning out")
+    add("--profile", action="store_true", help="after timing, cProfile one long fit of each tracktrain variant")
+    add("--profile-top", type=int, default=25, help="rows of each profile (default 25)")
+    add("--root-dir", help="where the fits write (checkpoints, Lightning's logs), in a temporary directory made and "
+        "removed there (default: the system's temporary directory); a tmpfs such as /dev/shm leaves the disk out")
+    add("--seed", type=int, default=0, help="seed of the data, the weights and the shuffled orders")
+    add("--json", metavar="PATH", help="also write all results (with every sample) to PATH")
+    args = parser.parse_args(argv)
+    defaults = {"repeats": (9, 3), "tiny_epochs": (11, 3), "medium_epochs": (5, 3)}
+    for name, (full, small) in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, small if args.quick else full)
+    if args.repeats < 1:
+        parser.error("--repeats must be positive")
+    for name in ("tiny_epochs", "medium_epochs"):
+        if getattr(args, name) < 2:
+            parser.error(f"--{name.replace('_', '-')} must be at least 2 (the short fit has 1 epoch)")
+    unknown = set(args.cases.split(",")) - {"tiny", "medium"}
+    if unknown:
+        parser.error(f"--cases: unknown case(s) {sorted(unknown)}; use tiny, medium")
+    return args
+
+
+def make_cases(args: argparse.Namespace) -> list[Case]:
+    wanted = args.cases.split(",")
+    cases = []
+    if "tiny" in wanted:
+        workload = Workload((32, 64, 10), 32, 50 if args.quick else 100, args.seed)
+        cases.append(Case("tiny", "tiny MLP", workload, 1, args.tiny_epochs))
+    if "medium" in wanted:
+        workload = Workload((256, 512, 512, 10), 64, 20 if args.quick else 50, args.seed)
+        cases.append(Case("medium", "medium MLP", workload, 1, args.medium_epochs))
+    return cases
+
+
+def environment(threads: int, lightning_status: str) -> dict[str, Any]:
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "tracktrain": getattr(tracktrain, "__version__", "?"),
+        "lightning": lightning_status,
+        "torch_threads": threads,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)
+    rng = random.Random(args.seed)
+    lightning, lightning_status = (None, "left out (--no-lightning)") if args.no_lightning else load_lightning()
+    variants = make_variants(lightning)
+    cases = make_cases(args)
+    devnull = open(os.devnull, "w", encoding="utf-8")  # where the bars draw in timed fits
+    root_dir = tempfile.mkdtemp(prefix="tracktrain-bench-trainer-", dir=args.root_dir)
+    atexit.register(shutil.rmtree, root_dir, True)
+
+    # Everything built so far (torch, the libraries, the data) lives until the end: move it out of the collector's
+    # sight, so that the gc.collect() before each fit and any collection during one stay cheap.
+    gc.collect()
+    gc.freeze()
+
+    env = environment(args.threads, lightning_status)
+    print("# tracktrain Trainer.fit overhead per iteration\n")
+    print(
+        f"python {env['python']}, torch {env['torch']} ({args.threads} thread(s)), tracktrain {env['tracktrain']}, "
+        f"lightning {lightning_status}; {env['processor']}, {env['cpu_count']} CPUs; {args.repeats} interleaved "
+        f"repeats, statistic: {args.stat}{' (--quick: counts too small to trust)' if args.quick else ''}\n"
+    )
+    problems: list[str] = []
+    results = []
+    for case in cases:
+        started = time.perf_counter()
+        samples = measure_case(case, variants, args.repeats, root_dir, args.threads, rng, devnull, problems)
+        result = summarize(case, *samples, args.stat)
+        results.append(result)
+        cells = ", ".join(f"{name} {fmt(value)}" for name, value in result["us_per_iter"].items())
+        print(f"- {case.title} ({result['detail']}; fits of {case.short_epochs} and {case.long_epochs} epochs): "
+              f"{cells} µs/it [{time.perf_counter() - started:.1f} s]", flush=True)
+
+    report(results, args.stat, lightning_status, lightning is not None)
+    if args.profile:
+        for case in cases:
+            profile_case(case, variants, root_dir, args.threads, args.profile_top, devnull)
+
+    if args.json:
+        payload = {"environment": env, "arguments": vars(args), "results": results, "problems": problems}
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(payload, handle, indent=2)
+        print(f"\nWrote {args.json}")
+
+    if problems:
+        print("\nSANITY CHECKS FAILED (these are correctness problems, not timing):", file=sys.stderr)
+        for problem in dict.fromkeys(problems):
+            print(f"  {problem}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
