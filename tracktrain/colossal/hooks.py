@@ -1,0 +1,108 @@
+"""Colossal-AI's trainer hooks, as the Trainer's callbacks under their Colossal-AI names and arguments.
+
+Each hook *is* the built-in callback (a subclass that only maps the arguments), so there is one implementation
+of each. The TensorBoard hook needs the tensorboard package and lives in the integrations:
+`from tracktrain_integrations.tensorboard import TensorboardHook`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from tracktrain.callbacks.base import Callback
+from tracktrain.callbacks.memory import MemoryMonitor
+from tracktrain.callbacks.metric_printer import MetricPrinter
+from tracktrain.callbacks.metric_tracking import AccuracyTracker, LossTracker
+from tracktrain.callbacks.model_checkpoint import ModelCheckpoint
+from tracktrain.callbacks.timing import Timing
+from tracktrain.dist_logger import DistributedLogger
+from tracktrain.engine.events import Events
+from tracktrain.multi_timer import MultiTimer
+from tracktrain.trainer.optimizers import LRSchedulerConfig
+
+__all__ = [
+    "AccuracyHook",
+    "BaseHook",
+    "LRSchedulerHook",
+    "LogMemoryByEpochHook",
+    "LogMetricByEpochHook",
+    "LogTimingByEpochHook",
+    "LossHook",
+    "SaveCheckpointHook",
+]
+
+BaseHook = Callback
+
+
+class LossHook(LossTracker):
+    """The epoch's mean training loss as `train_loss_avg`. (`priority` is accepted and ignored: a metric
+    tracker always runs before the epoch's values are collected.)"""
+
+    def __init__(self, priority: int = 0) -> None:
+        super().__init__()
+
+
+class AccuracyHook(AccuracyTracker):
+    """Accuracy over each evaluation as `val_accuracy` (and `test_accuracy`); `priority` as in `LossHook`."""
+
+    def __init__(self, priority: int = 0) -> None:
+        super().__init__()
+
+
+class LRSchedulerHook(Callback):
+    """Step `lr_scheduler` after every training epoch (`by_epoch`) or every optimizer step; with
+    `store_lr_in_state`, the first parameter group's learning rate goes to `callback_metrics["lr"]`."""
+
+    def __init__(self, lr_scheduler: Any, by_epoch: bool, store_lr_in_state: bool = True, priority: int = 1) -> None:
+        self.config = LRSchedulerConfig(lr_scheduler, interval="epoch" if by_epoch else "step")
+        self.store_lr_in_state = store_lr_in_state
+        self.priority = priority
+        self._stepped_at = 0
+
+    def event_handlers(self, trainer: Any) -> Iterable[tuple[str, Any, Callable]]:
+        event = Events.EPOCH_COMPLETED if self.config.interval == "epoch" else Events.ITERATION_COMPLETED
+        return [("fit", event, lambda: self._step(trainer))]
+
+    def _step(self, trainer: Any) -> None:
+        if self.config.interval == "step":
+            if trainer.global_step == self._stepped_at:
+                return  # accumulating gradients: no optimizer step this batch
+            self._stepped_at = trainer.global_step
+        self.config.step(trainer.callback_metrics)
+        if self.store_lr_in_state:
+            import torch
+
+            lr = self.config.scheduler.optimizer.param_groups[0]["lr"]
+            trainer.callback_metrics["lr"] = torch.tensor(float(lr), dtype=torch.float64)
+
+
+class LogMetricByEpochHook(MetricPrinter):
+    """One line of the epoch's values every `interval` epochs, through `logger`."""
+
+    def __init__(self, logger: DistributedLogger, interval: int = 1, priority: int = 10) -> None:
+        super().__init__(logger, every_n_epochs=interval)
+        self.priority = max(priority, self.priority)  # after the epoch's values are published
+
+
+class LogMemoryByEpochHook(MemoryMonitor):
+    """Process memory (and CUDA peak memory) after each epoch, through `logger`."""
+
+    def __init__(self, logger: DistributedLogger, interval: int = 1, priority: int = 10, log_eval: bool = True) -> None:
+        super().__init__(logger)
+
+
+class LogTimingByEpochHook(Timing):
+    """Epoch and step times and throughput after each epoch, through `logger`, timed with `timer`."""
+
+    def __init__(self, timer: MultiTimer, logger: DistributedLogger, interval: int = 1, priority: int = 10,
+                 log_eval: bool = True, ignore_num_train_steps: int = 0) -> None:
+        super().__init__(logger, timer)
+
+
+class SaveCheckpointHook(ModelCheckpoint):
+    """Save a checkpoint every `interval` epochs into `checkpoint_dir`, keeping them all."""
+
+    def __init__(self, interval: int = 1, checkpoint_dir: str | None = None, suffix: str = "", priority: int = 10) -> None:
+        super().__init__(dirpath=checkpoint_dir, filename_prefix=suffix, save_top_k=None, every_n_epochs=interval)
+        self.priority = max(priority, self.priority)
