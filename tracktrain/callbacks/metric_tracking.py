@@ -15,6 +15,7 @@ from tracktrain.metrics.accuracy import Accuracy
 from tracktrain.metrics.average import Average
 from tracktrain.metrics.loss import Loss
 from tracktrain.metrics.metric import Metric, NotComputableError
+from tracktrain.trainer.module import loss_in_output
 
 if TYPE_CHECKING:
     from tracktrain.engine.engine import Engine
@@ -27,9 +28,8 @@ _STAGES = ("fit", "validate", "test")
 
 def loss_of_output(output: Any) -> torch.Tensor:
     """The loss in a step's output: the output itself, or its "loss" entry."""
-    loss = output.get("loss") if isinstance(output, Mapping) else output
-    if not isinstance(loss, torch.Tensor):
-        found = f"a dict without 'loss' (keys {sorted(output)})" if isinstance(output, Mapping) else repr(output)[:100]
+    loss, found = loss_in_output(output)
+    if loss is None:
         raise TypeError(
             f"LossTracker reads the loss from train_step's output, which was {found}. Return the loss or "
             "{'loss': loss, ...} from train_step, or pass LossTracker(output_transform=...) to pick it."

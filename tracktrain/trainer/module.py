@@ -11,7 +11,17 @@ from torch import nn
 if TYPE_CHECKING:
     from tracktrain.trainer.trainer import Trainer
 
-__all__ = ["LoopModule"]
+__all__ = ["LoopModule", "loss_in_output"]
+
+
+def loss_in_output(output: Any) -> tuple[torch.Tensor | None, str]:
+    """The loss in a `train_step` output (the output itself, or its "loss" entry) and, when there is none, what
+    the output was instead, for the error message."""
+    loss = output.get("loss") if isinstance(output, Mapping) else output
+    if isinstance(loss, torch.Tensor):
+        return loss, ""
+    found = f"a dict without 'loss' (keys {sorted(output)})" if isinstance(output, Mapping) else repr(output)[:100]
+    return None, found
 
 
 class LoopModule(nn.Module):

@@ -19,7 +19,7 @@ from tracktrain.rng import manual_seed
 from tracktrain.trainer import arguments as args
 from tracktrain.trainer.hooks import TrainerEvents, batch_index, hook_handlers
 from tracktrain.trainer.metric_log import MetricLog, to_floats
-from tracktrain.trainer.module import LoopModule
+from tracktrain.trainer.module import LoopModule, loss_in_output
 from tracktrain.trainer.optimizers import LRSchedulerConfig, parse_optimizers
 from tracktrain.trainer.supervised_module import SupervisedModule
 from tracktrain.trainer.trainer_state import TrainerState
@@ -563,9 +563,8 @@ def _batch_size_of(batch: Any) -> int:
 
 
 def _loss_of(output: Any) -> torch.Tensor:
-    loss = output.get("loss") if isinstance(output, Mapping) else output
-    if not isinstance(loss, torch.Tensor):
-        found = f"a dict without 'loss' (keys {sorted(output)})" if isinstance(output, Mapping) else repr(output)[:100]
+    loss, found = loss_in_output(output)
+    if loss is None:
         raise ValueError(
             f"train_step must return the loss (a scalar tensor) or a dict with it under 'loss'; it returned {found}. "
             "To skip optimization, set automatic_optimization = False and step yourself."
