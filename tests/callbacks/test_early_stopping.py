@@ -130,7 +130,7 @@ def test_a_validate_call_of_its_own_does_not_count(make_trainer):
 
 def test_a_metric_never_logged_is_a_key_error_listing_the_logged_ones(make_trainer):
     trainer = make_trainer(callbacks=[EarlyStopping("val_acc")])
-    with pytest.raises(KeyError, match=r"monitor='val_acc'.*Logged metrics: \['train_loss', 'val_metric'\]"):
+    with pytest.raises(KeyError, match=r"EarlyStopping monitors 'val_acc'.*Logged metrics: \['train_loss', 'val_metric'\]"):
         trainer.fit(TinyModule(val_script=[1.0]), batches(1), batches(1))
 
 

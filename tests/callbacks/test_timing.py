@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from tracktrain.callbacks.base import Callback
-from tracktrain.callbacks.timing import Timing, _batch_size
+from tracktrain.callbacks.timing import Timing
+from tracktrain.trainer.batches import batch_size_of as _batch_size
 from tracktrain.multi_timer import MultiTimer
 
 from .conftest import TinyModule, batches, logged_messages

@@ -93,3 +93,25 @@ def test_trainer_needs_the_model_engine():
 
     with pytest.raises(TypeError, match="takes the ModelEngine from tracktrain.colossal.initialize"):
         Trainer(engine=nn.Linear(2, 2))
+
+
+def test_lr_scheduler_hook_state_rides_in_the_checkpoints(tmp_path):
+    from tracktrain.colossal import Trainer, hooks, initialize
+
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    engine, *_ = initialize(model, optimizer, nn.CrossEntropyLoss())
+    data = [(torch.randn(8, 4), torch.randint(0, 2, (8,))) for _ in range(3)]
+    Trainer(engine).fit(data, epochs=2, hooks=[hooks.LRSchedulerHook(scheduler, by_epoch=True),
+                                               hooks.SaveCheckpointHook(checkpoint_dir=str(tmp_path / "ckpt"))])
+    saved = torch.load(sorted((tmp_path / "ckpt").glob("*.pt"))[-1], weights_only=False)
+    state = saved["trainer"]["callbacks"]["LRSchedulerHook"]["scheduler"]
+    assert state["last_epoch"] == 2 and state["_last_lr"] == [0.25]
+
+
+def test_unsupported_hook_arguments_are_refused_not_ignored():
+    from tracktrain.colossal import MultiTimer, get_dist_logger, hooks
+
+    with pytest.raises(ValueError, match=r"LogTimingByEpochHook\(interval=2\) is not supported"):
+        hooks.LogTimingByEpochHook(MultiTimer(), get_dist_logger(), interval=2)

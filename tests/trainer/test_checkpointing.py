@@ -52,7 +52,7 @@ def test_default_checkpointing_goes_to_the_root_dir(tmp_path):
 def test_monitoring_a_metric_that_was_never_logged(tmp_path):
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="val_acc")
     trainer = Trainer(**quiet(tmp_path, max_epochs=1, limit_train_batches=1, callbacks=[checkpoint]))
-    with pytest.raises(KeyError, match=r"monitor='val_acc'.*Logged metrics: \['train_loss'\]"):
+    with pytest.raises(KeyError, match=r"ModelCheckpoint monitors 'val_acc'.*Logged metrics: \['train_loss'\]"):
         trainer.fit(Classifier(), make_loader())
 
 

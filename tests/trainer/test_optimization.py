@@ -218,13 +218,36 @@ def test_bf16_mixed_trains_under_autocast(tmp_path):
     assert module.net.weight.dtype == torch.float32
 
 
-def test_repeated_fit_continues_nothing_and_starts_over(tmp_path):
+def test_a_second_fit_is_a_new_run(tmp_path):
     trainer = Trainer(**quiet(tmp_path, max_epochs=2))
     trainer.fit(Classifier(), make_loader())
-    first = trainer.global_step
+    assert trainer.global_step == 16
     trainer.fit(Classifier(), make_loader())
-    assert first == 16 and trainer.train_engine.state.epoch == 2
-    assert trainer.global_step == 32  # the step axis keeps growing: the second fit's values never overwrite
+    assert trainer.global_step == 16 and trainer.train_engine.state.epoch == 2
+
+
+def test_a_second_fit_with_max_steps_takes_max_steps(tmp_path):
+    trainer = Trainer(**quiet(tmp_path, max_steps=5))
+    trainer.fit(Classifier(), make_loader())
+    trainer.fit(Classifier(), make_loader())
+    assert trainer.global_step == 5 and trainer.train_engine.state.iteration == 5
+
+
+def test_a_fit_after_a_crashed_fit_starts_over(tmp_path):
+    class CrashOnce(Classifier):
+        crashed = False
+
+        def train_step(self, batch, batch_idx):
+            if batch_idx == 3 and not CrashOnce.crashed:
+                CrashOnce.crashed = True
+                raise RuntimeError("boom")
+            return super().train_step(batch, batch_idx)
+
+    trainer = Trainer(**quiet(tmp_path, max_epochs=1))
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.fit(CrashOnce(), make_loader())
+    trainer.fit(CrashOnce(), make_loader())
+    assert trainer.global_step == 8 and trainer.train_engine.state.iteration == 8
 
 
 def test_trainer_seed_makes_runs_identical(tmp_path):

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from tracktrain.trainer.module import LoopModule
     from tracktrain.trainer.trainer import Trainer
 
-__all__ = ["Callback"]
+__all__ = ["Callback", "check_state_keys"]
 
 
 class Callback:
@@ -128,3 +128,18 @@ class Callback:
     def on_predict_batch_end(
         self, trainer: Trainer, module: LoopModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None: ...
+
+
+def check_state_keys(callbacks: Iterable[Callback]) -> None:
+    """Two callbacks with state under one key would overwrite each other's state in checkpoints: refuse them."""
+    seen: dict[str, Callback] = {}
+    for callback in callbacks:
+        if type(callback).state_dict is Callback.state_dict:
+            continue
+        key = callback.state_key
+        if key in seen:
+            raise ValueError(
+                f"Callbacks {seen[key]!r} and {callback!r} both save their state under state_key {key!r}; override "
+                "state_key in one of them (e.g. include its monitored metric) so checkpoints keep both."
+            )
+        seen[key] = callback

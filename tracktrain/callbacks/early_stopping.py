@@ -13,6 +13,7 @@ import torch
 
 from tracktrain.callbacks._reporting import is_fitting
 from tracktrain.callbacks.base import Callback
+from tracktrain.trainer.monitor import monitored_value
 from tracktrain.engine.events import Events
 
 if TYPE_CHECKING:
@@ -116,13 +117,7 @@ class EarlyStopping(Callback):
     def _check(self, trainer: Trainer) -> None:
         if not is_fitting(trainer):
             return
-        metrics = trainer.callback_metrics
-        if self.monitor not in metrics:
-            raise KeyError(
-                f"EarlyStopping(monitor={self.monitor!r}) but no metric of that name was logged. Logged metrics: "
-                f"{sorted(metrics)}. Log it with self.log({self.monitor!r}, value), or monitor one of those."
-            )
-        current = _as_float(self.monitor, metrics[self.monitor])  # the one host sync of a check
+        current = monitored_value(trainer.callback_metrics, self.monitor, "EarlyStopping")  # the check's one sync
         should_stop, message = self._evaluate(current)
         should_stop = _any_rank(should_stop)
         if should_stop:
@@ -131,7 +126,7 @@ class EarlyStopping(Callback):
                 message = f"Another process asked to stop (its {self.monitor} met a stopping condition)."
             self.stopping_reason_message = message
             _logger.info("EarlyStopping at epoch %d: %s", self.stopped_epoch, message)
-            trainer.train_engine.terminate()
+            trainer.stop()
 
     def _better(self, value: float, than: float) -> bool:
         return value < than if self.mode == "min" else value > than
@@ -200,17 +195,6 @@ class EarlyStopping(Callback):
         self.patience = int(state_dict.get("patience", self.patience))
         self.stopping_reason = EarlyStoppingReason(state_dict.get("stopping_reason", "not_stopped"))
         self.stopping_reason_message = state_dict.get("stopping_reason_message")
-
-
-def _as_float(name: str, value: Any) -> float:
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError(f"EarlyStopping monitors {name!r}, which is a tensor of shape {tuple(value.shape)}; it "
-                             "needs a scalar.")
-        return float(value)
-    if isinstance(value, numbers.Real):
-        return float(value)
-    raise TypeError(f"EarlyStopping monitors {name!r}, which holds {type(value).__name__} {value!r}, not a number.")
 
 
 def _any_rank(flag: bool) -> bool:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from tracktrain.callbacks.base import Callback
 from tracktrain.handlers.checkpoint import Checkpoint
 from tracktrain.handlers.savers import saver_for
+from tracktrain.trainer.monitor import monitored_value
 
 if TYPE_CHECKING:
     from tracktrain.trainer.module import LoopModule
@@ -129,12 +130,7 @@ class ModelCheckpoint(Callback):
 
     def _score(self, engine: Any) -> float:
         metrics = self._trainer.callback_metrics  # type: ignore[union-attr]
-        if self.monitor not in metrics:
-            raise KeyError(
-                f"ModelCheckpoint(monitor={self.monitor!r}) but no metric of that name was logged. Logged metrics: "
-                f"{sorted(metrics)}. Log it with self.log({self.monitor!r}, value), or monitor one of those."
-            )
-        value = float(metrics[self.monitor])  # a host sync, once per save
+        value = monitored_value(metrics, self.monitor, "ModelCheckpoint")  # a host sync, once per save
         return value if self.mode == "max" else -value
 
     # ------------------------------------------------------------------------------------------------- state

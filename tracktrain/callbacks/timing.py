@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import torch
 
 from tracktrain.callbacks._reporting import check_logger, log_line, report
 from tracktrain.callbacks.base import Callback
+from tracktrain.trainer.batches import batch_size_of
 from tracktrain.multi_timer import MultiTimer
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class Timing(Callback):
 
     def on_train_batch_start(self, trainer: Trainer, module: LoopModule, batch: Any, batch_idx: int) -> None:
         self._restart(STEP)
-        self._samples += _batch_size(batch)
+        self._samples += batch_size_of(batch)
 
     def on_train_batch_end(
         self, trainer: Trainer, module: LoopModule, outputs: Any, batch: Any, batch_idx: int
@@ -108,18 +108,3 @@ class Timing(Callback):
         report(trainer, values)
         log_line(self.logger, title, values)
 
-
-def _batch_size(batch: Any) -> int:
-    """The length of the first tensor found in `batch` (depth first), from its shape; 1 when there is none."""
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() > 0 else 1
-    if isinstance(batch, Mapping):
-        parts = batch.values()
-    elif isinstance(batch, (list, tuple)):
-        parts = batch
-    else:
-        return 1
-    for part in parts:
-        if isinstance(part, (torch.Tensor, Mapping, list, tuple)):
-            return _batch_size(part)
-    return 1

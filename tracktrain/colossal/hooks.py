@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tracktrain.callbacks._reporting import report
 from tracktrain.callbacks.base import Callback
 from tracktrain.callbacks.memory import MemoryMonitor
 from tracktrain.callbacks.metric_printer import MetricPrinter
@@ -52,7 +53,8 @@ class AccuracyHook(AccuracyTracker):
 
 class LRSchedulerHook(Callback):
     """Step `lr_scheduler` after every training epoch (`by_epoch`) or every optimizer step; with
-    `store_lr_in_state`, the first parameter group's learning rate goes to `callback_metrics["lr"]`."""
+    `store_lr_in_state`, the first parameter group's learning rate is reported as `lr`. The scheduler's state
+    rides in the Trainer's checkpoints."""
 
     def __init__(self, lr_scheduler: Any, by_epoch: bool, store_lr_in_state: bool = True, priority: int = 1) -> None:
         self.config = LRSchedulerConfig(lr_scheduler, interval="epoch" if by_epoch else "step")
@@ -71,10 +73,14 @@ class LRSchedulerHook(Callback):
             self._stepped_at = trainer.global_step
         self.config.step(trainer.callback_metrics)
         if self.store_lr_in_state:
-            import torch
+            report(trainer, {"lr": float(self.config.scheduler.optimizer.param_groups[0]["lr"])})
 
-            lr = self.config.scheduler.optimizer.param_groups[0]["lr"]
-            trainer.callback_metrics["lr"] = torch.tensor(float(lr), dtype=torch.float64)
+    def state_dict(self) -> dict[str, Any]:
+        return {"scheduler": self.config.scheduler.state_dict(), "stepped_at": self._stepped_at}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.config.scheduler.load_state_dict(state_dict["scheduler"])
+        self._stepped_at = state_dict["stepped_at"]
 
 
 class LogMetricByEpochHook(MetricPrinter):
@@ -89,14 +95,18 @@ class LogMemoryByEpochHook(MemoryMonitor):
     """Process memory (and CUDA peak memory) after each epoch, through `logger`."""
 
     def __init__(self, logger: DistributedLogger, interval: int = 1, priority: int = 10, log_eval: bool = True) -> None:
+        _only_defaults("LogMemoryByEpochHook", interval=(interval, 1), log_eval=(log_eval, True))
         super().__init__(logger)
 
 
 class LogTimingByEpochHook(Timing):
-    """Epoch and step times and throughput after each epoch, through `logger`, timed with `timer`."""
+    """Epoch and step times and throughput after each epoch (and validation time), through `logger`, timed with
+    `timer`."""
 
     def __init__(self, timer: MultiTimer, logger: DistributedLogger, interval: int = 1, priority: int = 10,
                  log_eval: bool = True, ignore_num_train_steps: int = 0) -> None:
+        _only_defaults("LogTimingByEpochHook", interval=(interval, 1), log_eval=(log_eval, True),
+                       ignore_num_train_steps=(ignore_num_train_steps, 0))
         super().__init__(logger, timer)
 
 
@@ -106,3 +116,13 @@ class SaveCheckpointHook(ModelCheckpoint):
     def __init__(self, interval: int = 1, checkpoint_dir: str | None = None, suffix: str = "", priority: int = 10) -> None:
         super().__init__(dirpath=checkpoint_dir, filename_prefix=suffix, save_top_k=None, every_n_epochs=interval)
         self.priority = max(priority, self.priority)
+
+
+def _only_defaults(hook: str, **given_and_default: tuple[Any, Any]) -> None:
+    """Refuse the Colossal-AI arguments these hooks do not implement, rather than ignore them."""
+    for name, (given, default) in given_and_default.items():
+        if given != default:
+            raise ValueError(
+                f"{hook}({name}={given!r}) is not supported: it reports after every epoch (and every evaluation). "
+                f"Leave {name} at {default!r}, or use the callback it is built on with its own options."
+            )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterable, Sized
 from typing import Any
 
 import torch
@@ -13,8 +12,8 @@ __all__ = [
     "check_limit",
     "check_non_negative_number",
     "check_positive_int",
+    "check_strategy",
     "device_of",
-    "epoch_length_of",
 ]
 
 _PRECISIONS = {
@@ -57,21 +56,6 @@ def check_limit(name: str, value: Any) -> int | float | None:
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"Trainer({name}=...) as a fraction of the loader must be in [0, 1], got {value}.")
     return float(value)
-
-
-def epoch_length_of(name: str, loader: Iterable, limit: int | float | None) -> int | None:
-    """How many batches of `loader` an epoch takes under `limit` (None: the loader's length, unknown for
-    loaders without one)."""
-    length = len(loader) if isinstance(loader, Sized) else None
-    if limit is None:
-        return length
-    if isinstance(limit, float):
-        if length is None:
-            raise ValueError(
-                f"Trainer({name}={limit}) is a fraction, but the loader has no len(); give a number of batches."
-            )
-        return int(length * limit)
-    return limit if length is None else min(length, limit)
 
 
 def autocast_dtype_of(precision: Any) -> torch.dtype | None:

@@ -8,14 +8,14 @@ reduced once at the epoch's end, across processes too when asked (`sync_dist`).
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 from tracktrain.metrics.distributed import _world_size, all_reduce_sum
 
-__all__ = ["MetricLog", "to_floats"]
+__all__ = ["MetricLog", "scalar_values", "to_floats"]
 
 _REDUCE = ("mean", "sum", "max", "min")
 
@@ -63,12 +63,20 @@ class MetricLog:
         self._entries: dict[str, _Logged] = {}
         self.in_step = False
         self.batch: Any = None  # set by the Trainer before each step
+        self._epoch_values: dict[str, torch.Tensor] | None = None
         self._batch_size: int | None = None
         self._batch_size_for: Any = None
 
     def reset(self) -> None:
-        """Forget the epoch's values (at the start of each epoch)."""
+        """Forget the period's values (at the start of each epoch); until `enter_steps`, values log per epoch."""
         self._entries = {}
+        self.in_step = False
+        self._epoch_values = None
+
+    def enter_steps(self) -> None:
+        """The period's steps begin: from here to the epoch's end (batch hooks and backward hooks included),
+        values logged in training default to per step."""
+        self.in_step = True
 
     def log(
         self,
@@ -99,7 +107,10 @@ class MetricLog:
             entry.step_value = value
             entry.step_fresh = True
             self.callback_metrics[name] = value
+            if entry.on_epoch:
+                self.callback_metrics[f"{name}_step"] = value
         if entry.on_epoch:
+            self._epoch_values = None
             self._accumulate(entry, value, batch_size)
             if not self.in_step:  # logged from a hook: visible at once to the hooks and callbacks after it
                 self.callback_metrics[name] = _aggregate(entry)
@@ -116,10 +127,11 @@ class MetricLog:
         on_epoch = (not per_step) if on_epoch is None else bool(on_epoch)
         if not (on_step or on_epoch):
             raise ValueError(f"self.log({name!r}) with on_step=False and on_epoch=False records nothing; set one.")
-        if on_step and not self.in_step:
+        if on_step and not (self.in_step and self._per_step_in_step):
+            where = f"in the {self.stage} stage" if not self._per_step_in_step else "outside the training steps"
             raise ValueError(
-                f"self.log({name!r}, on_step=True) outside a step (in a hook of the {self.stage} stage): there is no "
-                "step to log it at. Log it with on_epoch=True."
+                f"self.log({name!r}, on_step=True) {where}: per-step values are logged from the training steps "
+                "(train_step and the batch and backward hooks). Log it with on_epoch=True."
             )
         if prog_bar:
             self.progress_bar_names.add(name)
@@ -131,8 +143,10 @@ class MetricLog:
         reduce = entry.reduce
         if reduce == "mean":
             weight = self._current_batch_size() if batch_size is None else batch_size
-            weighted = value.float() * weight if weight != 1 else value.float()
-            entry.total = weighted if entry.total is None else entry.total + weighted
+            if entry.total is None:
+                entry.total = value.float() * weight  # a new tensor, owned here: later batches add into it
+            else:
+                entry.total.add_(value, alpha=weight)  # one kernel per batch
             entry.weight += weight
         elif entry.total is None:
             entry.total = value.float()
@@ -166,7 +180,11 @@ class MetricLog:
 
     def epoch_values(self) -> dict[str, torch.Tensor]:
         """The epoch's aggregates, reduced across processes where `sync_dist` (every rank must call this), and
-        stored in `callback_metrics` under `name` (and `name_epoch` for names also logged per step)."""
+        stored in `callback_metrics` under `name` (and `name_epoch` for names also logged per step). Computed
+        again only when something was logged since the last call."""
+        self.in_step = False
+        if self._epoch_values is not None:
+            return dict(self._epoch_values)
         values = {}
         for name, entry in self._entries.items():
             if not entry.on_epoch or entry.total is None:
@@ -182,7 +200,8 @@ class MetricLog:
             if entry.on_step:
                 self.callback_metrics[f"{name}_epoch"] = value
             values[f"{name}_epoch" if entry.on_step else name] = value
-        return values
+        self._epoch_values = values
+        return dict(values)
 
 
 def _aggregate(entry: _Logged, total: torch.Tensor | None = None, weight: float | None = None) -> torch.Tensor:
@@ -236,3 +255,13 @@ def to_floats(values: dict[str, Any]) -> dict[str, float]:
         stacked = torch.stack([values[name].detach().reshape(()).double() for name in names])
         floats.update(zip(names, stacked.tolist()))  # the sync point
     return {name: floats[name] for name in values}
+
+
+def scalar_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The numbers among `values` (an engine's metrics may also hold vectors or matrices, which loggers do not
+    take as scalars: those stay in `engine.state.metrics`)."""
+    return {
+        name: value for name, value in values.items()
+        if (isinstance(value, torch.Tensor) and value.numel() == 1)
+        or (isinstance(value, numbers.Real) and not isinstance(value, bool))
+    }

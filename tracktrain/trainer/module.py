@@ -11,7 +11,7 @@ from torch import nn
 if TYPE_CHECKING:
     from tracktrain.trainer.trainer import Trainer
 
-__all__ = ["LoopModule", "loss_in_output"]
+__all__ = ["LoopModule", "checked_loss", "loss_in_output"]
 
 
 def loss_in_output(output: Any) -> tuple[torch.Tensor | None, str]:
@@ -22,6 +22,26 @@ def loss_in_output(output: Any) -> tuple[torch.Tensor | None, str]:
         return loss, ""
     found = f"a dict without 'loss' (keys {sorted(output)})" if isinstance(output, Mapping) else repr(output)[:100]
     return None, found
+
+
+def checked_loss(output: Any) -> torch.Tensor:
+    """The loss `train_step` returned under automatic optimization, or an error saying what is wrong with it."""
+    loss, found = loss_in_output(output)
+    if loss is None:
+        raise ValueError(
+            f"train_step must return the loss (a scalar tensor) or a dict with it under 'loss'; it returned {found}. "
+            "To skip optimization, set automatic_optimization = False and step yourself."
+        )
+    if loss.numel() != 1:
+        raise ValueError(
+            f"train_step returned a loss of shape {tuple(loss.shape)}; it must be a scalar. Reduce it (e.g. .mean())."
+        )
+    if not loss.requires_grad:
+        raise ValueError(
+            "train_step returned a loss that does not require grad (computed under torch.no_grad(), detached, or "
+            "from no trainable parameter), so there is nothing to backpropagate."
+        )
+    return loss
 
 
 class LoopModule(nn.Module):

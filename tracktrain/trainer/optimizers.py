@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from tracktrain.trainer.monitor import monitored_value
+
 __all__ = ["LRSchedulerConfig", "parse_optimizers"]
 
 _FORMS = (
@@ -53,15 +55,9 @@ class LRSchedulerConfig:
         if self.monitor is None:
             self.scheduler.step()
             return
-        if self.monitor not in metrics:
-            if not self.strict:
-                return
-            raise KeyError(
-                f"The LR scheduler monitors {self.monitor!r}, which was never logged. Logged metrics: "
-                f"{sorted(metrics)}. Log it with self.log({self.monitor!r}, value), or set 'strict': False."
-            )
-        value = metrics[self.monitor]
-        self.scheduler.step(float(value))  # a host sync, once per scheduler step
+        if self.monitor not in metrics and not self.strict:
+            return
+        self.scheduler.step(monitored_value(metrics, self.monitor, "The LR scheduler"))  # a sync per scheduler step
 
 
 def parse_optimizers(returned: Any) -> tuple[list[torch.optim.Optimizer], list[LRSchedulerConfig]]:

@@ -10,29 +10,23 @@ from typing import Any
 import torch
 from torch import nn
 
-from tracktrain.callbacks.base import Callback
+from tracktrain.callbacks.base import Callback, check_state_keys
 from tracktrain.engine.deterministic import DeterministicEngine
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events, RemovableEventHandle
-from tracktrain.engine.model_engine import ModelEngine
+from tracktrain.engine.model_engine import ModelEngine, StepEvents
 from tracktrain.rng import manual_seed
-from tracktrain.trainer import arguments as args
-from tracktrain.trainer.hooks import TrainerEvents, batch_index, hook_handlers
-from tracktrain.trainer.metric_log import MetricLog, to_floats
-from tracktrain.trainer.module import LoopModule, loss_in_output
+from tracktrain.trainer import arguments
+from tracktrain.trainer.batches import batch_size_of, epoch_length_of, move_to_device
+from tracktrain.trainer.hooks import TrainerEvents, batch_index
+from tracktrain.trainer.metric_log import MetricLog, scalar_values, to_floats
+from tracktrain.trainer.module import LoopModule, checked_loss
 from tracktrain.trainer.optimizers import LRSchedulerConfig, parse_optimizers
 from tracktrain.trainer.supervised_module import SupervisedModule
 from tracktrain.trainer.trainer_state import TrainerState
+from tracktrain.trainer.wiring import ExceptionHooks, attach_handlers
 
 __all__ = ["Trainer"]
-
-# Where the Trainer's own handlers sit among the hooks (callbacks default to priority 0, lower runs first).
-_REDUCE_EPOCH = -300  # the epoch's logged values, before anything reads them
-_VALIDATE = -200  # validation at the end of a training epoch, before the epoch-end hooks (as in Lightning)
-_VALIDATE_IN_EPOCH = 300  # validation every n batches, after that batch's end hooks (as in Lightning)
-_EPOCH_SCHEDULERS = 400  # after every epoch-end hook, with the validation metrics known
-_PUBLISH_EPOCH = 500  # last: also what hooks logged at the epoch's end
-
 
 class Trainer:
     """Trains, validates, tests and predicts with a `LoopModule` (or a plain model + optimizer + criterion).
@@ -90,26 +84,26 @@ class Trainer:
         strategy: str = "auto",
         accelerator: str = "auto",
     ) -> None:
-        self.max_steps = args.check_positive_int("max_steps", max_steps, allow_none=True)
-        self.max_epochs = args.check_positive_int("max_epochs", max_epochs, allow_none=True)
+        self.max_steps = arguments.check_positive_int("max_steps", max_steps, allow_none=True)
+        self.max_epochs = arguments.check_positive_int("max_epochs", max_epochs, allow_none=True)
         if self.max_epochs is None and self.max_steps is None:
             self.max_epochs = 1000
-        self.accumulate_grad_batches = args.check_positive_int("accumulate_grad_batches", accumulate_grad_batches)
-        self.gradient_clip_val = args.check_non_negative_number("gradient_clip_val", gradient_clip_val)
+        self.accumulate_grad_batches = arguments.check_positive_int("accumulate_grad_batches", accumulate_grad_batches)
+        self.gradient_clip_val = arguments.check_non_negative_number("gradient_clip_val", gradient_clip_val)
         if gradient_clip_algorithm not in ("norm", "value"):
             raise ValueError(
                 f'Trainer(gradient_clip_algorithm=...) must be "norm" or "value", got {gradient_clip_algorithm!r}.'
             )
         self.gradient_clip_algorithm = gradient_clip_algorithm
-        self.val_every_n_epochs = args.check_positive_int("val_every_n_epochs", val_every_n_epochs)
-        self.val_check_interval = args.check_positive_int("val_check_interval", val_check_interval, allow_none=True)
+        self.val_every_n_epochs = arguments.check_positive_int("val_every_n_epochs", val_every_n_epochs)
+        self.val_check_interval = arguments.check_positive_int("val_check_interval", val_check_interval, allow_none=True)
         self.limits = {
-            "fit": args.check_limit("limit_train_batches", limit_train_batches),
-            "validate": args.check_limit("limit_val_batches", limit_val_batches),
-            "test": args.check_limit("limit_test_batches", limit_test_batches),
-            "predict": args.check_limit("limit_predict_batches", limit_predict_batches),
+            "fit": arguments.check_limit("limit_train_batches", limit_train_batches),
+            "validate": arguments.check_limit("limit_val_batches", limit_val_batches),
+            "test": arguments.check_limit("limit_test_batches", limit_test_batches),
+            "predict": arguments.check_limit("limit_predict_batches", limit_predict_batches),
         }
-        self.log_every_n_steps = args.check_positive_int("log_every_n_steps", log_every_n_steps)
+        self.log_every_n_steps = arguments.check_positive_int("log_every_n_steps", log_every_n_steps)
         callbacks = list(callbacks or ())
         for callback in callbacks:
             if not isinstance(callback, Callback):
@@ -122,29 +116,29 @@ class Trainer:
         self.seed = seed
         self.deterministic = bool(deterministic)
         self.default_root_dir = os.fspath(default_root_dir) if default_root_dir is not None else os.getcwd()
-        self.autocast_dtype = args.autocast_dtype_of(precision)
+        self.autocast_dtype = arguments.autocast_dtype_of(precision)
         self.precision = precision
-        self.strategy = args.check_strategy(strategy)
-        self.device = args.device_of(accelerator)
+        self.strategy = arguments.check_strategy(strategy)
+        self.device = arguments.device_of(accelerator)
         self.callbacks = callbacks + self._default_callbacks(callbacks, enable_progress_bar, enable_checkpointing)
-        _check_state_keys(self.callbacks)
+        check_state_keys(self.callbacks)
 
         self.train_engine: Engine = (DeterministicEngine if self.deterministic else Engine)(self._train_iteration)
         self.eval_engine = Engine(self._eval_iteration)
         self.test_engine = Engine(self._eval_iteration)
         self.predict_engine = Engine(self._predict_iteration)
         self.train_engine.register_events(*TrainerEvents)
-        self._engines = {"fit": self.train_engine, "validate": self.eval_engine, "test": self.test_engine,
-                         "predict": self.predict_engine}
+        self.engines = {"fit": self.train_engine, "validate": self.eval_engine, "test": self.test_engine,
+                        "predict": self.predict_engine}
 
         self.callback_metrics: dict[str, Any] = {}
         self.logged_metrics: dict[str, float] = {}
         self._progress_bar_names: set[str] = set()
-        self._logs = {
-            stage: MetricLog(stage, self.callback_metrics, self._progress_bar_names, stage == "fit", _batch_size_of)
+        self.logs = {
+            stage: MetricLog(stage, self.callback_metrics, self._progress_bar_names, stage == "fit", batch_size_of)
             for stage in ("fit", "validate", "test")
         }
-        self.metric_log = self._logs["fit"]
+        self.metric_log = self.logs["fit"]
         self.loggers: list[Any] = []  # trackers: each gets log_metrics(values, step) from _publish
         self.state = TrainerState(self)
         self.module: LoopModule | None = None
@@ -154,6 +148,8 @@ class Trainer:
         self._predictions: list[Any] = []
         self._last_values: dict[str, dict[str, Any]] = {}
         self._step_hooks: list[Any] = []
+        self._autocast = self.autocast_dtype is not None
+        self._pending_batches = 0  # batches whose gradients wait for the next optimizer step
         self.fitting = False  # True while fit() runs (not during a validate()/test() of its own)
         self.val_dataloaders: Any = None
 
@@ -171,19 +167,30 @@ class Trainer:
     # ------------------------------------------------------------------------------------------- progress
     @property
     def global_step(self) -> int:
-        """Optimizer steps taken (the step axis of every logged value)."""
+        """Optimizer steps taken in this run (the step axis of every logged value)."""
         return self.state.global_step
 
     @property
     def current_epoch(self) -> int:
-        """The training epoch being run (or the number of epochs finished, after fit), counted from 0."""
-        epoch = self.train_engine.state.epoch
-        return max(epoch - 1, 0) if self.fitting else epoch
+        """The training epoch being run, counted from 0; after an epoch's end hooks, the epochs finished."""
+        engine = self.train_engine
+        in_epoch = self.fitting and engine.last_event_name not in (Events.COMPLETED, Events.TERMINATE)
+        return max(engine.state.epoch - 1, 0) if in_epoch else engine.state.epoch
 
     @property
     def progress_bar_metrics(self) -> dict[str, Any]:
         """The latest values logged with `prog_bar=True` (tensors; read them only when shown)."""
         return {name: self.callback_metrics[name] for name in self._progress_bar_names if name in self.callback_metrics}
+
+    def stop(self) -> None:
+        """End training after the current iteration. An epoch cut short still ends as the run's last one: its
+        end hooks, validation, schedulers and checkpoints run. Callable from any hook or handler of the run."""
+        engine = self.train_engine
+        if engine.last_event_name in (Events.STARTED, Events.EPOCH_STARTED, Events.EPOCH_COMPLETED):
+            engine.terminate()  # no epoch to cut: at its start (nothing ran yet) or its end (all of it ran)
+            return
+        engine.state.max_epochs = engine.state.epoch
+        engine.terminate_epoch()
 
     # ------------------------------------------------------------------------------------------ entry points
     def fit(
@@ -197,7 +204,8 @@ class Trainer:
         criterion: Callable | None = None,
         lr_scheduler: Any = None,
     ) -> None:
-        """Train `module` on `train_dataloaders`, validating on `val_dataloaders`; resume from `ckpt_path`.
+        """Train `module` on `train_dataloaders`, validating on `val_dataloaders`; resume from `ckpt_path`
+        (without it, a fit is a new run: step and epoch counters start at 0).
 
         `module` may also be a plain `nn.Module` (with `optimizer=` and `criterion=`) or a `ModelEngine` from
         `tracktrain.initialize`: it is then trained as a `SupervisedModule` on `(inputs, targets)` batches.
@@ -207,15 +215,16 @@ class Trainer:
         _check_loader("val_dataloaders", val_dataloaders)
         if val_dataloaders is not None:
             _require_override(module, "eval_step", "validate with val_dataloaders")
-        epoch_length = args.epoch_length_of("limit_train_batches", train_dataloaders, self.limits["fit"])
+        epoch_length = epoch_length_of("limit_train_batches", train_dataloaders, self.limits["fit"])
         if epoch_length == 0:
             return
         self.val_dataloaders = val_dataloaders
-        self._setup(module, training=True)
         stages = {"fit", "validate"} if val_dataloaders is not None else {"fit"}
-        handles = self._attach(stages, outermost="fit", val_loader=val_dataloaders)
-        try:
-            if ckpt_path is not None:
+
+        def run() -> None:
+            if ckpt_path is None:
+                self._start_new_run()
+            else:
                 self._load_checkpoint(ckpt_path)
             self.train_engine.fire_event(TrainerEvents.FIT_STARTED)
             self.fitting = True
@@ -225,43 +234,54 @@ class Trainer:
             finally:
                 self.fitting = False
             self.train_engine.fire_event(TrainerEvents.FIT_COMPLETED)
-        finally:
-            self._teardown(handles)
+
+        self._session(module, stages, "fit", run, training=True, val_loader=val_dataloaders)
 
     def validate(self, module: LoopModule | None = None, dataloaders: Iterable[Any] | None = None) -> list[dict[str, float]]:
         """Run `eval_step` over `dataloaders`; returns `[{metric: value}]` (also in `callback_metrics`)."""
-        return self._evaluate("validate", "eval_step", module, dataloaders)
+        return self._evaluate("validate", module, dataloaders)
 
     def test(self, module: LoopModule | None = None, dataloaders: Iterable[Any] | None = None) -> list[dict[str, float]]:
         """Run `test_step` over `dataloaders`; returns `[{metric: value}]` (also in `callback_metrics`)."""
-        return self._evaluate("test", "test_step", module, dataloaders)
+        return self._evaluate("test", module, dataloaders)
 
     def predict(self, module: LoopModule | None = None, dataloaders: Iterable[Any] | None = None) -> list[Any]:
         """Run `predict_step` over `dataloaders`; returns the outputs, one per batch."""
         module = self._module_for("predict", module)
         _check_loader("dataloaders", dataloaders, required=True)
-        self._setup(module, training=False)
-        handles = self._attach({"predict"}, outermost="predict")
         self._predictions = []
-        try:
-            self._run_stage("predict", dataloaders)
-        finally:
-            self._teardown(handles)
+        self._session(module, {"predict"}, "predict", lambda: self._run_stage("predict", dataloaders))
         predictions, self._predictions = self._predictions, []
         return predictions
 
-    def _evaluate(self, stage: str, step_name: str, module: LoopModule | None, loader: Any) -> list[dict[str, float]]:
+    def _evaluate(self, stage: str, module: LoopModule | None, loader: Any) -> list[dict[str, float]]:
         module = self._module_for(stage, module)
         _check_loader("dataloaders", loader, required=True)
         if not (stage == "test" and type(module).test_step is not LoopModule.test_step):
             _require_override(module, "eval_step", stage)
-        self._setup(module, training=False)
-        handles = self._attach({stage}, outermost=stage)
+        values: dict[str, Any] = {}
+
+        def run() -> None:
+            values.update(self._run_stage(stage, loader))
+
+        self._session(module, {stage}, stage, run)
+        return [to_floats(values)]
+
+    def _session(self, module: LoopModule, stages: set[str], outermost: str, run: Callable[[], None],
+                 training: bool = False, val_loader: Any = None) -> None:
+        """Set up, attach, `run()`, and detach whatever happens; `on_exception` hooks see any failure once."""
+        handles: list[RemovableEventHandle] = []
+        exception_hooks: ExceptionHooks | None = None
         try:
-            values = self._run_stage(stage, loader)
+            self._setup(module, training)
+            handles, exception_hooks = attach_handlers(self, stages, outermost, val_loader)
+            run()
+        except BaseException as exception:
+            if exception_hooks is not None:
+                exception_hooks.notify(self.engines[outermost], exception)
+            raise
         finally:
             self._teardown(handles)
-        return [to_floats(values)]
 
     def _module_for(self, stage: str, module: LoopModule | None) -> LoopModule:
         if module is None:
@@ -302,11 +322,17 @@ class Trainer:
             self.model_engine.attach(self.train_engine)
             for optimizer in self.optimizers:
                 optimizer.zero_grad()
-            self._step_hooks = [] if module.automatic_optimization else [
-                optimizer.register_step_post_hook(lambda *_: self._count_step()) for optimizer in self.optimizers
-            ]
+            self._pending_batches = 0
+            if not module.automatic_optimization:  # the module steps its optimizers itself: follow those steps
+                self._step_hooks = [
+                    hook for optimizer in self.optimizers for hook in (
+                        optimizer.register_step_pre_hook(self._manual_step_starting),
+                        optimizer.register_step_post_hook(lambda *_: self._count_step()),
+                    )
+                ]
         elif self.model_engine is None or self.model_engine.model is not module:
             self.model_engine = ModelEngine(module, autocast_dtype=self.autocast_dtype, device_type=self.device.type)
+        self._autocast = self.model_engine.autocast_dtype is not None
 
     def _configure_optimizers(self, module: LoopModule) -> tuple[list, list]:
         optimizers, schedulers = parse_optimizers(module.configure_optimizers())
@@ -319,8 +345,6 @@ class Trainer:
         return optimizers, schedulers
 
     def _model_engine_for(self, module: LoopModule) -> ModelEngine:
-        clip_norm = self.gradient_clip_val if self.gradient_clip_algorithm == "norm" else None
-        clip_value = self.gradient_clip_val if self.gradient_clip_algorithm == "value" else None
         if not module.automatic_optimization:
             if self.autocast_dtype == torch.float16:
                 raise ValueError(
@@ -329,19 +353,23 @@ class Trainer:
                 )
             if self.gradient_clip_val is not None:
                 raise ValueError(
-                    "Trainer(gradient_clip_val=...) applies to automatic optimization; under manual optimization "
-                    "call self.clip_gradients(optimizer, gradient_clip_val=...) in train_step."
+                    f"Trainer(gradient_clip_val={self.gradient_clip_val}) applies to automatic optimization; under "
+                    "manual optimization call self.clip_gradients(optimizer, gradient_clip_val=...) in train_step."
                 )
             return ModelEngine(module, autocast_dtype=self.autocast_dtype, device_type=self.device.type)
         given = getattr(module, "model_engine", None)
         if isinstance(module, SupervisedModule) and given is not None:
-            if self.gradient_clip_val is not None and (given.clip_grad_norm or given.clip_grad_value):
-                raise ValueError("Clip either in the ModelEngine (clip_grad_norm=) or in the Trainer, not both.")
             if self.gradient_clip_val is not None:
-                given.clip_grad_norm, given.clip_grad_value = clip_norm, clip_value
+                raise ValueError(
+                    f"Trainer(gradient_clip_val={self.gradient_clip_val}) with a ModelEngine from initialize(): clip "
+                    "in the engine instead, initialize(..., clip_grad_norm=...), so the engine stays as you built it."
+                )
             return given
+        clip = self.gradient_clip_val
         return ModelEngine(
-            module, self.optimizers[0], clip_grad_norm=clip_norm, clip_grad_value=clip_value,
+            module, self.optimizers[0],
+            clip_grad_norm=clip if self.gradient_clip_algorithm == "norm" else None,
+            clip_grad_value=clip if self.gradient_clip_algorithm == "value" else None,
             scaler=self._grad_scaler(), autocast_dtype=self.autocast_dtype, device_type=self.device.type,
         )
 
@@ -356,49 +384,11 @@ class Trainer:
         steps_per_epoch = math.ceil(epoch_length / self.accumulate_grad_batches)
         return math.ceil(self.max_steps / steps_per_epoch)
 
-    def _attach(self, stages: set[str], outermost: str, val_loader: Any = None) -> list[RemovableEventHandle]:
-        """Register the Trainer's handlers, the module's hooks and the callbacks' hooks for `stages`, in priority
-        order; returns their handles for `_teardown`."""
-        planned: list[tuple[int, str, Any, Callable]] = []  # (priority, stage, event, handler); sorted stably
-        for stage in stages - {"predict"}:
-            planned += self._own_handlers(stage, val_loader)
-        if "predict" in stages:
-            planned.append((_REDUCE_EPOCH, "predict", Events.ITERATION_COMPLETED, self._keep_prediction))
-        hook_stages = stages | {"outermost"}
-        for target, base, leading, priority in [(self.module, LoopModule, (), 0)] + [
-            (callback, Callback, (self, self.module), callback.priority) for callback in self.callbacks
-        ]:
-            for stage, event, handler in hook_handlers(target, base, leading, hook_stages):
-                planned.append((priority, outermost if stage == "outermost" else stage, event, handler))
-            if base is Callback:
-                for stage, event, handler in target.event_handlers(self):
-                    if stage in stages:
-                        planned.append((priority, stage, event, handler))
-        if any(event is Events.EXCEPTION_RAISED for _, _, event, _ in planned):
-            planned.append((10**9, outermost, Events.EXCEPTION_RAISED, _reraise))  # hooks see it, the caller gets it
-        planned.sort(key=lambda entry: entry[0])
-        return [self._engines[stage].add_event_handler(event, handler) for _, stage, event, handler in planned]
-
-    def _own_handlers(self, stage: str, val_loader: Any) -> list[tuple[int, str, Any, Callable]]:
-        log = self._logs[stage]
-        period_start = Events.EPOCH_STARTED if stage == "fit" else Events.STARTED
-        handlers = [
-            (_REDUCE_EPOCH, stage, period_start, lambda: self._enter_stage(stage)),
-            (_REDUCE_EPOCH, stage, Events.EPOCH_COMPLETED, lambda engine: self._reduce_epoch(stage, engine)),
-            (_PUBLISH_EPOCH, stage, Events.EPOCH_COMPLETED,
-             lambda engine: self._publish({**log.epoch_values(), **_scalars(engine.state.metrics)})),
-        ]
-        if stage != "fit":
-            return handlers
-        if val_loader is not None:
-            if self.val_check_interval is not None:
-                priority, event = _VALIDATE_IN_EPOCH, Events.ITERATION_COMPLETED(every=self.val_check_interval)
-            else:
-                priority, event = _VALIDATE, Events.EPOCH_COMPLETED(every=self.val_every_n_epochs)
-            handlers.append((priority, stage, event, lambda: self._run_stage("validate", val_loader)))
-        if self.module.automatic_optimization and any(c.interval == "epoch" for c in self.lr_scheduler_configs):
-            handlers.append((_EPOCH_SCHEDULERS, stage, Events.EPOCH_COMPLETED, self._step_epoch_schedulers))
-        return handlers
+    def _start_new_run(self) -> None:
+        """A fit without a checkpoint starts over, even after an interrupted or crashed fit of this Trainer."""
+        self.state.global_step = 0
+        self.train_engine.state.max_epochs = None
+        self.train_engine.state.max_iters = None
 
     def _teardown(self, handles: list[RemovableEventHandle]) -> None:
         for handle in handles:
@@ -408,35 +398,51 @@ class Trainer:
         self._step_hooks = []
         if self.model_engine is not None:
             self.model_engine.detach()
-        self.metric_log = self._logs["fit"]
+        self.metric_log = self.logs["fit"]
 
     # ------------------------------------------------------------------------------------------- training
     def _train_iteration(self, engine: Engine, batch: Any) -> Any:
         module = self.module
         batch = self._to_device(batch)
-        log = self.metric_log
-        log.in_step, log.batch = True, batch
+        self.metric_log.batch = batch
         batch_idx = batch_index(engine)
-        if self.autocast_dtype is None:
-            output = module.train_step(batch, batch_idx)
-        else:
+        if self._autocast:
             with self.model_engine.autocast():
                 output = module.train_step(batch, batch_idx)
-        log.in_step = False
+        else:
+            output = module.train_step(batch, batch_idx)
         if not module.automatic_optimization:
             return output
-        loss = _loss_of(output)
+        loss = checked_loss(output)
         accumulate = self.accumulate_grad_batches
-        model_engine = self.model_engine
-        model_engine.backward(loss / accumulate if accumulate > 1 else loss)
-        if accumulate == 1 or (batch_idx + 1) % accumulate == 0 or batch_idx + 1 == engine.state.epoch_length:
-            model_engine.step()
-            model_engine.zero_grad()
-            self._count_step()
-            for config in self.lr_scheduler_configs:
-                if config.interval == "step" and self.state.global_step % config.frequency == 0:
-                    config.step(self.callback_metrics)
+        if accumulate == 1:
+            self.model_engine.backward(loss)
+            self._optimizer_step()
+            return output
+        self.model_engine.backward(loss / accumulate)
+        self._pending_batches += 1
+        if (batch_idx + 1) % accumulate == 0 or batch_idx + 1 == engine.state.epoch_length:
+            self._optimizer_step()
         return output
+
+    def _optimizer_step(self) -> None:
+        self.model_engine.step()
+        self.model_engine.zero_grad()
+        self._pending_batches = 0
+        self._count_step()
+        for config in self.lr_scheduler_configs:
+            if config.interval == "step" and self.state.global_step % config.frequency == 0:
+                config.step(self.callback_metrics)
+
+    def _flush_accumulation(self) -> None:
+        """A loader without a length ends an epoch in the middle of an accumulation window: step what it holds."""
+        if self._pending_batches:
+            self._optimizer_step()
+
+    def _manual_step_starting(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        engine = self.train_engine
+        engine.state.step_optimizer = optimizer
+        engine.fire_event(StepEvents.OPTIMIZER_STEP_STARTED)
 
     def _count_step(self) -> None:
         """One optimizer step done: count it, publish the step's values at the log interval, stop at max_steps."""
@@ -445,10 +451,7 @@ class Trainer:
         if state.global_step % self.log_every_n_steps == 0:
             self._publish(self.metric_log.step_values())
         if self.max_steps is not None and state.global_step >= self.max_steps:
-            # End with this epoch, cut short, as its last: its end hooks, validation and checkpoints still run.
-            engine = self.train_engine
-            engine.state.max_epochs = engine.state.epoch
-            engine.terminate_epoch()
+            self.stop()
 
     def _step_epoch_schedulers(self, engine: Engine) -> None:
         for config in self.lr_scheduler_configs:
@@ -458,16 +461,16 @@ class Trainer:
     # ------------------------------------------------------------------------------------------ evaluation
     def _run_stage(self, stage: str, loader: Any) -> dict[str, Any]:
         """Run the evaluation engine of `stage` once over `loader` (no gradients, module in eval mode); returns
-        the epoch's logged values."""
+        the epoch's values."""
         module, outer_log = self.module, self.metric_log
         training = module.training
-        epoch_length = args.epoch_length_of(f"limit_{stage}_batches", loader, self.limits[stage])
+        epoch_length = epoch_length_of(f"limit_{_LIMIT_NAMES[stage]}_batches", loader, self.limits[stage])
         if epoch_length == 0:
             return {}
         module.eval()
         try:
             with torch.no_grad():
-                self._engines[stage].run(loader, max_epochs=1, epoch_length=epoch_length)
+                self.engines[stage].run(loader, max_epochs=1, epoch_length=epoch_length)
         finally:
             module.train(training)
             self.metric_log = outer_log
@@ -476,12 +479,10 @@ class Trainer:
     def _eval_iteration(self, engine: Engine, batch: Any) -> Any:
         batch = self._to_device(batch)
         log = self.metric_log
-        log.in_step, log.batch = True, batch
+        log.batch = batch
         step = self.module.test_step if log.stage == "test" else self.module.eval_step
         with self.model_engine.autocast():
-            output = step(batch, batch_index(engine))
-        log.in_step = False
-        return output
+            return step(batch, batch_index(engine))
 
     def _predict_iteration(self, engine: Engine, batch: Any) -> Any:
         batch = self._to_device(batch)
@@ -493,16 +494,18 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------- logged values
     def _enter_stage(self, stage: str) -> None:
-        self.metric_log = self._logs[stage]
+        self.metric_log = self.logs[stage]
         self.metric_log.reset()
         if stage == "fit":
             self.module.train()
 
     def _reduce_epoch(self, stage: str, engine: Engine) -> None:
-        values = self.metric_log.epoch_values()
-        values.update(engine.state.metrics)  # Ignite metrics attached to the engine (and trackers built on them)
-        self.callback_metrics.update(engine.state.metrics)
-        self._last_values[stage] = values
+        metrics = scalar_values(engine.state.metrics)  # Ignite metrics attached to the engine (and trackers)
+        self.callback_metrics.update(metrics)
+        self._last_values[stage] = {**self.logs[stage].epoch_values(), **metrics}
+
+    def _publish_epoch(self, stage: str, engine: Engine) -> None:
+        self._publish({**self.logs[stage].epoch_values(), **scalar_values(engine.state.metrics)})
 
     def _publish(self, values: Mapping[str, Any]) -> None:
         """The one path logged values take to `logged_metrics` and the loggers (read from the device here)."""
@@ -531,54 +534,13 @@ class Trainer:
 
         Checkpoint.load_objects(self.checkpoint_objects(), ckpt_path)
 
-    # ------------------------------------------------------------------------------------------------ batches
     def _to_device(self, batch: Any) -> Any:
         if self.device.type == "cpu":
             return batch  # CPU tensors stay where they are: no walk over the batch
-        return _move(batch, self.device)
+        return move_to_device(batch, self.device)
 
 
-def _move(batch: Any, device: torch.device) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, Mapping):
-        return type(batch)({key: _move(value, device) for key, value in batch.items()})  # type: ignore[call-arg]
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
-        return type(batch)(*(_move(value, device) for value in batch))
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(_move(value, device) for value in batch)
-    return batch
-
-
-def _batch_size_of(batch: Any) -> int:
-    """The length of the first tensor in `batch` (1 when there is none): the weight of a logged mean."""
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() > 0 else 1
-    values = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else ()
-    for value in values:
-        size = _batch_size_of(value)
-        if isinstance(value, (torch.Tensor, Mapping, list, tuple)):
-            return size
-    return 1
-
-
-def _loss_of(output: Any) -> torch.Tensor:
-    loss, found = loss_in_output(output)
-    if loss is None:
-        raise ValueError(
-            f"train_step must return the loss (a scalar tensor) or a dict with it under 'loss'; it returned {found}. "
-            "To skip optimization, set automatic_optimization = False and step yourself."
-        )
-    if loss.numel() != 1:
-        raise ValueError(
-            f"train_step returned a loss of shape {tuple(loss.shape)}; it must be a scalar. Reduce it (e.g. .mean())."
-        )
-    if not loss.requires_grad:
-        raise ValueError(
-            "train_step returned a loss that does not require grad (computed under torch.no_grad(), detached, or "
-            "from no trainable parameter), so there is nothing to backpropagate."
-        )
-    return loss
+_LIMIT_NAMES = {"fit": "train", "validate": "val", "test": "test", "predict": "predict"}
 
 
 def _check_loader(name: str, loader: Any, required: bool = False) -> None:
@@ -597,36 +559,7 @@ def _require_override(module: LoopModule, method: str, purpose: str) -> None:
         )
 
 
-def _scalars(metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """The numbers among an engine's metrics (loggers take scalars; a confusion matrix stays in state.metrics)."""
-    return {
-        name: value for name, value in metrics.items()
-        if (isinstance(value, torch.Tensor) and value.numel() == 1)
-        or (isinstance(value, (int, float)) and not isinstance(value, bool))
-    }
-
-
-def _check_state_keys(callbacks: list[Callback]) -> None:
-    """Two callbacks with state under one key would overwrite each other's state in checkpoints."""
-    seen: dict[str, Callback] = {}
-    for callback in callbacks:
-        if type(callback).state_dict is Callback.state_dict:
-            continue
-        key = callback.state_key
-        if key in seen:
-            raise ValueError(
-                f"Callbacks {seen[key]!r} and {callback!r} both save their state under state_key {key!r}; override "
-                "state_key in one of them (e.g. include its monitored metric) so checkpoints keep both."
-            )
-        seen[key] = callback
-
-
-def _reraise(engine: Engine, exception: BaseException) -> None:
-    raise exception
-
-
 def _join(root: str, name: str) -> str:
     from tracktrain import storage
 
     return storage.join(root, name)
-

@@ -1,0 +1,62 @@
+"""Batches and loaders as the Trainer sees them: device placement, batch size, epoch length."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+
+__all__ = ["batch_size_of", "epoch_length_of", "loader_length", "move_to_device"]
+
+
+def move_to_device(batch: Any, device: torch.device) -> Any:
+    """`batch` with every tensor in it (in tuples, lists, dicts, named tuples) moved to `device`."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, Mapping):
+        return type(batch)({key: move_to_device(value, device) for key, value in batch.items()})  # type: ignore[call-arg]
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(move_to_device(value, device) for value in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(move_to_device(value, device) for value in batch)
+    return batch
+
+
+def batch_size_of(batch: Any) -> int:
+    """The length of the first tensor found in `batch` (depth first), from its shape; 1 when there is none."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() > 0 else 1
+    if isinstance(batch, Mapping):
+        parts: Iterable[Any] = batch.values()
+    elif isinstance(batch, (list, tuple)):
+        parts = batch
+    else:
+        return 1
+    for part in parts:
+        if isinstance(part, (torch.Tensor, Mapping, list, tuple)):
+            return batch_size_of(part)
+    return 1
+
+
+def loader_length(loader: Iterable[Any]) -> int | None:
+    """`len(loader)`, or None for loaders without one (a DataLoader over an IterableDataset raises TypeError)."""
+    try:
+        return len(loader)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+def epoch_length_of(name: str, loader: Iterable[Any], limit: int | float | None) -> int | None:
+    """How many batches of `loader` an epoch takes under the Trainer's `name` limit (None: the loader's length,
+    unknown for loaders without one)."""
+    length = loader_length(loader)
+    if limit is None:
+        return length
+    if isinstance(limit, float):
+        if length is None:
+            raise ValueError(
+                f"Trainer({name}={limit}) is a fraction, but the loader has no len(); give a number of batches."
+            )
+        return int(length * limit)
+    return limit if length is None else min(length, limit)

@@ -1,0 +1,125 @@
+"""Which handlers a Trainer entry point attaches to its engines, and in what order.
+
+Everything a run attaches — the Trainer's own handlers, the module's hooks, the callbacks' hooks and their
+extra handlers — is planned as `(priority, stage, event, handler)`, sorted once (stably: equal priorities keep
+their order), attached, and removed when the entry point returns. Callbacks default to priority 0 and come after
+the module's hooks of the same priority.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tracktrain.callbacks.base import Callback
+from tracktrain.engine.engine import Engine
+from tracktrain.engine.events import Events, RemovableEventHandle
+from tracktrain.trainer.hooks import batch_index, hook_handlers
+from tracktrain.trainer.module import LoopModule
+
+if TYPE_CHECKING:
+    from tracktrain.trainer.trainer import Trainer
+
+__all__ = ["ExceptionHooks", "attach_handlers"]
+
+# Priorities of the Trainer's own handlers among the hooks (lower runs first).
+FLUSH_ACCUMULATION = -400  # gradients of a last, partial accumulation window (loaders without a length)
+REDUCE_EPOCH = -300  # a period's start (logs reset) and end (the epoch's values), before anything reads them
+VALIDATE = -200  # validation at the end of a training epoch, before the epoch-end hooks (as in Lightning)
+EPOCH_SCHEDULERS = -100  # after validation (monitored metrics known), before hooks and checkpoints save them
+VALIDATE_IN_EPOCH = 300  # validation every n batches, after that batch's end hooks (as in Lightning)
+PUBLISH_EPOCH = 500  # the epoch's values to the loggers, with what epoch-end hooks logged
+ENTER_STEPS = 1000  # after the epoch-start hooks: from here to the epoch's end, values log per step by default
+LAST = 10**9
+
+
+class ExceptionHooks:
+    """The `on_exception` hooks of a run, called once per exception, which is then raised on.
+
+    Attached last to the outermost engine's EXCEPTION_RAISED, so that no other handler can swallow the error;
+    the Engine reports an exception from inside an epoch twice, and a failure outside the engine (loading a
+    checkpoint) not at all, so the entry point also calls `notify` and the identity check keeps it to once.
+    """
+
+    def __init__(self, hooks: list[Callable]) -> None:
+        self.hooks = hooks
+        self._seen: BaseException | None = None
+
+    def notify(self, engine: Engine, exception: BaseException) -> None:
+        if exception is self._seen:
+            return
+        self._seen = exception
+        for hook in self.hooks:
+            hook(engine, exception)
+
+    def __call__(self, engine: Engine, exception: BaseException) -> None:
+        self.notify(engine, exception)
+        raise exception
+
+
+def attach_handlers(
+    trainer: Trainer, stages: set[str], outermost: str, val_loader: Any = None
+) -> tuple[list[RemovableEventHandle], ExceptionHooks]:
+    """Attach everything `stages` need; returns the handles (for removal) and the run's exception hooks."""
+    planned: list[tuple[int, str, Any, Callable]] = []
+    for stage in stages - {"predict"}:
+        planned += _stage_handlers(trainer, stage)
+    if "fit" in stages:
+        planned += _fit_handlers(trainer, val_loader)
+    if "predict" in stages:
+        planned.append((REDUCE_EPOCH, "predict", Events.ITERATION_COMPLETED, trainer._keep_prediction))
+    on_exception: list[tuple[int, Callable]] = []
+    targets = [(trainer.module, LoopModule, (), 0)]
+    targets += [(callback, Callback, (trainer, trainer.module), callback.priority) for callback in trainer.callbacks]
+    for target, base, leading, priority in targets:
+        for stage, event, handler in hook_handlers(target, base, leading, stages | {"outermost"}):
+            if stage == "outermost":
+                on_exception.append((priority, handler))
+            else:
+                planned.append((priority, stage, event, handler))
+        if isinstance(target, Callback):
+            planned += [(priority, stage, event, handler) for stage, event, handler in target.event_handlers(trainer)
+                        if stage in stages]
+    on_exception.sort(key=lambda entry: entry[0])
+    exception_hooks = ExceptionHooks([handler for _, handler in on_exception])
+    planned.append((LAST, outermost, Events.EXCEPTION_RAISED, exception_hooks))
+    planned.sort(key=lambda entry: entry[0])
+    handles: list[RemovableEventHandle] = []
+    try:
+        for _, stage, event, handler in planned:
+            handles.append(trainer.engines[stage].add_event_handler(event, handler))
+    except BaseException:
+        for handle in handles:  # nothing of a run that could not start stays attached
+            handle.remove()
+        raise
+    return handles, exception_hooks
+
+
+def _stage_handlers(trainer: Trainer, stage: str) -> list[tuple[int, str, Any, Callable]]:
+    log = trainer.logs[stage]
+    # evaluation logs from on_validation_start on; training's logs are per epoch
+    period_start = Events.EPOCH_STARTED if stage == "fit" else Events.STARTED
+    return [
+        (REDUCE_EPOCH, stage, period_start, lambda: trainer._enter_stage(stage)),
+        (ENTER_STEPS, stage, Events.EPOCH_STARTED, log.enter_steps),
+        (REDUCE_EPOCH, stage, Events.EPOCH_COMPLETED, lambda engine: trainer._reduce_epoch(stage, engine)),
+        (PUBLISH_EPOCH, stage, Events.EPOCH_COMPLETED, lambda engine: trainer._publish_epoch(stage, engine)),
+    ]
+
+
+def _fit_handlers(trainer: Trainer, val_loader: Any) -> list[tuple[int, str, Any, Callable]]:
+    handlers: list[tuple[int, str, Any, Callable]] = []
+    if val_loader is not None:
+        if trainer.val_check_interval is not None:
+            every = trainer.val_check_interval  # batches within each epoch, as Lightning counts them
+            event = Events.ITERATION_COMPLETED(event_filter=lambda engine, _: (batch_index(engine) + 1) % every == 0)
+            priority = VALIDATE_IN_EPOCH
+        else:
+            event, priority = Events.EPOCH_COMPLETED(every=trainer.val_every_n_epochs), VALIDATE
+        handlers.append((priority, "fit", event, lambda: trainer._run_stage("validate", val_loader)))
+    automatic = trainer.module.automatic_optimization
+    if automatic and trainer.accumulate_grad_batches > 1:
+        handlers.append((FLUSH_ACCUMULATION, "fit", Events.EPOCH_COMPLETED, trainer._flush_accumulation))
+    if automatic and any(config.interval == "epoch" for config in trainer.lr_scheduler_configs):
+        handlers.append((EPOCH_SCHEDULERS, "fit", Events.EPOCH_COMPLETED, trainer._step_epoch_schedulers))
+    return handlers
