@@ -17,12 +17,12 @@ from tracktrain.engine.events import Events, RemovableEventHandle
 from tracktrain.engine.model_engine import ModelEngine, StepEvents
 from tracktrain.rng import manual_seed
 from tracktrain.trainer import arguments
+from tracktrain.trainer.building import as_loop_module, configure_optimizers, model_engine_for
 from tracktrain.trainer.batches import batch_size_of, epoch_length_of, move_to_device
 from tracktrain.trainer.hooks import TrainerEvents, batch_index
 from tracktrain.trainer.metric_log import MetricLog, scalar_values, to_floats
 from tracktrain.trainer.module import LoopModule, checked_loss
-from tracktrain.trainer.optimizers import LRSchedulerConfig, parse_optimizers
-from tracktrain.trainer.supervised_module import SupervisedModule
+from tracktrain.trainer.optimizers import LRSchedulerConfig
 from tracktrain.trainer.trainer_state import TrainerState
 from tracktrain.trainer.wiring import ExceptionHooks, attach_handlers
 
@@ -210,7 +210,7 @@ class Trainer:
         `module` may also be a plain `nn.Module` (with `optimizer=` and `criterion=`) or a `ModelEngine` from
         `tracktrain.initialize`: it is then trained as a `SupervisedModule` on `(inputs, targets)` batches.
         """
-        module = self._as_loop_module(module, optimizer, criterion, lr_scheduler)
+        module = as_loop_module(module, optimizer, criterion, lr_scheduler)
         _check_loader("train_dataloaders", train_dataloaders, required=True)
         _check_loader("val_dataloaders", val_dataloaders)
         if val_dataloaders is not None:
@@ -293,21 +293,6 @@ class Trainer:
         return module
 
     # --------------------------------------------------------------------------------------- set-up / tear-down
-    def _as_loop_module(self, module: Any, optimizer: Any, criterion: Any, lr_scheduler: Any) -> LoopModule:
-        if isinstance(module, LoopModule):
-            if optimizer is not None or criterion is not None or lr_scheduler is not None:
-                raise ValueError(
-                    "fit(optimizer=, criterion=, lr_scheduler=) are for plain models; a LoopModule returns its "
-                    "optimizers from configure_optimizers()."
-                )
-            return module
-        if isinstance(module, (nn.Module, ModelEngine)):
-            return SupervisedModule(module, optimizer, criterion, lr_scheduler)
-        raise TypeError(
-            f"Trainer.fit() needs a LoopModule, an nn.Module (with optimizer= and criterion=) or a ModelEngine; got "
-            f"{type(module).__name__}."
-        )
-
     def _setup(self, module: LoopModule, training: bool) -> None:
         if self.seed is not None:
             manual_seed(self.seed)
@@ -317,8 +302,8 @@ class Trainer:
         self.module = module
         module.to(self.device)
         if training:
-            self.optimizers, self.lr_scheduler_configs = self._configure_optimizers(module)
-            self.model_engine = self._model_engine_for(module)
+            self.optimizers, self.lr_scheduler_configs = configure_optimizers(module)
+            self.model_engine = model_engine_for(self, module)
             self.model_engine.attach(self.train_engine)
             for optimizer in self.optimizers:
                 optimizer.zero_grad()
@@ -333,48 +318,6 @@ class Trainer:
         elif self.model_engine is None or self.model_engine.model is not module:
             self.model_engine = ModelEngine(module, autocast_dtype=self.autocast_dtype, device_type=self.device.type)
         self._autocast = self.model_engine.autocast_dtype is not None
-
-    def _configure_optimizers(self, module: LoopModule) -> tuple[list, list]:
-        optimizers, schedulers = parse_optimizers(module.configure_optimizers())
-        if module.automatic_optimization and len(optimizers) > 1:
-            raise ValueError(
-                f"configure_optimizers returned {len(optimizers)} optimizers, but automatic optimization steps one. "
-                "Set automatic_optimization = False in your LoopModule and step them in train_step "
-                "(self.optimizers(), self.backward(loss), optimizer.step())."
-            )
-        return optimizers, schedulers
-
-    def _model_engine_for(self, module: LoopModule) -> ModelEngine:
-        if not module.automatic_optimization:
-            if self.autocast_dtype == torch.float16:
-                raise ValueError(
-                    'precision="16-mixed" with manual optimization is not supported yet (your optimizer.step() calls '
-                    'would bypass the GradScaler); use precision="bf16-mixed" or automatic optimization.'
-                )
-            if self.gradient_clip_val is not None:
-                raise ValueError(
-                    f"Trainer(gradient_clip_val={self.gradient_clip_val}) applies to automatic optimization; under "
-                    "manual optimization call self.clip_gradients(optimizer, gradient_clip_val=...) in train_step."
-                )
-            return ModelEngine(module, autocast_dtype=self.autocast_dtype, device_type=self.device.type)
-        given = getattr(module, "model_engine", None)
-        if isinstance(module, SupervisedModule) and given is not None:
-            if self.gradient_clip_val is not None:
-                raise ValueError(
-                    f"Trainer(gradient_clip_val={self.gradient_clip_val}) with a ModelEngine from initialize(): clip "
-                    "in the engine instead, initialize(..., clip_grad_norm=...), so the engine stays as you built it."
-                )
-            return given
-        clip = self.gradient_clip_val
-        return ModelEngine(
-            module, self.optimizers[0],
-            clip_grad_norm=clip if self.gradient_clip_algorithm == "norm" else None,
-            clip_grad_value=clip if self.gradient_clip_algorithm == "value" else None,
-            scaler=self._grad_scaler(), autocast_dtype=self.autocast_dtype, device_type=self.device.type,
-        )
-
-    def _grad_scaler(self) -> torch.amp.GradScaler | None:
-        return torch.amp.GradScaler(self.device.type) if self.autocast_dtype == torch.float16 else None
 
     def _max_epochs(self, epoch_length: int | None) -> int:
         if self.max_epochs is not None:
