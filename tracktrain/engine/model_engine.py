@@ -143,6 +143,7 @@ class ModelEngine:
         for ophook in ophook_list or ():
             self.add_hook(ophook)
         self._events_engine: Any = None
+        self._skipped: torch.Tensor | int = 0
 
     def attach(self, engine: Any) -> None:
         """Fire `StepEvents` on `engine` (an Engine) from now on; `detach()` stops it."""
@@ -229,6 +230,7 @@ class ModelEngine:
             self.clip_gradients(optimizer, self.clip_grad_norm, self.clip_grad_value)
         if self.scaler is not None:
             self.scaler.step(optimizer)  # skipped by the scaler when the gradients hold inf/NaN
+            self._count_skipped(optimizer)
             self.scaler.update()
         else:
             self._optimizer_step(optimizer)
@@ -236,6 +238,24 @@ class ModelEngine:
             ophook.post_iter()
         if events is not None:
             self._fire(StepEvents.OPTIMIZER_STEP_COMPLETED)
+
+    @property
+    def skipped_steps(self) -> int:
+        """Optimizer steps the GradScaler skipped because the gradients held inf/NaN (reading it waits for the
+        device; the count itself is kept there)."""
+        return int(self._skipped) if isinstance(self._skipped, torch.Tensor) else self._skipped
+
+    @property
+    def skipped_steps_on_device(self) -> torch.Tensor:
+        """`skipped_steps` as a tensor on its device, for logging without a sync."""
+        return torch.as_tensor(self._skipped)
+
+    def _count_skipped(self, optimizer: torch.optim.Optimizer) -> None:
+        # The scaler's per-step inf flags, added up on the device: counting costs no host sync. (A private part
+        # of GradScaler, read between step() and update() as its own update() does.)
+        found_inf = self.scaler._found_inf_per_device(optimizer)  # type: ignore[union-attr]
+        for flag in found_inf.values():
+            self._skipped = self._skipped + flag.to(torch.int64)
 
     def unscale_gradients(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Divide `optimizer`'s gradients by the GradScaler's scale (once per step; a no-op without a scaler)."""

@@ -444,11 +444,13 @@ class Trainer:
 
     def _reduce_epoch(self, stage: str, engine: Engine) -> None:
         metrics = scalar_values(engine.state.metrics)  # Ignite metrics attached to the engine (and trackers)
+        if stage == "fit" and self.model_engine.scaler is not None:
+            metrics["amp/skipped_steps"] = self.model_engine.skipped_steps_on_device  # inf/NaN gradients, so far
         self.callback_metrics.update(metrics)
         self._last_values[stage] = {**self.logs[stage].epoch_values(), **metrics}
 
     def _publish_epoch(self, stage: str, engine: Engine) -> None:
-        self._publish({**self.logs[stage].epoch_values(), **scalar_values(engine.state.metrics)})
+        self._publish({**self._last_values.get(stage, {}), **self.logs[stage].epoch_values()})
 
     def _publish(self, values: Mapping[str, Any]) -> None:
         """The one path logged values take to `logged_metrics` and the loggers (read from the device here)."""
