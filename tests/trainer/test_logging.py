@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, TensorDataset
 
 from tracktrain import Trainer
 from tracktrain.trainer.metric_log import to_floats

@@ -8,7 +8,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
 
 from tracktrain import LoopModule, Trainer
 
