@@ -23,33 +23,32 @@ import argparse
 import atexit
 import cProfile
 import fcntl
+import functools
 import gc
 import io
-import json
 import math
 import os
-import platform
 import pstats
 import pty
 import random
 import shutil
-import statistics
 import struct
 import sys
 import tempfile
 import termios
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-import tracktrain
+from _common import (
+    STATISTICS, environment, exit_status, format_cell, goal_line, make_mlp, print_heading, quartiles,
+    silence_lightning, write_json,
+)
 from tracktrain.engine import Engine as TTEngine
 from tracktrain.engine import Events as TTEvents
 from tracktrain.engine import create_supervised_trainer as tt_create_supervised_trainer
@@ -79,16 +78,6 @@ ADDON_GOAL_RATIO = 1.0  # for metrics and the progress bar: tracktrain's cost <=
 
 
 # ------------------------------------------------------------------------------------------------------ setup
-def make_mlp(sizes: tuple[int, ...]) -> nn.Sequential:
-    """Linear layers of the given widths with ReLU between them (none after the last)."""
-    layers: list[nn.Module] = []
-    for index, (width_in, width_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-        if index:
-            layers.append(nn.ReLU())
-        layers.append(nn.Linear(width_in, width_out))
-    return nn.Sequential(*layers)
-
-
 def make_batches(
     sizes: tuple[int, ...], batch_size: int, count: int, seed: int, classify: bool = False
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -326,14 +315,9 @@ def handlers_variant(
 # ---------------------------------------------------------------------------------------------- Lightning
 def load_lightning() -> tuple[Any, str]:
     try:
-        import logging
-
         import lightning.pytorch as lightning_pytorch
 
-        for name in ("lightning", "lightning.pytorch", "lightning.fabric", "lightning_fabric"):
-            logging.getLogger(name).setLevel(logging.ERROR)
-        warnings.filterwarnings("ignore", module=r"lightning(\..*)?")
-        warnings.filterwarnings("ignore", module=r"lightning_fabric(\..*)?")
+        silence_lightning()
         return lightning_pytorch, ""
     except Exception as error:
         return None, f"not installed ({type(error).__name__}: {error})"
@@ -814,20 +798,6 @@ def measure_case(
     return samples
 
 
-def quartiles(values: list[float]) -> tuple[float, float]:
-    if len(values) < 2:
-        return values[0], values[0]
-    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return q1, q3
-
-
-STATISTICS: dict[str, Callable[[list[float]], float]] = {
-    "median": statistics.median,
-    "p25": lambda values: quartiles(values)[0],
-    "min": min,
-}
-
-
 def summarize(case: Case, samples: dict[str, list[float]], statistic: str = "median") -> dict[str, Any]:
     center = STATISTICS[statistic]
     medians = {name: center(values) for name, values in samples.items()}
@@ -932,12 +902,7 @@ def profile_case(case: Case, threads: int, top: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ reporting
-def fmt(value: float | None, signed: bool = False) -> str:
-    if value is None:
-        return "—"
-    if abs(value) >= 1000:
-        return f"{value:+,.0f}" if signed else f"{value:,.0f}"
-    return f"{value:+.2f}" if signed else f"{value:.2f}"
+fmt = functools.partial(format_cell, decimals=2)  # hundredths: the no-op step's overheads are below 1 µs
 
 
 def markdown_table(results: list[dict[str, Any]], has_lightning: bool) -> str:
@@ -1007,20 +972,6 @@ def addon_table(results: list[dict[str, Any]]) -> str:
                 row["goal_met"] if row["in_goal"] else f"({row['goal_met']}; not counted)",
             ]) + " |")
     return "\n".join(lines)
-
-
-def environment() -> dict[str, Any]:
-    info = {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "tracktrain": getattr(tracktrain, "__version__", "?"),
-        "ignite": ignite.__version__ if ignite is not None else IGNITE_MISSING,
-        "torch_threads": torch.get_num_threads(),
-    }
-    return info
 
 
 # ---------------------------------------------------------------------------------------------------- main
@@ -1124,13 +1075,11 @@ def main(argv: list[str] | None = None) -> int:
     gc.collect()
     gc.freeze()
 
-    env = environment()
-    print("# tracktrain Engine overhead per iteration\n")
-    print(
-        f"python {env['python']}, torch {env['torch']} ({args.threads} thread(s)), tracktrain {env['tracktrain']}, "
-        f"ignite {env['ignite']}, lightning {lightning_status}; {env['processor']}, {env['cpu_count']} CPUs; "
-        f"{args.repeats} interleaved repeats per case, statistic: {args.stat}"
-        f"{' (--quick: counts too small to trust)' if args.quick else ''}\n"
+    env = environment(torch.get_num_threads(), ignite=ignite.__version__ if ignite is not None else IGNITE_MISSING)
+    print_heading(
+        "tracktrain Engine overhead per iteration", env, args.threads,
+        f"ignite {env['ignite']}, lightning {lightning_status}", f"{args.repeats} interleaved repeats per case",
+        args.stat, args.quick,
     )
     problems: list[str] = []
     results = []
@@ -1162,16 +1111,8 @@ def main(argv: list[str] | None = None) -> int:
             "results": results,
             "problems": problems,
         }
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2)
-        print(f"\nWrote {args.json}")
-
-    if problems:
-        print("\nSANITY CHECKS FAILED (these are correctness problems, not timing):", file=sys.stderr)
-        for problem in dict.fromkeys(problems):
-            print(f"  {problem}", file=sys.stderr)
-        return 1
-    return 0
+        write_json(args.json, payload)
+    return exit_status(problems)
 
 
 def report_engine_results(results: list[dict[str, Any]], stat: str) -> None:
@@ -1191,15 +1132,10 @@ def report_engine_results(results: list[dict[str, Any]], stat: str) -> None:
         print(f"\nignite: {IGNITE_MISSING}; its columns are empty and the goal cannot be checked.")
     else:
         verdicts = [(result["title"], result["goal_met"]) for result in results if result["goal_met"] != "n/a"]
-        missed = [title for title, verdict in verdicts if verdict == "NO"]
-        unclear = [title for title, verdict in verdicts if verdict == "below noise"]
-        print(
-            f"\nGoal (tracktrain overhead ≤ {GOAL_RATIO} × ignite's): met in "
-            f"{sum(verdict == 'yes' for _, verdict in verdicts)} of {len(verdicts)} cases"
-            + (f"; NOT met in: {', '.join(missed)}" if missed else "")
-            + (f"; overheads below noise in: {', '.join(unclear)}" if unclear else "")
-            + ". (Informational only: timing never fails this script.)"
-        )
+        print(goal_line(
+            f"Goal (tracktrain overhead ≤ {GOAL_RATIO} × ignite's)", verdicts, unit="cases", unclear="below noise",
+            unclear_label="overheads below noise in",
+        ))
 
 
 def report_addon_results(results: list[dict[str, Any]], stat: str) -> None:
@@ -1221,16 +1157,7 @@ def report_addon_results(results: list[dict[str, Any]], stat: str) -> None:
         return
     rows = [(f"{result['key']} {row['suffix']}", row["goal_met"]) for result in results for row in result["addons"]
             if row["in_goal"]]
-    met = [name for name, verdict in rows if verdict.startswith("yes")]
-    missed = [name for name, verdict in rows if verdict.startswith("NO")]
-    unclear = [name for name, verdict in rows if verdict.endswith("(within noise)")]
-    print(
-        f"\nGoal (tracktrain's metrics / progress bar cost ≤ {ADDON_GOAL_RATIO:g} × ignite's): met in "
-        f"{len(met)} of {len(rows)}"
-        + (f"; NOT met in: {', '.join(missed)}" if missed else "")
-        + (f"; margin within noise in: {', '.join(unclear)}" if unclear else "")
-        + ". (Informational only: timing never fails this script.)"
-    )
+    print(goal_line(f"Goal (tracktrain's metrics / progress bar cost ≤ {ADDON_GOAL_RATIO:g} × ignite's)", rows))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ written. Pass --no-pycache-prefix to use the environment as it is.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shutil
@@ -27,6 +26,8 @@ import sys
 import tempfile
 import time
 from importlib.util import find_spec
+
+from _common import write_json
 
 # label, statement, module that must be importable for the row to run
 STATEMENTS: list[tuple[str, str, str]] = [
@@ -189,9 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             ],
             "missing": {label: why for label, why in missing},
         }
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2)
-        print(f"\nWrote {args.json}")
+        write_json(args.json, payload)
     return 0
 
 

@@ -29,12 +29,10 @@ import argparse
 import atexit
 import contextlib
 import cProfile
+import functools
 import gc
 import io
-import json
-import logging
 import os
-import platform
 import pstats
 import random
 import shutil
@@ -42,7 +40,6 @@ import statistics
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,7 +49,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-import tracktrain
+from _common import (
+    STATISTICS, environment, exit_status, format_cell, goal_line, make_mlp, print_heading, quartiles,
+    silence_lightning, write_json,
+)
 from tracktrain.callbacks import TrainerProgressBar
 from tracktrain.trainer import LoopModule, Trainer
 
@@ -65,16 +65,6 @@ LEARNING_RATE = 0.01
 
 
 # ------------------------------------------------------------------------------------------------------ setup
-def make_mlp(sizes: tuple[int, ...]) -> nn.Sequential:
-    """Linear layers of the given widths with ReLU between them (none after the last)."""
-    layers: list[nn.Module] = []
-    for index, (width_in, width_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-        if index:
-            layers.append(nn.ReLU())
-        layers.append(nn.Linear(width_in, width_out))
-    return nn.Sequential(*layers)
-
-
 class Workload:
     """One classifier's initial weights and one DataLoader over a synthetic in-memory TensorDataset, shared by
     every variant of a case. Each fit trains a fresh copy of the same initial weights on the same batches in the
@@ -175,10 +165,7 @@ def load_lightning() -> tuple[Any, str]:
         import lightning
     except Exception as error:  # not installed, or an install that fails to import
         return None, f"not installed ({type(error).__name__}: {error})"
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "lightning_fabric"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", module=r"lightning(\..*)?")
-    warnings.filterwarnings("ignore", module=r"lightning_fabric(\..*)?")
+    silence_lightning()
     return lightning, lightning.__version__
 
 
@@ -384,20 +371,6 @@ def measure_case(
 
 
 # ------------------------------------------------------------------------------------------------ summaries
-def quartiles(values: list[float]) -> tuple[float, float]:
-    if len(values) < 2:
-        return values[0], values[0]
-    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return q1, q3
-
-
-STATISTICS: dict[str, Callable[[list[float]], float]] = {
-    "median": statistics.median,
-    "p25": lambda values: quartiles(values)[0],
-    "min": min,
-}
-
-
 def summarize(
     case: Case, per_iteration: dict[str, list[float]], startups: dict[str, list[float]], first_startups: dict[str, float],
     statistic: str,
@@ -455,12 +428,7 @@ def summarize(
 
 
 # ------------------------------------------------------------------------------------------------- reporting
-def fmt(value: float | None, signed: bool = False) -> str:
-    if value is None:
-        return "—"
-    if abs(value) >= 1000:
-        return f"{value:+,.0f}" if signed else f"{value:,.0f}"
-    return f"{value:+.1f}" if signed else f"{value:.1f}"
+fmt = functools.partial(format_cell, decimals=1)  # a fit's µs per iteration: its noise is whole µs
 
 
 def table(lines: list[list[str]], align: str) -> str:
@@ -537,16 +505,11 @@ def report(results: list[dict[str, Any]], stat: str, lightning_status: str, has_
         print(f"\nlightning: {lightning_status}; its columns are empty and the goals cannot be checked.")
         return
     verdicts = [(f"{result['key']} {row['mode']}", row["goal_met"]) for result in results for row in result["rows"]]
-    met = [name for name, verdict in verdicts if verdict.startswith("yes")]
-    missed = [name for name, verdict in verdicts if verdict.startswith("NO")]
-    unclear = [name for name, verdict in verdicts if verdict.endswith("(within noise)")]
-    print(
-        f"\nGoals (tracktrain overhead ≤ {GOAL_RATIO[OFF]:.2g} × Lightning's with everything off, ≤ "
-        f"{GOAL_RATIO[DEFAULTS]:g} × with the defaults): met in {len(met)} of {len(verdicts)}"
-        + (f"; NOT met in: {', '.join(missed)}" if missed else "")
-        + (f"; margin within noise in: {', '.join(unclear)}" if unclear else "")
-        + ". (Informational only: timing never fails this script.)"
+    goal = (
+        f"Goals (tracktrain overhead ≤ {GOAL_RATIO[OFF]:.2g} × Lightning's with everything off, ≤ "
+        f"{GOAL_RATIO[DEFAULTS]:g} × with the defaults)"
     )
+    print(goal_line(goal, verdicts))
 
 
 def profile_case(case: Case, variants: list[Variant], root_dir: str, threads: int, top: int, sink: Any) -> None:
@@ -621,19 +584,6 @@ def make_cases(args: argparse.Namespace) -> list[Case]:
     return cases
 
 
-def environment(threads: int, lightning_status: str) -> dict[str, Any]:
-    return {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "tracktrain": getattr(tracktrain, "__version__", "?"),
-        "lightning": lightning_status,
-        "torch_threads": threads,
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -651,12 +601,10 @@ def main(argv: list[str] | None = None) -> int:
     gc.collect()
     gc.freeze()
 
-    env = environment(args.threads, lightning_status)
-    print("# tracktrain Trainer.fit overhead per iteration\n")
-    print(
-        f"python {env['python']}, torch {env['torch']} ({args.threads} thread(s)), tracktrain {env['tracktrain']}, "
-        f"lightning {lightning_status}; {env['processor']}, {env['cpu_count']} CPUs; {args.repeats} interleaved "
-        f"repeats, statistic: {args.stat}{' (--quick: counts too small to trust)' if args.quick else ''}\n"
+    env = environment(args.threads, lightning=lightning_status)
+    print_heading(
+        "tracktrain Trainer.fit overhead per iteration", env, args.threads, f"lightning {lightning_status}",
+        f"{args.repeats} interleaved repeats", args.stat, args.quick,
     )
     problems: list[str] = []
     results = []
@@ -675,17 +623,8 @@ def main(argv: list[str] | None = None) -> int:
             profile_case(case, variants, root_dir, args.threads, args.profile_top, devnull)
 
     if args.json:
-        payload = {"environment": env, "arguments": vars(args), "results": results, "problems": problems}
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2)
-        print(f"\nWrote {args.json}")
-
-    if problems:
-        print("\nSANITY CHECKS FAILED (these are correctness problems, not timing):", file=sys.stderr)
-        for problem in dict.fromkeys(problems):
-            print(f"  {problem}", file=sys.stderr)
-        return 1
-    return 0
+        write_json(args.json, {"environment": env, "arguments": vars(args), "results": results, "problems": problems})
+    return exit_status(problems)
 
 
 if __name__ == "__main__":

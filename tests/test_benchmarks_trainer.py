@@ -19,7 +19,8 @@ SCRIPT = ROOT / "benchmarks" / "bench_trainer_overhead.py"
 HAS_LIGHTNING = importlib.util.find_spec("lightning") is not None
 
 
-def _load_script():
+def _load_script(monkeypatch):
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # as `python benchmarks/...` does: it imports `_common`
     spec = importlib.util.spec_from_file_location("bench_trainer_overhead", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
@@ -73,10 +74,10 @@ def test_quick_run_reports_every_row_with_positive_times(tmp_path):
             assert case["loggers"], "Lightning's defaults should have a logger"
 
 
-def test_sanity_checks_catch_a_fit_that_differs_from_the_raw_loop(tmp_path):
+def test_sanity_checks_catch_a_fit_that_differs_from_the_raw_loop(tmp_path, monkeypatch):
     """The checks are what makes the script exit 1: a fit that skips batches, or trains differently, or writes
     files with everything off, or saves no checkpoint with the defaults, is reported."""
-    bench = _load_script()
+    bench = _load_script(monkeypatch)
     workload = bench.Workload((4, 8, 3), 4, 5, seed=0)
     case = bench.Case("small", "small", workload, 1, 2)
     case.reference[1] = bench.weights(bench.fit_raw(workload, 1, "", None).net)
