@@ -9,10 +9,10 @@ import numbers
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import torch
 
 from tracktrain.callbacks._reporting import is_fitting
 from tracktrain.callbacks.base import Callback
+from tracktrain.distributed import any_rank
 from tracktrain.trainer.monitor import monitored_value
 from tracktrain.engine.events import Events
 
@@ -119,14 +119,14 @@ class EarlyStopping(Callback):
             return
         current = monitored_value(trainer.callback_metrics, self.monitor, "EarlyStopping")  # the check's one sync
         should_stop, message = self._evaluate(current)
-        should_stop = _any_rank(should_stop)
+        should_stop = any_rank(should_stop)
         if should_stop:
             self.stopped_epoch = trainer.current_epoch
             if self.stopping_reason is EarlyStoppingReason.NOT_STOPPED:  # stopped because another rank asked
                 message = f"Another process asked to stop (its {self.monitor} met a stopping condition)."
             self.stopping_reason_message = message
             _logger.info("EarlyStopping at epoch %d: %s", self.stopped_epoch, message)
-            trainer.stop()
+            trainer._stop_now()  # agreed on by every rank above
 
     def _better(self, value: float, than: float) -> bool:
         return value < than if self.mode == "min" else value > than
@@ -195,15 +195,3 @@ class EarlyStopping(Callback):
         self.patience = int(state_dict.get("patience", self.patience))
         self.stopping_reason = EarlyStoppingReason(state_dict.get("stopping_reason", "not_stopped"))
         self.stopping_reason_message = state_dict.get("stopping_reason_message")
-
-
-def _any_rank(flag: bool) -> bool:
-    """`flag` or-ed over all processes: a rank that stops alone would leave the others waiting in a collective."""
-    dist = torch.distributed
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return flag
-    from tracktrain.metrics.distributed import _collective_device
-
-    buffer = torch.tensor([int(flag)], device=_collective_device())
-    dist.all_reduce(buffer, op=dist.ReduceOp.MAX)
-    return bool(buffer.item())

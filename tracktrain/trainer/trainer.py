@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -15,6 +16,7 @@ from tracktrain.engine.deterministic import DeterministicEngine
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events, RemovableEventHandle
 from tracktrain.engine.model_engine import ModelEngine, StepEvents
+from tracktrain import distributed
 from tracktrain.rng import manual_seed
 from tracktrain.trainer import arguments
 from tracktrain.trainer.building import as_loop_module, configure_optimizers, model_engine_for
@@ -24,6 +26,7 @@ from tracktrain.trainer.metric_log import MetricLog, scalar_values, to_floats
 from tracktrain.trainer.module import LoopModule, checked_loss
 from tracktrain.trainer.optimizers import LRSchedulerConfig
 from tracktrain.trainer.trainer_state import TrainerState
+from tracktrain.trainer.strategies import strategy_for
 from tracktrain.trainer.wiring import ExceptionHooks, attach_handlers
 
 __all__ = ["Trainer"]
@@ -56,7 +59,8 @@ class Trainer:
             a `ModelCheckpoint` callback is given.
         default_root_dir: directory or fsspec URL for checkpoints and logs.
         precision: "32-true" (default), "bf16-mixed" or "16-mixed".
-        strategy: "auto" / "single_device" (DDP and XLA come with their step variants).
+        strategy: "auto" / "single_device", or "ddp": data parallel over the processes torchrun starts (or
+            `tracktrain.distributed.spawn`), gloo on CPU and nccl on CUDA.
         accelerator: "auto" (CUDA when available), "cpu" or "cuda".
     """
 
@@ -119,6 +123,10 @@ class Trainer:
         self.autocast_dtype = arguments.autocast_dtype_of(precision)
         self.precision = precision
         self.strategy = arguments.check_strategy(strategy)
+        self._strategy = strategy_for(self.strategy)
+        self._strategy.seed = seed or 0  # the DistributedSampler's shuffling seed, the same on every rank
+        self._distributed_loaders: dict[int, Iterable[Any]] = {}
+        self._stop_requested = False
         self.device = arguments.device_of(accelerator)
         self.callbacks = callbacks + self._default_callbacks(callbacks, enable_progress_bar, enable_checkpointing)
         check_state_keys(self.callbacks)
@@ -184,7 +192,17 @@ class Trainer:
 
     def stop(self) -> None:
         """End training after the current iteration. An epoch cut short still ends as the run's last one: its
-        end hooks, validation, schedulers and checkpoints run. Callable from any hook or handler of the run."""
+        end hooks, validation, schedulers and checkpoints run. Callable from any hook or handler of the run.
+
+        Under DDP a request from any one rank is agreed on by all at the end of the epoch, so no rank stops
+        alone and leaves the others waiting."""
+        if distributed.is_distributed():
+            self._stop_requested = True
+            return
+        self._stop_now()
+
+    def _stop_now(self) -> None:
+        """Stop, for a decision every rank makes alike (max_steps, a synced early-stopping check)."""
         engine = self.train_engine
         if engine.last_event_name in (Events.STARTED, Events.EPOCH_STARTED, Events.EPOCH_COMPLETED):
             engine.terminate()  # no epoch to cut: at its start (nothing ran yet) or its end (all of it ran)
@@ -227,9 +245,11 @@ class Trainer:
             else:
                 self._load_checkpoint(ckpt_path)
             self.train_engine.fire_event(TrainerEvents.FIT_STARTED)
+            loader = self._loader_for(train_dataloaders, shuffle_default=True)
+            epoch_length = epoch_length_of("limit_train_batches", loader, self.limits["fit"])
             self.fitting = True
             try:
-                self.train_engine.run(train_dataloaders, max_epochs=self._max_epochs(epoch_length),
+                self.train_engine.run(loader, max_epochs=self._max_epochs(epoch_length),
                                       epoch_length=epoch_length, seed=self.seed)
             finally:
                 self.fitting = False
@@ -294,6 +314,9 @@ class Trainer:
 
     # --------------------------------------------------------------------------------------- set-up / tear-down
     def _setup(self, module: LoopModule, training: bool) -> None:
+        self.device = self._strategy.setup(self.device)
+        self._distributed_loaders = {}
+        self._stop_requested = False
         if self.seed is not None:
             manual_seed(self.seed)
         if self.deterministic:
@@ -305,6 +328,7 @@ class Trainer:
             self.optimizers, self.lr_scheduler_configs = configure_optimizers(module)
             self.model_engine = model_engine_for(self, module)
             self.model_engine.attach(self.train_engine)
+            self._train_forward = self._strategy.train_forward(module)
             for optimizer in self.optimizers:
                 optimizer.zero_grad()
             self._pending_batches = 0
@@ -345,27 +369,36 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------- training
     def _train_iteration(self, engine: Engine, batch: Any) -> Any:
-        module = self.module
         batch = self._to_device(batch)
         self.metric_log.batch = batch
         batch_idx = batch_index(engine)
-        if self._autocast:
-            with self.model_engine.autocast():
-                output = module.train_step(batch, batch_idx)
-        else:
-            output = module.train_step(batch, batch_idx)
-        if not module.automatic_optimization:
-            return output
-        loss = checked_loss(output)
         accumulate = self.accumulate_grad_batches
         if accumulate == 1:
-            self.model_engine.backward(loss)
-            self._optimizer_step()
+            output = self._forward_backward(batch, batch_idx, 1)
+            if self.module.automatic_optimization:
+                self._optimizer_step()
             return output
-        self.model_engine.backward(loss / accumulate)
-        self._pending_batches += 1
-        if (batch_idx + 1) % accumulate == 0 or batch_idx + 1 == engine.state.epoch_length:
-            self._optimizer_step()
+        steps_now = (batch_idx + 1) % accumulate == 0 or batch_idx + 1 == engine.state.epoch_length
+        # DDP all-reduces gradients only on the batch whose step uses them
+        with contextlib.nullcontext() if steps_now else self._strategy.no_sync():
+            output = self._forward_backward(batch, batch_idx, accumulate)
+        if self.module.automatic_optimization:
+            self._pending_batches += 1
+            if steps_now:
+                self._optimizer_step()
+        return output
+
+    def _forward_backward(self, batch: Any, batch_idx: int, accumulate: int) -> Any:
+        """The module's step (through DDP when distributed), then, under automatic optimization, backward of its
+        loss (divided by the accumulated batches)."""
+        if self._autocast:
+            with self.model_engine.autocast():
+                output = self._train_forward(batch, batch_idx)
+        else:
+            output = self._train_forward(batch, batch_idx)
+        if self.module.automatic_optimization:
+            loss = checked_loss(output)
+            self.model_engine.backward(loss / accumulate if accumulate > 1 else loss)
         return output
 
     def _optimizer_step(self) -> None:
@@ -394,7 +427,7 @@ class Trainer:
         if state.global_step % self.log_every_n_steps == 0:
             self._publish(self.metric_log.step_values())
         if self.max_steps is not None and state.global_step >= self.max_steps:
-            self.stop()
+            self._stop_now()  # every rank counts the same steps
 
     def _step_epoch_schedulers(self, engine: Engine) -> None:
         for config in self.lr_scheduler_configs:
@@ -407,6 +440,7 @@ class Trainer:
         the epoch's values."""
         module, outer_log = self.module, self.metric_log
         training = module.training
+        loader = self._loader_for(loader, shuffle_default=False)
         epoch_length = epoch_length_of(f"limit_{_LIMIT_NAMES[stage]}_batches", loader, self.limits[stage])
         if epoch_length == 0:
             return {}
@@ -478,6 +512,19 @@ class Trainer:
         from tracktrain.handlers.checkpoint import Checkpoint
 
         Checkpoint.load_objects(self.checkpoint_objects(), ckpt_path)
+
+    def _loader_for(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
+        """`loader` as the strategy reads it (this process's shard under DDP), made once per entry point."""
+        key = id(loader)
+        if key not in self._distributed_loaders:
+            self._distributed_loaders[key] = self._strategy.distribute(loader, shuffle_default)
+        return self._distributed_loaders[key]
+
+    def _agree_to_stop(self) -> None:
+        """Under DDP, once per epoch: a stop any rank asked for is everyone's."""
+        if distributed.any_rank(self._stop_requested):
+            self._stop_requested = False
+            self.train_engine.terminate()
 
     def _to_device(self, batch: Any) -> Any:
         if self.device.type == "cpu":

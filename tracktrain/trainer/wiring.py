@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tracktrain import distributed
 from tracktrain.callbacks.base import Callback
+from tracktrain.engine.deterministic import DeterministicEngine
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events, RemovableEventHandle
 from tracktrain.trainer.hooks import batch_index, hook_handlers
@@ -29,6 +31,8 @@ VALIDATE = -200  # validation at the end of a training epoch, before the epoch-e
 EPOCH_SCHEDULERS = -100  # after validation (monitored metrics known), before hooks and checkpoints save them
 VALIDATE_IN_EPOCH = 300  # validation every n batches, after that batch's end hooks (as in Lightning)
 PUBLISH_EPOCH = 500  # the epoch's values to the loggers, with what epoch-end hooks logged
+AGREE_TO_STOP = 900  # under DDP, after everything an epoch's end runs: a stop asked for on any rank
+SET_SAMPLER_EPOCH = -500  # before the epoch's iterator is made: a DistributedSampler's shuffle for this epoch
 ENTER_STEPS = 1000  # after the epoch-start hooks: from here to the epoch's end, values log per step by default
 LAST = 10**9
 
@@ -117,9 +121,20 @@ def _fit_handlers(trainer: Trainer, val_loader: Any) -> list[tuple[int, str, Any
         else:
             event, priority = Events.EPOCH_COMPLETED(every=trainer.val_every_n_epochs), VALIDATE
         handlers.append((priority, "fit", event, lambda: trainer._run_stage("validate", val_loader)))
+    handlers.append((SET_SAMPLER_EPOCH, "fit", Events.EPOCH_STARTED, _set_sampler_epoch))
+    if distributed.is_distributed():
+        handlers.append((AGREE_TO_STOP, "fit", Events.EPOCH_COMPLETED, trainer._agree_to_stop))
     automatic = trainer.module.automatic_optimization
     if automatic and trainer.accumulate_grad_batches > 1:
         handlers.append((FLUSH_ACCUMULATION, "fit", Events.EPOCH_COMPLETED, trainer._flush_accumulation))
     if automatic and any(config.interval == "epoch" for config in trainer.lr_scheduler_configs):
         handlers.append((EPOCH_SCHEDULERS, "fit", Events.EPOCH_COMPLETED, trainer._step_epoch_schedulers))
     return handlers
+
+
+def _set_sampler_epoch(engine: Engine) -> None:
+    """A sampler with `set_epoch` (DistributedSampler) shuffles each epoch differently, the same on every rank.
+    (A DeterministicEngine sets it itself, per pass over the data.)"""
+    sampler = getattr(engine.state.dataloader, "sampler", None)
+    if callable(getattr(sampler, "set_epoch", None)) and not isinstance(engine, DeterministicEngine):
+        sampler.set_epoch(engine.state.epoch - 1)

@@ -1,0 +1,202 @@
+"""strategy="ddp" with 2 real gloo processes on the CPU (started by tracktrain.distributed.spawn, as torchrun
+would): identical parameters on every rank, equal to one process on the full batch; sharded, reshuffled data;
+no all-reduce on accumulation steps; rank-0-only files; stops agreed by all ranks; a failing rank ends the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.utils.data import DataLoader, Dataset
+
+from tracktrain import Callback, Trainer
+from tracktrain.distributed import spawn
+
+from ._tasks import Classifier, make_loader
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(180)]
+
+
+def _trainer(root: str, **kwargs) -> Trainer:
+    options = {"max_epochs": 2, "enable_progress_bar": False, "enable_checkpointing": False,
+               "default_root_dir": root, "strategy": "ddp", **kwargs}
+    return Trainer(**options)
+
+
+def _save(out: str, name: str, value) -> None:
+    Path(out, f"{name}_rank{dist.get_rank()}.json").write_text(json.dumps(value))
+
+
+def _load(out: Path, name: str) -> list:
+    return [json.loads((out / f"{name}_rank{rank}.json").read_text()) for rank in range(2)]
+
+
+def _params(module) -> list:
+    return [p.detach().flatten().tolist() for p in module.parameters()]
+
+
+# ------------------------------------------------------------------------------- the same result as one process
+def _fit_sequential(out: str, accumulate: int) -> None:
+    module = Classifier()
+    trainer = _trainer(out, accumulate_grad_batches=accumulate)
+    trainer.fit(module, make_loader(batch_size=8))
+    _save(out, f"params{accumulate}", _params(module))
+    _save(out, f"steps{accumulate}", trainer.global_step)
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_ranks_stay_identical_and_equal_one_process_on_the_full_batch(tmp_path, accumulate):
+    spawn(_fit_sequential, 2, args=(str(tmp_path), accumulate))
+    params = _load(tmp_path, f"params{accumulate}")
+    assert params[0] == params[1]
+    # unshuffled DistributedSampler: rank 0 reads samples 0, 2, 4..., rank 1 samples 1, 3, 5...; a step averages
+    # both ranks' gradients, which is the gradient of 2 x 8 x accumulate consecutive samples in one process
+    single = Classifier()
+    Trainer(max_epochs=2, enable_progress_bar=False, enable_checkpointing=False, default_root_dir=tmp_path).fit(
+        single, make_loader(batch_size=16 * accumulate))
+    for ddp_param, param in zip(params[0], _params(single)):
+        assert ddp_param == pytest.approx(param, abs=1e-5)
+    assert _load(tmp_path, f"steps{accumulate}") == [8 // accumulate] * 2  # 64 samples / 2 ranks / 8 per batch
+
+
+class CountAllReduces(Callback):
+    def on_train_start(self, trainer, module):
+        self.calls = 0
+
+        def counting_hook(state, bucket):
+            self.calls += 1
+            return default_hooks.allreduce_hook(None, bucket)
+
+        trainer._strategy._wrapped.register_comm_hook(None, counting_hook)
+
+
+def _fit_counting(out: str) -> None:
+    counter = CountAllReduces()
+    _trainer(out, max_epochs=1, accumulate_grad_batches=2, callbacks=[counter]).fit(Classifier(), make_loader())
+    _save(out, "allreduces", counter.calls)
+
+
+def test_accumulation_steps_skip_the_all_reduce(tmp_path):
+    spawn(_fit_counting, 2, args=(str(tmp_path),))
+    assert _load(tmp_path, "allreduces") == [2, 2]  # 4 batches per rank, one all-reduce per 2 (one bucket)
+
+
+# --------------------------------------------------------------------------------------------- data sharding
+class Indexed(Dataset):
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, index):
+        return torch.randn(4), torch.tensor(index % 2), torch.tensor(index)
+
+
+class Recording(Classifier):
+    def __init__(self):
+        super().__init__()
+        self.seen: list[list[int]] = []
+
+    def on_train_epoch_start(self):
+        self.seen.append([])
+
+    def train_step(self, batch, batch_idx):
+        x, y, index = batch
+        self.seen[-1] += index.tolist()
+        return F.cross_entropy(self(x), y)
+
+
+def _fit_shuffled(out: str) -> None:
+    module = Recording()
+    _trainer(out, max_epochs=2, seed=3).fit(module, DataLoader(Indexed(), batch_size=5, shuffle=True))
+    _save(out, "seen", module.seen)
+
+
+def test_each_rank_reads_its_own_shard_reshuffled_each_epoch(tmp_path):
+    spawn(_fit_shuffled, 2, args=(str(tmp_path),))
+    seen = _load(tmp_path, "seen")
+    for epoch in range(2):
+        rank0, rank1 = seen[0][epoch], seen[1][epoch]
+        assert not set(rank0) & set(rank1) and sorted(rank0 + rank1) == list(range(40))
+    assert seen[0][0] != seen[0][1]  # set_epoch: a new order each epoch
+
+
+# -------------------------------------------------------------------------------------- rank 0 writes, agreed stops
+def _fit_with_checkpoints(out: str) -> None:
+    root = os.path.join(out, f"root{os.environ['RANK']}")  # before the Trainer joins the group
+    trainer = _trainer(root, enable_checkpointing=True)
+    trainer.fit(Classifier(), make_loader())
+
+
+def test_only_rank_zero_writes_checkpoints(tmp_path):
+    spawn(_fit_with_checkpoints, 2, args=(str(tmp_path),))
+    assert os.listdir(tmp_path / "root0" / "checkpoints") == ["checkpoint_8.pt"]
+    assert not (tmp_path / "root1" / "checkpoints").exists() or not os.listdir(tmp_path / "root1" / "checkpoints")
+
+
+class StopOnRankOne(Callback):
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if dist.get_rank() == 1 and trainer.current_epoch == 1 and batch_idx == 0:
+            trainer.stop()  # asked on one rank only
+
+
+def _fit_stopping(out: str) -> None:
+    trainer = _trainer(out, max_epochs=5, callbacks=[StopOnRankOne()])
+    trainer.fit(Classifier(), make_loader())
+    _save(out, "stopped", [trainer.train_engine.state.epoch, trainer.global_step])
+
+
+def test_a_stop_asked_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):
+    spawn(_fit_stopping, 2, args=(str(tmp_path),))
+    assert _load(tmp_path, "stopped") == [[2, 8], [2, 8]]  # agreed at the end of epoch 2 (4 steps per epoch)
+
+
+# ---------------------------------------------------------------------------------------------- a failing rank
+class FailOnRankOne(Classifier):
+    def train_step(self, batch, batch_idx):
+        if dist.get_rank() == 1 and batch_idx == 2:
+            raise RuntimeError("rank 1 failed")
+        return super().train_step(batch, batch_idx)
+
+
+def _fit_failing(out: str) -> None:
+    _trainer(out, max_epochs=3).fit(FailOnRankOne(), make_loader())
+
+
+def test_an_exception_on_one_rank_ends_the_run_on_all_ranks(tmp_path):
+    started = time.monotonic()
+    with pytest.raises(Exception, match="rank 1 failed"):
+        spawn(_fit_failing, 2, args=(str(tmp_path),))
+    assert time.monotonic() - started < 60  # not the 30-minute collective timeout
+
+
+def test_ddp_without_a_process_group_says_how_to_start_one(tmp_path, monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(RuntimeError, match="torchrun --nproc_per_node N train.py"):
+        _trainer(str(tmp_path)).fit(Classifier(), make_loader())
+
+
+def test_torchrun_launches_a_ddp_fit(tmp_path):
+    import shutil
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    torchrun = Path(sys.executable).with_name("torchrun")
+    command = [str(torchrun) if torchrun.exists() else shutil.which("torchrun"), "--nnodes", "1", "--nproc_per_node",
+               "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+               str(Path(__file__).with_name("_torchrun_script.py")), str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
+    assert ranks[0] == ranks[1] and ranks[0]["step"] == 8
+    assert os.listdir(tmp_path / "checkpoints") == ["checkpoint_8.pt"]  # written once, by rank 0

@@ -1,0 +1,81 @@
+"""torch.distributed for the Trainer: joining the process group torchrun describes, starting N local processes
+without torchrun, and agreeing on a decision across ranks."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["any_rank", "init_from_env", "is_distributed", "spawn"]
+
+_TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def is_distributed() -> bool:
+    """Whether a process group of more than one process is running."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def init_from_env(backend: str | None = None, timeout: timedelta = timedelta(minutes=30)) -> None:
+    """Join the process group torchrun (or `spawn`) describes in RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT;
+    nothing to do when one is running already. `backend` defaults to nccl with CUDA, gloo without."""
+    if dist.is_initialized():
+        return
+    missing = [name for name in _TORCHRUN_VARIABLES if name not in os.environ]
+    if missing:
+        raise RuntimeError(
+            f"strategy='ddp' needs the process group torchrun describes, but {missing} are not set. Start the script "
+            "with `torchrun --nproc_per_node N train.py`, or from Python with tracktrain.distributed.spawn(fn, N)."
+        )
+    if backend is None:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend, timeout=timeout)
+
+
+def any_rank(flag: bool) -> bool:
+    """`flag` or-ed over all processes (every rank must call it): one rank's decision to stop or save becomes
+    everyone's, so no rank is left waiting in a collective the others skipped."""
+    if not is_distributed():
+        return flag
+    from tracktrain.metrics.distributed import _collective_device
+
+    buffer = torch.tensor([int(flag)], device=_collective_device())
+    dist.all_reduce(buffer, op=dist.ReduceOp.MAX)
+    return bool(buffer.item())
+
+
+def spawn(fn: Callable[..., Any], nprocs: int, args: tuple = (), master_port: int | None = None) -> None:
+    """Run `fn(*args)` in `nprocs` local processes set up as torchrun would (RANK, LOCAL_RANK, WORLD_SIZE,
+    MASTER_ADDR=127.0.0.1, a free MASTER_PORT), so `Trainer(strategy="ddp")` works inside without torchrun.
+    An exception in any process stops the others and is raised here. `fn` must be importable (defined at a
+    module's top level)."""
+    if not isinstance(nprocs, int) or nprocs < 1:
+        raise ValueError(f"spawn(nprocs=...) must be a positive integer, got {nprocs!r}.")
+    port = master_port if master_port is not None else _free_port()
+    import torch.multiprocessing as mp
+
+    mp.spawn(_run_as_rank, args=(nprocs, port, fn, args), nprocs=nprocs, join=True)
+
+
+def _run_as_rank(rank: int, world_size: int, port: int, fn: Callable[..., Any], args: tuple) -> None:
+    os.environ.update({
+        "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(world_size),
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+    })
+    try:
+        fn(*args)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
