@@ -68,11 +68,12 @@ def _run_as_rank(rank: int, world_size: int, port: int, fn: Callable[..., Any], 
         "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(world_size),
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
     })
-    try:
-        fn(*args)
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    fn(*args)
+    if dist.is_initialized():
+        # every rank leaves together: a rank tearing its connections down while another still finishes its fit
+        # (rank 0 writing the last checkpoint) can abort that one. (After an exception, spawn stops the others.)
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def _free_port() -> int:

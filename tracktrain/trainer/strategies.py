@@ -34,6 +34,9 @@ class SingleDeviceStrategy:
     def distribute(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
         return loader
 
+    def finish(self) -> None:
+        pass
+
 
 class _TrainStep(nn.Module):
     """The module's `train_step` as a forward, so DistributedDataParallel sees each step's forward pass (it
@@ -83,6 +86,10 @@ class DDPStrategy:
     def no_sync(self) -> contextlib.AbstractContextManager:
         assert self._wrapped is not None, "train_forward() first"
         return self._wrapped.no_sync()
+
+    def finish(self) -> None:
+        """Every rank ends the fit together (rank 0 may still be writing its last checkpoint)."""
+        torch.distributed.barrier()
 
     def distribute(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
         """`loader` reading this process's shard: a DataLoader rebuilt around a DistributedSampler (shuffling

@@ -254,6 +254,7 @@ class Trainer:
             finally:
                 self.fitting = False
             self.train_engine.fire_event(TrainerEvents.FIT_COMPLETED)
+            self._strategy.finish()
 
         self._session(module, stages, "fit", run, training=True, val_loader=val_dataloaders)
 
