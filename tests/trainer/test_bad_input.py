@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 from torch import nn
@@ -163,3 +165,10 @@ def test_gradient_clip_val_with_manual_optimization(tmp_path):
 
     with pytest.raises(ValueError, match="call self.clip_gradients"):
         Trainer(**quiet(tmp_path, gradient_clip_val=1.0)).fit(GAN(), make_loader())
+
+
+def test_xla_without_torch_xla_says_how_to_install_it(tmp_path):
+    if importlib.util.find_spec("torch_xla") is not None:
+        pytest.skip("torch_xla is installed here")
+    with pytest.raises(ModuleNotFoundError, match=r"torch==2.9.0 torch_xla==2.9.0.*PJRT_DEVICE=CPU"):
+        Trainer(**quiet(tmp_path, strategy="xla")).fit(Classifier(), make_loader())

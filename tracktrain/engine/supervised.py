@@ -10,7 +10,6 @@ Ignite returns `loss.item()`; pass `output_transform=lambda x, y, y_pred, loss: 
 
 from __future__ import annotations
 
-import importlib
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -20,6 +19,7 @@ import torch
 from tracktrain.engine.deterministic import DeterministicEngine
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.model_engine import ModelEngine
+from tracktrain.xla import xla_model
 
 __all__ = [
     "convert_tensor",
@@ -230,19 +230,6 @@ def supervised_training_step_apex(*args: Any, **kwargs: Any) -> Callable[[Engine
     raise NotImplementedError(_APEX_MESSAGE)
 
 
-def _xla_model() -> Any:
-    try:
-        # imported by name, on first use only: the core package never depends on torch_xla
-        xm = importlib.import_module("torch_xla.core.xla_model")
-    except ImportError as e:
-        raise ModuleNotFoundError(
-            "The TPU/XLA step needs torch_xla, which is not installed. Install the torch_xla release that "
-            f"matches your torch ({torch.__version__}): pip install 'torch_xla==<your torch version>'; "
-            "on a CPU host set PJRT_DEVICE=CPU to try it."
-        ) from e
-    return xm
-
-
 def supervised_training_step_tpu(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -259,7 +246,7 @@ def supervised_training_step_tpu(
     """`supervised_training_step` for XLA devices: gradients are all-reduced across replicas (before any
     clipping), the optimizer steps, and the step is marked as a graph barrier — what `xm.optimizer_step` does,
     split so that clipping sees the reduced gradients. Needs torch_xla."""
-    xm = _xla_model()
+    xm = xla_model()
 
     def xla_step(optimizer: torch.optim.Optimizer) -> None:
         optimizer.step()

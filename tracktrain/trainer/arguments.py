@@ -23,7 +23,7 @@ _PRECISIONS = {
     "bf16-mixed": torch.bfloat16,
     "16-mixed": torch.float16,
 }
-_STRATEGIES = ("auto", "single_device", "ddp")
+_STRATEGIES = ("auto", "single_device", "ddp", "xla")
 
 
 def check_positive_int(name: str, value: Any, allow_none: bool = False) -> int | None:

@@ -13,8 +13,9 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SequentialSampler
 
 from tracktrain import distributed
+from tracktrain.xla import xla_model
 
-__all__ = ["DDPStrategy", "SingleDeviceStrategy", "strategy_for"]
+__all__ = ["DDPStrategy", "SingleDeviceStrategy", "XLAStrategy", "strategy_for"]
 
 
 class SingleDeviceStrategy:
@@ -36,6 +37,10 @@ class SingleDeviceStrategy:
 
     def finish(self) -> None:
         pass
+
+    def model_engine_options(self, optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
+        """How the ModelEngine steps under this strategy (gradient handlers, the optimizer step)."""
+        return {}
 
 
 class _TrainStep(nn.Module):
@@ -91,6 +96,9 @@ class DDPStrategy:
         """Every rank ends the fit together (rank 0 may still be writing its last checkpoint)."""
         torch.distributed.barrier()
 
+    def model_engine_options(self, optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
+        return {}  # DistributedDataParallel reduces the gradients in backward
+
     def distribute(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
         """`loader` reading this process's shard: a DataLoader rebuilt around a DistributedSampler (shuffling
         if the loader shuffled), as it is when it already has one; other iterables are taken as sharded already."""
@@ -112,8 +120,43 @@ class DDPStrategy:
         )
 
 
+class XLAStrategy(SingleDeviceStrategy):
+    """An XLA device (TPU, or the CPU with PJRT_DEVICE=CPU) through torch_xla, imported when a fit starts.
+
+    Batches reach the device through torch_xla's `MpDeviceLoader` (which also cuts the lazy graph once per
+    batch); the optimizer step all-reduces gradients across replicas first (a no-op on one device) and marks the
+    step, so clipping sees the reduced gradients.
+    """
+
+    name = "xla"
+
+    def setup(self, device: torch.device) -> torch.device:
+        self._xm = xla_model()
+        self.device = self._xm.xla_device()
+        return self.device
+
+    def model_engine_options(self, optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
+        xm = self._xm
+
+        def step_and_mark(optimizer: torch.optim.Optimizer) -> None:
+            optimizer.step()
+            xm.mark_step()
+
+        handlers = [] if optimizer is None else [lambda: xm.reduce_gradients(optimizer)]
+        return {"gradient_handlers": handlers, "optimizer_step": step_and_mark}
+
+    def distribute(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
+        from torch_xla.distributed.parallel_loader import MpDeviceLoader
+
+        return MpDeviceLoader(loader, self.device)
+
+
 def strategy_for(name: str) -> SingleDeviceStrategy | DDPStrategy:
-    return DDPStrategy() if name == "ddp" else SingleDeviceStrategy()
+    if name == "ddp":
+        return DDPStrategy()
+    if name == "xla":
+        return XLAStrategy()
+    return SingleDeviceStrategy()
 
 
 def _device_of(module: nn.Module) -> torch.device:

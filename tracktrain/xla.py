@@ -1,0 +1,23 @@
+"""torch_xla, imported on first use only: the core never depends on it, and says how to install it."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import torch
+
+__all__ = ["xla_model"]
+
+
+def xla_model() -> Any:
+    """`torch_xla.core.xla_model`, or a ModuleNotFoundError with the install command."""
+    try:
+        return importlib.import_module("torch_xla.core.xla_model")
+    except ImportError as e:
+        raise ModuleNotFoundError(
+            "The TPU/XLA step needs torch_xla, which is not installed. Install the torch_xla release that matches "
+            f"your torch ({torch.__version__.split('+')[0]}): pip install 'torch_xla==<your torch version>' (torch_xla "
+            "exists only for specific torch versions, e.g. torch==2.9.0 torch_xla==2.9.0); on a CPU host set "
+            "PJRT_DEVICE=CPU to try it. scripts/test-xla.sh builds such an environment."
+        ) from e
