@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["xla_model"]
+__all__ = ["mark_step", "xla_device", "xla_model"]
 
 
 def xla_model() -> Any:
@@ -21,3 +21,17 @@ def xla_model() -> Any:
             "exists only for specific torch versions, e.g. torch==2.9.0 torch_xla==2.9.0); on a CPU host set "
             "PJRT_DEVICE=CPU to try it. scripts/test-xla.sh builds such an environment."
         ) from e
+
+
+def xla_device() -> Any:
+    """The XLA device of this process (`torch_xla.device()`; `xla_device()` before torch_xla 2.7)."""
+    xm = xla_model()
+    torch_xla = importlib.import_module("torch_xla")
+    return torch_xla.device() if hasattr(torch_xla, "device") else xm.xla_device()
+
+
+def mark_step() -> None:
+    """Cut the lazy graph here and run it (`torch_xla.sync()`; `mark_step()` before torch_xla 2.7)."""
+    xm = xla_model()
+    torch_xla = importlib.import_module("torch_xla")
+    (torch_xla.sync if hasattr(torch_xla, "sync") else xm.mark_step)()

@@ -19,7 +19,7 @@ import torch
 from tracktrain.engine.deterministic import DeterministicEngine
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.model_engine import ModelEngine
-from tracktrain.xla import xla_model
+from tracktrain.xla import mark_step, xla_model
 
 __all__ = [
     "convert_tensor",
@@ -250,7 +250,7 @@ def supervised_training_step_tpu(
 
     def xla_step(optimizer: torch.optim.Optimizer) -> None:
         optimizer.step()
-        xm.mark_step()
+        mark_step()
 
     return _training_step(
         model, optimizer, loss_fn, device, non_blocking, prepare_batch, model_transform, output_transform,

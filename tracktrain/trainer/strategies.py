@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SequentialSampler
 
 from tracktrain import distributed
-from tracktrain.xla import xla_model
+from tracktrain.xla import mark_step, xla_device, xla_model
 
 __all__ = ["DDPStrategy", "SingleDeviceStrategy", "XLAStrategy", "strategy_for"]
 
@@ -132,7 +132,7 @@ class XLAStrategy(SingleDeviceStrategy):
 
     def setup(self, device: torch.device) -> torch.device:
         self._xm = xla_model()
-        self.device = self._xm.xla_device()
+        self.device = xla_device()
         return self.device
 
     def model_engine_options(self, optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
@@ -140,7 +140,7 @@ class XLAStrategy(SingleDeviceStrategy):
 
         def step_and_mark(optimizer: torch.optim.Optimizer) -> None:
             optimizer.step()
-            xm.mark_step()
+            mark_step()
 
         handlers = [] if optimizer is None else [lambda: xm.reduce_gradients(optimizer)]
         return {"gradient_handlers": handlers, "optimizer_step": step_and_mark}
