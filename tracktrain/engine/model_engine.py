@@ -229,8 +229,7 @@ class ModelEngine:
         if clipping:
             self.clip_gradients(optimizer, self.clip_grad_norm, self.clip_grad_value)
         if self.scaler is not None:
-            self.scaler.step(optimizer)  # skipped by the scaler when the gradients hold inf/NaN
-            self._count_skipped(optimizer)
+            self.scaled_step(optimizer)
             self.scaler.update()
         else:
             self._optimizer_step(optimizer)
@@ -238,6 +237,12 @@ class ModelEngine:
             ophook.post_iter()
         if events is not None:
             self._fire(StepEvents.OPTIMIZER_STEP_COMPLETED)
+
+    def scaled_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Step `optimizer` through the GradScaler (skipped, and counted, when its gradients hold inf/NaN); the
+        caller updates the scaler once all optimizers of the iteration stepped."""
+        self.scaler.step(optimizer)  # type: ignore[union-attr]
+        self._count_skipped(optimizer)
 
     @property
     def skipped_steps(self) -> int:

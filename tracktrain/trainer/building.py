@@ -50,18 +50,13 @@ def configure_optimizers(module: LoopModule) -> tuple[list, list]:
 def model_engine_for(trainer: Trainer, module: LoopModule) -> ModelEngine:
     """The ModelEngine that runs `module`'s steps under the Trainer's precision and clipping."""
     if not module.automatic_optimization:
-        if trainer.autocast_dtype == torch.float16:
-            raise ValueError(
-                'precision="16-mixed" with manual optimization is not supported yet (your optimizer.step() calls '
-                'would bypass the GradScaler); use precision="bf16-mixed" or automatic optimization.'
-            )
         if trainer.gradient_clip_val is not None:
             raise ValueError(
                 f"Trainer(gradient_clip_val={trainer.gradient_clip_val}) applies to automatic optimization; under "
                 "manual optimization call self.clip_gradients(optimizer, gradient_clip_val=...) in train_step."
             )
         return ModelEngine(module, autocast_dtype=trainer.autocast_dtype, device_type=trainer.device.type,
-                           **trainer._strategy.model_engine_options(None))
+                           scaler=_grad_scaler(trainer), **trainer._strategy.model_engine_options(None))
     given = getattr(module, "model_engine", None)
     if isinstance(module, SupervisedModule) and given is not None:
         if trainer.gradient_clip_val is not None:

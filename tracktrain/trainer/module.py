@@ -157,9 +157,10 @@ class LoopModule(nn.Module):
             self.log(name, value, **options)
 
     # ---------------------------------------------------------------------------------- manual optimization
-    def optimizers(self) -> torch.optim.Optimizer | list[torch.optim.Optimizer]:
-        """The optimizer from `configure_optimizers` (a list when there are several)."""
-        optimizers = self.trainer.optimizers
+    def optimizers(self) -> Any:
+        """The optimizer from `configure_optimizers` (a list when there are several). Under
+        precision="16-mixed" each is a `ScaledOptimizer`, whose `step()` goes through the GradScaler."""
+        optimizers = self.trainer.manual_optimizers
         return optimizers[0] if len(optimizers) == 1 else list(optimizers)
 
     def lr_schedulers(self) -> Any:
@@ -185,6 +186,7 @@ class LoopModule(nn.Module):
             raise ValueError(f'gradient_clip_algorithm must be "norm" or "value", got {gradient_clip_algorithm!r}.')
         if gradient_clip_val is None or gradient_clip_val == 0:
             return
+        optimizer = getattr(optimizer, "optimizer", optimizer)  # a ScaledOptimizer's own optimizer
         self.trainer.model_engine.unscale_gradients(optimizer)
         if gradient_clip_algorithm == "norm":
             self.trainer.model_engine.clip_gradients(optimizer, max_norm=gradient_clip_val)

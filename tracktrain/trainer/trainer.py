@@ -26,6 +26,7 @@ from tracktrain.trainer.metric_log import MetricLog, scalar_values, to_floats
 from tracktrain.trainer.module import LoopModule, checked_loss
 from tracktrain.trainer.optimizers import LRSchedulerConfig
 from tracktrain.trainer.trainer_state import TrainerState
+from tracktrain.trainer.scaled_optimizer import ScaledOptimizer
 from tracktrain.trainer.strategies import strategy_for
 from tracktrain.trainer.wiring import ExceptionHooks, attach_handlers
 
@@ -152,6 +153,7 @@ class Trainer:
         self.module: LoopModule | None = None
         self.model_engine: ModelEngine | None = None
         self.optimizers: list[torch.optim.Optimizer] = []
+        self.manual_optimizers: list[Any] = []  # what LoopModule.optimizers() hands out
         self.lr_scheduler_configs: list[LRSchedulerConfig] = []
         self._predictions: list[Any] = []
         self._last_values: dict[str, dict[str, Any]] = {}
@@ -333,6 +335,9 @@ class Trainer:
             for optimizer in self.optimizers:
                 optimizer.zero_grad()
             self._pending_batches = 0
+            self.manual_optimizers = list(self.optimizers)
+            if self.model_engine.scaler is not None and not module.automatic_optimization:
+                self.manual_optimizers = [ScaledOptimizer(opt, self.model_engine) for opt in self.optimizers]
             if not module.automatic_optimization:  # the module steps its optimizers itself: follow those steps
                 self._step_hooks = [
                     hook for optimizer in self.optimizers for hook in (
@@ -378,6 +383,8 @@ class Trainer:
             output = self._forward_backward(batch, batch_idx, 1)
             if self.module.automatic_optimization:
                 self._optimizer_step()
+            elif self.model_engine.scaler is not None:
+                self._update_scaler()
             return output
         steps_now = (batch_idx + 1) % accumulate == 0 or batch_idx + 1 == engine.state.epoch_length
         # DDP all-reduces gradients only on the batch whose step uses them
@@ -387,7 +394,16 @@ class Trainer:
             self._pending_batches += 1
             if steps_now:
                 self._optimizer_step()
+        elif self.model_engine.scaler is not None:
+            self._update_scaler()
         return output
+
+    def _update_scaler(self) -> None:
+        """fp16 manual optimization: one scale update per batch, after the module stepped its optimizers."""
+        if any(optimizer.stepped for optimizer in self.manual_optimizers):
+            self.model_engine.scaler.update()
+            for optimizer in self.manual_optimizers:
+                optimizer.stepped = False
 
     def _forward_backward(self, batch: Any, batch_idx: int, accumulate: int) -> Any:
         """The module's step (through DDP when distributed), then, under automatic optimization, backward of its
