@@ -7,16 +7,14 @@ must be those of all ranks' data together on both ranks, while values without sy
 from __future__ import annotations
 
 import json
-import socket
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from tracktrain import Trainer
+from tracktrain.distributed import init_from_env, spawn
 
 from ._tasks import Classifier
 
@@ -42,25 +40,16 @@ class Logs(Classifier):
         return super().train_step(batch, batch_idx)
 
 
-def _worker(rank: int, port: int, out_dir: str) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD_SIZE,
-                            timeout=timedelta(seconds=60))
-    try:
-        trainer = Trainer(max_epochs=1, enable_progress_bar=False, enable_checkpointing=False, default_root_dir=out_dir)
-        trainer.fit(Logs(), rank_batches(rank))
-        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(trainer.logged_metrics))
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _worker(out_dir: str) -> None:
+    init_from_env()  # the Trainer itself runs single-device: only the logged values are reduced across ranks
+    rank = dist.get_rank()
+    trainer = Trainer(max_epochs=1, enable_progress_bar=False, enable_checkpointing=False, default_root_dir=out_dir)
+    trainer.fit(Logs(), rank_batches(rank))
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(trainer.logged_metrics))
 
 
 def test_sync_dist_reduces_epoch_values_across_ranks(tmp_path):
-    mp.spawn(_worker, args=(_free_port(), str(tmp_path)), nprocs=WORLD_SIZE, join=True)
+    spawn(_worker, WORLD_SIZE, args=(str(tmp_path),))
     results = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(WORLD_SIZE)]
     everything = torch.cat([x[:, 0] for rank in range(WORLD_SIZE) for x, _ in rank_batches(rank)])
     for result in results:
