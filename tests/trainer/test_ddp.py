@@ -200,3 +200,38 @@ def test_torchrun_launches_a_ddp_fit(tmp_path):
     ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
     assert ranks[0] == ranks[1] and ranks[0]["step"] == 8
     assert os.listdir(tmp_path / "checkpoints") == ["checkpoint_8.pt"]  # written once, by rank 0
+
+
+# ------------------------------------------------------------------------------------- resume mid-epoch under DDP
+class CrashAtStep(Callback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            raise RuntimeError("killed")
+
+
+def _fit_deterministic(out: str, name: str, crash_at: int | None, ckpt: str | None) -> None:
+    from tracktrain.callbacks import ModelCheckpoint
+
+    callbacks = [ModelCheckpoint(dirpath=os.path.join(out, "ckpt"), every_n_train_steps=3, save_top_k=None)]
+    if crash_at is not None:
+        callbacks.append(CrashAtStep(crash_at))
+    module = Classifier()
+    trainer = _trainer(out, max_epochs=2, seed=11, deterministic=True, callbacks=callbacks)
+    try:
+        trainer.fit(module, DataLoader(make_loader().dataset, batch_size=4, shuffle=True), ckpt_path=ckpt)
+    except RuntimeError:
+        return  # the "kill": every rank stops at the same step
+    _save(out, name, _params(module))
+
+
+def test_a_ddp_run_resumed_mid_epoch_ends_where_an_uninterrupted_one_does(tmp_path):
+    spawn(_fit_deterministic, 2, args=(str(tmp_path / "full"), "params", None, None))
+    spawn(_fit_deterministic, 2, args=(str(tmp_path / "cut"), "params", 10, None))  # 8 steps per epoch
+    checkpoint = tmp_path / "cut" / "ckpt" / "checkpoint_9.pt"
+    assert checkpoint.exists()
+    spawn(_fit_deterministic, 2, args=(str(tmp_path / "cut"), "params", None, str(checkpoint)))
+    full, resumed = _load(tmp_path / "full", "params"), _load(tmp_path / "cut", "params")
+    assert resumed[0] == resumed[1] == full[0]
