@@ -57,16 +57,16 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from _common import (
     STATISTICS, environment, exit_status, format_cell, goal_line, make_mlp, print_heading, quartiles, write_json,
 )
+from _modules import LEARNING_RATE, Classifier
 from tracktrain.distributed import spawn
 from tracktrain.engine import Events
-from tracktrain.trainer import LoopModule, Trainer
+from tracktrain.trainer import Trainer
 
 RAW, TRACKTRAIN = "raw", "tracktrain"
 DDP = "ddp"
 GOAL_PERCENT = 5.0  # the issue's "within a few percent on the medium model"
 MEDIUM = (256, 512, 512, 10)
 BATCH_SIZE = 64
-LEARNING_RATE = 0.01
 WORLD_SIZE = 2
 
 
@@ -119,23 +119,6 @@ class Workload:
         net = make_mlp(MEDIUM)
         net.load_state_dict(self._initial)
         return net
-
-
-class Classifier(LoopModule):
-    """tracktrain's module: the hand-written step, plus `self.log` of the loss."""
-
-    def __init__(self, net: nn.Module) -> None:
-        super().__init__()
-        self.net = net
-
-    def train_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        loss = F.cross_entropy(self.net(x), y)
-        self.log("loss", loss)
-        return loss
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=LEARNING_RATE)
 
 
 @dataclass

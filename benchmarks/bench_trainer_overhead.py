@@ -53,15 +53,15 @@ from _common import (
     STATISTICS, environment, exit_status, format_cell, goal_line, make_mlp, print_heading, quartiles,
     silence_lightning, write_json,
 )
+from _modules import LEARNING_RATE, Classifier
 from tracktrain.callbacks import TrainerProgressBar
-from tracktrain.trainer import LoopModule, Trainer
+from tracktrain.trainer import Trainer
 
 RAW = "raw"
 TRACKTRAIN, LIGHTNING = "tracktrain", "lightning"
 OFF, DEFAULTS = "off", "defaults"
 # The project's goals, as (tracktrain overhead) / (Lightning overhead) measured in the same run.
 GOAL_RATIO = {OFF: 1 / 3, DEFAULTS: 1.0}
-LEARNING_RATE = 0.01
 
 
 # ------------------------------------------------------------------------------------------------------ setup
@@ -119,23 +119,6 @@ class CountingSink(io.TextIOBase):
     def write(self, text: str) -> int:
         self.characters += len(text)
         return len(text)
-
-
-class Classifier(LoopModule):
-    """tracktrain's module: the raw loop's step, plus `self.log` of the loss."""
-
-    def __init__(self, net: nn.Module) -> None:
-        super().__init__()
-        self.net = net
-
-    def train_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        loss = F.cross_entropy(self.net(x), y)
-        self.log("loss", loss)
-        return loss
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=LEARNING_RATE)
 
 
 def lightning_classifier_class(lightning: Any) -> type:
