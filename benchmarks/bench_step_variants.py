@@ -215,7 +215,7 @@ def fit_tracktrain(workload: Workload, precision: Precision, epochs: int, root_d
     net = workload.fresh_net()
     trainer = Trainer(
         max_epochs=epochs, precision=precision.trainer_precision, enable_progress_bar=False,
-        enable_checkpointing=False, default_root_dir=root_dir, accelerator="cpu",
+        enable_checkpointing=False, loggers=False, default_root_dir=root_dir, accelerator="cpu",
     )
     clock = EngineClock(trainer)
     trainer.fit(Classifier(net), workload.loader)
@@ -343,7 +343,7 @@ def fit_tracktrain_ddp(workload: Workload, epochs: int, root_dir: str) -> Fit:
     """`Trainer(strategy="ddp")` on the unsharded loader: it finds the process group running and shards the data."""
     net = workload.fresh_net()
     trainer = Trainer(
-        max_epochs=epochs, strategy="ddp", enable_progress_bar=False, enable_checkpointing=False,
+        max_epochs=epochs, strategy="ddp", enable_progress_bar=False, enable_checkpointing=False, loggers=False,
         default_root_dir=root_dir, accelerator="cpu",
     )
     clock = EngineClock(trainer)

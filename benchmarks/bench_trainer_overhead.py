@@ -205,8 +205,8 @@ def tracktrain_fitter(mode: str) -> Callable[[Workload, int, str, Any], Run]:
         # accelerator="cpu" as for Lightning: "auto" would pick CUDA where there is one
         if mode == OFF:
             trainer = Trainer(
-                max_epochs=epochs, enable_progress_bar=False, enable_checkpointing=False, log_every_n_steps=50,
-                default_root_dir=run_dir, accelerator="cpu",
+                max_epochs=epochs, enable_progress_bar=False, enable_checkpointing=False, loggers=False,
+                log_every_n_steps=50, default_root_dir=run_dir, accelerator="cpu",
             )
         else:
             # the default bar only draws on a terminal; disable=False makes it draw as Lightning's does

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tracktrain.callbacks.base import Callback
+from tracktrain.loggers.base import Logger, flatten_params
 from tracktrain.ranks import global_rank
 
 __all__ = ["TensorBoardLogger", "TensorboardHook"]
@@ -26,20 +27,44 @@ def _summary_writer() -> Any:
     return SummaryWriter
 
 
-class TensorBoardLogger:
-    """Writes each value the Trainer publishes as a TensorBoard scalar at its global step."""
+class TensorBoardLogger(Logger):
+    """Writes each value the Trainer publishes as a TensorBoard scalar at its global step, under `log_dir`
+    (default `{default_root_dir}/tensorboard`). Writing event files is local and buffered by TensorBoard's own
+    writer thread, so it needs no delivery queue."""
 
-    def __init__(self, log_dir: str | os.PathLike) -> None:
-        self.log_dir = os.fspath(log_dir)
-        self._writer = _summary_writer()(log_dir=self.log_dir)
+    name = "tensorboard"
+
+    def __init__(self, log_dir: str | os.PathLike | None = None) -> None:
+        _summary_writer()  # fail now, not when fit starts, when tensorboard is missing
+        self.log_dir = os.fspath(log_dir) if log_dir is not None else None
+        self._writer: Any = None
+
+    @property
+    def run_id(self) -> str | None:
+        return self.log_dir
+
+    def start(self, root_dir: str) -> None:
+        if self._writer is None:
+            self.log_dir = self.log_dir or os.path.join(root_dir, "tensorboard")
+            self._writer = _summary_writer()(log_dir=self.log_dir)
+
+    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+        text = "\n".join(f"{name}: {value}" for name, value in flatten_params(params).items())
+        self._writer.add_text("hyperparameters", text)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         for name, value in metrics.items():
             self._writer.add_scalar(name, value, global_step=step)
 
-    def finalize(self, status: str = "success") -> None:
-        self._writer.flush()
-        self._writer.close()
+    def flush(self, timeout: float | None = None) -> bool:
+        if self._writer is not None:
+            self._writer.flush()
+        return True
+
+    def finalize(self, status: str = "FINISHED") -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
 
 class TensorboardHook(Callback):
@@ -51,6 +76,11 @@ class TensorboardHook(Callback):
     def __init__(self, log_dir: str | os.PathLike, ranks: Sequence[int] = (0,)) -> None:
         if isinstance(ranks, int) or not all(isinstance(rank, int) for rank in ranks):
             raise TypeError(f"TensorboardHook(ranks=...) must be a list of ranks, e.g. [0], got {ranks!r}.")
+        if list(ranks) != [0]:
+            raise ValueError(
+                f"TensorboardHook(ranks={list(ranks)}): values reach loggers on rank 0 only (one run per training "
+                "job), so only ranks=[0] writes anything. Use ranks=[0]."
+            )
         _summary_writer()  # fail now, not at the first epoch, when tensorboard is missing
         self.log_dir = os.fspath(log_dir)
         self.ranks = list(ranks)
@@ -60,6 +90,7 @@ class TensorboardHook(Callback):
         rank = global_rank()
         if rank in self.ranks and self.logger is None:
             self.logger = TensorBoardLogger(os.path.join(self.log_dir, f"rank_{rank}"))
+            self.logger.start(trainer.default_root_dir)
             trainer.loggers.append(self.logger)
 
     def on_fit_end(self, trainer: Any, module: Any) -> None:

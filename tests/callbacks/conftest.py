@@ -15,6 +15,7 @@ from torch import nn
 
 from tracktrain.dist_logger import DistributedLogger, get_dist_logger
 from tracktrain.trainer import LoopModule, Trainer
+from tracktrain.loggers.base import Logger
 
 LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] INFO (\S+)( \[rank \d+\])? - (.*)$")
 
@@ -70,11 +71,27 @@ class TinyModule(LoopModule):
         return torch.optim.SGD(self.parameters(), lr=self.lr)
 
 
-class RecordingLogger:
-    """A tracker of the Trainer's logger protocol that keeps every `log_metrics(values, step)` call."""
+class RecordingLogger(Logger):
+    """A logger (the Trainer's Logger protocol, in memory) that keeps every `log_metrics(values, step)` call."""
+
+    name = "recording"
 
     def __init__(self) -> None:
         self.calls: list[tuple[int, dict[str, float]]] = []
+        self.status: str | None = None
+
+    @property
+    def run_id(self) -> str:
+        return "in-memory"
+
+    def start(self, root_dir: str) -> None:
+        pass
+
+    def log_hyperparams(self, params) -> None:
+        pass
+
+    def finalize(self, status: str) -> None:
+        self.status = status
 
     def log_metrics(self, values: dict[str, float], step: int) -> None:
         self.calls.append((step, dict(values)))
@@ -93,9 +110,10 @@ def make_trainer(tmp_path: Path) -> Callable[..., Trainer]:
 
     def make(**options: Any) -> Trainer:
         options.setdefault("max_epochs", 1)
-        trainer = Trainer(enable_progress_bar=False, enable_checkpointing=False, default_root_dir=tmp_path, **options)
-        trainer.recorder = RecordingLogger()
-        trainer.loggers.append(trainer.recorder)
+        recorder = RecordingLogger()
+        trainer = Trainer(enable_progress_bar=False, enable_checkpointing=False, default_root_dir=tmp_path,
+                          loggers=[recorder], **options)
+        trainer.recorder = recorder
         return trainer
 
     return make

@@ -95,8 +95,10 @@ def test_trainer_needs_the_model_engine():
         Trainer(engine=nn.Linear(2, 2))
 
 
-def test_lr_scheduler_hook_state_rides_in_the_checkpoints(tmp_path):
+def test_lr_scheduler_hook_state_rides_in_the_checkpoints(tmp_path, monkeypatch):
     from tracktrain.colossal import Trainer, hooks, initialize
+
+    monkeypatch.chdir(tmp_path)  # Colossal-AI's Trainer writes its logs under the working directory
 
     model = nn.Linear(4, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)

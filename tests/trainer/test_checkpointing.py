@@ -157,4 +157,5 @@ def test_two_stateful_callbacks_under_one_key_are_refused(tmp_path):
     with pytest.raises(ValueError, match="both save their state under state_key 'Counter'"):
         Trainer(**quiet(tmp_path, callbacks=[Counter(), Counter()]))
     two_checkpoints = [ModelCheckpoint(monitor="a"), ModelCheckpoint(monitor="b")]
-    assert len(Trainer(**quiet(tmp_path, callbacks=two_checkpoints)).callbacks) == 2
+    trainer = Trainer(**quiet(tmp_path, callbacks=two_checkpoints))
+    assert [c for c in trainer.callbacks if isinstance(c, ModelCheckpoint)] == two_checkpoints

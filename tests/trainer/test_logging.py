@@ -46,20 +46,23 @@ def test_epoch_aggregates_match_a_direct_computation(tmp_path):
     assert set(trainer.logged_metrics) >= {"first_epoch", "total", "peak", "low", "weighted", "val_first"}
 
 
-def test_step_values_are_published_every_n_steps_at_their_step():
+def test_step_values_are_published_every_n_steps_at_their_step(tmp_path):
+    from tracktrain.loggers import CSVLogger
+
     published = []
 
-    class Sink:
+    class Sink(CSVLogger):
         def log_metrics(self, metrics, step):
             published.append((step, dict(metrics)))
+            super().log_metrics(metrics, step)
 
     class StepLogs(Classifier):
         def train_step(self, batch, batch_idx):
             self.log("step_no", float(self.global_step + 1))  # the step this batch's optimizer step will be
             return super().train_step(batch, batch_idx)
 
-    trainer = Trainer(enable_progress_bar=False, enable_checkpointing=False, max_epochs=2, log_every_n_steps=3)
-    trainer.loggers.append(Sink())
+    trainer = Trainer(enable_progress_bar=False, enable_checkpointing=False, max_epochs=2, log_every_n_steps=3,
+                      default_root_dir=tmp_path, loggers=[Sink()])
     trainer.fit(StepLogs(), make_loader())  # 16 steps
     step_rows = [(step, values["step_no"]) for step, values in published if "step_no" in values]
     assert step_rows == [(s, float(s)) for s in (3, 6, 9, 12, 15)]

@@ -124,7 +124,10 @@ class ModelCheckpoint(Callback):
             return  # no optimizer step since the last save (gradient accumulation): nothing new to save
         self._last_saved_step = trainer.global_step
         assert self._checkpoint is not None
+        kept_before = set(self._checkpoint.saved_paths)
         self._checkpoint(trainer.train_engine)
+        for path in set(self._checkpoint.saved_paths) - kept_before:  # the file this save wrote, if it made the cut
+            trainer._checkpoint_saved(os.fspath(path))
         if self._last is not None:
             self._last(trainer.train_engine)
 

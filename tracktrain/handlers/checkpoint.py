@@ -167,7 +167,15 @@ class Checkpoint:
         name for other save handlers; None before the first save."""
         if not self._saved:
             return None
-        filename = self._saved[-1].filename
+        return self.path_of(self._saved[-1].filename)
+
+    @property
+    def saved_paths(self) -> list[str | Path]:
+        """Where every kept checkpoint is (worst first), as `last_checkpoint` names them."""
+        return [self.path_of(item.filename) for item in self._saved]
+
+    def path_of(self, filename: str) -> str | Path:
+        """Where the file `filename` of this handler is: a path or URL for the savers of a directory."""
         if isinstance(self.save_handler, FsspecSaver):
             return self.save_handler.path_of(filename)
         return filename

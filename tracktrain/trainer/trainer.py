@@ -17,6 +17,9 @@ from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events, RemovableEventHandle
 from tracktrain.engine.model_engine import ModelEngine, StepEvents
 from tracktrain import distributed
+from tracktrain.loggers.base import Logger
+from tracktrain.loggers.bridge import LoggerBridge
+from tracktrain.loggers.csv_logger import CSVLogger
 from tracktrain.rng import manual_seed
 from tracktrain.trainer import arguments
 from tracktrain.trainer.building import as_loop_module, configure_optimizers, model_engine_for
@@ -52,6 +55,8 @@ class Trainer:
             (int) or fraction of the loader (float); None: all.
         log_every_n_steps: publish per-step logged values every n optimizer steps.
         callbacks: `Callback`s, run in order of their `priority`.
+        loggers: trackers (`tracktrain_integrations.mlflow.MLflowLogger`, `...wandb.WandbLogger`, ...); None: a
+            `CSVLogger` under `default_root_dir/logs`; False: none. Rank 0 only; runs resume with checkpoints.
         seed: seed python, numpy and torch at the start of each fit/validate/test/predict.
         deterministic: train on a `DeterministicEngine` (reproducible data order, exact mid-epoch resume) and
             ask torch for deterministic algorithms.
@@ -80,6 +85,7 @@ class Trainer:
         limit_predict_batches: int | float | None = None,
         log_every_n_steps: int = 50,
         callbacks: Sequence[Callback] | None = None,
+        loggers: Sequence[Logger] | bool | None = None,
         seed: int | None = None,
         deterministic: bool = False,
         enable_progress_bar: bool = True,
@@ -129,7 +135,10 @@ class Trainer:
         self._distributed_loaders: dict[int, Iterable[Any]] = {}
         self._stop_requested = False
         self.device = arguments.device_of(accelerator)
+        self.loggers: list[Logger] = _loggers_from(loggers)
+        self._logger_bridge = LoggerBridge(self.loggers)
         self.callbacks = callbacks + self._default_callbacks(callbacks, enable_progress_bar, enable_checkpointing)
+        self.callbacks.append(self._logger_bridge)
         check_state_keys(self.callbacks)
 
         self.train_engine: Engine = (DeterministicEngine if self.deterministic else Engine)(self._train_iteration)
@@ -148,7 +157,6 @@ class Trainer:
             for stage in ("fit", "validate", "test")
         }
         self.metric_log = self.logs["fit"]
-        self.loggers: list[Any] = []  # trackers: each gets log_metrics(values, step) from _publish
         self.state = TrainerState(self)
         self.module: LoopModule | None = None
         self.model_engine: ModelEngine | None = None
@@ -509,8 +517,11 @@ class Trainer:
             return
         floats = to_floats(dict(values))
         self.logged_metrics.update(floats)
-        for logger in self.loggers:
-            logger.log_metrics(floats, self.state.global_step)
+        self._logger_bridge.log_metrics(floats, self.state.global_step)
+
+    def _checkpoint_saved(self, path: str) -> None:
+        """A checkpoint callback wrote `path`: loggers that keep checkpoints upload it."""
+        self._logger_bridge.checkpoint_saved(path)
 
     # -------------------------------------------------------------------------------------------- checkpoints
     def checkpoint_objects(self) -> dict[str, Any]:
@@ -550,6 +561,24 @@ class Trainer:
 
 
 _LIMIT_NAMES = {"fit": "train", "validate": "val", "test": "test", "predict": "predict"}
+
+
+def _loggers_from(loggers: Sequence[Logger] | bool | None) -> list[Logger]:
+    if loggers is None or loggers is True:
+        return [CSVLogger()]
+    if loggers is False:
+        return []
+    loggers = list(loggers)
+    for logger in loggers:
+        if not isinstance(logger, Logger):
+            raise TypeError(
+                f"Trainer(loggers=...) takes tracktrain.loggers.Logger instances (MLflowLogger, WandbLogger, "
+                f"CSVLogger, ...), got {logger!r}."
+            )
+    names = [logger.name for logger in loggers]
+    if len(set(names)) != len(names):
+        raise ValueError(f"Trainer(loggers=...) has two loggers of one kind {names}; their run ids would collide.")
+    return loggers
 
 
 def _check_loader(name: str, loader: Any, required: bool = False) -> None:

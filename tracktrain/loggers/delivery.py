@@ -1,0 +1,199 @@
+"""`DeliveryQueue`: records go to a tracker from a background thread, in batches, without ever blocking training.
+
+`put` only appends to memory. A worker thread sends batches through the tracker's batch API; when the tracker
+fails (slow, down, rejecting), the batch is retried with exponential backoff while new records wait. Memory is
+bounded: past `max_pending` records, the oldest waiting ones are spilled to a local JSON-lines file, and replayed
+from it, in order, once the tracker answers again. Nothing is dropped silently: whatever is still undelivered at
+`close` stays in the spill file, whose location is reported, and `replay` sends it later.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DeliveryQueue", "Record", "read_spill"]
+
+_logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Record:
+    """One thing to send: `kind` is "metrics" (payload {name: float}, with `step`), "params", "tags" or "artifact"
+    (payload {"local_path": ..., "artifact_path": ...})."""
+
+    kind: str
+    payload: dict[str, Any]
+    step: int | None = None
+    timestamp: float = field(default_factory=time.time)
+
+
+class DeliveryQueue:
+    """Sends `Record`s with `send(batch)` from a background thread; see the module's docstring.
+
+    Args:
+        send: delivers a list of records, raising on failure (the whole batch is then retried).
+        spill_path: the JSON-lines file for records that wait too long in memory or are undelivered at the end.
+        header: written as the spill file's first line, so `replay` knows where the records belong.
+        max_pending: records kept in memory before the oldest are spilled.
+        batch_size: the most records per `send`.
+        max_backoff: the longest wait between retries, in seconds.
+    """
+
+    def __init__(
+        self,
+        send: Callable[[list[Record]], None],
+        spill_path: str | os.PathLike,
+        header: dict[str, Any],
+        max_pending: int = 10_000,
+        batch_size: int = 500,
+        max_backoff: float = 30.0,
+        name: str = "tracker",
+    ) -> None:
+        self._send = send
+        self.spill_path = Path(spill_path)
+        self._header = header
+        self.max_pending = max_pending
+        self.batch_size = batch_size
+        self.max_backoff = max_backoff
+        self.name = name
+        self._pending: deque[Record] = deque()
+        self._spilled = 0  # records in the spill file not yet delivered
+        self._spill_offset = 0  # lines of the spill file already delivered (after the header)
+        self._condition = threading.Condition()
+        self._in_flight = 0
+        self._closing = False
+        self.delivered = 0
+        self.failures = 0
+        self.last_error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"tracktrain-{name}-delivery", daemon=True)
+        self._thread.start()
+
+    # ---------------------------------------------------------------------------------------- training side
+    def put(self, record: Record) -> None:
+        """Queue `record`; returns at once (at worst after appending a line to the spill file)."""
+        with self._condition:
+            self._pending.append(record)
+            if len(self._pending) > self.max_pending:
+                # half of the waiting records at once: one file write (and fsync) per max_pending / 2 records
+                self._spill([self._pending.popleft() for _ in range(len(self._pending) // 2)])
+            self._condition.notify_all()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything queued so far is delivered, at most `timeout` seconds; whether it was."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._condition:
+            self._condition.notify_all()
+            while self._pending or self._spilled or self._in_flight:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._condition.wait(remaining if remaining is None else min(remaining, 0.5))
+            return True
+
+    def close(self, timeout: float = 30.0) -> int:
+        """Deliver what is queued (at most `timeout` seconds), stop the thread, and spill what is left; returns
+        the number of records left undelivered in the spill file (0: all delivered, and the file removed)."""
+        self.flush(timeout)
+        with self._condition:
+            self._closing = True
+            self._condition.notify_all()
+        self._thread.join(timeout=max(1.0, self.max_backoff))
+        with self._condition:
+            if self._pending:
+                self._spill(list(self._pending))
+                self._pending.clear()
+            left = self._spilled
+        if left == 0 and self.spill_path.exists():
+            self.spill_path.unlink()
+        return left
+
+    # ------------------------------------------------------------------------------------------ the thread
+    def _run(self) -> None:
+        backoff = 0.5
+        while True:
+            with self._condition:
+                while not (self._pending or self._spilled or self._closing):
+                    self._condition.wait()
+                if self._closing and self.last_error is not None:
+                    return  # the tracker is down: what is left goes to the spill file
+                batch, from_spill = self._next_batch()
+                if not batch:
+                    if self._closing:
+                        return
+                    continue
+                self._in_flight = len(batch)
+            try:
+                self._send(batch)
+            except Exception as error:  # the tracker's own errors: keep the records, try again later
+                with self._condition:
+                    self._in_flight = 0
+                    if not from_spill:
+                        self._pending.extendleft(reversed(batch))
+                    self.failures += 1
+                    if self.last_error is None:
+                        _logger.warning("%s is not taking records (%s); training goes on, retrying in the "
+                                        "background", self.name, error)
+                    self.last_error = error
+                    if self._closing:
+                        return
+                    self._condition.wait(backoff)
+                backoff = min(backoff * 2, self.max_backoff)
+                continue
+            with self._condition:
+                self._in_flight = 0
+                self.delivered += len(batch)
+                if from_spill:
+                    self._spill_offset += len(batch)
+                    self._spilled -= len(batch)
+                if self.last_error is not None:
+                    _logger.warning("%s is taking records again", self.name)
+                self.last_error = None
+                self._condition.notify_all()
+            backoff = 0.5
+
+    def _next_batch(self) -> tuple[list[Record], bool]:
+        """The oldest records first: those in the spill file, then those in memory."""
+        if self._spilled:
+            records = list(read_spill(self.spill_path, skip=self._spill_offset, limit=self.batch_size)[1])
+            return records, True
+        count = min(self.batch_size, len(self._pending))
+        return [self._pending.popleft() for _ in range(count)], False
+
+    def _spill(self, records: Iterable[Record]) -> None:
+        """Append `records` to the spill file (called with the lock held)."""
+        records = list(records)
+        if not records:
+            return
+        new_file = not self.spill_path.exists()
+        self.spill_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.spill_path, "a", encoding="utf-8") as out:
+            if new_file:
+                out.write(json.dumps({"header": self._header}) + "\n")
+            for record in records:
+                out.write(json.dumps(asdict(record)) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        self._spilled += len(records)
+
+
+def read_spill(path: str | os.PathLike, skip: int = 0, limit: int | None = None) -> tuple[dict[str, Any], list[Record]]:
+    """The header and records of a spill file (after the first `skip` records, at most `limit`)."""
+    with open(path, encoding="utf-8") as lines:
+        header = json.loads(next(lines))["header"]
+        records: list[Record] = []
+        for index, line in enumerate(lines):
+            if index < skip:
+                continue
+            if limit is not None and len(records) >= limit:
+                break
+            records.append(Record(**json.loads(line)))
+    return header, records
