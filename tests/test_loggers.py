@@ -188,3 +188,24 @@ def test_loggers_must_be_loggers():
         Trainer(loggers=["mlflow"])
     with pytest.raises(ValueError, match="two loggers of one kind"):
         Trainer(loggers=[CSVLogger(), CSVLogger()])
+
+
+def test_loggers_on_a_plain_engine(tmp_path):
+    import torch
+    from torch import nn
+
+    from tracktrain.engine import create_supervised_trainer
+    from tracktrain.loggers import attach_loggers
+    from tracktrain.metrics import Average
+
+    model = nn.Linear(4, 2)
+    trainer = create_supervised_trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss())
+    Average(output_transform=lambda loss: loss).attach(trainer, "epoch_loss")
+    logger = CSVLogger(tmp_path / "logs")
+    attach_loggers(trainer, [logger], root_dir=tmp_path, output_transform=lambda loss: {"loss": loss}, every=4,
+                   hyperparams={"lr": 0.1})
+    trainer.run(make_loader(), max_epochs=2)
+    rows = list(csv.DictReader(open(tmp_path / "logs" / "version_0" / "metrics.csv")))
+    assert [int(r["step"]) for r in rows if r["name"] == "loss"] == [4, 8, 12, 16]
+    assert [int(r["step"]) for r in rows if r["name"] == "epoch_loss"] == [8, 16]
+    assert (tmp_path / "logs" / "version_0" / "status.txt").read_text().strip() == "FINISHED"

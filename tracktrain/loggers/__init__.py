@@ -12,6 +12,7 @@ _LAZY = {
     "LoggerBridge": "tracktrain.loggers.bridge",
     "DeliveryQueue": "tracktrain.loggers.delivery",
     "Record": "tracktrain.loggers.delivery",
+    "attach_loggers": "tracktrain.loggers.engine_logging",
 }
 
 __all__ = sorted(_LAZY)
