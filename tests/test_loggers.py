@@ -209,3 +209,16 @@ def test_loggers_on_a_plain_engine(tmp_path):
     assert [int(r["step"]) for r in rows if r["name"] == "loss"] == [4, 8, 12, 16]
     assert [int(r["step"]) for r in rows if r["name"] == "epoch_loss"] == [8, 16]
     assert (tmp_path / "logs" / "version_0" / "status.txt").read_text().strip() == "FINISHED"
+
+
+def test_a_value_json_cannot_hold_is_spilled_as_text_not_lost(tmp_path):
+    import torch
+
+    tracker = Flaky()
+    queue = DeliveryQueue(tracker.send, tmp_path / "spill.jsonl", {"logger": "x"}, max_pending=2, max_backoff=0.1)
+    queue.put(Record("params", {"dtype": torch.float32}))
+    for step in range(4):
+        queue.put(Record("metrics", {"loss": 1.0}, step))
+    assert queue.close(timeout=0.5) == 5
+    _, records = read_spill(tmp_path / "spill.jsonl")
+    assert records[0].payload == {"dtype": "torch.float32"}

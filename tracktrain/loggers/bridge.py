@@ -53,6 +53,9 @@ class LoggerBridge(Callback):
                 logger.resume(self._resume_ids[logger.name])
             logger.start(trainer.default_root_dir)
             logger.log_hyperparams(_hyperparameters(trainer, module))
+            watch = getattr(logger, "watch_module", None)
+            if callable(watch):  # trackers that follow gradients / parameters (W&B's watch)
+                watch(module)
         self._install_sigterm()
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:

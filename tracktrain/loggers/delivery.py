@@ -173,13 +173,14 @@ class DeliveryQueue:
         records = list(records)
         if not records:
             return
+        # values JSON cannot hold (a dtype in the hyperparameters) are kept as their text, never lost
+        lines = [json.dumps(asdict(record), default=str) + "\n" for record in records]
         new_file = not self.spill_path.exists()
         self.spill_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.spill_path, "a", encoding="utf-8") as out:
             if new_file:
-                out.write(json.dumps({"header": self._header}) + "\n")
-            for record in records:
-                out.write(json.dumps(asdict(record)) + "\n")
+                out.write(json.dumps({"header": self._header}, default=str) + "\n")
+            out.writelines(lines)
             out.flush()
             os.fsync(out.fileno())
         self._spilled += len(records)

@@ -1,0 +1,296 @@
+"""Weights & Biases for the Trainer: `WandbLogger`, a `QueuedLogger` whose records reach a W&B run from a
+background thread, on our global step as W&B's step axis.
+
+Needs the `wandb` package (0.19.10 or newer, for several runs in one process): `pip install 'tracktrain[wandb]'`.
+
+    trainer = Trainer(loggers=[WandbLogger(project="mnist", mode="offline")])
+
+W&B keeps one open history row, at the latest step, and commits it when a higher step arrives or the run finishes;
+a value for an older step is dropped ("step must be monotonically increasing"). Every record is therefore logged at
+its global step without committing, so everything published at one step (train values, validation values, epoch
+values), in one batch or several, lands in the same row. Only a step older than one already logged, which the
+Trainer never publishes, cannot be written: it is counted, logged as a warning, and reported at the end.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import re
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tracktrain import storage
+from tracktrain.loggers.base import QueuedLogger, flatten_params
+from tracktrain.loggers.delivery import Record
+
+__all__ = ["WandbLogger"]
+
+_logger = logging.getLogger(__name__)
+
+MODES = ("online", "offline", "disabled")
+WATCH_MODES = ("gradients", "parameters", "all")
+RESUME_MODES = ("allow", "must", "never", "auto")
+# W&B marks any non-zero exit code as a failed run; 255 is what W&B itself records for a Ctrl-C.
+EXIT_CODES = {"FINISHED": 0, "FAILED": 1, "KILLED": 255}
+MAX_TAG_LENGTH = 64  # W&B rejects the whole tag update when one tag is longer
+
+
+def _import_wandb() -> Any:
+    try:
+        import wandb
+    except ImportError as error:
+        raise ImportError("WandbLogger needs the wandb package: pip install 'tracktrain[wandb]'") from error
+    return wandb
+
+
+class WandbLogger(QueuedLogger):
+    """Logs the Trainer's hyperparameters, published values, tags and checkpoints to a W&B run.
+
+    Args:
+        project: the W&B project.
+        name: the run's display name (W&B picks one when None). Kept as `run_name`: `name` is the logger's kind.
+        id: the id of a run to continue; a checkpoint's run id (given through `resume`) takes its place.
+        resume: W&B's resume mode ("allow", "must", "never", "auto"); "allow" when a run id is known.
+        mode: "online", "offline" (sync later with `wandb sync`) or "disabled"; None: W&B's default (WANDB_MODE).
+        config: the run's initial config; the Trainer's hyperparameters are added to it.
+        tags: the run's tags (1 to 64 characters each); `set_tags({"k": "v"})` adds "k:v".
+        log_checkpoints: upload every checkpoint the Trainer saves as a W&B artifact of type "model".
+        watch: "gradients", "parameters" or "all" to log histograms through `wandb.watch` (off when None); see
+            `watch_module`. W&B's hooks log to the process's current run, so this run becomes it, finishing any
+            other W&B run the process has open.
+        watch_log_freq: log those histograms every this many backward (or forward, for parameters) passes.
+        save_dir: where W&B writes its `wandb/` folder; None: WANDB_DIR when set, else the Trainer's root dir.
+        entity: the W&B user or team (W&B's default entity when None).
+        flush_timeout, close_timeout, max_pending: see `QueuedLogger`.
+        **init_kwargs: more arguments for `wandb.init` (group, job_type, notes, settings, ...).
+    """
+
+    name = "wandb"
+
+    def __init__(
+        self,
+        project: str = "tracktrain",
+        name: str | None = None,
+        id: str | None = None,  # noqa: A002 - W&B's own name for it
+        resume: str | None = None,
+        mode: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        tags: Sequence[str] | None = None,
+        log_checkpoints: bool = False,
+        watch: str | None = None,
+        watch_log_freq: int = 100,
+        save_dir: str | os.PathLike | None = None,
+        entity: str | None = None,
+        flush_timeout: float = 0.0,
+        close_timeout: float = 30.0,
+        max_pending: int = 10_000,
+        **init_kwargs: Any,
+    ) -> None:
+        super().__init__(flush_timeout=flush_timeout, close_timeout=close_timeout, max_pending=max_pending)
+        self._wandb = _import_wandb()
+        _check_choice("mode", mode, MODES)
+        _check_choice("watch", watch, WATCH_MODES)
+        _check_choice("resume", resume, RESUME_MODES)
+        unknown = set(init_kwargs) - set(inspect.signature(self._wandb.init).parameters)
+        if unknown:
+            raise TypeError(f"WandbLogger got arguments wandb.init does not take: {sorted(unknown)}; see "
+                            f"help(wandb.init) for the ones it does.")
+        self.project = project
+        self.run_name = name
+        self.resume_mode = resume
+        self.mode = mode
+        self.config = dict(config) if config is not None else None
+        self.tags = [_checked_tag(tag) for tag in tags] if tags is not None else None
+        self.log_checkpoints = log_checkpoints  # read by the Trainer's LoggerBridge
+        self.watch = watch
+        self.watch_log_freq = watch_log_freq
+        self.save_dir = os.fspath(save_dir) if save_dir is not None else None
+        self.entity = entity
+        self.init_kwargs = init_kwargs
+        self._run_id = id
+        self._run: Any = None
+        self._watched: Any = None
+        self._step = 0  # the oldest step W&B still takes: the latest one logged (its row is open)
+        self.resolved_save_dir: str | None = None  # save_dir, or what it defaulted to
+        self.run_dir: str | None = None  # this run's folder under `<save_dir>/wandb/`
+        self.skipped_records = 0  # metrics at a step older than one already logged, which W&B cannot take
+
+    # ------------------------------------------------------------------------------------------ the run
+    @property
+    def experiment(self) -> Any:
+        """The `wandb.Run` (after `start`), for anything this logger does not forward."""
+        return self._require_run()
+
+    def watch_module(self, module: Any) -> None:
+        """Log `module`'s gradient and/or parameter histograms with `wandb.watch`, as `watch=` asks (nothing when
+        it is None). Call it after `start` with the LoopModule: the LoggerBridge does at fit start. The histograms
+        join the history row of the latest step delivered; the hooks are removed when the run ends."""
+        if self.watch is None:
+            return
+        self._require_run().watch(module, log=self.watch, log_freq=self.watch_log_freq)
+        self._watched = module
+
+    def _open(self, root_dir: str) -> str:
+        save_dir = os.path.abspath(self.save_dir or os.environ.get("WANDB_DIR") or _local_root(root_dir))
+        os.makedirs(save_dir, exist_ok=True)
+        resume = self.resume_mode or ("allow" if self._run_id is not None else None)
+        try:
+            run = self._wandb.init(
+                project=self.project, entity=self.entity, name=self.run_name, id=self._run_id, resume=resume,
+                mode=self.mode, config=self.config, tags=self.tags, dir=save_dir,
+                # our run leaves other runs of this process alone, except with `watch`: W&B's torch hooks log to
+                # the process's current run (`wandb.run`), which only a run that finishes the others becomes
+                reinit="finish_previous" if self.watch else "create_new",
+                **self.init_kwargs,
+            )
+        except Exception as error:
+            raise RuntimeError(
+                f"W&B could not start the run (project={self.project!r}, id={self._run_id!r}, mode={self.mode!r}): "
+                f"{error}. Log in with `wandb login`, or log offline with WandbLogger(mode='offline') or "
+                f"WANDB_MODE=offline and upload later with `wandb sync`."
+            ) from error
+        self._run = run
+        self.resolved_save_dir = save_dir
+        self.run_dir = run.settings.sync_dir
+        self._step = run.starting_step  # a resumed online run already holds the steps before this one
+        return run.id
+
+    def _close(self, status: str) -> None:
+        run, self._run = self._run, None
+        if run is None:
+            return
+        if self._watched is not None:
+            run.unwatch(self._watched)
+            self._watched = None
+        run.summary["tracktrain/status"] = status  # W&B itself only tells finished from failed
+        if self.skipped_records:
+            warnings.warn(
+                f"{self.skipped_records} metric records for W&B run {run.id} were not logged: their step was older "
+                f"than one already logged, and W&B's step axis only grows.",
+                stacklevel=3,
+            )
+        run.finish(exit_code=EXIT_CODES[status])
+
+    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+        # JSON values from the start: W&B's config takes nothing else, and nor does the spill file
+        self._put(Record("params", _json_safe(flatten_params(params))))
+
+    # ---------------------------------------------------------------------------- the delivery thread
+    def _send(self, records: list[Record]) -> None:
+        run = self._require_run()
+        step = self._step  # committed below only once the whole batch is in: a retried batch starts over
+        row: dict[str, Any] = {}
+        stale: list[int] = []
+        for record in records:
+            if record.kind == "metrics":
+                record_step = step if record.step is None else int(record.step)
+                if record_step < step:
+                    stale.append(record_step)
+                    continue
+                if row and record_step != step:
+                    run.log(row, step=step)  # no commit: a later record at this step still joins this row
+                    row = {}
+                row.update(record.payload)
+                step = record_step
+            elif record.kind == "params":
+                run.config.update(record.payload, allow_val_change=True)
+            elif record.kind == "tags":
+                self._add_tags(run, record.payload)
+            elif record.kind == "artifact":
+                self._log_artifact(run, record, step)
+        if row:
+            run.log(row, step=step)
+        self._step = step
+        if stale:
+            self.skipped_records += len(stale)
+            _logger.warning(
+                "W&B run %s: %d metric records at steps %s not logged: W&B already holds step %d and its step axis "
+                "only grows", run.id, len(stale), sorted(set(stale)), step,
+            )
+
+    def _add_tags(self, run: Any, tags: Mapping[str, str]) -> None:
+        new = [_truncated_tag(f"{key}:{value}" if value else key) for key, value in tags.items()]
+        run.tags = tuple(dict.fromkeys([*run.tags, *new]))
+
+    def _log_artifact(self, run: Any, record: Record, step: int) -> None:
+        local_path = record.payload["local_path"]
+        artifact_path = record.payload.get("artifact_path")
+        is_url = "://" in local_path and not local_path.startswith("file://")
+        if not is_url and not os.path.exists(local_path):
+            # e.g. a checkpoint that save_top_k evicted before this thread reached it: nothing left to upload
+            _logger.warning("W&B run %s: artifact %s no longer exists; not uploaded", run.id, local_path)
+            return
+        filename = os.path.basename(local_path.rstrip("/"))
+        artifact = self._wandb.Artifact(
+            name=re.sub(r"[^\w.-]", "-", f"{artifact_path or 'model'}-{run.id}"),
+            type="model",
+            metadata={"global_step": step, "original_filename": filename, "source": local_path,
+                      "logged_at": record.timestamp},
+        )
+        if is_url:
+            artifact.add_reference(local_path, name=filename, checksum=False)  # kept where it is, not copied
+        elif os.path.isdir(local_path):
+            artifact.add_dir(local_path, name=filename)
+        else:
+            artifact.add_file(local_path, name=filename)
+        run.log_artifact(artifact, aliases=["latest", f"step-{step}"])
+
+    def _require_run(self) -> Any:
+        if self._run is None:
+            raise RuntimeError("WandbLogger has no open run: the Trainer starts it when fit begins.")
+        return self._run
+
+    # -------------------------------------------------------------------------------------------- replay
+    def _spill_header(self) -> dict[str, Any]:
+        return {**super()._spill_header(), "project": self.project, "entity": self.entity, "mode": self.mode,
+                "save_dir": self.resolved_save_dir}
+
+    @classmethod
+    def for_replay(cls, header: Mapping[str, Any]) -> WandbLogger:
+        logger = cls(project=header["project"], entity=header.get("entity"), id=header["run_id"],
+                     mode=header.get("mode"), save_dir=header["save_dir"])
+        logger._run_id = logger._open(header["save_dir"])
+        return logger
+
+
+def _local_root(root_dir: str) -> str:
+    """W&B writes to a local folder: the Trainer's root dir when it is local, else the working directory."""
+    return root_dir if storage.is_local(root_dir) else os.getcwd()
+
+
+def _check_choice(argument: str, value: str | None, choices: tuple[str, ...]) -> None:
+    if value is not None and value not in choices:
+        raise ValueError(f"WandbLogger({argument}=...) must be one of {choices} or None, got {value!r}.")
+
+
+def _checked_tag(tag: str) -> str:
+    if not isinstance(tag, str) or not 1 <= len(tag) <= MAX_TAG_LENGTH:
+        raise ValueError(f"WandbLogger(tags=...) takes strings of 1 to {MAX_TAG_LENGTH} characters, got {tag!r}.")
+    return tag
+
+
+def _truncated_tag(tag: str) -> str:
+    if len(tag) <= MAX_TAG_LENGTH:
+        return tag
+    _logger.warning("W&B tag %r is longer than %d characters; kept as its first %d", tag, MAX_TAG_LENGTH,
+                    MAX_TAG_LENGTH)
+    return tag[:MAX_TAG_LENGTH]
+
+
+def _json_safe(params: Mapping[str, Any]) -> dict[str, Any]:
+    """`params` with JSON values only: anything else (a dtype, a device, a class) as its str. A value W&B refuses
+    would fail its whole batch again at every retry."""
+    return {key: _json_value(value) for key, value in params.items()}
+
+
+def _json_value(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_json_value(item) for item in value]
+    if isinstance(value, Mapping):
+        return {str(key): _json_value(item) for key, item in value.items()}
+    return str(value)
