@@ -153,7 +153,8 @@ class ListLogger(QueuedLogger):
                 out.write(json.dumps({"step": record.step, **record.payload}) + "\n")
 
     def _close(self, status: str) -> None:
-        pass
+        if not os.environ.get("LIST_TRACKER_DOWN"):
+            Path(self.target).with_suffix(".status").write_text(status)
 
     def _spill_header(self) -> dict:
         return {**super()._spill_header(), "target": self.target}
@@ -180,6 +181,7 @@ def test_a_run_whose_tracker_stays_down_is_replayed_by_the_documented_command(tm
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert [json.loads(line)["step"] for line in target.read_text().splitlines()] == list(range(1, 11))
+    assert target.with_suffix(".status").read_text() == "FINISHED"  # the replayed run ends as training did
     assert not os.path.exists(logger.spill_path)
 
 
@@ -222,3 +224,32 @@ def test_a_value_json_cannot_hold_is_spilled_as_text_not_lost(tmp_path):
     assert queue.close(timeout=0.5) == 5
     _, records = read_spill(tmp_path / "spill.jsonl")
     assert records[0].payload == {"dtype": "torch.float32"}
+
+
+def test_every_step_records_travel_in_few_batches(tmp_path):
+    batches = []
+    queue = DeliveryQueue(batches.append, tmp_path / "spill.jsonl", {"logger": "x"}, linger=0.2)
+    for step in range(2000):
+        queue.put(Record("metrics", {"a": 1.0, "b": 2.0}, step))
+        if step % 100 == 0:
+            time.sleep(0.01)  # a training loop: records keep coming
+    assert queue.flush(timeout=10) and queue.close() == 0
+    assert sum(len(batch) for batch in batches) == 2000
+    assert len(batches) < 40  # not one request per step
+
+
+def test_a_send_still_hanging_at_close_is_kept_in_the_spill_file(tmp_path):
+    release = threading.Event()
+
+    def hanging_send(batch):
+        release.wait(10)
+        raise ConnectionError("timed out")
+
+    queue = DeliveryQueue(hanging_send, tmp_path / "spill.jsonl", {"logger": "x"}, linger=0.0, max_backoff=0.1)
+    for step in range(3):
+        queue.put(Record("metrics", {"loss": 1.0}, step))
+    time.sleep(0.2)  # the thread is now inside the hanging send
+    assert queue.close(timeout=0.5) == 3
+    release.set()
+    _, records = read_spill(tmp_path / "spill.jsonl")
+    assert sorted(r.step for r in records if r.kind == "metrics") == [0, 1, 2]

@@ -89,7 +89,9 @@ class WandbLogger(QueuedLogger):
         max_pending: int = 10_000,
         **init_kwargs: Any,
     ) -> None:
-        super().__init__(flush_timeout=flush_timeout, close_timeout=close_timeout, max_pending=max_pending)
+        # linger 0: W&B writes locally (its own process uploads), and watch() histograms join the open row, which
+        # must still be the step being trained
+        super().__init__(flush_timeout=flush_timeout, close_timeout=close_timeout, max_pending=max_pending, linger=0.0)
         self._wandb = _import_wandb()
         _check_choice("mode", mode, MODES)
         _check_choice("watch", watch, WATCH_MODES)

@@ -65,9 +65,12 @@ class QueuedLogger(Logger):
         close_timeout: how long the end of the run waits for the remaining records before they stay in the spill
             file.
         max_pending: records kept in memory while the tracker is unreachable before spilling to disk.
+        linger: how long records may gather into one batch before they are sent (see `DeliveryQueue`).
     """
 
-    def __init__(self, flush_timeout: float = 0.0, close_timeout: float = 30.0, max_pending: int = 10_000) -> None:
+    def __init__(self, flush_timeout: float = 0.0, close_timeout: float = 30.0, max_pending: int = 10_000,
+                 linger: float = 0.5) -> None:
+        self.linger = linger
         self.flush_timeout = flush_timeout
         self.close_timeout = close_timeout
         self.max_pending = max_pending
@@ -89,7 +92,7 @@ class QueuedLogger(Logger):
         self._run_id = self._open(root_dir)
         self.spill_path = os.path.join(_local_dir(root_dir), f"{self.name}-{self._run_id}.undelivered.jsonl")
         self._queue = DeliveryQueue(self._send, self.spill_path, self._spill_header(), max_pending=self.max_pending,
-                                    name=self.name)
+                                    name=self.name, linger=self.linger)
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         self._put(Record("params", flatten_params(params)))
@@ -114,7 +117,7 @@ class QueuedLogger(Logger):
         if self._queue is None:
             return
         queue, self._queue = self._queue, None
-        self.undelivered = queue.close(self.close_timeout)
+        self.undelivered = queue.close(self.close_timeout, final=Record("status", {"status": status}))
         if self.undelivered:
             import warnings
 

@@ -46,6 +46,8 @@ class DeliveryQueue:
         max_pending: records kept in memory before the oldest are spilled.
         batch_size: the most records per `send`.
         max_backoff: the longest wait between retries, in seconds.
+        linger: how long the thread lets records gather before sending a batch that is not full (every-step
+            logging then costs one request per `linger`, not one per step); `flush` and `close` cut it short.
     """
 
     def __init__(
@@ -54,9 +56,10 @@ class DeliveryQueue:
         spill_path: str | os.PathLike,
         header: dict[str, Any],
         max_pending: int = 10_000,
-        batch_size: int = 500,
+        batch_size: int = 1_000,
         max_backoff: float = 30.0,
         name: str = "tracker",
+        linger: float = 0.5,
     ) -> None:
         self._send = send
         self.spill_path = Path(spill_path)
@@ -64,16 +67,23 @@ class DeliveryQueue:
         self.max_pending = max_pending
         self.batch_size = batch_size
         self.max_backoff = max_backoff
+        self.linger = linger
         self.name = name
         self._pending: deque[Record] = deque()
         self._spilled = 0  # records in the spill file not yet delivered
-        self._spill_offset = 0  # lines of the spill file already delivered (after the header)
+        self._spill_read_at = 0  # byte position of the first undelivered record in the spill file
         self._condition = threading.Condition()
-        self._in_flight = 0
+        self._in_flight: list[Record] = []
+        self._hurry = False  # a flush or close is waiting: send without lingering
         self._closing = False
         self.delivered = 0
         self.failures = 0
         self.last_error: BaseException | None = None
+        if self.spill_path.exists():  # left by an earlier attempt of this run: delivered first, in order
+            with open(self.spill_path, "rb") as lines:
+                lines.readline()
+                self._spill_read_at = lines.tell()
+                self._spilled = sum(1 for line in lines if b'"kind": "status"' not in line)
         self._thread = threading.Thread(target=self._run, name=f"tracktrain-{name}-delivery", daemon=True)
         self._thread.start()
 
@@ -85,33 +95,43 @@ class DeliveryQueue:
             if len(self._pending) > self.max_pending:
                 # half of the waiting records at once: one file write (and fsync) per max_pending / 2 records
                 self._spill([self._pending.popleft() for _ in range(len(self._pending) // 2)])
-            self._condition.notify_all()
+            if len(self._pending) == 1 or len(self._pending) >= self.batch_size:
+                self._condition.notify_all()
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything queued so far is delivered, at most `timeout` seconds; whether it was."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._condition:
+            self._hurry = True
             self._condition.notify_all()
-            while self._pending or self._spilled or self._in_flight:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._condition.wait(remaining if remaining is None else min(remaining, 0.5))
-            return True
+            try:
+                while self._pending or self._spilled or self._in_flight:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return False
+                    self._condition.wait(0.5 if remaining is None else min(remaining, 0.5))
+                return True
+            finally:
+                self._hurry = False
 
-    def close(self, timeout: float = 30.0) -> int:
+    def close(self, timeout: float = 30.0, final: Record | None = None) -> int:
         """Deliver what is queued (at most `timeout` seconds), stop the thread, and spill what is left; returns
-        the number of records left undelivered in the spill file (0: all delivered, and the file removed)."""
+        the number of records left undelivered in the spill file (0: all delivered, and the file removed).
+        `final` (the run's end status) is appended to a spill file that remains, for `replay`."""
         self.flush(timeout)
         with self._condition:
             self._closing = True
             self._condition.notify_all()
-        self._thread.join(timeout=max(1.0, self.max_backoff))
+        self._thread.join(timeout=max(1.0, min(timeout, self.max_backoff)))
         with self._condition:
-            if self._pending:
-                self._spill(list(self._pending))
-                self._pending.clear()
+            # a send still running (a hung request) may yet fail: its records are kept too (trackers take a
+            # record sent twice as one)
+            leftover = list(self._in_flight) + list(self._pending)
+            self._pending.clear()
+            self._spill(leftover)
             left = self._spilled
+            if left and final is not None:
+                self._spill([final], count=False)
         if left == 0 and self.spill_path.exists():
             self.spill_path.unlink()
         return left
@@ -123,19 +143,19 @@ class DeliveryQueue:
             with self._condition:
                 while not (self._pending or self._spilled or self._closing):
                     self._condition.wait()
-                if self._closing and self.last_error is not None:
-                    return  # the tracker is down: what is left goes to the spill file
+                if self._closing and (self.last_error is not None or not (self._pending or self._spilled)):
+                    return  # done, or the tracker is down: what is left goes to the spill file
+                if not (self._hurry or self._closing or self._spilled) and len(self._pending) < self.batch_size:
+                    self._condition.wait(self.linger)  # let a batch gather (put wakes us when it is full)
                 batch, from_spill = self._next_batch()
                 if not batch:
-                    if self._closing:
-                        return
                     continue
-                self._in_flight = len(batch)
+                self._in_flight = batch
             try:
                 self._send(batch)
             except Exception as error:  # the tracker's own errors: keep the records, try again later
                 with self._condition:
-                    self._in_flight = 0
+                    self._in_flight = []
                     if not from_spill:
                         self._pending.extendleft(reversed(batch))
                     self.failures += 1
@@ -149,10 +169,10 @@ class DeliveryQueue:
                 backoff = min(backoff * 2, self.max_backoff)
                 continue
             with self._condition:
-                self._in_flight = 0
+                self._in_flight = []
                 self.delivered += len(batch)
                 if from_spill:
-                    self._spill_offset += len(batch)
+                    self._spill_read_at = self._spill_next_at
                     self._spilled -= len(batch)
                 if self.last_error is not None:
                     _logger.warning("%s is taking records again", self.name)
@@ -163,12 +183,12 @@ class DeliveryQueue:
     def _next_batch(self) -> tuple[list[Record], bool]:
         """The oldest records first: those in the spill file, then those in memory."""
         if self._spilled:
-            records = list(read_spill(self.spill_path, skip=self._spill_offset, limit=self.batch_size)[1])
+            records, self._spill_next_at = _read_records(self.spill_path, self._spill_read_at, self.batch_size)
             return records, True
         count = min(self.batch_size, len(self._pending))
         return [self._pending.popleft() for _ in range(count)], False
 
-    def _spill(self, records: Iterable[Record]) -> None:
+    def _spill(self, records: Iterable[Record], count: bool = True) -> None:
         """Append `records` to the spill file (called with the lock held)."""
         records = list(records)
         if not records:
@@ -180,10 +200,29 @@ class DeliveryQueue:
         with open(self.spill_path, "a", encoding="utf-8") as out:
             if new_file:
                 out.write(json.dumps({"header": self._header}, default=str) + "\n")
+                self._spill_read_at = out.tell()
             out.writelines(lines)
             out.flush()
             os.fsync(out.fileno())
-        self._spilled += len(records)
+        if count:
+            self._spilled += len(records)
+
+
+def _read_records(path: Path, position: int, limit: int) -> tuple[list[Record], int]:
+    """Up to `limit` records of a spill file from byte `position`, and the position after them (reading costs the
+    batch, not the file)."""
+    records: list[Record] = []
+    with open(path, "rb") as lines:
+        lines.seek(position)
+        while len(records) < limit:
+            line = lines.readline()
+            if not line:
+                break
+            record = Record(**json.loads(line))
+            position = lines.tell()
+            if record.kind != "status":  # a run's end status is for replay, not for sending
+                records.append(record)
+    return records, position
 
 
 def read_spill(path: str | os.PathLike, skip: int = 0, limit: int | None = None) -> tuple[dict[str, Any], list[Record]]:

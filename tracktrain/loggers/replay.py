@@ -2,8 +2,8 @@
 
     python -m tracktrain.loggers.replay runs/exp1/mlflow-<run id>.undelivered.jsonl
 
-The file's header names the logger class and the run; the records go to that run with the tracker's batch API.
-The file is removed once everything is delivered.
+The file's header names the logger class and the run; the records go to that run with the tracker's batch API,
+then the run is ended with the status the training ended with. The file is removed once everything is delivered.
 """
 
 from __future__ import annotations
@@ -24,8 +24,12 @@ def replay(path: str | os.PathLike, batch_size: int = 500) -> int:
     module_name, _, class_name = header["logger"].rpartition(".")
     logger_class = getattr(importlib.import_module(module_name), class_name)
     logger = logger_class.for_replay(header)
+    statuses = [record.payload["status"] for record in records if record.kind == "status"]
+    records = [record for record in records if record.kind != "status"]
     for start in range(0, len(records), batch_size):
         logger._send(records[start:start + batch_size])
+    if statuses:
+        logger._close(statuses[-1])  # the run ends as the training did, now that the tracker has it all
     os.remove(path)
     return len(records)
 

@@ -1,0 +1,461 @@
+"""MLflowLogger against real MLflow: embedded sqlite stores and a real `mlflow server` (conftest.py) that the fault
+tests stop and start again. Runs are read back through MlflowClient and through the server's REST API."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import tracktrain
+from tracktrain import Trainer
+from tracktrain.callbacks.model_checkpoint import ModelCheckpoint
+from tracktrain.loggers.delivery import read_spill
+
+from ..trainer._tasks import Classifier, make_loader, quiet
+from .conftest import free_port
+
+tracking = pytest.importorskip("mlflow.tracking")
+from tracktrain_integrations.mlflow import MLflowLogger, _batches  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # MLflow's own default artifact root is ./mlruns: never the repository's
+
+
+@pytest.fixture(scope="module")
+def sqlite_uri(tmp_path_factory) -> str:
+    """One embedded store for the module (creating a database takes MLflow ~2 s); tests use their own experiments."""
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow-sqlite') / 'mlflow.db'}"
+
+
+@pytest.fixture
+def experiment(request) -> str:
+    return f"{request.node.name}-{time.time_ns()}"
+
+
+def started(root, **kwargs) -> MLflowLogger:
+    logger = MLflowLogger(**kwargs)
+    logger.start(str(root))
+    return logger
+
+
+def steps_and_values(client, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted((metric.step, metric.value) for metric in client.get_metric_history(run_id, key))
+
+
+def rest(server, endpoint: str, **query) -> dict:
+    """GET the tracking server's REST API, as any HTTP client would."""
+    url = f"{server.url}/api/2.0/mlflow/{endpoint}?{urllib.parse.urlencode(query)}"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return json.load(response)
+
+
+def rest_history(server, run_id: str, key: str) -> list[tuple[int, float]]:
+    metrics = rest(server, "metrics/get-history", run_id=run_id, metric_key=key)["metrics"]
+    return sorted((metric["step"], metric["value"]) for metric in metrics)
+
+
+def rest_run(server, run_id: str) -> dict:
+    """The run as REST returns it, with params and tags as dicts."""
+    run = rest(server, "runs/get", run_id=run_id)["run"]
+    data = run["data"]
+    return {"info": run["info"], "params": {p["key"]: p["value"] for p in data.get("params", [])},
+            "tags": {t["key"]: t["value"] for t in data.get("tags", [])},
+            "metrics": {m["key"]: m["value"] for m in data.get("metrics", [])}}
+
+
+def runs_of(client, experiment_name: str) -> list:
+    return client.search_runs([client.get_experiment_by_name(experiment_name).experiment_id])
+
+
+# ------------------------------------------------------------------------------------------ the embedded store
+def test_the_default_is_an_embedded_sqlite_file_in_the_root_dir_holding_the_whole_run(tmp_path):
+    root = tmp_path / "root"
+    logger = started(root, run_name="first", tags={"team": "vision"})
+    assert logger.tracking_uri == f"sqlite:///{root}/mlflow.db" and (root / "mlflow.db").exists()
+    logger.log_hyperparams({"optimizer": {"lr": 0.1, "name": "sgd"}, "layers": [4, 2]})
+    for step in range(1, 31):
+        logger.log_metrics({"loss": 1.0 / step, "acc": step / 30}, step)
+    logger.set_tags({"stage": "pretrain"})
+    config = tmp_path / "config.yaml"
+    config.write_text("lr: 0.1\n")
+    logger.log_artifact(str(config), "configs")
+    logger.finalize("FINISHED")
+
+    assert logger.undelivered == 0 and not Path(logger.spill_path).exists()
+    client = tracking.MlflowClient(logger.tracking_uri)
+    run = client.get_run(logger.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params == {"optimizer/lr": "0.1", "optimizer/name": "sgd", "layers": "[4, 2]"}
+    assert steps_and_values(client, logger.run_id, "loss") == [(step, 1.0 / step) for step in range(1, 31)]
+    assert steps_and_values(client, logger.run_id, "acc") == [(step, step / 30) for step in range(1, 31)]
+    assert {key: run.data.tags[key] for key in ("team", "stage", "tracktrain.version", "mlflow.runName")} == {
+        "team": "vision", "stage": "pretrain", "tracktrain.version": tracktrain.__version__, "mlflow.runName": "first"}
+    assert [artifact.path for artifact in client.list_artifacts(logger.run_id, "configs")] == ["configs/config.yaml"]
+    # the artifacts sit next to the database, not in the working directory
+    (uploaded,) = (root / "mlartifacts").rglob("config.yaml")
+    assert uploaded.read_text() == "lr: 0.1\n" and not (tmp_path / "mlruns").exists()
+
+
+def test_a_second_logger_given_the_run_id_continues_the_same_run(sqlite_uri, experiment, tmp_path):
+    first = started(tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment)
+    for step in range(10):
+        first.log_metrics({"loss": float(step)}, step)
+    first.finalize("KILLED")
+    client = tracking.MlflowClient(sqlite_uri)
+    assert client.get_run(first.run_id).info.status == "KILLED"
+
+    second = started(tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment, run_id=first.run_id)
+    assert second.run_id == first.run_id
+    assert client.get_run(first.run_id).info.status == "RUNNING"  # running again from start()
+    for step in range(10, 20):
+        second.log_metrics({"loss": float(step)}, step)
+    second.finalize("FINISHED")
+
+    assert [run.info.run_id for run in runs_of(client, experiment)] == [first.run_id]
+    assert steps_and_values(client, first.run_id, "loss") == [(step, float(step)) for step in range(20)]
+    assert client.get_run(first.run_id).info.status == "FINISHED"
+
+
+def test_values_mlflow_refuses_for_good_are_dropped_one_by_one_and_reported(sqlite_uri, experiment, tmp_path):
+    first = started(tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment)
+    first.log_hyperparams({"lr": 0.1, "epochs": 1})
+    first.finalize("FINISHED")
+
+    second = started(tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment, run_id=first.run_id)
+    second.log_hyperparams({"lr": 0.2, "epochs": 1, "batch_size": 8})  # MLflow params cannot change: lr is refused
+    second.log_metrics({"loss": 0.5}, 3)
+    with pytest.warns(UserWarning, match=r"MLflow refused 1 value\(s\) of run .*param lr='0.2' \(.*Changing param"):
+        second.finalize("FINISHED")
+
+    assert second.rejected == 1 and second.undelivered == 0
+    client = tracking.MlflowClient(sqlite_uri)
+    run = client.get_run(first.run_id)
+    assert run.data.params == {"lr": "0.1", "epochs": "1", "batch_size": "8"}  # the rest of its batch got through
+    assert steps_and_values(client, first.run_id, "loss") == [(3, 0.5)]
+
+
+def test_names_mlflow_rejects_are_renamed_the_same_way_each_time_with_one_warning(sqlite_uri, experiment, tmp_path):
+    logger = started(tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment)
+    long_name = "x" * 300
+    metrics = {"val/acc@1": 0.5, "loss|train": 1.0, "a//b/": 2.0, "../up": 3.0, long_name: 4.0, "fine/name:1": 5.0}
+    with warnings.catch_warnings(record=True) as first_call:
+        warnings.simplefilter("always")
+        logger.log_metrics(metrics, 1)
+    with warnings.catch_warnings(record=True) as second_call:
+        warnings.simplefilter("always")
+        logger.log_metrics(metrics, 2)
+    logger.finalize("FINISHED")
+
+    messages = [str(warning.message) for warning in first_call]
+    assert len(messages) == 5 and second_call == []
+    assert "metric name 'val/acc@1'" in messages[0] and "logged as 'val/acc_1'" in messages[0]
+    assert all(warning.filename == __file__ for warning in first_call)  # points at the caller
+    client = tracking.MlflowClient(sqlite_uri)
+    logged = client.get_run(logger.run_id).data.metrics
+    (long_key,) = [key for key in logged if key.startswith("xxx")]
+    assert len(long_key) == 250 and long_key[-9] == "-"  # cut, with a hash of the full name
+    assert set(logged) == {"val/acc_1", "loss_train", "a/b", "__/up", long_key, "fine/name:1"}
+    assert steps_and_values(client, logger.run_id, "__/up") == [(1, 3.0), (2, 3.0)]
+
+
+def test_numbers_of_any_type_are_logged_and_anything_else_fails_at_log_time(sqlite_uri, experiment, tmp_path):
+    logger = started(tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment)
+    for value in ([1.0, 2.0], "0.5", torch.ones(2), None):
+        with pytest.raises(TypeError, match=r"metric 'loss' must be a number, got .*loss/0, loss/1"):
+            logger.log_metrics({"acc": 1.0, "loss": value}, 1)
+    logger.log_metrics({"int": 3, "numpy": np.float32(0.25), "tensor": torch.tensor(0.5), "nan": math.nan,
+                        "inf": math.inf, "minus_inf": -math.inf}, 2)
+    logger.finalize("FINISHED")
+
+    logged = tracking.MlflowClient(sqlite_uri).get_run(logger.run_id).data.metrics
+    assert "acc" not in logged  # a call that raised queued nothing
+    assert {key: logged[key] for key in ("int", "numpy", "tensor")} == {"int": 3.0, "numpy": 0.25, "tensor": 0.5}
+    # as documented: NaN stays NaN, MLflow stores ±inf as the largest double
+    assert math.isnan(logged["nan"])
+    assert logged["inf"] == sys.float_info.max and logged["minus_inf"] == -sys.float_info.max
+
+
+def test_long_values_are_cut_to_mlflows_limits_with_a_warning(sqlite_uri, experiment, tmp_path):
+    logger = started(tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment)
+    with pytest.warns(UserWarning, match=r"hyperparameter 'prompt' is 7000 characters long; MLflow keeps 6000"):
+        logger.log_hyperparams({"prompt": "p" * 7000})
+    with pytest.warns(UserWarning, match=r"tag 'notes' is 9000 characters long; MLflow keeps 8000"):
+        logger.set_tags({"notes": "n" * 9000})
+    logger.finalize("FINISHED")
+    run = tracking.MlflowClient(sqlite_uri).get_run(logger.run_id)
+    assert run.data.params["prompt"] == "p" * 6000 and run.data.tags["notes"] == "n" * 8000
+
+
+def test_batches_stay_within_mlflows_limits():
+    """MLflow's own validators and its REST request encoding are the oracle: ≤100 params, ≤100 tags, ≤1000
+    metrics, ≤1000 values and ≤1 MB of JSON per log_batch call, and nothing lost or reordered."""
+    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.protos.service_pb2 import LogBatch
+    from mlflow.utils.proto_json_utils import message_to_json
+    from mlflow.utils.validation import MAX_BATCH_LOG_REQUEST_SIZE, _validate_batch_log_limits
+
+    params = [Param(f"param/{index}", "v" * 6000) for index in range(250)]
+    tags = [RunTag(f"tag/{index}", "t" * 10) for index in range(150)]
+    metrics = [Metric(f"metric/{index % 7}", float(index), 1_700_000_000_000, index) for index in range(2500)]
+    batches = list(_batches(params, tags, metrics))
+    for batch in batches:
+        _validate_batch_log_limits(batch["metrics"], batch["params"], batch["tags"])
+        request = LogBatch(run_id="0" * 32, metrics=[m.to_proto() for m in batch["metrics"]],
+                           params=[p.to_proto() for p in batch["params"]], tags=[t.to_proto() for t in batch["tags"]])
+        assert len(json.dumps(json.loads(message_to_json(request)))) <= MAX_BATCH_LOG_REQUEST_SIZE
+    for kind, sent in (("params", params), ("tags", tags), ("metrics", metrics)):
+        assert [entity for batch in batches for entity in batch[kind]] == sent
+    assert len(batches) <= 8  # 1.5 MB of params in two 1 MB requests at least, 2800 values in three
+
+
+def test_an_unreachable_server_at_start_fails_fast_naming_it_and_the_fixes(tmp_path):
+    uri = f"http://127.0.0.1:{free_port()}"
+    began = time.monotonic()
+    with pytest.raises(ConnectionError, match=rf"cannot reach the MLflow tracking server at {uri} .*mlflow server "
+                                              r".*on_unreachable='queue'"):
+        started(tmp_path, tracking_uri=uri, request_timeout=1.0)
+    assert time.monotonic() - began < 5  # not the four minutes MLflow's client spends retrying a refused port
+
+
+def test_resuming_a_run_that_does_not_exist_fails_at_start(sqlite_uri, tmp_path):
+    logger = MLflowLogger(tracking_uri=sqlite_uri)
+    logger.resume("0" * 32)
+    with pytest.raises(RuntimeError, match=rf"MLflow at {sqlite_uri} refused to open the run .*{'0' * 32}"):
+        logger.start(str(tmp_path))
+
+
+def test_a_deleted_experiment_fails_at_start_with_the_command_that_restores_it(sqlite_uri, experiment, tmp_path):
+    client = tracking.MlflowClient(sqlite_uri)
+    client.delete_experiment(client.create_experiment(experiment))
+    with pytest.raises(ValueError, match=r"is deleted\. Restore it with `mlflow experiments restore --experiment-id"):
+        started(tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment)
+
+
+def test_an_artifact_deleted_before_its_upload_is_reported(sqlite_uri, experiment, tmp_path):
+    logger = started(tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment)
+    logger.log_artifact(str(tmp_path / "gone.ckpt"), "checkpoints")
+    with pytest.warns(UserWarning, match=r"artifact .*gone\.ckpt \(the file no longer exists\)"):
+        logger.finalize("FINISHED")
+    assert logger.rejected == 1 and logger.undelivered == 0
+
+
+def test_bad_on_unreachable_is_refused_at_construction():
+    with pytest.raises(ValueError, match=r"on_unreachable=\.\.\.\) must be \"raise\" or \"queue\", got 'wait'"):
+        MLflowLogger(on_unreachable="wait")
+
+
+def test_without_mlflow_the_module_imports_and_the_logger_names_the_extra():
+    code = ("import sys; sys.modules['mlflow'] = None\n"
+            "import tracktrain_integrations.mlflow as module\n"
+            "try:\n    module.MLflowLogger()\nexcept ImportError as error:\n    print(error)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "MLflowLogger needs MLflow" in result.stdout and "pip install 'tracktrain[mlflow]'" in result.stdout
+
+
+def test_a_run_that_cannot_reach_its_server_keeps_everything_in_the_spill_file(tmp_path):
+    """on_unreachable="queue": training goes on, every call returns at once, and the end of the run waits
+    close_timeout at most, leaving a spill file that names the server but not its credentials."""
+    port = free_port()
+    with pytest.warns(UserWarning, match=rf"server at http://127.0.0.1:{port} does not answer") as caught:
+        logger = started(tmp_path, tracking_uri=f"http://alice:secret@127.0.0.1:{port}", on_unreachable="queue",
+                         request_timeout=0.5, close_timeout=1.0, experiment_name="offline", run_name="r1")
+    assert caught[0].filename == __file__ and logger.run_id is None
+    logger.log_hyperparams({"lr": 0.1})
+    slowest = 0.0
+    for step in range(50):
+        began = time.perf_counter()
+        logger.log_metrics({"loss": 1.0 / (step + 1)}, step)
+        slowest = max(slowest, time.perf_counter() - began)
+    assert slowest < 0.05
+    began = time.monotonic()
+    assert logger.flush(0.2) is False and time.monotonic() - began < 1.0
+    began = time.monotonic()
+    with pytest.warns(UserWarning, match=r"51 records for mlflow .* python -m tracktrain.loggers.replay"):
+        logger.finalize("FINISHED")
+    assert time.monotonic() - began < logger.close_timeout + 1.5
+
+    header, records = read_spill(logger.spill_path)
+    assert "secret" not in Path(logger.spill_path).read_text() and "alice" not in json.dumps(header)
+    assert header["tracking_uri"] == f"http://127.0.0.1:{port}" and header["run_id"] is None
+    assert header["experiment_name"] == "offline" and header["run_name"] == "r1"
+    # and the run's end status last, for the replay to end the run with
+    assert [record.kind for record in records] == ["params"] + ["metrics"] * 50 + ["status"]
+    assert [record.step for record in records[1:-1]] == list(range(50))
+
+
+# ------------------------------------------------------------------------------------------------ a real server
+def test_a_trainer_run_read_back_through_the_client_and_the_rest_api(mlflow_server, experiment, tmp_path):
+    logger = MLflowLogger(tracking_uri=mlflow_server.url, experiment_name=experiment, run_name="e2e",
+                          tags={"team": "vision"}, log_checkpoints=True)
+    checkpoints = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=None)
+    trainer = Trainer(**quiet(tmp_path, max_epochs=2, log_every_n_steps=4, loggers=[logger], callbacks=[checkpoints]))
+    trainer.fit(Classifier(), make_loader(), make_loader())
+    assert logger.undelivered == 0 and logger.rejected == 0
+
+    run = rest_run(mlflow_server, logger.run_id)
+    assert run["info"]["status"] == "FINISHED" and run["info"]["run_name"] == "e2e"
+    assert run["params"]["trainer/max_epochs"] == "2" and run["params"]["module/class"] == "Classifier"
+    assert run["tags"]["team"] == "vision" and run["tags"]["tracktrain.version"] == tracktrain.__version__
+    train_loss = rest_history(mlflow_server, logger.run_id, "train_loss")
+    val_loss = rest_history(mlflow_server, logger.run_id, "val_loss")
+    assert [step for step, _ in train_loss] == [4, 8, 12, 16]  # 8 optimizer steps per epoch, published every 4
+    assert [step for step, _ in val_loss] == [8, 16]
+    assert val_loss[-1][1] == pytest.approx(trainer.logged_metrics["val_loss"])
+    assert run["metrics"]["train_loss"] == pytest.approx(trainer.logged_metrics["train_loss"])
+
+    client = tracking.MlflowClient(mlflow_server.url)
+    assert steps_and_values(client, logger.run_id, "train_loss") == train_loss
+    assert client.get_run(logger.run_id).data.params == run["params"]
+    listed = rest(mlflow_server, "artifacts/list", run_id=logger.run_id, path="checkpoints")["files"]
+    assert sorted(file["path"] for file in listed) == ["checkpoints/checkpoint_16.pt", "checkpoints/checkpoint_8.pt"]
+    query = urllib.parse.urlencode({"path": "checkpoints/checkpoint_16.pt", "run_uuid": logger.run_id})
+    with urllib.request.urlopen(f"{mlflow_server.url}/get-artifact?{query}", timeout=30) as response:
+        assert response.read() == (tmp_path / "ckpt" / "checkpoint_16.pt").read_bytes()
+    assert len(list(mlflow_server.artifacts.rglob("checkpoint_*.pt"))) >= 2  # in the server's artifact store
+
+
+def test_a_fit_resumed_from_a_checkpoint_continues_the_same_run_and_step_axis(mlflow_server, experiment, tmp_path):
+    first = MLflowLogger(tracking_uri=mlflow_server.url, experiment_name=experiment)
+    checkpoints = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=None)
+    Trainer(**quiet(tmp_path, max_epochs=1, log_every_n_steps=4, loggers=[first], callbacks=[checkpoints])).fit(
+        Classifier(), make_loader(), make_loader())
+
+    second = MLflowLogger(tracking_uri=mlflow_server.url, experiment_name=experiment)
+    trainer = Trainer(**quiet(tmp_path, max_epochs=2, log_every_n_steps=4, loggers=[second]))
+    # a resumed fit logs its settings again: MLflow keeps the first max_epochs and the change is reported
+    with pytest.warns(UserWarning, match=r"param trainer/max_epochs='2'"):
+        trainer.fit(Classifier(), make_loader(), make_loader(), ckpt_path=checkpoints.best_model_path)
+
+    assert second.run_id == first.run_id
+    client = tracking.MlflowClient(mlflow_server.url)
+    assert [run.info.run_id for run in runs_of(client, experiment)] == [first.run_id]
+    assert [step for step, _ in rest_history(mlflow_server, first.run_id, "train_loss")] == [4, 8, 12, 16]
+    assert rest_run(mlflow_server, first.run_id)["info"]["status"] == "FINISHED"
+
+
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
+def test_a_fit_that_raises_ends_its_run_failed_or_killed(sqlite_uri, experiment, tmp_path, error):
+    class Breaks(Classifier):
+        def train_step(self, batch, batch_idx):
+            if self.trainer.global_step == 6:
+                raise error("stop")
+            return super().train_step(batch, batch_idx)
+
+    logger = MLflowLogger(tracking_uri=sqlite_uri, experiment_name=experiment)
+    with pytest.raises(error):
+        Trainer(**quiet(tmp_path, max_epochs=2, log_every_n_steps=4, loggers=[logger])).fit(Breaks(), make_loader())
+    client = tracking.MlflowClient(sqlite_uri)
+    assert client.get_run(logger.run_id).info.status == ("FAILED" if error is RuntimeError else "KILLED")
+    assert [step for step, _ in steps_and_values(client, logger.run_id, "train_loss")] == [4]
+
+
+# ------------------------------------------------------------------------------------------------- fault tests
+@pytest.mark.slow  # ~20 s: two server starts, and MLflow's client waits 4, then 8 s before retrying a request
+def test_a_server_stopped_mid_run_and_started_again_receives_every_metric(start_mlflow_server, tmp_path):
+    server = start_mlflow_server()
+    logger = started(tmp_path, tracking_uri=server.url, experiment_name="faults", request_timeout=2.0,
+                     close_timeout=90.0, max_pending=16)
+    for step in range(20):
+        logger.log_metrics({"loss": float(step), "lr": 0.1}, step)
+    assert logger.flush(30)
+
+    server.stop()
+    slowest = 0.0
+    for step in range(20, 60):
+        began = time.perf_counter()
+        logger.log_metrics({"loss": float(step), "lr": 0.1}, step)
+        slowest = max(slowest, time.perf_counter() - began)
+        time.sleep(0.02)
+    assert slowest < 0.05  # training never waits for the tracker
+    began = time.monotonic()
+    assert logger.flush(0.5) is False and time.monotonic() - began < 1.5
+    assert Path(logger.spill_path).exists()  # more than max_pending waited: the oldest went to disk
+
+    server.start()
+    for step in range(60, 80):
+        logger.log_metrics({"loss": float(step), "lr": 0.1}, step)
+    logger.finalize("FINISHED")
+
+    assert logger.undelivered == 0 and not Path(logger.spill_path).exists()
+    assert rest_history(server, logger.run_id, "loss") == [(step, float(step)) for step in range(80)]
+    assert len(rest_history(server, logger.run_id, "lr")) == 80
+    assert rest_run(server, logger.run_id)["info"]["status"] == "FINISHED"
+
+
+@pytest.mark.slow  # ~12 s: a server start and the replay process
+def test_a_fit_with_the_server_down_throughout_completes_and_the_replay_command_delivers_it(start_mlflow_server,
+                                                                                           tmp_path):
+    port = free_port()
+    logger = MLflowLogger(tracking_uri=f"http://127.0.0.1:{port}", experiment_name="down", on_unreachable="queue",
+                          request_timeout=1.0, close_timeout=2.0, log_checkpoints=True)
+    checkpoints = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=None)
+    trainer = Trainer(**quiet(tmp_path, max_epochs=2, log_every_n_steps=4, loggers=[logger], callbacks=[checkpoints]))
+    began = time.monotonic()
+    with pytest.warns(UserWarning) as caught:
+        trainer.fit(Classifier(), make_loader(), make_loader())
+    messages = "\n".join(str(warning.message) for warning in caught)
+    assert f"server at http://127.0.0.1:{port} does not answer" in messages
+    assert f"could not be delivered; they are kept in {logger.spill_path}" in messages
+    assert time.monotonic() - began < 20  # start waits request_timeout, the end close_timeout: no more
+    header, records = read_spill(logger.spill_path)
+    assert sorted(record.step for record in records if "train_loss" in record.payload) == [4, 8, 12, 16]
+    assert len([record for record in records if record.kind == "artifact"]) == 2
+
+    server = start_mlflow_server(port)
+    result = subprocess.run([sys.executable, "-m", "tracktrain.loggers.replay", logger.spill_path],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    sent = [record for record in records if record.kind != "status"]
+    assert f"{len(sent)} records delivered" in result.stdout and not os.path.exists(logger.spill_path)
+
+    client = tracking.MlflowClient(server.url)
+    (run,) = runs_of(client, "down")  # created once, by the replay
+    assert [step for step, _ in rest_history(server, run.info.run_id, "train_loss")] == [4, 8, 12, 16]
+    assert rest_history(server, run.info.run_id, "val_loss")[-1][1] == pytest.approx(
+        trainer.logged_metrics["val_loss"])
+    assert rest_run(server, run.info.run_id)["params"]["trainer/max_epochs"] == "2"
+    assert rest_run(server, run.info.run_id)["info"]["status"] == "FINISHED"  # ended by the replay, as fit ended
+    listed = rest(server, "artifacts/list", run_id=run.info.run_id, path="checkpoints")["files"]
+    assert len(listed) == 2
+
+
+@pytest.mark.slow  # ~10 s: a server start
+def test_a_run_started_while_its_server_is_down_is_created_once_when_it_answers(start_mlflow_server, tmp_path,
+                                                                               monkeypatch):
+    """on_unreachable="queue" with MLflow's own retries off (the documented knob): the background thread creates
+    the run as soon as the server answers, and delivery goes on at once."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    port = free_port()
+    with pytest.warns(UserWarning, match="does not answer"):
+        logger = started(tmp_path, tracking_uri=f"http://127.0.0.1:{port}", experiment_name="late",
+                         on_unreachable="queue", close_timeout=60.0)
+    for step in range(20):
+        logger.log_metrics({"loss": float(step)}, step)
+    assert logger.run_id is None
+
+    server = start_mlflow_server(port)
+    for step in range(20, 40):
+        logger.log_metrics({"loss": float(step)}, step)
+    began = time.monotonic()
+    assert logger.flush(30) and time.monotonic() - began < 5  # flush wakes the waiting thread: no backoff to sit out
+    logger.finalize("FINISHED")
+
+    client = tracking.MlflowClient(server.url)
+    (run,) = runs_of(client, "late")
+    assert run.info.run_id == logger.run_id and run.info.status == "FINISHED"
+    assert rest_history(server, logger.run_id, "loss") == [(step, float(step)) for step in range(40)]
