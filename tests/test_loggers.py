@@ -32,7 +32,12 @@ def test_csv_logger_is_the_default_and_holds_every_published_value(tmp_path):
     rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
     assert [int(r["step"]) for r in rows if r["name"] == "train_loss"] == [4, 8, 12, 16]
     assert [int(r["step"]) for r in rows if r["name"] == "val_loss"] == [8, 16]
-    assert float(rows[-1]["value"]) == pytest.approx(trainer.logged_metrics[rows[-1]["name"]])
+    last_val = [r for r in rows if r["name"] == "val_loss"][-1]
+    assert float(last_val["value"]) == pytest.approx(trainer.logged_metrics["val_loss"])
+    # every tracker gets the same axes: the step, and the epoch and samples behind it
+    samples = {int(r["step"]): float(r["value"]) for r in rows if r["name"] == "samples_seen"}
+    epochs = {int(r["step"]): float(r["value"]) for r in rows if r["name"] == "epoch"}
+    assert samples == {4: 32.0, 8: 64.0, 12: 96.0, 16: 128.0} and epochs[4] == 0.0 and epochs[12] == 1.0
     assert json.loads((run_dir / "hparams.json").read_text())["trainer/max_epochs"] == 2
     assert (run_dir / "status.txt").read_text().strip() == "FINISHED"
 

@@ -78,6 +78,7 @@ class RecordingLogger(Logger):
 
     def __init__(self) -> None:
         self.calls: list[tuple[int, dict[str, float]]] = []
+        self.axes: list[tuple[int, dict[str, float]]] = []
         self.status: str | None = None
 
     @property
@@ -94,7 +95,10 @@ class RecordingLogger(Logger):
         self.status = status
 
     def log_metrics(self, values: dict[str, float], step: int) -> None:
-        self.calls.append((step, dict(values)))
+        # the axes the Trainer adds to every publish are kept apart: the callbacks' own values are compared exactly
+        axes = {name: values[name] for name in ("epoch", "samples_seen") if name in values}
+        self.axes.append((step, axes))
+        self.calls.append((step, {name: value for name, value in values.items() if name not in axes}))
 
     def values_of(self, name: str) -> list[float]:
         return [values[name] for _, values in self.calls if name in values]

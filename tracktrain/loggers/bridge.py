@@ -75,6 +75,11 @@ class LoggerBridge(Callback):
                 logger.flush()
 
     def on_fit_end(self, trainer: Trainer, module: LoopModule) -> None:
+        if self.active:
+            for logger in self.loggers:
+                log_final_model = getattr(logger, "log_final_model", None)
+                if callable(log_final_model):  # trackers that keep the trained model (MLflow's log_model)
+                    log_final_model(module)
         self._end("FINISHED")
 
     def on_exception(self, trainer: Trainer, module: LoopModule, exception: BaseException) -> None:

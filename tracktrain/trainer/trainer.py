@@ -368,6 +368,7 @@ class Trainer:
     def _start_new_run(self) -> None:
         """A fit without a checkpoint starts over, even after an interrupted or crashed fit of this Trainer."""
         self.state.global_step = 0
+        self.state.samples_seen = 0
         self.train_engine.state.max_epochs = None
         self.train_engine.state.max_iters = None
 
@@ -385,6 +386,7 @@ class Trainer:
     def _train_iteration(self, engine: Engine, batch: Any) -> Any:
         batch = self._to_device(batch)
         self.metric_log.batch = batch
+        self.state.samples_seen += batch_size_of(batch)  # from shapes: no device sync
         batch_idx = batch_index(engine)
         accumulate = self.accumulate_grad_batches
         if accumulate == 1:
@@ -517,6 +519,8 @@ class Trainer:
             return
         floats = to_floats(dict(values))
         self.logged_metrics.update(floats)
+        if self.fitting:  # the same axes for every tracker: the step, and the epoch and samples behind it
+            floats = {**floats, "epoch": float(self.current_epoch), "samples_seen": float(self.state.samples_seen)}
         self._logger_bridge.log_metrics(floats, self.state.global_step)
 
     def _checkpoint_saved(self, path: str) -> None:

@@ -23,11 +23,13 @@ class TrainerState:
     def __init__(self, trainer: Trainer) -> None:
         self._trainer = trainer
         self.global_step = 0
+        self.samples_seen = 0  # training samples this process has read (a tracker axis next to the step)
 
     def state_dict(self) -> dict[str, Any]:
         trainer = self._trainer
         checkpoint: dict[str, Any] = {
             "global_step": self.global_step,
+            "samples_seen": self.samples_seen,
             "callbacks": {callback.state_key: callback.state_dict() for callback in trainer.callbacks},
         }
         self._fire(TrainerEvents.CHECKPOINT_SAVING, checkpoint)
@@ -40,6 +42,7 @@ class TrainerState:
                 f"{type(state_dict).__name__} {list(state_dict) if isinstance(state_dict, Mapping) else ''}."
             )
         self.global_step = int(state_dict["global_step"])
+        self.samples_seen = int(state_dict.get("samples_seen", 0))
         states = state_dict.get("callbacks", {})
         for callback in self._trainer.callbacks:
             if callback.state_key in states:
