@@ -6,6 +6,7 @@ Needs MLflow: `pip install 'tracktrain[mlflow]'`.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib
 import itertools
@@ -13,6 +14,7 @@ import logging
 import numbers
 import os
 import re
+import tempfile
 import threading
 import time
 import uuid
@@ -56,6 +58,12 @@ class MLflowLogger(QueuedLogger):
         run_id: continue this run instead of creating one (the Trainer does it with `resume` from a checkpoint).
         tags: the new run's tags (set again on a resumed run); a `tracktrain.version` tag is added.
         log_checkpoints: whether the Trainer uploads each checkpoint it saves as an artifact under `checkpoints/`.
+        log_model: whether the trained module is kept in the run, in MLflow's pytorch flavour, under `model/` (the
+            Trainer calls `log_final_model` when fit ends well); load it with
+            `mlflow.pytorch.load_model("runs:/<run_id>/model")` where the module's class can be imported (it is
+            pickled, as `torch.save(module)` does: load only models you trust).
+        registered_model_name: with log_model, also register that model as a new version of this registered model
+            (created when it does not exist).
         on_unreachable: what `start` does when the tracker does not answer: "raise" (default) a ConnectionError
             naming the URI; or "queue": warn, train anyway and keep the records (in memory, then in the spill
             file); the run is created by the background thread as soon as the server answers, or by
@@ -84,6 +92,8 @@ class MLflowLogger(QueuedLogger):
         run_id: str | None = None,
         tags: Mapping[str, Any] | None = None,
         log_checkpoints: bool = False,
+        log_model: bool = False,
+        registered_model_name: str | None = None,
         on_unreachable: str = "raise",
         request_timeout: float = 10.0,
         flush_timeout: float = 0.0,
@@ -93,12 +103,17 @@ class MLflowLogger(QueuedLogger):
         _import_mlflow()
         if on_unreachable not in ("raise", "queue"):
             raise ValueError(f'MLflowLogger(on_unreachable=...) must be "raise" or "queue", got {on_unreachable!r}.')
+        if registered_model_name is not None and not log_model:
+            raise ValueError(f"MLflowLogger(registered_model_name={registered_model_name!r}) registers the logged "
+                             "model: pass log_model=True too.")
         super().__init__(flush_timeout=flush_timeout, close_timeout=close_timeout, max_pending=max_pending)
         self.tracking_uri = tracking_uri
         self.experiment_name = experiment_name
         self.run_name = run_name
         self.tags = {str(key): str(value) for key, value in (tags or {}).items()}
         self.log_checkpoints = log_checkpoints
+        self.log_model = log_model
+        self.registered_model_name = registered_model_name
         self.on_unreachable = on_unreachable
         self.request_timeout = request_timeout
         self._refusals: dict[tuple[str, str], str] = {}  # values MLflow refused for good, and why
@@ -160,6 +175,35 @@ class MLflowLogger(QueuedLogger):
             first = "; ".join(list(self._refusals.values())[:5])
             warnings.warn(f"MLflow refused {self.rejected} value(s) of run {self._mlflow_run_id}, dropped since "
                           f"sending them again cannot succeed: {first}", stacklevel=2)
+
+    def log_final_model(self, module: Any) -> None:
+        """With `log_model`, keep the trained `module` in the run under `model/` (MLflow's pytorch flavour) and
+        register it as `registered_model_name`. Called once, at the end of training and before `finalize`; it waits
+        for the upload (an upload is not time-limited; every other request is, by `request_timeout`) and warns
+        instead of raising when something fails: the training itself succeeded."""
+        if not self.log_model:
+            return
+        run_id = self._mlflow_run_id
+        if run_id is None or self._client is None:
+            warnings.warn("MLflowLogger(log_model=True): the trained model is not logged, since the MLflow run "
+                          f"does not exist yet (tracking server {self._uri} unreachable since the start). Save it "
+                          "with torch.save, then log it with mlflow.pytorch.log_model once the server is back.",
+                          stacklevel=2)
+            return
+        try:
+            # the records logged so far go first; then the delivery thread is idle and its requests leave ours alone
+            if not self.flush(self.request_timeout):
+                raise TimeoutError(f"the records logged before it were not delivered within {self.request_timeout} s")
+            with tempfile.TemporaryDirectory(prefix="tracktrain-mlflow-model-") as directory:
+                path = os.path.join(directory, "model")
+                _save_pytorch_model(module, path)
+                self._upload(run_id, path, "model")
+            if self.registered_model_name is not None:
+                self._register(run_id)
+        except Exception as error:
+            warnings.warn(f"MLflowLogger could not log the trained {type(module).__name__} to MLflow run {run_id} at "
+                          f"{self._uri} ({type(error).__name__}: {error}); the training result is unaffected. Log "
+                          "it yourself with mlflow.pytorch.log_model, or log_model=False to skip it.", stacklevel=2)
 
     def _name(self, name: str, kind: str) -> str:
         """`name` as MLflow accepts it, warning the first time a name has to change."""
@@ -313,6 +357,19 @@ class MLflowLogger(QueuedLogger):
                         what = f"{kind[:-1]} {value.key}={value.value!r} ({refusal.message})"
                         self._refuse((kind, repr(value)), what)
 
+    def _register(self, run_id: str) -> None:
+        """A new version of `registered_model_name` (created if missing) made from the run's `model/`."""
+        from mlflow.exceptions import MlflowException
+
+        name = self.registered_model_name
+        try:
+            self._call(self._client.create_registered_model, name)
+        except MlflowException as error:  # it exists already: the usual case after the first run
+            if error.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+        self._call(self._client.create_model_version, name, source=f"runs:/{run_id}/model", run_id=run_id,
+                   await_creation_for=0)  # a local or tracking-server registry makes it READY at once
+
     def _upload(self, run_id: str, local_path: str, artifact_path: str | None) -> None:
         if not os.path.exists(local_path):  # e.g. a checkpoint deleted by retention before it was uploaded
             self._refuse(("artifact", local_path), f"artifact {local_path} (the file no longer exists)")
@@ -386,6 +443,27 @@ class _Call:
             self.done.set()
         if self.error is None and self.on_late_success is not None:
             self.on_late_success()
+
+
+def _save_pytorch_model(module: Any, path: str) -> None:
+    """`module` saved by `mlflow.pytorch.save_model` from a copy on the CPU (loadable without an accelerator) that
+    leaves out its Trainer: a LoopModule refers to the Trainer, whose engines, loaders and loggers are not the
+    model. The parameters are copied straight to the CPU, never twice on the accelerator."""
+    import mlflow.pytorch
+    import torch
+
+    memo: dict[int, Any] = {}
+    trainer = module.__dict__.get("_trainer")
+    if trainer is not None:
+        memo[id(trainer)] = None
+    for parameter in module.parameters():
+        memo[id(parameter)] = torch.nn.Parameter(parameter.detach().cpu(), requires_grad=parameter.requires_grad)
+    for buffer in module.buffers():
+        memo[id(buffer)] = buffer.detach().cpu()
+    # pickled: MLflow's default format outside Databricks, "pt2", needs an example input this logger does not have.
+    # The flavour's own requirements: inferring them loads the model again in a subprocess (seconds, at every fit end)
+    mlflow.pytorch.save_model(copy.deepcopy(module, memo), path, serialization_format="pickle",
+                              pip_requirements=mlflow.pytorch.get_default_pip_requirements())
 
 
 def _refused(error: BaseException, status: int | None = None) -> bool:

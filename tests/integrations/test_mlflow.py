@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -459,3 +460,85 @@ def test_a_run_started_while_its_server_is_down_is_created_once_when_it_answers(
     (run,) = runs_of(client, "late")
     assert run.info.run_id == logger.run_id and run.info.status == "FINISHED"
     assert rest_history(server, logger.run_id, "loss") == [(step, float(step)) for step in range(40)]
+
+
+# ----------------------------------------------------------------------------------------------- the final model
+@pytest.fixture
+def mlflow_tracking_uri():
+    """Sets MLflow's global tracking URI for `mlflow.pytorch.load_model` and restores it (the logger never sets it)."""
+    import mlflow
+
+    previous = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
+
+    def use(uri: str) -> None:
+        mlflow.set_tracking_uri(uri)
+
+    yield use
+    mlflow.set_tracking_uri(previous)
+
+
+def test_the_trained_module_is_logged_loadable_and_registered_as_a_new_version(sqlite_uri, experiment, tmp_path,
+                                                                               mlflow_tracking_uri):
+    import mlflow.pytorch
+
+    module = Classifier()
+    Trainer(**quiet(tmp_path, max_epochs=2)).fit(module, make_loader())  # the module now refers to its Trainer
+    name = f"classifier-{experiment}"
+    runs = []
+    for _ in range(2):  # the second run adds version 2 to the registered model the first one created
+        logger = started(tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment, log_model=True,
+                         registered_model_name=name)
+        logger.log_metrics({"loss": 0.5}, 1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)  # it succeeds without a warning of its own
+            warnings.filterwarnings("ignore", module="mlflow")
+            logger.log_final_model(module)
+        logger.finalize("FINISHED")
+        runs.append(logger.run_id)
+
+    client = tracking.MlflowClient(sqlite_uri)
+    assert client.get_run(runs[0]).info.status == "FINISHED"
+    assert steps_and_values(client, runs[0], "loss") == [(1, 0.5)]
+    files = {artifact.path for artifact in client.list_artifacts(runs[0], "model")}
+    assert {"model/MLmodel", "model/data"} <= files
+    mlflow_tracking_uri(sqlite_uri)
+    loaded = mlflow.pytorch.load_model(f"runs:/{runs[0]}/model")
+    assert type(loaded) is Classifier and loaded._trainer is None  # the Trainer stayed out of the saved model
+    x = torch.randn(16, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), module(x), rtol=0, atol=0)
+    # the copy was saved, not the module: it still has its Trainer and its parameters
+    assert module._trainer is not None and all(p.requires_grad for p in module.parameters())
+
+    versions = sorted(client.search_model_versions(f"name = '{name}'"), key=lambda version: int(version.version))
+    assert [(int(version.version), version.run_id) for version in versions] == [(1, runs[0]), (2, runs[1])]
+    assert versions[0].source == f"runs:/{runs[0]}/model"
+    registered = mlflow.pytorch.load_model(f"models:/{name}/1")
+    with torch.no_grad():
+        torch.testing.assert_close(registered(x), module(x), rtol=0, atol=0)
+
+
+def test_without_log_model_nothing_is_saved(sqlite_uri, experiment, tmp_path):
+    logger = started(tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment)
+    logger.log_final_model(Classifier())
+    logger.finalize("FINISHED")
+    assert tracking.MlflowClient(sqlite_uri).list_artifacts(logger.run_id) == []
+
+
+def test_a_model_that_cannot_be_saved_warns_and_the_run_still_ends_finished(sqlite_uri, experiment, tmp_path):
+    module = Classifier()
+    module.lock = threading.Lock()  # neither copied nor pickled
+    logger = started(tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment, log_model=True,
+                     registered_model_name=f"never-{experiment}")
+    with pytest.warns(UserWarning, match=r"could not log the trained Classifier to MLflow run .*log_model=False"):
+        logger.log_final_model(module)
+    logger.finalize("FINISHED")
+    client = tracking.MlflowClient(sqlite_uri)
+    assert client.get_run(logger.run_id).info.status == "FINISHED"
+    assert client.list_artifacts(logger.run_id, "model") == []
+    assert client.search_registered_models(f"name = 'never-{experiment}'") == []
+
+
+def test_registering_needs_log_model():
+    with pytest.raises(ValueError, match="registered_model_name='m'.*log_model=True"):
+        MLflowLogger(registered_model_name="m")
