@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -74,6 +75,12 @@ def _run_as_rank(rank: int, world_size: int, port: int, fn: Callable[..., Any], 
         # (rank 0 writing the last checkpoint) can abort that one. (After an exception, spawn stops the others.)
         dist.barrier()
         dist.destroy_process_group()
+    # Leave without running C++ static destructors: under load, torch's process-group threads can still be
+    # joinable at interpreter exit, which aborts the process ("terminate called without an active exception")
+    # although its work is done. Everything the rank wrote is closed; its output streams are flushed here.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _free_port() -> int:
