@@ -1,9 +1,9 @@
-"""What the benchmark scripts share: the model, the statistics, the number format, the report's heading and goal
-line, the JSON file and the exit status.
+"""What the benchmark scripts share: the model, the clock on a Trainer's train engine, a local `mlflow server`, the
+statistics, the number format, the report's heading and goal line, the JSON file and the exit status.
 
 The scripts run as `python benchmarks/<script>.py`, which puts this folder first on sys.path, so they import this
-module as `_common`. It imports torch and tracktrain only inside the functions that need them: the import-time
-benchmark uses it too.
+module as `_common`; tests/integrations/conftest.py loads it by its path for `MlflowServer`. It imports torch,
+tracktrain and mlflow only inside the functions that need them: the import-time benchmark uses it too.
 """
 
 from __future__ import annotations
@@ -12,14 +12,22 @@ import json
 import logging
 import os
 import platform
+import signal
+import socket
 import statistics
+import subprocess
 import sys
+import time
+import urllib.request
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torch import nn
+
+    from tracktrain.trainer import Trainer
 
 
 def make_mlp(sizes: tuple[int, ...]) -> nn.Sequential:
@@ -41,6 +49,104 @@ def silence_lightning() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", module=r"lightning(\..*)?")
     warnings.filterwarnings("ignore", module=r"lightning_fabric(\..*)?")
+
+
+class EngineClock:
+    """Handlers on a Trainer's train engine that read the clock and the iteration when the second epoch starts,
+    and the clock when the run completes. Attached before `fit`, they run before the Trainer's own handlers of each
+    event, so the Trainer's work at every epoch's start and end (the loggers' epoch-end flushes included) falls
+    inside the timed span, and the fit's end (loggers finalized) outside."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        from tracktrain.engine import Events
+
+        self.start = self.end = 0.0
+        self.start_iteration = 0
+        trainer.train_engine.add_event_handler(Events.EPOCH_STARTED, self._epoch_started)
+        trainer.train_engine.add_event_handler(Events.COMPLETED, self._completed)
+
+    def _epoch_started(self, engine: Any) -> None:
+        if engine.state.epoch == 2:
+            self.start = time.perf_counter()
+            self.start_iteration = engine.state.iteration
+
+    def _completed(self) -> None:
+        self.end = time.perf_counter()
+
+
+# ------------------------------------------------------------------------------------------------ mlflow server
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class MlflowServer:
+    """A local `mlflow server` on 127.0.0.1 (sqlite backend, local artifact store under `root`) in its own process
+    group, stopped by the PID started here; `stop()` and `start()` again keep its port, database and artifacts."""
+
+    def __init__(self, root: str | os.PathLike[str], port: int | None = None) -> None:
+        self.root = Path(root)
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.artifacts = self.root / "artifacts"
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 90.0) -> float:
+        """Start it and wait for /health; returns the seconds that took."""
+        started = time.perf_counter()
+        command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
+                   "--workers", "1", "--backend-store-uri", f"sqlite:///{self.root / 'mlflow.db'}",
+                   "--artifacts-destination", str(self.artifacts)]
+        # the background job runner (a dozen huey processes) is not needed for tracking, triples the start-up and
+        # would share the CPUs
+        child_environment = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        with open(self.root / "server.log", "ab") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=child_environment,
+                                            start_new_session=True)  # its own group: its uvicorn worker stops with it
+        while time.perf_counter() - started < timeout:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"mlflow server exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return time.perf_counter() - started
+            except OSError:
+                time.sleep(0.25)
+        self.stop()
+        raise RuntimeError(f"mlflow server did not answer {self.url}/health within {timeout} s:\n{self.log_tail()}")
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM to the group of the PID started above (the server and its worker), SIGKILL after `timeout`."""
+        if self.process is None:
+            return
+        process, self.process = self.process, None
+        _signal_group(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            _signal_group(process.pid, signal.SIGKILL)
+            process.wait(timeout)
+        deadline = time.monotonic() + timeout  # its worker may outlive it a moment; a restart needs the port
+        while self._listening() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if self._listening():
+            _signal_group(process.pid, signal.SIGKILL)  # the group still has a member: the worker
+
+    def log_tail(self) -> str:
+        return (self.root / "server.log").read_text(encoding="utf-8", errors="replace")[-3000:]
+
+    def _listening(self) -> bool:
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", self.port)) == 0
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    try:
+        os.killpg(pid, signum)
+    except ProcessLookupError:
+        pass  # the group is gone already
 
 
 # ------------------------------------------------------------------------------------------------ statistics

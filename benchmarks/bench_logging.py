@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import contextlib
 import cProfile
 import csv
 import functools
@@ -41,15 +40,12 @@ import os
 import pstats
 import random
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,12 +56,11 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from _common import (
-    STATISTICS, environment, exit_status, format_cell, goal_line, make_mlp, print_heading, quartiles,
+    STATISTICS, EngineClock, MlflowServer, environment, exit_status, format_cell, goal_line, make_mlp, print_heading, quartiles,
     silence_lightning, write_json,
 )
 from _modules import LEARNING_RATE
 from tracktrain import LoopModule
-from tracktrain.engine import Events
 from tracktrain.trainer import Trainer
 
 TRACKTRAIN, LIGHTNING = "tracktrain", "lightning"
@@ -168,26 +163,6 @@ class Workload:
                 f"TensorDataset, {self.batches_per_epoch} batches/epoch")
 
 
-class EngineClock:
-    """Handlers on a Trainer's train engine that read the clock and the iteration when the second epoch starts,
-    and the clock when the run completes. Attached before `fit`, they run before the Trainer's own handlers of each
-    event, so the epoch-end flushes fall inside the timed span and the fit's end (loggers finalized) outside."""
-
-    def __init__(self, trainer: Trainer) -> None:
-        self.start = self.end = 0.0
-        self.start_iteration = 0
-        trainer.train_engine.add_event_handler(Events.EPOCH_STARTED, self._epoch_started)
-        trainer.train_engine.add_event_handler(Events.COMPLETED, self._completed)
-
-    def _epoch_started(self, engine: Any) -> None:
-        if engine.state.epoch == 2:
-            self.start = time.perf_counter()
-            self.start_iteration = engine.state.iteration
-
-    def _completed(self) -> None:
-        self.end = time.perf_counter()
-
-
 @dataclass
 class Delivery:
     """Where a fit's logged values went, to be read back after the timing: `kind` is "csv" (location: the
@@ -232,62 +207,6 @@ class Variant:
 
 
 # ------------------------------------------------------------------------------------------- the trackers
-class MlflowServer:
-    """A local `mlflow server` (sqlite backend, local artifact store) in its own process group, stopped by the PID
-    this script started."""
-
-    def __init__(self, root: str) -> None:
-        self.root = root
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process: subprocess.Popen | None = None
-
-    def start(self, timeout: float = 90.0) -> float:
-        """Start it and wait for /health; returns the seconds that took."""
-        started = time.perf_counter()
-        command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
-                   "--workers", "1", "--backend-store-uri", f"sqlite:///{os.path.join(self.root, 'mlflow.db')}",
-                   "--artifacts-destination", os.path.join(self.root, "artifacts")]
-        # the background job runner (a dozen huey processes) is not needed for tracking and would share the CPUs
-        child_environment = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-        with open(os.path.join(self.root, "server.log"), "ab") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=child_environment,
-                                            start_new_session=True)  # its own group: its uvicorn worker stops with it
-        while time.perf_counter() - started < timeout:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"mlflow server exited with {self.process.returncode}:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
-                    if response.status == 200:
-                        return time.perf_counter() - started
-            except OSError:
-                time.sleep(0.25)
-        self.stop()
-        raise RuntimeError(f"mlflow server did not answer {self.url}/health within {timeout} s:\n{self.log_tail()}")
-
-    def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM to the group of the PID started above (the server and its worker), SIGKILL after `timeout`."""
-        if self.process is None:
-            return
-        process, self.process = self.process, None
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout)
-        with contextlib.suppress(ProcessLookupError):  # a worker that outlived the server
-            os.killpg(process.pid, signal.SIGKILL)
-
-    def log_tail(self) -> str:
-        with open(os.path.join(self.root, "server.log"), encoding="utf-8", errors="replace") as log:
-            return log.read()[-3000:]
-
-
 @dataclass
 class Trackers:
     """Where the trackers live in this run: the sqlite URI every MLflow variant on the embedded file shares, the

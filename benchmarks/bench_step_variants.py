@@ -38,7 +38,6 @@ import math
 import os
 import random
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -55,11 +54,10 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from _common import (
-    STATISTICS, environment, exit_status, format_cell, goal_line, make_mlp, print_heading, quartiles, write_json,
+    STATISTICS, EngineClock, environment, exit_status, free_port, format_cell, goal_line, make_mlp, print_heading, quartiles, write_json,
 )
 from _modules import LEARNING_RATE, Classifier
 from tracktrain.distributed import spawn
-from tracktrain.engine import Events
 from tracktrain.trainer import Trainer
 
 RAW, TRACKTRAIN = "raw", "tracktrain"
@@ -135,26 +133,6 @@ class Fit:
     @property
     def us_per_step(self) -> float:
         return self.seconds / self.timed_steps * 1e6
-
-
-class EngineClock:
-    """Handlers on a Trainer's train engine that read the clock and the iteration when the second epoch starts,
-    and the clock when the run completes. Attached before `fit`, they run before the Trainer's own handlers of
-    each event, so the Trainer's work at every epoch's start and end falls inside the timed span."""
-
-    def __init__(self, trainer: Trainer) -> None:
-        self.start = self.end = 0.0
-        self.start_iteration = 0
-        trainer.train_engine.add_event_handler(Events.EPOCH_STARTED, self._epoch_started)
-        trainer.train_engine.add_event_handler(Events.COMPLETED, self._completed)
-
-    def _epoch_started(self, engine: Any) -> None:
-        if engine.state.epoch == 2:
-            self.start = time.perf_counter()
-            self.start_iteration = engine.state.iteration
-
-    def _completed(self) -> None:
-        self.end = time.perf_counter()
 
 
 def weights(net: nn.Module) -> list[torch.Tensor]:
@@ -401,12 +379,6 @@ def ddp_process(config: DDPConfig) -> None:
                 samples[variant].append(fit.us_per_step)
     torch.save({"samples_us": samples, "weights": first, "problems": problems, "threads": torch.get_num_threads()},
                rank_file(config, rank))
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def measure_ddp(config: DDPConfig, problems: list[str]) -> tuple[dict[str, list[float]], dict[str, Any]]:

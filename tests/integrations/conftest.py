@@ -1,89 +1,31 @@
 """A real MLflow tracking server for the integration tests: `mlflow server` on 127.0.0.1 with a sqlite backend and a
-local artifact store, started in its own process group and stopped by that PID."""
+local artifact store, started in its own process group and stopped by that PID (benchmarks/_common.py's
+`MlflowServer`, which bench_logging.py starts too)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
+import importlib.util
 import sys
-import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+def _load_benchmark_common():
+    """benchmarks/_common.py, loaded by its path: the benchmarks are scripts, not a package, and their `_common` stays
+    off sys.path (it imports no torch, tracktrain or mlflow at module level)."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "_common.py"
+    spec = importlib.util.spec_from_file_location("tracktrain_benchmarks_common", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
-class MlflowServer:
-    """One `mlflow server`; `stop()` and `start()` again keep its port, database and artifacts."""
-
-    def __init__(self, root: Path, port: int | None = None) -> None:
-        self.root = root
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.artifacts = root / "artifacts"
-        self.process: subprocess.Popen | None = None
-
-    def start(self, timeout: float = 90.0) -> None:
-        command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
-                   "--workers", "1", "--backend-store-uri", f"sqlite:///{self.root / 'mlflow.db'}",
-                   "--artifacts-destination", str(self.artifacts)]
-        # the background job runner (a dozen huey processes) is not needed for tracking and triples the start-up
-        environment = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-        with open(self.root / "server.log", "ab") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment,
-                                            start_new_session=True)  # its own group: its uvicorn worker stops with it
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"mlflow server exited with {self.process.returncode}:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.25)
-        self.stop()
-        raise RuntimeError(f"mlflow server did not answer {self.url}/health within {timeout} s:\n{self.log_tail()}")
-
-    def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM to the server's process group (the group of the PID started above), SIGKILL after `timeout`."""
-        if self.process is None:
-            return
-        process, self.process = self.process, None
-        self._signal_group(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self._signal_group(process.pid, signal.SIGKILL)
-            process.wait(timeout)
-        deadline = time.monotonic() + timeout  # its worker may outlive it a moment; a restart needs the port
-        while self._listening() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if self._listening():
-            self._signal_group(process.pid, signal.SIGKILL)  # the group still has a member: the worker
-
-    def log_tail(self) -> str:
-        return (self.root / "server.log").read_text(errors="replace")[-3000:]
-
-    def _listening(self) -> bool:
-        with socket.socket() as probe:
-            return probe.connect_ex(("127.0.0.1", self.port)) == 0
-
-    @staticmethod
-    def _signal_group(pid: int, signum: int) -> None:
-        try:
-            os.killpg(pid, signum)
-        except ProcessLookupError:
-            pass
+_common = _load_benchmark_common()
+MlflowServer = _common.MlflowServer
+free_port = _common.free_port
 
 
 @pytest.fixture(scope="session")
