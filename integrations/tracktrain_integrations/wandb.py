@@ -89,9 +89,10 @@ class WandbLogger(QueuedLogger):
         max_pending: int = 10_000,
         **init_kwargs: Any,
     ) -> None:
-        # linger 0: W&B writes locally (its own process uploads), and watch() histograms join the open row, which
-        # must still be the step being trained
-        super().__init__(flush_timeout=flush_timeout, close_timeout=close_timeout, max_pending=max_pending, linger=0.0)
+        # Records gather for a moment into one delivery round (each round is a run.log per step, in this process),
+        # except with watch(): its histograms join W&B's open row, which must then still be the step being trained.
+        super().__init__(flush_timeout=flush_timeout, close_timeout=close_timeout, max_pending=max_pending,
+                         linger=0.0 if watch is not None else 0.5)
         self._wandb = _import_wandb()
         _check_choice("mode", mode, MODES)
         _check_choice("watch", watch, WATCH_MODES)
