@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["mark_step", "xla_device", "xla_model"]
+__all__ = ["device_loader", "mark_step", "xla_device", "xla_model"]
 
 
 def xla_model() -> Any:
@@ -35,3 +35,9 @@ def mark_step() -> None:
     xm = xla_model()
     torch_xla = importlib.import_module("torch_xla")
     (torch_xla.sync if hasattr(torch_xla, "sync") else xm.mark_step)()
+
+
+def device_loader(loader: Any, device: Any) -> Any:
+    """`loader` feeding `device` through torch_xla's `MpDeviceLoader` (which also cuts the graph per batch)."""
+    xla_model()  # the install hint, when torch_xla is missing
+    return importlib.import_module("torch_xla.distributed.parallel_loader").MpDeviceLoader(loader, device)

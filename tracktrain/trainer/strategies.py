@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SequentialSampler
 
 from tracktrain import distributed
-from tracktrain.xla import mark_step, xla_device, xla_model
+from tracktrain.xla import device_loader, mark_step, xla_device, xla_model
 
 __all__ = ["DDPStrategy", "SingleDeviceStrategy", "XLAStrategy", "strategy_for"]
 
@@ -146,9 +146,7 @@ class XLAStrategy(SingleDeviceStrategy):
         return {"gradient_handlers": handlers, "optimizer_step": step_and_mark}
 
     def distribute(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
-        from torch_xla.distributed.parallel_loader import MpDeviceLoader
-
-        return MpDeviceLoader(loader, self.device)
+        return device_loader(loader, self.device)
 
 
 def strategy_for(name: str) -> SingleDeviceStrategy | DDPStrategy:
