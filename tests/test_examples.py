@@ -32,7 +32,7 @@ def test_main_job_trains_a_loop_module_and_keeps_the_best_checkpoint(tmp_path):
     _check_learning(stdout)
     best = re.search(r"best checkpoint (\S+)", stdout).group(1)
     assert Path(best).is_file() and "val_accuracy=" in best
-    assert (tmp_path / "run" / "checkpoints" / "last.pt").is_file()
+    assert list((tmp_path / "run" / "checkpoints").glob("last_checkpoint_*.pt.manifest.json"))
 
 
 def test_engine_example_trains(tmp_path):

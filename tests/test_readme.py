@@ -33,5 +33,6 @@ def test_quickstart_trains_and_checkpoints(tmp_path):
     script.write_text(setup + _block("Quickstart") + check)
     result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    checkpoints = sorted(p.name for p in (tmp_path / "runs" / "exp1" / "checkpoints").iterdir())
-    assert "last.pt" in checkpoints and len(checkpoints) == 3  # top-2 by val_acc, and last
+    checkpoints = sorted(p.name for p in (tmp_path / "runs" / "exp1" / "checkpoints").iterdir()
+                         if not p.name.endswith(".manifest.json"))
+    assert checkpoints[-1].startswith("last_checkpoint_") and len(checkpoints) == 3  # top-2 by val_acc, and last

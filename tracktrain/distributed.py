@@ -51,6 +51,48 @@ def any_rank(flag: bool) -> bool:
     return bool(buffer.item())
 
 
+class AsyncAnyRank:
+    """`any_rank` without waiting: `exchange(value)` returns the maximum over ranks of the values given to the
+    previous call, and sends this one. Called once per step by every rank, it makes all ranks act on a flag at
+    the same step, one step after any rank raised it, for the cost of a collective that overlaps the step."""
+
+    def __init__(self) -> None:
+        self._buffer: torch.Tensor | None = None
+        self._work: Any = None
+
+    def exchange(self, value: int) -> int:
+        agreed = self.finish()
+        from tracktrain.metrics.distributed import _collective_device
+
+        self._buffer = torch.tensor([value], dtype=torch.int64, device=_collective_device())
+        self._work = dist.all_reduce(self._buffer, op=dist.ReduceOp.MAX, async_op=True)
+        return agreed
+
+    def finish(self) -> int:
+        """Wait for the exchange in flight (before the process group is used otherwise, or torn down)."""
+        if self._work is None:
+            return 0
+        self._work.wait()
+        self._work = None
+        return int(self._buffer.item())  # type: ignore[union-attr]
+
+
+def check_same_on_all_ranks(what: str, value: int) -> None:
+    """Raise on every rank unless all ranks hold the same `value` (every rank must call it)."""
+    if not is_distributed():
+        return
+    from tracktrain.metrics.distributed import _collective_device
+
+    values = [torch.zeros(1, dtype=torch.int64, device=_collective_device()) for _ in range(dist.get_world_size())]
+    dist.all_gather(values, torch.tensor([value], dtype=torch.int64, device=_collective_device()))
+    seen = [int(v.item()) for v in values]
+    if len(set(seen)) > 1:
+        raise RuntimeError(
+            f"The ranks disagree on the {what}: {seen} (rank: value). Every rank must load the same checkpoint: "
+            "use a checkpoint directory all ranks read (a shared disk or an object store URL)."
+        )
+
+
 def spawn(fn: Callable[..., Any], nprocs: int, args: tuple = (), master_port: int | None = None) -> None:
     """Run `fn(*args)` in `nprocs` local processes set up as torchrun would (RANK, LOCAL_RANK, WORLD_SIZE,
     MASTER_ADDR=127.0.0.1, a free MASTER_PORT), so `Trainer(strategy="ddp")` works inside without torchrun.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -52,3 +54,13 @@ def loader() -> DataLoader:
 def quiet(tmp_path, **kwargs):
     """Trainer arguments without a progress bar or checkpoints, rooted in tmp_path."""
     return {"enable_progress_bar": False, "enable_checkpointing": False, "default_root_dir": tmp_path, **kwargs}
+
+
+def checkpoint_files(directory) -> list[str]:
+    """The checkpoint data files in `directory`, each checked to have its manifest beside it (committed)."""
+    names = sorted(os.listdir(directory))
+    data = [name for name in names if name.endswith(".pt")]
+    for name in data:
+        assert f"{name}.manifest.json" in names, f"{name} has no manifest: it was not committed"
+    assert len(names) == 2 * len(data), f"stray files in {directory}: {names}"
+    return data

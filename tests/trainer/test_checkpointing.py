@@ -10,7 +10,7 @@ import torch
 from tracktrain import Callback, Trainer
 from tracktrain.callbacks import ModelCheckpoint
 
-from ._tasks import Classifier, make_loader, quiet
+from ._tasks import Classifier, checkpoint_files, make_loader, quiet
 
 
 class Scripted(Classifier):
@@ -29,24 +29,24 @@ def test_top_k_by_a_monitored_metric(tmp_path):
     trainer = Trainer(**quiet(tmp_path, max_epochs=5, limit_train_batches=2, limit_val_batches=1,
                               callbacks=[checkpoint]))
     trainer.fit(Scripted([0.1, 0.9, 0.3, 0.8, 0.2]), make_loader(), make_loader())
-    files = sorted(os.listdir(tmp_path / "ckpt"))
-    # two batches per epoch: the 0.9 epoch ends at step 4, the 0.8 one at step 8
-    assert files == ["checkpoint_4_score=0.9000.pt", "checkpoint_8_score=0.8000.pt", "last.pt"]
+    # two batches per epoch: the 0.9 epoch ends at step 4, the 0.8 one at step 8; the last one at step 10
+    assert checkpoint_files(tmp_path / "ckpt") == [
+        "checkpoint_4_score=0.9000.pt", "checkpoint_8_score=0.8000.pt", "last_checkpoint_10.pt"]
     assert checkpoint.best_model_path.endswith("checkpoint_4_score=0.9000.pt")
-    assert checkpoint.last_model_path.endswith("last.pt")
+    assert checkpoint.last_model_path.endswith("last_checkpoint_10.pt")
 
 
 def test_every_n_train_steps(tmp_path):
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=3, save_top_k=None)
     trainer = Trainer(**quiet(tmp_path, max_epochs=1, accumulate_grad_batches=2, callbacks=[checkpoint]))
     trainer.fit(Classifier(), make_loader())  # 8 batches, 4 steps
-    assert sorted(os.listdir(tmp_path / "ckpt")) == ["checkpoint_3.pt"]
+    assert checkpoint_files(tmp_path / "ckpt") == ["checkpoint_3.pt"]
 
 
 def test_default_checkpointing_goes_to_the_root_dir(tmp_path):
     trainer = Trainer(enable_progress_bar=False, default_root_dir=tmp_path, max_epochs=2, limit_train_batches=2)
     trainer.fit(Classifier(), make_loader())
-    assert os.listdir(tmp_path / "checkpoints") == ["checkpoint_4.pt"]
+    assert checkpoint_files(tmp_path / "checkpoints") == ["checkpoint_4.pt"]
 
 
 def test_monitoring_a_metric_that_was_never_logged(tmp_path):
@@ -112,7 +112,7 @@ def test_model_checkpoint_retention_survives_a_resume(tmp_path):
     checkpoint, second = trainer(4)
     second.fit(Scripted(scores), make_loader(), make_loader(), ckpt_path=best)
     # the resumed run knows the 0.9 checkpoint is best, so the worse later epochs are not kept
-    assert os.listdir(tmp_path / "ckpt") == ["checkpoint_2_score=0.9000.pt"]
+    assert checkpoint_files(tmp_path / "ckpt") == ["checkpoint_2_score=0.9000.pt"]
     assert checkpoint.best_model_path == best
 
 

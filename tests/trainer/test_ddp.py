@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 from tracktrain import Callback, Trainer
 from tracktrain.distributed import spawn
 
-from ._tasks import Classifier, make_loader
+from ._tasks import Classifier, checkpoint_files, make_loader
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(180)]
 
@@ -135,7 +135,7 @@ def _fit_with_checkpoints(out: str) -> None:
 
 def test_only_rank_zero_writes_checkpoints_and_tracks_the_run(tmp_path):
     spawn(_fit_with_checkpoints, 2, args=(str(tmp_path),))
-    assert os.listdir(tmp_path / "root0" / "checkpoints") == ["checkpoint_8.pt"]
+    assert checkpoint_files(tmp_path / "root0" / "checkpoints") == ["checkpoint_8.pt"]
     assert not (tmp_path / "root1" / "checkpoints").exists() or not os.listdir(tmp_path / "root1" / "checkpoints")
     assert os.listdir(tmp_path / "root0" / "logs") == ["version_0"]  # one run per training job
     assert not (tmp_path / "root1" / "logs").exists()
@@ -201,7 +201,7 @@ def test_torchrun_launches_a_ddp_fit(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
     assert ranks[0] == ranks[1] and ranks[0]["step"] == 8
-    assert os.listdir(tmp_path / "checkpoints") == ["checkpoint_8.pt"]  # written once, by rank 0
+    assert checkpoint_files(tmp_path / "checkpoints") == ["checkpoint_8.pt"]  # written once, by rank 0
 
 
 # ------------------------------------------------------------------------------------- resume mid-epoch under DDP

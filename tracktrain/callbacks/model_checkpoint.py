@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from tracktrain import storage
 from tracktrain.callbacks.base import Callback
+from tracktrain.handlers.async_saver import AsyncSaver
 from tracktrain.handlers.checkpoint import Checkpoint
-from tracktrain.handlers.savers import saver_for
+from tracktrain.handlers.savers import FsspecSaver, saver_for
+from tracktrain.ranks import global_rank
 from tracktrain.trainer.monitor import monitored_value
+from tracktrain.trainer.trainer_state import summarize_checkpoint
 
 if TYPE_CHECKING:
     from tracktrain.trainer.module import LoopModule
@@ -20,7 +25,14 @@ __all__ = ["ModelCheckpoint"]
 
 class ModelCheckpoint(Callback):
     """Save `trainer.checkpoint_objects()` (module, optimizers, schedulers, engine and Trainer state) with a
-    `Checkpoint` handler, so any checkpoint resumes with `trainer.fit(..., ckpt_path=path)`.
+    `Checkpoint` handler, so any checkpoint resumes with `trainer.fit(..., ckpt_path=path)`, and the newest with
+    `Trainer(resume="auto")` or `fit(ckpt_path="last")`.
+
+    Every checkpoint is committed with a manifest (sizes, SHA-256, step, epoch, tracker run ids; see
+    `tracktrain.handlers.manifest`): one that a crash cut short is never loaded. With `async_save` the training
+    loop only waits for a CPU snapshot of the state; the write happens in the background, and the next save and
+    the end of fit wait for it. Retention deletes a checkpoint only after the newer one is committed, never the
+    one the run resumed from, and only files of this directory.
 
     Args:
         dirpath: directory or fsspec URL (default: `default_root_dir/checkpoints`).
@@ -29,9 +41,11 @@ class ModelCheckpoint(Callback):
         monitor: a logged metric; keep the `save_top_k` best by it. None: keep the `save_top_k` latest.
         mode: "min" or "max": which values of `monitor` are better.
         save_top_k: how many to keep (None: all).
-        save_last: also keep `last.pt`, overwritten at each save.
+        save_last: also keep the latest checkpoints whatever their score, as `last_checkpoint_{step}.pt`: True
+            keeps one, an int N keeps N. (Pre-emption checkpoints go there too.)
         every_n_epochs: save at the end of every n-th training epoch (after its validation) ...
         every_n_train_steps: ... or every n optimizer steps instead.
+        async_save: write in the background (see above); False: the loop waits for each write.
     """
 
     priority = 100  # after the module's and other callbacks' epoch-end hooks: they may log what is monitored
@@ -43,15 +57,18 @@ class ModelCheckpoint(Callback):
         monitor: str | None = None,
         mode: str = "min",
         save_top_k: int | None = 1,
-        save_last: bool = False,
+        save_last: bool | int = False,
         every_n_epochs: int | None = 1,
         every_n_train_steps: int | None = None,
+        async_save: bool = True,
     ) -> None:
         if mode not in ("min", "max"):
             raise ValueError(f'ModelCheckpoint(mode=...) must be "min" or "max", got {mode!r}.')
         for name, value in (("every_n_epochs", every_n_epochs), ("every_n_train_steps", every_n_train_steps)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ValueError(f"ModelCheckpoint({name}=...) must be a positive integer or None, got {value!r}.")
+        if not isinstance(save_last, int) or save_last < 0:
+            raise ValueError(f"ModelCheckpoint(save_last=...) must be a bool or how many to keep, got {save_last!r}.")
         if every_n_train_steps is not None:
             every_n_epochs = None
         if monitor is not None and not isinstance(monitor, str):
@@ -64,6 +81,8 @@ class ModelCheckpoint(Callback):
         self.save_last = save_last
         self.every_n_epochs = every_n_epochs
         self.every_n_train_steps = every_n_train_steps
+        self.async_save = async_save
+        self._saver: FsspecSaver | AsyncSaver | None = None
         self._checkpoint: Checkpoint | None = None
         self._last: Checkpoint | None = None
         self._pending_state: Mapping[str, Any] | None = None
@@ -90,18 +109,22 @@ class ModelCheckpoint(Callback):
     # ------------------------------------------------------------------------------------------------- hooks
     def on_fit_start(self, trainer: Trainer, module: LoopModule) -> None:
         if self._checkpoint is None:
-            from tracktrain import storage
-
             self.dirpath = self.dirpath or storage.join(trainer.default_root_dir, "checkpoints")
+            if global_rank() == 0:
+                getattr(storage, "check_writable", lambda url: None)(self.dirpath)  # TEMP a missing bucket or credentials fail now, not after an epoch
             # a resumed run writes next to the checkpoints it resumes from
-            saver = saver_for(self.dirpath, create_dir=True, require_empty=False)
+            saver: Any = saver_for(self.dirpath, create_dir=True, require_empty=False, manifest=True,
+                                   summarize=summarize_checkpoint)
+            self._saver = AsyncSaver(saver) if self.async_save else saver
             self._checkpoint = Checkpoint(
-                trainer.checkpoint_objects(), saver, filename_prefix=self.filename_prefix,
+                trainer.checkpoint_objects(), self._saver, filename_prefix=self.filename_prefix,
                 score_function=self._score if self.monitor else None, score_name=self.monitor,
                 n_saved=self.save_top_k, global_step_transform=lambda engine, event: trainer.global_step,
             )
-            if self.save_last:
-                self._last = Checkpoint(trainer.checkpoint_objects(), saver, n_saved=1, filename_pattern="last.{ext}")
+            # built even without save_last: a pre-emption checkpoint must be kept whatever its score
+            self._last = Checkpoint(trainer.checkpoint_objects(), self._saver, filename_prefix="last",
+                                    n_saved=max(int(self.save_last), 1),
+                                    global_step_transform=lambda engine, event: trainer.global_step)
         else:  # a later fit() of the same Trainer: the objects may be new ones
             for handler in (self._checkpoint, self._last):
                 if handler is not None:
@@ -109,6 +132,37 @@ class ModelCheckpoint(Callback):
         self._trainer = trainer
         if self._pending_state is not None:
             self.load_state_dict(self._pending_state)
+        self._protect_resumed_from(trainer.ckpt_path)
+
+    def _protect_resumed_from(self, ckpt_path: str | None) -> None:
+        """Retention never deletes the checkpoint this run resumed from (it may be all that is left of it)."""
+        if ckpt_path is None or self._saver is None:
+            return
+        directory, _, name = ckpt_path.replace(os.sep, "/").rpartition("/")
+        if directory.rstrip("/") == os.fspath(self.dirpath).replace(os.sep, "/").rstrip("/"):
+            self._saver.protected.add(name)
+
+    def on_fit_end(self, trainer: Trainer, module: LoopModule) -> None:
+        self.wait()
+
+    def on_exception(self, trainer: Trainer, module: LoopModule, exception: BaseException) -> None:
+        # the last checkpoint being written is the one a restart resumes from: let it commit (its own error, if
+        # any, is secondary to the one being raised)
+        with contextlib.suppress(Exception):
+            self.wait()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for background writes (at most `timeout` seconds); whether they are all committed."""
+        if isinstance(self._saver, AsyncSaver):
+            return self._saver.wait(timeout)
+        return True
+
+    def save_now(self, trainer: Trainer) -> None:
+        """Save a checkpoint now into the latest-checkpoints set (what pre-emption does), whatever the score."""
+        if self._last is None:
+            return
+        self._last_saved_step = trainer.global_step
+        self._save_with(trainer, self._last)
 
     def on_train_epoch_end(self, trainer: Trainer, module: LoopModule) -> None:
         if self.every_n_epochs is not None and (trainer.current_epoch + 1) % self.every_n_epochs == 0:
@@ -123,13 +177,24 @@ class ModelCheckpoint(Callback):
         if trainer.global_step == self._last_saved_step:
             return  # no optimizer step since the last save (gradient accumulation): nothing new to save
         self._last_saved_step = trainer.global_step
-        assert self._checkpoint is not None
-        kept_before = set(self._checkpoint.saved_paths)
-        self._checkpoint(trainer.train_engine)
-        for path in set(self._checkpoint.saved_paths) - kept_before:  # the file this save wrote, if it made the cut
-            trainer._checkpoint_saved(os.fspath(path))
-        if self._last is not None:
-            self._last(trainer.train_engine)
+        assert self._checkpoint is not None and self._last is not None
+        self._save_with(trainer, self._checkpoint)
+        if self.save_last:
+            self._save_with(trainer, self._last)
+
+    def _save_with(self, trainer: Trainer, handler: Checkpoint) -> None:
+        kept_before = set(handler.saved_paths)
+        handler(trainer.train_engine)
+        for path in set(handler.saved_paths) - kept_before:  # the file this save wrote, if it made the cut
+            self._after_commit(trainer, os.fspath(path))
+
+    def _after_commit(self, trainer: Trainer, path: str) -> None:
+        """Tell the loggers that keep checkpoints about the new file once it is committed (not before: an upload
+        of a file still being written would fail or, worse, take a part of it)."""
+        if isinstance(self._saver, AsyncSaver):
+            self._saver.then(lambda: trainer._checkpoint_saved(path))
+        else:
+            trainer._checkpoint_saved(path)
 
     def _score(self, engine: Any) -> float:
         metrics = self._trainer.callback_metrics  # type: ignore[union-attr]

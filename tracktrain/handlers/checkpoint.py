@@ -176,9 +176,8 @@ class Checkpoint:
 
     def path_of(self, filename: str) -> str | Path:
         """Where the file `filename` of this handler is: a path or URL for the savers of a directory."""
-        if isinstance(self.save_handler, FsspecSaver):
-            return self.save_handler.path_of(filename)
-        return filename
+        path_of = getattr(self.save_handler, "path_of", None)  # a saver of a directory, perhaps wrapped (AsyncSaver)
+        return path_of(filename) if callable(path_of) else filename
 
     def reset(self) -> None:
         """Forget the saved checkpoints (the files stay); for running the same engine several times."""

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from tracktrain import storage
+from tracktrain.handlers.manifest import CheckpointCorrupted, read_verified
 
 _WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
 
@@ -168,7 +169,9 @@ def _looks_like_objects(states: Mapping, obj: Any) -> bool:
 def _read_checkpoint(url: str | os.PathLike) -> Any:
     """torch.load of the file at `url`, with errors that name the file and say what to do."""
     try:
-        data = storage.read_bytes(url)
+        data = read_verified(url)  # checked against its manifest when it has one
+        if data is None:
+            data = storage.read_bytes(url)
     except FileNotFoundError:
         raise FileNotFoundError(
             f"Checkpoint file {os.fspath(url)} does not exist. Check the path; "
@@ -201,8 +204,8 @@ def _gist(error: Exception) -> str:
     return (specific or lines or [type(error).__name__])[0][:300]
 
 
-def _corrupted(url: str | os.PathLike, error: Exception) -> RuntimeError:
-    return RuntimeError(
+def _corrupted(url: str | os.PathLike, error: Exception) -> CheckpointCorrupted:
+    return CheckpointCorrupted(
         f"Checkpoint file {os.fspath(url)} could not be read ({type(error).__name__}: {_gist(error)}). It is "
         "truncated or corrupted, or was not written by torch.save. Nothing was loaded; load an earlier checkpoint "
         "instead."

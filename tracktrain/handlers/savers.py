@@ -6,13 +6,14 @@ import inspect
 import io
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from tracktrain import storage
+from tracktrain.handlers.manifest import remove_checkpoint, write_manifest
 
 __all__ = ["BaseSaveHandler", "DiskSaver", "FsspecSaver"]
 
@@ -43,7 +44,12 @@ class FsspecSaver(BaseSaveHandler):
         require_empty: refuse a directory that already holds `.pt` files (so that a new run cannot mix its
             checkpoints with an old run's). Pass False to resume into it.
         save_on_rank: in a torch.distributed run, the only rank that writes and deletes.
+        manifest: after each file, write its manifest (size, SHA-256, `summarize(checkpoint)`), which makes it a
+            committed checkpoint (see `tracktrain.handlers.manifest`); `remove` then deletes the manifest first.
+        summarize: `checkpoint -> dict` of JSON values for the manifest's summary (step, epoch, run ids).
         kwargs: passed to `torch.save`.
+
+    Names in `protected` are never removed (the checkpoint a run resumed from).
     """
 
     def __init__(
@@ -53,12 +59,17 @@ class FsspecSaver(BaseSaveHandler):
         create_dir: bool = True,
         require_empty: bool = True,
         save_on_rank: int = 0,
+        manifest: bool = False,
+        summarize: Callable[[Mapping], Mapping[str, Any]] | None = None,
         **kwargs: Any,
     ) -> None:
         _check_torch_save_kwargs(type(self).__name__, kwargs)
         self.url = os.fspath(url)
         self._atomic = atomic
         self.save_on_rank = save_on_rank
+        self.manifest = manifest
+        self._summarize = summarize
+        self.protected: set[str] = set()
         self.kwargs = kwargs
         if _rank() == save_on_rank:
             self._check_and_setup(create_dir, require_empty)
@@ -91,11 +102,19 @@ class FsspecSaver(BaseSaveHandler):
         # Serialized completely before storage is touched: a failure here cannot damage any file.
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer, **self.kwargs)
+        data = buffer.getbuffer()
         write = storage.write_bytes_atomic if self._atomic else storage.write_bytes
-        write(self.path_of(filename), buffer.getbuffer())
+        write(self.path_of(filename), data)
+        if self.manifest:  # last: only now is the checkpoint complete
+            summary = self._summarize(checkpoint) if self._summarize is not None else {}
+            write_manifest(os.fspath(self.url), {filename: data}, summary, metadata)
 
     def remove(self, filename: str) -> None:
-        if _rank() == self.save_on_rank:
+        if _rank() != self.save_on_rank or filename in self.protected:
+            return
+        if self.manifest:
+            remove_checkpoint(os.fspath(self.url), _check_plain_name(filename))
+        else:
             # already gone (deleted by hand, or by a run that crashed after deleting it) is what was wanted
             storage.remove(self.path_of(filename), missing_ok=True)
 
@@ -111,6 +130,8 @@ class DiskSaver(FsspecSaver):
         create_dir: bool = True,
         require_empty: bool = True,
         save_on_rank: int = 0,
+        manifest: bool = False,
+        summarize: Callable[[Mapping], Mapping[str, Any]] | None = None,
         **kwargs: Any,
     ) -> None:
         if not storage.is_local(dirname):
@@ -121,7 +142,7 @@ class DiskSaver(FsspecSaver):
         if "://" in os.fspath(dirname):  # file://...
             dirname = storage.open_filesystem(dirname)[1]
         self.dirname = Path(dirname).expanduser()
-        super().__init__(self.dirname, atomic, create_dir, require_empty, save_on_rank, **kwargs)
+        super().__init__(self.dirname, atomic, create_dir, require_empty, save_on_rank, manifest, summarize, **kwargs)
 
     def path_of(self, filename: str) -> Path:
         return self.dirname / _check_plain_name(filename)

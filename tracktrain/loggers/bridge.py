@@ -3,19 +3,18 @@
 It starts (or resumes) each logger's run when fit starts, logs the hyperparameters once, forwards what the
 Trainer publishes (`Trainer._publish` calls `log_metrics`), asks for delivery at each epoch's end, uploads saved
 checkpoints to the loggers that want them, and ends the runs: FINISHED, FAILED on an exception, KILLED on
-SIGTERM or Ctrl-C. Only rank 0 talks to trackers: one run per training job, not per process. The run ids are
+pre-emption (SIGTERM/SIGUSR1, see `tracktrain.preemption`) or Ctrl-C. Only rank 0 talks to trackers: one run per training job, not per process. The run ids are
 saved in checkpoints, so a resumed fit continues the same runs.
 """
 
 from __future__ import annotations
 
-import signal
-import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tracktrain.callbacks.base import Callback
 from tracktrain.loggers.base import Logger
+from tracktrain.preemption import Terminated
 from tracktrain.ranks import global_rank
 
 if TYPE_CHECKING:
@@ -25,18 +24,12 @@ if TYPE_CHECKING:
 __all__ = ["LoggerBridge", "Terminated"]
 
 
-class Terminated(BaseException):
-    """Raised in the training thread when the process receives SIGTERM during fit (a BaseException, like
-    KeyboardInterrupt: a run being killed is not an error of the code)."""
-
-
 class LoggerBridge(Callback):
     priority = -1000  # runs start before any other hook can log
 
     def __init__(self, loggers: list[Logger]) -> None:
         self.loggers = loggers
         self._resume_ids: dict[str, str] = {}
-        self._previous_sigterm: Any = None
         self.active = False
 
     @property
@@ -56,7 +49,6 @@ class LoggerBridge(Callback):
             watch = getattr(logger, "watch_module", None)
             if callable(watch):  # trackers that follow gradients / parameters (W&B's watch)
                 watch(module)
-        self._install_sigterm()
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         if self.active:
@@ -89,7 +81,6 @@ class LoggerBridge(Callback):
         if not self.active:
             return
         self.active = False
-        self._restore_sigterm()
         for logger in self.loggers:
             logger.finalize(status)
 
@@ -99,21 +90,6 @@ class LoggerBridge(Callback):
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         self._resume_ids = dict(state_dict.get("run_ids", {}))
-
-    # --------------------------------------------------------------------------------------------- SIGTERM
-    def _install_sigterm(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return  # signal handlers belong to the main thread
-
-        def terminate(signum: int, frame: Any) -> None:
-            raise Terminated(f"received signal {signum}")
-
-        self._previous_sigterm = signal.signal(signal.SIGTERM, terminate)
-
-    def _restore_sigterm(self) -> None:
-        if self._previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
-            self._previous_sigterm = None
 
 
 def _hyperparameters(trainer: Trainer, module: LoopModule) -> dict[str, Any]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -20,6 +22,7 @@ from tracktrain import distributed
 from tracktrain.loggers.base import Logger
 from tracktrain.loggers.bridge import LoggerBridge
 from tracktrain.loggers.csv_logger import CSVLogger
+from tracktrain.preemption import SignalWatch, Terminated
 from tracktrain.rng import manual_seed
 from tracktrain.trainer import arguments
 from tracktrain.trainer.building import as_loop_module, configure_optimizers, model_engine_for
@@ -28,6 +31,7 @@ from tracktrain.trainer.hooks import TrainerEvents, batch_index
 from tracktrain.trainer.metric_log import MetricLog, scalar_values, to_floats
 from tracktrain.trainer.module import LoopModule, checked_loss
 from tracktrain.trainer.optimizers import LRSchedulerConfig
+from tracktrain.trainer.resume import RESUME_CHOICES, check_resume, load_newest, resume_candidates
 from tracktrain.trainer.trainer_state import TrainerState
 from tracktrain.trainer.scaled_optimizer import ScaledOptimizer
 from tracktrain.trainer.strategies import strategy_for
@@ -64,6 +68,11 @@ class Trainer:
         enable_checkpointing: save a checkpoint at each epoch's end under `default_root_dir/checkpoints` unless
             a `ModelCheckpoint` callback is given.
         default_root_dir: directory or fsspec URL for checkpoints and logs.
+        preemption_timeout: on SIGTERM/SIGUSR1 the fit finishes its step, saves a checkpoint (waiting at most
+            this many seconds for the write) and raises `tracktrain.preemption.Terminated` (exit status 128 + signal).
+        resume: "auto": each fit continues from the newest complete checkpoint of the run (its `ModelCheckpoint`
+            directories), or starts fresh when there is none; a path or URL: from that checkpoint; None: only
+            from `fit(ckpt_path=...)`. Exact, batch for batch, with `deterministic=True` and a `seed`.
         precision: "32-true" (default), "bf16-mixed" or "16-mixed".
         strategy: "auto" / "single_device", or "ddp": data parallel over the processes torchrun starts (or
             `tracktrain.distributed.spawn`), gloo on CPU and nccl on CUDA.
@@ -94,6 +103,8 @@ class Trainer:
         precision: str | int = "32-true",
         strategy: str = "auto",
         accelerator: str = "auto",
+        preemption_timeout: float = 60.0,
+        resume: str | os.PathLike | None = None,
     ) -> None:
         self.max_steps = arguments.check_positive_int("max_steps", max_steps, allow_none=True)
         self.max_epochs = arguments.check_positive_int("max_epochs", max_epochs, allow_none=True)
@@ -127,6 +138,12 @@ class Trainer:
         self.seed = seed
         self.deterministic = bool(deterministic)
         self.default_root_dir = os.fspath(default_root_dir) if default_root_dir is not None else os.getcwd()
+        self.resume = check_resume(resume)
+        self.preemption_timeout = arguments.check_non_negative_number("preemption_timeout", preemption_timeout)
+        self._signals = SignalWatch(on_signal=self._arm_preemption_check)
+        self._preemption_checks: list[RemovableEventHandle] = []
+        self._signal_agreement: distributed.AsyncAnyRank | None = None
+        self.ckpt_path: str | None = None  # the checkpoint the current (or last) fit resumed from
         self.autocast_dtype = arguments.autocast_dtype_of(precision)
         self.precision = precision
         self.strategy = arguments.check_strategy(strategy)
@@ -232,8 +249,9 @@ class Trainer:
         criterion: Callable | None = None,
         lr_scheduler: Any = None,
     ) -> None:
-        """Train `module` on `train_dataloaders`, validating on `val_dataloaders`; resume from `ckpt_path`
-        (without it, a fit is a new run: step and epoch counters start at 0).
+        """Train `module` on `train_dataloaders`, validating on `val_dataloaders`; resume from `ckpt_path`: a path
+        or URL, or "last" (the newest complete checkpoint of the run). Without it, `Trainer(resume=...)` decides;
+        with neither, a fit is a new run: step and epoch counters start at 0.
 
         `module` may also be a plain `nn.Module` (with `optimizer=` and `criterion=`) or a `ModelEngine` from
         `tracktrain.initialize`: it is then trained as a `SupervisedModule` on `(inputs, targets)` batches.
@@ -250,19 +268,21 @@ class Trainer:
         stages = {"fit", "validate"} if val_dataloaders is not None else {"fit"}
 
         def run() -> None:
-            if ckpt_path is None:
-                self._start_new_run()
-            else:
-                self._load_checkpoint(ckpt_path)
+            self._resume_from(ckpt_path if ckpt_path is not None else self.resume)
             self.train_engine.fire_event(TrainerEvents.FIT_STARTED)
             loader = self._loader_for(train_dataloaders, shuffle_default=True)
             epoch_length = epoch_length_of("limit_train_batches", loader, self.limits["fit"])
             self.fitting = True
+            self._signals.install()
+            self._signal_agreement = distributed.AsyncAnyRank() if distributed.is_distributed() else None
             try:
                 self.train_engine.run(loader, max_epochs=self._max_epochs(epoch_length),
                                       epoch_length=epoch_length, seed=self.seed)
             finally:
                 self.fitting = False
+                self._signals.restore()
+                if self._signal_agreement is not None:
+                    self._signal_agreement.finish()
             self.train_engine.fire_event(TrainerEvents.FIT_COMPLETED)
             self._strategy.finish()
 
@@ -373,8 +393,9 @@ class Trainer:
         self.train_engine.state.max_iters = None
 
     def _teardown(self, handles: list[RemovableEventHandle]) -> None:
-        for handle in handles:
+        for handle in handles + self._preemption_checks:
             handle.remove()
+        self._preemption_checks = []
         for hook in self._step_hooks:
             hook.remove()
         self._step_hooks = []
@@ -540,6 +561,27 @@ class Trainer:
             objects["grad_scaler"] = self.model_engine.scaler
         return objects
 
+    def _resume_from(self, target: str | os.PathLike | None) -> None:
+        """Load the checkpoint `target` names ("auto"/"last": the newest complete one), or start a new run."""
+        self.ckpt_path = None
+        if target is not None and os.fspath(target) in RESUME_CHOICES:
+            self.ckpt_path = load_newest(resume_candidates(self._checkpoint_dirs()), self._load_checkpoint)
+            if self.ckpt_path is None and target == "last":
+                warnings.warn(f'fit(ckpt_path="last") found no complete checkpoint in {self._checkpoint_dirs()}; '
+                              "starting a new run.", stacklevel=5)
+        elif target is not None:
+            self._load_checkpoint(target)
+            self.ckpt_path = os.fspath(target)
+        if self.ckpt_path is None:
+            self._start_new_run()
+        distributed.check_same_on_all_ranks("global step after loading the checkpoint", self.global_step)
+
+    def _checkpoint_dirs(self) -> list[str]:
+        from tracktrain.callbacks.model_checkpoint import ModelCheckpoint
+
+        return [callback.dirpath or _join(self.default_root_dir, "checkpoints")
+                for callback in self.callbacks if isinstance(callback, ModelCheckpoint)]
+
     def _load_checkpoint(self, ckpt_path: str | os.PathLike) -> None:
         from tracktrain.handlers.checkpoint import Checkpoint
 
@@ -551,6 +593,36 @@ class Trainer:
         if key not in self._distributed_loaders:
             self._distributed_loaders[key] = self._strategy.distribute(loader, shuffle_default)
         return self._distributed_loaders[key]
+
+    def _arm_preemption_check(self, signum: int) -> None:
+        """In the signal handler: check at the next step's end. (Without DDP the steps carry no check until a
+        signal comes; under DDP every step exchanges the flag, see `wiring`.)"""
+        if self._signal_agreement is None:
+            self._preemption_checks += [self.engines[stage].add_event_handler(Events.ITERATION_COMPLETED,
+                                                                              self._check_preemption)
+                                        for stage in ("fit", "validate")]
+
+    def _check_preemption(self) -> None:
+        """After each step: a pre-emption signal (on any rank, under DDP) saves a checkpoint and stops the run."""
+        signum = self._signals.received or 0
+        if self._signal_agreement is not None:
+            signum = self._signal_agreement.exchange(signum)
+        if signum:
+            self._preempt(signum)
+
+    def _preempt(self, signum: int) -> None:
+        from tracktrain.callbacks.model_checkpoint import ModelCheckpoint
+
+        deadline = time.monotonic() + self.preemption_timeout
+        checkpoints = [callback for callback in self.callbacks if isinstance(callback, ModelCheckpoint)]
+        for checkpoint in checkpoints:
+            checkpoint.save_now(self)
+        saved = all([checkpoint.wait(max(0.0, deadline - time.monotonic())) for checkpoint in checkpoints])
+        outcome = ("a checkpoint was saved" if saved else
+                   f"the checkpoint did not finish within preemption_timeout={self.preemption_timeout}s")
+        if not checkpoints:
+            outcome = "no ModelCheckpoint, nothing saved"
+        raise Terminated(signum, f"stopped by signal {signum} after step {self.global_step}: {outcome}")
 
     def _agree_to_stop(self) -> None:
         """Under DDP, once per epoch: a stop any rank asked for is everyone's."""

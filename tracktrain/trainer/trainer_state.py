@@ -10,7 +10,7 @@ from tracktrain.trainer.hooks import TrainerEvents
 if TYPE_CHECKING:
     from tracktrain.trainer.trainer import Trainer
 
-__all__ = ["TrainerState"]
+__all__ = ["TrainerState", "summarize_checkpoint"]
 
 
 class TrainerState:
@@ -56,3 +56,20 @@ class TrainerState:
             engine.fire_event(event)
         finally:
             engine.state.checkpoint = None
+
+
+def summarize_checkpoint(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
+    """What a Trainer checkpoint's manifest records about the run: global step, samples seen, epoch, iteration and
+    the trackers' run ids (so a listing finds the newest checkpoint, and the run it belongs to, without loading)."""
+    trainer = checkpoint.get("trainer") or {}
+    engine = checkpoint.get("train_engine") or {}
+    bridge = (trainer.get("callbacks") or {}).get("LoggerBridge") or {}
+    iteration, epoch_length = int(engine.get("iteration", 0)), engine.get("epoch_length")
+    return {
+        "global_step": int(trainer.get("global_step", 0)),
+        "samples_seen": int(trainer.get("samples_seen", 0)),
+        # completed epochs (the engine's state dict keeps the iteration, from which the epoch follows)
+        "epoch": iteration // int(epoch_length) if epoch_length else int(engine.get("epoch", 0)),
+        "iteration": iteration,
+        "run_ids": dict(bridge.get("run_ids", {})),
+    }

@@ -34,6 +34,7 @@ PUBLISH_EPOCH = 500  # the epoch's values to the loggers, with what epoch-end ho
 AGREE_TO_STOP = 900  # under DDP, after everything an epoch's end runs: a stop asked for on any rank
 SET_SAMPLER_EPOCH = -500  # before the epoch's iterator is made: a DistributedSampler's shuffle for this epoch
 ENTER_STEPS = 1000  # after the epoch-start hooks: from here to the epoch's end, values log per step by default
+PREEMPTION = 2000  # after everything a step's end runs (its checkpoint included): a signal saves and stops
 LAST = 10**9
 
 
@@ -124,6 +125,11 @@ def _fit_handlers(trainer: Trainer, val_loader: Any) -> list[tuple[int, str, Any
     handlers.append((SET_SAMPLER_EPOCH, "fit", Events.EPOCH_STARTED, _set_sampler_epoch))
     if distributed.is_distributed():
         handlers.append((AGREE_TO_STOP, "fit", Events.EPOCH_COMPLETED, trainer._agree_to_stop))
+        # a signal on any rank stops every rank at the same step: each step exchanges the flag (without DDP the
+        # check is attached by the signal itself, and steps carry nothing until then)
+        handlers.append((PREEMPTION, "fit", Events.ITERATION_COMPLETED, trainer._check_preemption))
+        if val_loader is not None:  # a long validation is no reason to miss a pre-emption deadline
+            handlers.append((PREEMPTION, "validate", Events.ITERATION_COMPLETED, trainer._check_preemption))
     automatic = trainer.module.automatic_optimization
     if automatic and trainer.accumulate_grad_batches > 1:
         handlers.append((FLUSH_ACCUMULATION, "fit", Events.EPOCH_COMPLETED, trainer._flush_accumulation))

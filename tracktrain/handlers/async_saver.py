@@ -1,0 +1,128 @@
+"""`AsyncSaver`: checkpoints are written in the background; the training loop only pays for a CPU snapshot.
+
+`saver(checkpoint, filename, metadata)` copies every tensor of `checkpoint` to host memory (a clone: the
+training step goes on changing the originals in place) and returns; a worker thread then serializes, writes,
+and commits it through the wrapped saver. Operations keep their order, so a retention `remove` queued after a
+save runs only once that save is committed, and not at all if it failed. The next save, and `wait()` (called at
+the end of training), wait for the previous one; a failed background write is raised there, naming the file.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+__all__ = ["AsyncSaver", "cpu_snapshot"]
+
+
+class AsyncSaver:
+    """Wraps a save handler (`FsspecSaver`, `DiskSaver`, or any `(checkpoint, filename, metadata)` callable with
+    `remove`) so that saving returns after the snapshot. Attributes not defined here (`url`, `path_of`,
+    `protected`, ...) are the wrapped saver's."""
+
+    def __init__(self, saver: Any) -> None:
+        self.saver = saver
+        self._queue: deque[tuple[str, Callable[[], None]]] = deque()
+        self._condition = threading.Condition()
+        self._busy = False
+        self._error: BaseException | None = None
+        self._failed_on: str | None = None
+        self._thread: threading.Thread | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "saver":  # not set yet (unpickling, copy): no recursion
+            raise AttributeError(name)
+        return getattr(self.saver, name)
+
+    def __call__(self, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None:
+        self.wait()  # one checkpoint in flight at most: memory stays at one snapshot
+        snapshot = cpu_snapshot(checkpoint)
+        self._submit(filename, lambda: self.saver(snapshot, filename, metadata))
+
+    def remove(self, filename: str) -> None:
+        self._submit(filename, lambda: self.saver.remove(filename))
+
+    def then(self, operation: Callable[[], None]) -> None:
+        """Run `operation` in the background once everything queued before it is done (skipped if that failed)."""
+        self._submit("", operation)
+
+    @property
+    def pending(self) -> bool:
+        with self._condition:
+            return bool(self._queue) or self._busy
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until every queued save and removal is done (at most `timeout` seconds: then False). Raises
+        what a background save raised, once."""
+        with self._condition:
+            finished = self._condition.wait_for(lambda: not (self._queue or self._busy), timeout)
+            error, failed_on = self._error, self._failed_on
+            self._error = self._failed_on = None
+        if error is not None:
+            raise RuntimeError(
+                f"Saving checkpoint {failed_on!r} in the background failed: {error}. The previous checkpoints were "
+                "kept; nothing queued after it (retention) was done."
+            ) from error
+        return finished
+
+    def _submit(self, filename: str, operation: Callable[[], None]) -> None:
+        with self._condition:
+            self._queue.append((filename, operation))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._work, name="tracktrain-checkpoint-writer", daemon=True)
+                self._thread.start()
+            self._condition.notify_all()
+
+    def _work(self) -> None:
+        while True:
+            with self._condition:
+                if not self._queue:
+                    self._condition.wait(5.0)  # idle a while, then let the thread go (a new save starts another)
+                    if not self._queue:
+                        self._thread = None
+                        return
+                filename, operation = self._queue.popleft()
+                self._busy = True
+            try:
+                operation()
+            except BaseException as error:  # kept for the training thread, which decides what to do
+                with self._condition:
+                    if self._error is None:
+                        self._error, self._failed_on = error, filename
+                    self._queue.clear()  # a removal must not follow a save that did not commit
+            finally:
+                with self._condition:
+                    self._busy = False
+                    self._condition.notify_all()
+
+
+def cpu_snapshot(state: Any, _copies: dict[int, torch.Tensor] | None = None) -> Any:
+    """`state` with every tensor copied to (pageable) host memory, containers rebuilt, and other leaves deep
+    copied; tensors that were one object stay one object (tied weights are saved once)."""
+    copies = {} if _copies is None else _copies
+    if isinstance(state, torch.Tensor):
+        key = id(state)
+        if key not in copies:
+            detached = state.detach()
+            copies[key] = detached.clone() if detached.device.type == "cpu" else detached.to("cpu")
+        return copies[key]
+    if isinstance(state, Mapping):
+        items = [(key, cpu_snapshot(value, copies)) for key, value in state.items()]
+        try:
+            rebuilt = type(state)(items)  # an OrderedDict stays one
+        except TypeError:
+            rebuilt = dict(items)
+        metadata = getattr(state, "_metadata", None)
+        if metadata is not None:  # a module's state_dict carries version info its load_state_dict reads
+            rebuilt._metadata = copy.deepcopy(metadata)  # type: ignore[attr-defined]
+        return rebuilt
+    if isinstance(state, (list, tuple)) and not hasattr(state, "_fields"):
+        return type(state)(cpu_snapshot(value, copies) for value in state)
+    if isinstance(state, (str, bytes, int, float, bool, type(None))):
+        return state
+    return copy.deepcopy(state)

@@ -1,0 +1,60 @@
+"""Which checkpoint a fit resumes from: `Trainer(resume="auto")`, `fit(ckpt_path="last")`, or a named file.
+
+The newest committed checkpoint (by global step, see `tracktrain.handlers.manifest`) under the run's checkpoint
+directories is loaded; an incomplete one (no manifest: the writer was killed) is never considered, and one that
+does not match its manifest is skipped with a warning naming the file and what is wrong, for the next newest.
+A checkpoint named explicitly is loaded or refused with that message.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from tracktrain.handlers.manifest import CheckpointCorrupted, CommittedCheckpoint, committed_checkpoints
+
+__all__ = ["RESUME_CHOICES", "check_resume", "resume_candidates", "load_newest"]
+
+RESUME_CHOICES = ("auto", "last")
+
+
+def check_resume(resume: Any) -> str | None:
+    """`Trainer(resume=...)`: None (start fresh unless `fit(ckpt_path=...)`), "auto", or a checkpoint path/URL."""
+    if resume is None or resume is False:
+        return None
+    if resume is True:
+        return "auto"
+    if isinstance(resume, (str, os.PathLike)) and os.fspath(resume):
+        return os.fspath(resume)
+    raise ValueError(
+        f'Trainer(resume=...) must be "auto" (the newest complete checkpoint of the run, or a fresh start), a '
+        f"checkpoint path or URL, or None; got {resume!r}."
+    )
+
+
+def resume_candidates(directories: Iterable[str]) -> list[CommittedCheckpoint]:
+    """The committed checkpoints of all `directories`, newest first; incomplete ones are reported and left out."""
+    found: list[CommittedCheckpoint] = []
+    for directory in dict.fromkeys(directories):
+        checkpoints, problems = committed_checkpoints(directory)
+        for problem in problems:
+            warnings.warn(f"Skipping an incomplete checkpoint: {problem}", stacklevel=3)
+        found += checkpoints
+    found.sort(key=lambda checkpoint: checkpoint.order, reverse=True)
+    return found
+
+
+def load_newest(candidates: list[CommittedCheckpoint], load: Callable[[str], None]) -> str | None:
+    """`load(url)` the newest candidate that loads; those that turn out corrupted are skipped with a warning.
+    Returns the URL loaded, or None when there was none to load."""
+    for candidate in candidates:
+        try:
+            load(candidate.url)
+        except CheckpointCorrupted as error:
+            warnings.warn(f"Skipping checkpoint {candidate.url}: {error} Trying the one before it.", stacklevel=3)
+            continue
+        return candidate.url
+    return None
+
