@@ -1,0 +1,131 @@
+"""Kill a training process at random moments (SIGKILL mid-epoch, mid-save, mid-upload; SIGTERM), start the same
+command again, and finish with parameters bit-identical to a run that was never interrupted: on local disk and on
+S3 (moto's server through s3fs)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).with_name("_resume_script.py")
+STEPS = 48  # 4 epochs of 12 batches
+
+
+class Run:
+    """One start of the script: its output lines as they come, and a way to kill it at a chosen line."""
+
+    def __init__(self, root: str, out: Path, num_workers: int) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(SCRIPT), root, str(out), str(num_workers)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        self.lines: list[str] = []
+
+    def read_until(self, predicate, timeout: float = 120.0) -> str | None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line:
+                return None  # the process ended
+            self.lines.append(line.strip())
+            if predicate(line.strip()):
+                return line.strip()
+        raise AssertionError(f"no matching line within {timeout}s; got {self.lines[-5:]}")
+
+    def finish(self, timeout: float = 180.0) -> int:
+        out, err = self.process.communicate(timeout=timeout)
+        self.lines += [line.strip() for line in out.splitlines()]
+        self.stderr = err
+        return self.process.returncode
+
+    def resumed_from(self) -> tuple[str, int]:
+        line = next(line for line in self.lines if line.startswith("resumed "))
+        _, path, step = line.split(" ")
+        return path, int(step)
+
+
+def reference_parameters(tmp_path: Path, num_workers: int) -> dict[str, torch.Tensor]:
+    run = Run(str(tmp_path / "reference"), tmp_path / "reference.pt", num_workers)
+    assert run.finish() == 0, run.stderr[-3000:]
+    return torch.load(tmp_path / "reference.pt", weights_only=True)
+
+
+def kill_and_resume(root: str, tmp_path: Path, num_workers: int, seed: int) -> None:
+    rng = random.Random(seed)
+    expected = reference_parameters(tmp_path, num_workers)
+    out = tmp_path / "resumed.pt"
+    resumed_steps = []
+    for attempt in range(3):
+        run = Run(root, out, num_workers)
+        # mid-epoch, or right after a save began: the background write (or S3 upload) is then under way
+        target = rng.choice(["step", "saving"])
+        after = rng.randint(2, 12)
+        seen = 0
+
+        def reached(line: str) -> bool:
+            nonlocal seen
+            seen += line.startswith(target + " ")
+            return seen >= after
+
+        if run.read_until(reached) is None:
+            break  # it finished before the chosen moment
+        time.sleep(rng.uniform(0.0, 0.03))
+        run.process.send_signal(signal.SIGKILL)
+        run.finish()
+        path, step = run.resumed_from()
+        resumed_steps.append(step)
+    final = Run(root, out, num_workers)
+    assert final.finish() == 0, final.stderr[-3000:]
+    path, step = final.resumed_from()
+    assert step > 0 and path.endswith(".pt"), final.lines[:3]  # it did resume
+    assert resumed_steps == sorted(resumed_steps)  # never went back to an older checkpoint
+    assert final.lines[-1] == f"done {STEPS}"
+    actual = torch.load(out, weights_only=True)
+    assert actual.keys() == expected.keys()
+    for name in expected:
+        assert torch.equal(actual[name], expected[name]), name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_sigkill_at_random_moments_on_local_disk(tmp_path, num_workers):
+    kill_and_resume(str(tmp_path / "run"), tmp_path, num_workers, seed=num_workers)
+    # whatever was cut short is never loaded, and never left under a checkpoint's name
+    names = os.listdir(tmp_path / "run" / "checkpoints")
+    for name in names:
+        if name.endswith(".pt"):
+            assert f"{name}.manifest.json" in names
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_on_s3(tmp_path, s3_bucket):
+    kill_and_resume(f"{s3_bucket}/runs/exp", tmp_path, 0, seed=11)
+
+
+def test_sigterm_saves_a_checkpoint_exits_143_and_the_run_continues(tmp_path):
+    root = tmp_path / "run"
+    run = Run(str(root), tmp_path / "out.pt", 0)
+    line = run.read_until(lambda line: line == "step 7")
+    assert line == "step 7"
+    run.process.send_signal(signal.SIGTERM)
+    assert run.finish() == 143, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr
+    # the step in flight finished, then a checkpoint of exactly that point was committed
+    last_step = max(int(line.split()[1]) for line in run.lines if line.startswith("step "))
+    assert (root / "checkpoints" / f"last_checkpoint_{last_step}.pt.manifest.json").is_file()
+    assert (root / "logs" / "version_0" / "status.txt").read_text().strip() == "KILLED"
+
+    again = Run(str(root), tmp_path / "out.pt", 0)
+    assert again.finish() == 0, again.stderr[-3000:]
+    assert again.resumed_from() == (str(root / "checkpoints" / f"last_checkpoint_{last_step}.pt"), last_step)
+    expected = reference_parameters(tmp_path, 0)
+    actual = torch.load(tmp_path / "out.pt", weights_only=True)
+    assert all(torch.equal(actual[name], expected[name]) for name in expected)
