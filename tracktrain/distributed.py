@@ -77,6 +77,15 @@ class AsyncAnyRank:
         return int(self._buffer.item())  # type: ignore[union-attr]
 
 
+def gather_objects(value: Any) -> list[Any]:
+    """`value` from every rank, in rank order, on every rank (every rank must call it); `[value]` alone."""
+    if not is_distributed():
+        return [value]
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
 def check_same_on_all_ranks(what: str, value: int) -> None:
     """Raise on every rank unless all ranks hold the same `value` (every rank must call it)."""
     if not is_distributed():

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from tracktrain import distributed
+from tracktrain.engine.deterministic import DeterministicEngine
+from tracktrain.ranks import rank_and_world_size
+from tracktrain.rng import get_rng_states, set_rng_states
 from tracktrain.trainer.hooks import TrainerEvents
 
 if TYPE_CHECKING:
@@ -31,6 +36,8 @@ class TrainerState:
             "global_step": self.global_step,
             "samples_seen": self.samples_seen,
             "callbacks": {callback.state_key: callback.state_dict() for callback in trainer.callbacks},
+            # every rank's generators, gathered (all ranks take part in every save; rank 0 writes)
+            "rng_states_per_rank": distributed.gather_objects(get_rng_states()),
         }
         self._fire(TrainerEvents.CHECKPOINT_SAVING, checkpoint)
         return checkpoint
@@ -43,11 +50,32 @@ class TrainerState:
             )
         self.global_step = int(state_dict["global_step"])
         self.samples_seen = int(state_dict.get("samples_seen", 0))
+        self._restore_rng_states(state_dict.get("rng_states_per_rank"))
         states = state_dict.get("callbacks", {})
         for callback in self._trainer.callbacks:
             if callback.state_key in states:
                 callback.load_state_dict(states[callback.state_key])
         self._fire(TrainerEvents.CHECKPOINT_LOADED, dict(state_dict))
+
+    def _restore_rng_states(self, per_rank: list[dict[str, Any]] | None) -> None:
+        """This rank's generators as they were at the save. A DeterministicEngine applies them itself when it
+        resumes mid-pass (at a pass start it reseeds instead); with a plain Engine they are set now."""
+        rank, world_size = rank_and_world_size()
+        if not per_rank:
+            return
+        if len(per_rank) != world_size:
+            warnings.warn(
+                f"The checkpoint holds random generator states for {len(per_rank)} processes, this run has "
+                f"{world_size}: every rank continues from rank 0's states, so random draws will differ from the "
+                "run that saved it.",
+                stacklevel=4,
+            )
+        states = per_rank[rank] if rank < len(per_rank) else per_rank[0]
+        engine = self._trainer.train_engine
+        if isinstance(engine, DeterministicEngine):
+            engine.state.rng_states = states
+        else:
+            set_rng_states(states)
 
     def _fire(self, event: TrainerEvents, checkpoint: dict[str, Any]) -> None:
         engine = self._trainer.train_engine
