@@ -103,6 +103,7 @@ def test_sigkill_at_random_moments_on_local_disk(tmp_path, num_workers):
     for name in names:
         if name.endswith(".pt"):
             assert f"{name}.manifest.json" in names
+    assert not [name for name in names if name.endswith(".tmp")]  # swept at each start
 
 
 @pytest.mark.slow

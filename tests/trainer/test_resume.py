@@ -141,14 +141,19 @@ def test_retention_keeps_top_k_and_last_n_and_never_the_resumed_from_one(tmp_pat
     ]
 
 
-def test_files_outside_the_checkpoint_directory_are_never_touched(tmp_path):
+def test_only_checkpoints_and_stale_temporaries_of_writers_are_ever_deleted(tmp_path):
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "notes.txt").write_text("mine")
     (tmp_path / "ckpt" / "other_model_3.pt").write_bytes(b"someone else's")
+    (tmp_path / "ckpt" / ".my.tmp").write_text("mine too")
+    (tmp_path / "ckpt" / ".checkpoint_4.pt.0123456789ab.tmp").write_bytes(b"half a checkpoint")  # a killed write
+    (tmp_path / "elsewhere.pt").write_bytes(b"outside")
     trainer, _ = run_trainer(tmp_path, 2)
     trainer.fit(Classifier(), make_loader())
     names = os.listdir(tmp_path / "ckpt")
-    assert "notes.txt" in names and "other_model_3.pt" in names
+    assert {"notes.txt", "other_model_3.pt", ".my.tmp"} <= set(names)
+    assert ".checkpoint_4.pt.0123456789ab.tmp" not in names
+    assert (tmp_path / "elsewhere.pt").read_bytes() == b"outside"
 
 
 def test_manifest_summarizes_the_run(tmp_path):

@@ -11,6 +11,7 @@ from tracktrain import storage
 from tracktrain.callbacks.base import Callback
 from tracktrain.handlers.async_saver import AsyncSaver
 from tracktrain.handlers.checkpoint import Checkpoint
+from tracktrain.handlers.manifest import remove_stale_temporaries
 from tracktrain.handlers.savers import FsspecSaver, saver_for
 from tracktrain.ranks import global_rank
 from tracktrain.trainer.monitor import monitored_value
@@ -112,6 +113,7 @@ class ModelCheckpoint(Callback):
             self.dirpath = self.dirpath or storage.join(trainer.default_root_dir, "checkpoints")
             if global_rank() == 0:
                 getattr(storage, "check_writable", lambda url: None)(self.dirpath)  # TEMP a missing bucket or credentials fail now, not after an epoch
+                remove_stale_temporaries(self.dirpath)  # what a writer killed mid-write left behind
             # a resumed run writes next to the checkpoints it resumes from
             saver: Any = saver_for(self.dirpath, create_dir=True, require_empty=False, manifest=True,
                                    summarize=summarize_checkpoint)

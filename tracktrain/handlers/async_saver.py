@@ -101,12 +101,13 @@ class AsyncSaver:
                     self._condition.notify_all()
 
 
-def cpu_snapshot(state: Any, _copies: dict[int, torch.Tensor] | None = None) -> Any:
+def cpu_snapshot(state: Any, _copies: dict[tuple, torch.Tensor] | None = None) -> Any:
     """`state` with every tensor copied to (pageable) host memory, containers rebuilt, and other leaves deep
-    copied; tensors that were one object stay one object (tied weights are saved once)."""
+    copied; tensors that are the same view of the same memory (tied weights, which `state_dict` returns as two
+    tensor objects) stay one tensor, so they are saved once and load tied."""
     copies = {} if _copies is None else _copies
     if isinstance(state, torch.Tensor):
-        key = id(state)
+        key = _view_key(state)
         if key not in copies:
             detached = state.detach()
             copies[key] = detached.clone() if detached.device.type == "cpu" else detached.to("cpu")
@@ -126,3 +127,10 @@ def cpu_snapshot(state: Any, _copies: dict[int, torch.Tensor] | None = None) -> 
     if isinstance(state, (str, bytes, int, float, bool, type(None))):
         return state
     return copy.deepcopy(state)
+
+
+def _view_key(tensor: torch.Tensor) -> tuple:
+    if tensor.layout != torch.strided:  # sparse and other layouts: by object
+        return ("object", id(tensor))
+    return (tensor.untyped_storage().data_ptr(), tensor.device, tensor.storage_offset(), tuple(tensor.shape),
+            tensor.stride(), tensor.dtype)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ __all__ = [
     "manifest_name",
     "read_verified",
     "remove_checkpoint",
+    "remove_stale_temporaries",
     "write_manifest",
 ]
 
@@ -160,6 +162,25 @@ def remove_checkpoint(directory: str, data_filename: str) -> None:
     for name in files:
         if name == os.path.basename(name):  # a manifest only ever names files beside it
             storage.remove(storage.join(directory, name), missing_ok=True)
+
+
+def remove_stale_temporaries(directory: str | os.PathLike) -> list[str]:
+    """Delete the hidden temporary files that writers killed mid-write left in `directory` (named by
+    `tracktrain.storage` as `.<name>.<12 hex digits>.tmp`); returns their names. Call it only while no save into
+    `directory` is under way (at the start of a run, on the writing rank). Other files are never touched; a data
+    file left without its manifest is overwritten when the resumed run saves that step again."""
+    directory = os.fspath(directory)
+    try:
+        names = _file_sizes(directory)
+    except FileNotFoundError:
+        return []
+    stale = [name for name in names if _TEMPORARY.fullmatch(name)]
+    for name in stale:
+        storage.remove(storage.join(directory, name), missing_ok=True)
+    return stale
+
+
+_TEMPORARY = re.compile(r"\..+\.[0-9a-f]{12}\.tmp")
 
 
 def _file_sizes(directory: str) -> dict[str, int]:

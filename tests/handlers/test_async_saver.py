@@ -1,0 +1,111 @@
+"""AsyncSaver: the snapshot is the state at save time, writes keep their order, and a failed background write
+is raised (naming the file) with nothing queued after it done."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import pytest
+import torch
+from torch import nn
+
+from tracktrain.handlers.async_saver import AsyncSaver, cpu_snapshot
+from tracktrain.handlers.savers import FsspecSaver
+
+
+class Gated:
+    """A save handler that records what it got, and holds each write until the test opens the gate."""
+
+    def __init__(self, fail_on: str | None = None) -> None:
+        self.gate = threading.Event()
+        self.events: list[tuple[str, str]] = []
+        self.saved: dict[str, dict] = {}
+        self.fail_on = fail_on
+
+    def __call__(self, checkpoint, filename, metadata=None):
+        self.gate.wait(10)
+        if filename == self.fail_on:
+            raise OSError("disk full")
+        self.saved[filename] = checkpoint
+        self.events.append(("save", filename))
+
+    def remove(self, filename):
+        self.events.append(("remove", filename))
+
+
+def test_the_file_holds_the_state_at_save_time_not_after():
+    model = nn.Linear(3, 3)
+    inner = Gated()
+    saver = AsyncSaver(inner)
+    before = model.weight.detach().clone()
+    saver({"model": model.state_dict()}, "a.pt")  # returns before the write
+    assert inner.saved == {}
+    with torch.no_grad():
+        model.weight.add_(1.0)  # training goes on, in place
+    inner.gate.set()
+    saver.wait()
+    assert torch.equal(inner.saved["a.pt"]["model"]["weight"], before)
+
+
+def test_operations_keep_their_order_and_a_failure_stops_what_follows():
+    inner = Gated(fail_on="b.pt")
+    saver = AsyncSaver(inner)
+    inner.gate.set()
+    saver({"x": torch.ones(1)}, "a.pt")
+    saver.remove("old.pt")
+    saver.wait()
+    inner.gate.clear()
+    saver({"x": torch.ones(1)}, "b.pt")
+    saver.remove("a.pt")  # retention after a save that will fail: must not happen
+    inner.gate.set()
+    with pytest.raises(RuntimeError, match=r"Saving checkpoint 'b.pt' in the background failed: disk full"):
+        saver.wait()
+    assert inner.events == [("save", "a.pt"), ("remove", "old.pt")]
+    saver.wait()  # raised once; the saver goes on working
+    saver({"x": torch.ones(1)}, "c.pt")
+    saver.wait()
+    assert inner.events[-1] == ("save", "c.pt")
+
+
+def test_the_next_save_waits_for_the_previous_one():
+    inner = Gated()
+    saver = AsyncSaver(inner)
+    saver({"x": torch.zeros(1)}, "a.pt")
+    started = threading.Event()
+
+    def second():
+        started.set()
+        saver({"x": torch.zeros(1)}, "b.pt")
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    started.wait()
+    thread.join(0.2)
+    assert thread.is_alive()  # blocked behind a.pt
+    inner.gate.set()
+    thread.join(5)
+    saver.wait()
+    assert [name for _, name in inner.events] == ["a.pt", "b.pt"]
+
+
+def test_snapshot_keeps_tied_tensors_tied_and_module_metadata():
+    model = nn.Sequential(nn.Embedding(4, 2), nn.Linear(2, 4, bias=False), nn.BatchNorm1d(4))
+    model[1].weight = model[0].weight
+    state = model.state_dict()
+    snapshot = cpu_snapshot({"model": state, "step": 3, "groups": [{"lr": 0.1}]})
+    assert snapshot["model"]["0.weight"] is snapshot["model"]["1.weight"]
+    assert snapshot["model"]["0.weight"] is not state["0.weight"]
+    assert isinstance(snapshot["model"], OrderedDict) and snapshot["model"]._metadata == state._metadata
+    assert snapshot["step"] == 3 and snapshot["groups"] == [{"lr": 0.1}]
+
+
+def test_through_a_real_saver_the_checkpoint_is_committed_with_its_manifest(tmp_path):
+    saver = AsyncSaver(FsspecSaver(tmp_path, manifest=True, summarize=lambda checkpoint: {"global_step": 5}))
+    saver({"w": torch.arange(4.0)}, "c_5.pt", {"priority": 5})
+    saver.wait()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c_5.pt", "c_5.pt.manifest.json"]
+    assert saver.path_of("c_5.pt") == str(tmp_path / "c_5.pt")  # the wrapped saver's attributes show through
+    saver.remove("c_5.pt")
+    saver.wait()
+    assert list(tmp_path.iterdir()) == []
