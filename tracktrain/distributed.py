@@ -97,7 +97,7 @@ def check_same_on_all_ranks(what: str, value: int) -> None:
     seen = [int(v.item()) for v in values]
     if len(set(seen)) > 1:
         raise RuntimeError(
-            f"The ranks disagree on the {what}: {seen} (rank: value). Every rank must load the same checkpoint: "
+            f"The ranks disagree on the {what}: {seen} (by rank). Every rank must load the same checkpoint: "
             "use a checkpoint directory all ranks read (a shared disk or an object store URL)."
         )
 

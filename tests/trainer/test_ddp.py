@@ -237,3 +237,24 @@ def test_a_ddp_run_resumed_mid_epoch_ends_where_an_uninterrupted_one_does(tmp_pa
     spawn(_fit_deterministic, 2, args=(str(tmp_path / "cut"), "params", None, str(checkpoint)))
     full, resumed = _load(tmp_path / "full", "params"), _load(tmp_path / "cut", "params")
     assert resumed[0] == resumed[1] == full[0]
+
+
+# ------------------------------------------------------------------------- ranks that loaded different checkpoints
+def _resume_from_own_directory(out: str) -> None:
+    """Each rank looks for checkpoints in a directory of its own, as on nodes without a shared disk: only rank 0's
+    holds any (rank 0 writes), so rank 0 would resume at step 4 and rank 1 start over."""
+    rank = int(os.environ["RANK"])  # the Trainer joins the process group when it fits
+    _trainer(f"{out}/rank{rank}", max_epochs=1, enable_checkpointing=True).fit(Classifier(), make_loader())
+    again = _trainer(f"{out}/rank{rank}", max_epochs=2, enable_checkpointing=True, resume="auto")
+    try:
+        again.fit(Classifier(), make_loader())
+    except RuntimeError as error:
+        _save(out, "error", str(error))
+
+
+def test_ranks_that_resume_at_different_steps_refuse_to_train(tmp_path):
+    spawn(_resume_from_own_directory, 2, args=(str(tmp_path),))
+    errors = _load(tmp_path, "error")
+    assert errors[0] == errors[1]
+    assert "The ranks disagree on the global step after loading the checkpoint: [4, 0] (by rank)" in errors[0]
+    assert "shared disk or an object store URL" in errors[0]
