@@ -10,7 +10,6 @@ import itertools
 import os
 import uuid
 from collections import OrderedDict
-from pathlib import Path
 
 import fsspec
 import pytest
@@ -23,7 +22,7 @@ from tracktrain.handlers import Checkpoint, DiskSaver, FsspecSaver, ModelCheckpo
 from tracktrain.handlers.checkpoint import BaseSaveHandler, CheckpointEvents
 from tracktrain.rng import get_rng_states
 
-from tests.test_storage import S3_SECRET, s3_bucket  # noqa: F401  (fixture: moto's S3 server)
+from tests.conftest import S3_SECRET
 
 
 # ------------------------------------------------------------------------------------------------------ helpers

@@ -112,7 +112,7 @@ class ModelCheckpoint(Callback):
         if self._checkpoint is None:
             self.dirpath = self.dirpath or storage.join(trainer.default_root_dir, "checkpoints")
             if global_rank() == 0:
-                getattr(storage, "check_writable", lambda url: None)(self.dirpath)  # TEMP a missing bucket or credentials fail now, not after an epoch
+                storage.check_writable(self.dirpath)  # a missing bucket or credentials fail now, not after an epoch
                 remove_stale_temporaries(self.dirpath)  # what a writer killed mid-write left behind
             # a resumed run writes next to the checkpoints it resumes from
             saver: Any = saver_for(self.dirpath, create_dir=True, require_empty=False, manifest=True,
