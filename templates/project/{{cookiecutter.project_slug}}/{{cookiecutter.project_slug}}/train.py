@@ -1,0 +1,157 @@
+"""Train: `python -m {{ cookiecutter.project_slug }}.train [--config FILE] [--set section.key=value ...]`.
+
+Resumes by default: run the same command again after a crash or Ctrl-C and it continues from the newest complete
+checkpoint, in the same tracker run. Under DDP: `torchrun --standalone --nproc_per_node 2 -m
+{{ cookiecutter.project_slug }}.train --set trainer.strategy=ddp`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from {{ cookiecutter.project_slug }}.config import Config, ConfigError, load_config
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m {{ cookiecutter.project_slug }}.train",
+                                     description="Train the model; resumes from the newest checkpoint by default.")
+    parser.add_argument("--config", help="a TOML file whose keys replace the defaults (default: ./config.toml when "
+                                         "it exists)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="replace one value, e.g. --set trainer.max_epochs=20 (repeatable)")
+    parser.add_argument("--epochs", type=int, help="shortcut for --set trainer.max_epochs=N")
+    parser.add_argument("--no-resume", action="store_true", help="start afresh (shortcut for --set trainer.resume=never)")
+    return parser.parse_args(argv)
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    path = args.config
+    if path is None and Path("config.toml").is_file():
+        path = "config.toml"
+    overrides = list(args.overrides)
+    if args.epochs is not None:
+        overrides.append(f"trainer.max_epochs={args.epochs}")
+    if args.no_resume:
+        overrides.append('trainer.resume="never"')
+    return load_config(path, overrides)
+
+
+def local_or_url(location: str) -> str:
+    """An fsspec URL as it is; a local path made absolute, so the run does not depend on the working directory."""
+    return location if "://" in location else os.path.abspath(location)
+
+
+def build_loggers(config: Config, root_dir: str) -> list:
+    tracking = config.tracking
+    loggers = []
+    if tracking.tracker in ("mlflow", "both"):
+        from tracktrain_integrations.mlflow import MLflowLogger
+
+        loggers.append(MLflowLogger(tracking_uri=tracking.mlflow_tracking_uri or None,
+                                    experiment_name=tracking.experiment, run_name=tracking.run_name or None))
+    if tracking.tracker in ("wandb", "both"):
+        from tracktrain_integrations.wandb import WandbLogger
+
+        loggers.append(WandbLogger(project=tracking.experiment, name=tracking.run_name or None,
+                                   mode=tracking.wandb_mode, save_dir=os.environ.get("WANDB_DIR") or root_dir))
+    return loggers
+
+
+def build_trainer(config: Config):
+    from tracktrain import Trainer
+    from tracktrain.callbacks import MetricPrinter, ModelCheckpoint, TrainerProgressBar
+
+    settings = config.trainer
+    root_dir = local_or_url(config.run.root_dir)
+    callbacks = [
+        ModelCheckpoint(dirpath=local_or_url(config.run.checkpoint_dir), monitor="val_accuracy", mode="max",
+                        save_top_k=1, save_last=True),
+        MetricPrinter(),
+    ]
+    if settings.progress_bar == "always":
+        callbacks.append(TrainerProgressBar(disable=False))  # also when the output is not a terminal
+    loggers = build_loggers(config, root_dir)
+    return Trainer(
+        max_epochs=settings.max_epochs,
+        precision=settings.precision,
+        strategy=settings.strategy,
+        seed=settings.seed,
+        deterministic=settings.deterministic,
+        log_every_n_steps=settings.log_every_n_steps,
+        resume=None if settings.resume == "never" else settings.resume,
+        enable_progress_bar=settings.progress_bar != "never",
+        default_root_dir=root_dir,
+        callbacks=callbacks,
+        loggers=loggers if loggers else None,  # None: a CSV log under root_dir/logs
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class FitResult:
+    metrics: dict[str, float]  # the last value of everything logged
+    global_step: int
+    resumed_from: str | None  # the checkpoint this fit continued from, None when it started afresh
+
+
+def fit(config: Config) -> FitResult:
+    """Train as `config` says."""
+    from {{ cookiecutter.project_slug }}.data import DigitsData
+    from {{ cookiecutter.project_slug }}.module import Classifier
+
+    data = DigitsData(config.data, seed=config.trainer.seed)
+    trainer = build_trainer(config)
+    trainer.fit(Classifier(config.model), data.train_dataloader(), data.val_dataloader())
+    metrics = {name: float(value) for name, value in trainer.callback_metrics.items()}
+    return FitResult(metrics, trainer.global_step, trainer.ckpt_path)
+
+
+def how_to_view(config: Config) -> list[str]:
+    """The commands that show this run."""
+    root_dir = local_or_url(config.run.root_dir)
+    lines = []
+    if config.tracking.tracker in ("mlflow", "both"):
+        uri = config.tracking.mlflow_tracking_uri
+        if not uri:
+            base = root_dir if "://" not in root_dir else os.path.abspath(".tracktrain")
+            uri = f"sqlite:///{base}/mlflow.db"
+        if uri.startswith(("http://", "https://")):
+            lines.append(f"open the run in the MLflow UI: {uri}")
+        else:
+            lines.append(f"open the run in the MLflow UI: mlflow ui --backend-store-uri {uri}  (then http://127.0.0.1:5000)")
+    if config.tracking.tracker in ("wandb", "both") and config.tracking.wandb_mode == "offline":
+        wandb_root = os.environ.get("WANDB_DIR") or root_dir
+        runs = sorted(glob.glob(os.path.join(wandb_root, "wandb", "offline-run-*")), key=os.path.getmtime)
+        target = runs[-1] if runs else os.path.join(wandb_root, "wandb", "offline-run-*")
+        lines.append(f"upload the W&B run: wandb sync {target}")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    result = fit(config)
+    from tracktrain.ranks import global_rank
+
+    if global_rank() == 0:
+        if result.resumed_from:
+            print(f"resumed from {result.resumed_from}", flush=True)
+        shown = ("train_loss_epoch", "val_loss", "val_accuracy")
+        summary = "  ".join(f"{name} {result.metrics[name]:.4f}" for name in shown if name in result.metrics)
+        print(f"final metrics after {result.global_step} steps: {summary}", flush=True)
+        for line in how_to_view(config):
+            print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

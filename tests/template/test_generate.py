@@ -1,0 +1,70 @@
+"""Each tracker choice generates a project whose own tests pass; both ways of naming the template work."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from tests.template.conftest import project_environment
+
+
+def run_project_tests(project) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x"], cwd=project,
+                          env=project_environment(project), capture_output=True, text=True, timeout=240)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tracker", ["mlflow", "wandb", "both", "none"])
+def test_every_tracker_choice_generates_a_project_whose_tests_pass(generate, tracker):
+    project = generate(tracker=tracker, project_slug=f"digits_{tracker}")
+
+    result = run_project_tests(project)
+
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert "3 passed" in result.stdout  # the smoke fit (with its tracker's read-back), the resume, the config
+    dependencies = tomllib.loads((project / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(d.startswith("tracktrain @ file://") for d in dependencies)
+    assert any(d.startswith("mlflow") for d in dependencies) == (tracker in ("mlflow", "both"))
+    assert any(d.startswith("wandb") for d in dependencies) == (tracker in ("wandb", "both"))
+
+
+def test_the_root_index_and_the_template_directory_generate_the_same_project(generate, tmp_path):
+    through_index = generate()
+    by_directory = generate(directory=True, project_slug="by_directory")
+
+    assert through_index.name == "digits_classifier"  # the default name, slugged
+    files = sorted(p.relative_to(through_index).as_posix().replace("digits_classifier", "SLUG")
+                   for p in through_index.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(by_directory).as_posix().replace("by_directory", "SLUG")
+                           for p in by_directory.rglob("*") if p.is_file())
+    assert {"pyproject.toml", "README.md", "SLUG/config.toml", "SLUG/module.py", "SLUG/data.py", "SLUG/train.py",
+            "tests/test_smoke.py"} <= set(files)
+
+
+def test_the_answers_reach_the_config_and_the_readme(generate):
+    project = generate(project_name="Fraud Model", tracker="both", precision="bf16-mixed", strategy="ddp",
+                       checkpoint_location="memory://fraud/checkpoints")
+
+    config = tomllib.loads((project / "fraud_model" / "config.toml").read_text())
+    assert config["trainer"]["precision"] == "bf16-mixed" and config["trainer"]["strategy"] == "ddp"
+    assert config["run"]["checkpoint_dir"] == "memory://fraud/checkpoints"
+    assert config["tracking"] == {**config["tracking"], "tracker": "both", "experiment": "fraud_model"}
+    readme = (project / "README.md").read_text()
+    for needed in ("python -m fraud_model.train", "torchrun --standalone --nproc_per_node 2 -m fraud_model.train",
+                   "mlflow ui --backend-store-uri sqlite:///", "wandb sync", "--no-resume", "tracktrain @ file://"):
+        assert needed in readme
+    scripts = tomllib.loads((project / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"fraud-model-train": "fraud_model.train:main"}
+
+
+def test_the_entry_point_rejects_a_bad_override_with_the_choices(generate):
+    project = generate(tracker="none")
+
+    result = subprocess.run([sys.executable, "-m", "digits_classifier.train", "--set", "trainer.epochs=3"],
+                            cwd=project, env=project_environment(project), capture_output=True, text=True, timeout=60)
+
+    assert result.returncode == 2
+    assert "unknown key trainer.epochs; [trainer] has [" in result.stderr and "'max_epochs'" in result.stderr
