@@ -20,6 +20,7 @@ import pytest
 
 from tests.conftest import S3_SECRET
 from tracktrain import storage
+from tracktrain.redaction import redact
 
 
 @pytest.fixture
@@ -246,7 +247,7 @@ def test_secrets_are_hidden_from_error_texts(monkeypatch):
         "failed: token-from-the-environment, token-from-fsspec-config, secret-of-this-fs, visible-project, "
         "https://user:url-password@host/a?X-Amz-Signature=abcdef&part=2"
     )
-    assert storage._redact(text, fs) == (
+    assert redact(text, fs) == (
         "failed: ***, ***, ***, visible-project, https://user:***@host/a?X-Amz-Signature=***&part=2"
     )
 

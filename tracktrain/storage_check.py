@@ -1,0 +1,167 @@
+"""`check_writable`: before a run writes anything, prove that it can, or fail with the cause and the fix."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import time
+import uuid
+
+from fsspec import AbstractFileSystem
+from fsspec.asyn import AsyncFileSystem, sync
+from fsspec.implementations.local import LocalFileSystem
+
+from tracktrain.redaction import is_secret_free, redact
+from tracktrain.storage import _OBJECT_STORE_PROTOCOLS, _protocols, open_filesystem
+
+__all__ = ["check_writable"]
+
+
+def check_writable(url: str | os.PathLike, *, timeout: float = 30.0) -> None:
+    """Fail now, with the cause and the fix, if files cannot be written, read back and deleted under `url`.
+
+    Creates the directory `url` (on object stores the bucket must exist: it is never created implicitly), then
+    writes, reads and deletes a small hidden probe file, one round trip each, so that a missing bucket, missing
+    or rejected credentials, a read-only directory or a wrong endpoint stop a run before training starts rather
+    than at its first checkpoint. On file systems served over asyncio (S3, GCS, Azure, HTTP) the whole check
+    takes at most `timeout` seconds; how often the client itself retries is the user's setting (for S3:
+    AWS_MAX_ATTEMPTS, AWS_RETRY_MODE).
+
+    Raises FileNotFoundError (missing bucket), PermissionError (credentials, permissions, read-only file
+    system), ConnectionError or TimeoutError (endpoint), or OSError (anything else, or a probe read back
+    different from what was written); plus `open_filesystem`'s ValueError / ImportError for a bad protocol.
+    """
+    if not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}.")
+    fs, path = open_filesystem(url)
+    url = os.fspath(url)
+    probe = f"{path.rstrip(fs.sep)}{fs.sep}.tracktrain-write-probe-{uuid.uuid4().hex[:12]}"
+    payload = b"tracktrain write probe\n"
+    deadline = time.monotonic() + timeout
+    step, written = "creating the directory", False
+    try:
+        if not _protocols(_innermost(fs)) & _OBJECT_STORE_PROTOCOLS:  # there makedirs would create the bucket
+            _call_before(deadline, fs, "makedirs", path, exist_ok=True)
+        step = "writing a probe file"
+        _call_before(deadline, fs, "pipe_file", probe, payload)
+        step, written = "reading the probe file back", True
+        content = _call_before(deadline, fs, "cat_file", probe)
+        step = "deleting the probe file"
+        _call_before(deadline, fs, "rm_file", probe)
+    except Exception as error:
+        if written and step != "deleting the probe file":
+            with contextlib.suppress(Exception):
+                _call_before(deadline, fs, "rm_file", probe)
+        raise _not_writable(url, fs, path, step, error, timeout) from (error if is_secret_free(error, fs) else None)
+    if content != payload:
+        raise OSError(redact(
+            f"Cannot write to {url}: a probe file read back {len(content)} bytes that differ from the {len(payload)} "
+            "written. Check what sits between this process and the storage (a caching layer, a proxy).", fs
+        ))
+
+
+def _call_before(deadline: float, fs: AbstractFileSystem, method: str, *args, **kwargs):
+    """`fs.<method>(*args, **kwargs)`; on an asyncio file system, cancelled by fsspec when `deadline` passes."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError("no time left")
+    if isinstance(fs, AsyncFileSystem):
+        return sync(fs.loop, getattr(fs, f"_{method}"), *args, timeout=remaining, **kwargs)
+    return getattr(fs, method)(*args, **kwargs)  # local disks answer at once; other sync clients have their own
+
+
+# Exceptions recognised by class name, so that no provider's client library is imported to classify them.
+_TIMEOUT_ERRORS = {"TimeoutError", "ConnectTimeoutError", "ReadTimeoutError", "ServerTimeoutError"}
+_CONNECTION_ERRORS = {"ConnectionError", "ClientConnectionError"}  # builtin, botocore's and aiohttp's bases
+_CREDENTIAL_ERRORS = {
+    "NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError",  # botocore
+    "DefaultCredentialsError", "RefreshError",  # google-auth
+    "ClientAuthenticationError",  # azure-core
+}
+# The fix for each kind of failure, per provider; `None` holds what fits any other file system.
+_FIXES = {
+    "s3": {
+        "bucket": "Create the bucket (aws s3 mb s3://{bucket}) or correct its name.",
+        "credentials": (
+            "Set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (plus AWS_SESSION_TOKEN for temporary credentials) "
+            "or AWS_PROFILE, and allow s3:PutObject, s3:GetObject and s3:DeleteObject on the bucket."
+        ),
+        "endpoint": (
+            "Check AWS_ENDPOINT_URL ({endpoint}) and that the server answers; AWS_MAX_ATTEMPTS and AWS_RETRY_MODE "
+            "set how often botocore retries."
+        ),
+    },
+    "gs": {
+        "bucket": "Create the bucket (gcloud storage buckets create gs://{bucket}) or correct its name.",
+        "credentials": (
+            "Set GOOGLE_APPLICATION_CREDENTIALS to a service account key file or run `gcloud auth "
+            "application-default login`, and allow storage.objects.create, get and delete on the bucket."
+        ),
+        "endpoint": "Check the network path to Google Cloud Storage (or STORAGE_EMULATOR_HOST for an emulator).",
+    },
+    "az": {
+        "bucket": "Create the container (az storage container create --name {bucket}) or correct its name.",
+        "credentials": (
+            "Set AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN or "
+            "AZURE_STORAGE_CONNECTION_STRING, or sign in for DefaultAzureCredential."
+        ),
+        "endpoint": "Check the storage account name and the network path to it.",
+    },
+    None: {
+        "bucket": "Create the bucket or correct its name.",
+        "credentials": (
+            "Check the credentials and permissions for {protocol}:// (fsspec.config, FSSPEC_<PROTOCOL>_* "
+            "variables or the provider's own configuration)."
+        ),
+        "endpoint": "Check the host in the URL and that its server answers.",
+    },
+}
+_PROVIDERS = {"s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "az": "az", "abfs": "az", "abfss": "az"}
+
+
+def _innermost(fs: AbstractFileSystem) -> AbstractFileSystem:
+    """The file system that a wrapper (`simplecache::`, `dir::`, ...) ultimately reads and writes."""
+    while isinstance(getattr(fs, "fs", None), AbstractFileSystem):
+        fs = fs.fs
+    return fs
+
+
+def _not_writable(url: str, fs: AbstractFileSystem, path: str, step: str, error: Exception, timeout: float) -> OSError:
+    target = _innermost(fs)
+    protocol = next((p for p in sorted(_protocols(target)) if p in _PROVIDERS), sorted(_protocols(target))[0])
+    fixes = _FIXES[_PROVIDERS.get(protocol)]
+    context = {"bucket": path.split("/", 1)[0], "protocol": protocol, "endpoint": _s3_endpoint(target)}
+    names = {cls.__name__ for cls in type(error).__mro__}
+    local = isinstance(target, LocalFileSystem)
+    if names & _TIMEOUT_ERRORS:  # before connections: botocore's ConnectTimeoutError is both
+        kind, fix = TimeoutError, f"No answer within {timeout:g} s. " + fixes["endpoint"]
+    elif names & _CONNECTION_ERRORS:
+        kind, fix = ConnectionError, fixes["endpoint"]
+    elif names & _CREDENTIAL_ERRORS or (isinstance(error, PermissionError) and not local):
+        kind, fix = PermissionError, fixes["credentials"]
+    elif isinstance(error, PermissionError):
+        kind, fix = PermissionError, "Choose a directory this user may write to, or change its permissions."
+    elif getattr(error, "errno", None) == errno.EROFS:
+        kind, fix = PermissionError, "The file system is mounted read-only: choose another directory."
+    elif isinstance(error, FileNotFoundError) and protocol in _OBJECT_STORE_PROTOCOLS:
+        kind, fix = FileNotFoundError, "The bucket does not exist or is not visible. " + fixes["bucket"]
+    else:
+        kind, fix = OSError, "Check the URL and the storage's configuration."
+    detail = f"{type(error).__name__}: {str(error).rstrip('.')}" if str(error) else type(error).__name__
+    return kind(redact(f"Cannot write to {url}: {step} failed with {detail}. {fix.format(**context)}", fs))
+
+
+def _s3_endpoint(fs: AbstractFileSystem) -> str:
+    """Where an S3 client sends its requests, for the error message (no credentials: see `redact`)."""
+    configured = (getattr(fs, "client_kwargs", None) or {}).get("endpoint_url") or getattr(fs, "endpoint_url", None)
+    if configured:
+        return f"the file system's endpoint_url is {configured}"
+    for variable in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        if os.environ.get(variable):
+            return f"{variable} is {os.environ[variable]}"
+    return "unset: AWS's endpoint for the region is used"
+
+
+# Names of variables and storage options whose values are secrets (AWS_SECRET_ACCESS_KEY, HF_TOKEN, s3fs's
+# `key`/`secret`, AZURE_STORAGE_CONNECTION_STRING, ...).
