@@ -207,3 +207,35 @@ def test_warnings_do_not_leak_from_a_clean_resume(tmp_path):
         warnings.simplefilter("error")
         again.fit(Classifier(), make_loader())
     assert again.ckpt_path.endswith("last_checkpoint_8.pt")
+
+
+@pytest.mark.parametrize("async_save", [True, False])
+def test_loggers_that_keep_checkpoints_get_every_committed_one_on_the_training_thread(tmp_path, async_save):
+    import threading
+
+    from tracktrain.loggers import Logger
+
+    class Recorder(Logger):
+        name = "recorder"
+        log_checkpoints = True
+        run_id = None
+
+        def __init__(self):
+            self.artifacts = []
+
+        def start(self, root_dir): ...
+        def log_hyperparams(self, params): ...
+        def log_metrics(self, metrics, step): ...
+        def finalize(self, status):
+            self.artifacts.append("finalized")
+
+        def log_artifact(self, local_path, artifact_path=None):
+            assert threading.current_thread() is threading.main_thread()
+            assert os.path.isfile(local_path) and os.path.isfile(local_path + ".manifest.json")  # committed
+            self.artifacts.append(os.path.basename(local_path))
+
+    recorder = Recorder()
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=None, async_save=async_save)
+    Trainer(**quiet(tmp_path, max_epochs=3, loggers=[recorder], callbacks=[checkpoint])).fit(
+        Classifier(), make_loader())
+    assert recorder.artifacts == ["checkpoint_8.pt", "checkpoint_16.pt", "checkpoint_24.pt", "finalized"]

@@ -1,0 +1,135 @@
+"""benchmarks/bench_checkpoint.py: the --quick run completes and reports every case; its checks can fail.
+
+No timing is asserted: on a shared machine any ordering of the numbers can happen in a quick run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "bench_checkpoint.py"
+HAS_LIGHTNING = importlib.util.find_spec("lightning") is not None
+HAS_S3 = all(importlib.util.find_spec(name) is not None for name in ("moto", "s3fs"))
+
+
+def _load_script(monkeypatch):
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # as `python benchmarks/...` does: it imports `_common`
+    spec = importlib.util.spec_from_file_location("bench_checkpoint", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+@pytest.mark.slow  # ~20 s: about 30 short fits, a third of them Lightning's, a moto server
+def test_quick_run_reports_every_case(tmp_path):
+    out = tmp_path / "checkpoint.json"
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--json", str(out), "--root-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "## Stall per checkpoint" in result.stdout
+    assert "## Resume: from the Trainer's construction to the first step's forward" in result.stdout
+    assert "bench_checkpoint.py --quick" in result.stdout  # the command that produced the table
+
+    payload = json.loads(out.read_text())
+    assert payload["problems"] == []
+    arguments = payload["arguments"]
+    storages = ["local"] + (["s3"] if HAS_S3 else [])
+    variants = ["tracktrain async", "tracktrain blocking"] + (["lightning"] if HAS_LIGHTNING else [])
+    rows = {(row["storage"], row["variant"]): row for row in payload["rows"]}
+    assert sorted(rows) == sorted((storage, variant) for storage in storages for variant in variants)
+    checkpoints = arguments["saves"] * arguments["repeats"]
+    for key, row in rows.items():
+        assert row["error"] is None, (key, row["error"])
+        assert row["checkpoints"] == checkpoints, key
+        for name in ("stall", "added", "committed_after"):
+            assert len(row["samples_ms"][name]) == checkpoints, (key, name)
+            assert all(math.isfinite(value) for value in row["samples_ms"][name]), (key, name)
+        # a checkpoint is committed after its step ends, and is a few MB (weights and two AdamW moments)
+        assert all(value > 0 for value in row["samples_ms"]["committed_after"]), key
+        assert 0.8 * payload["state_mb"] < row["checkpoint_mb"] < 1.2 * payload["state_mb"] + 0.5, key
+        assert 0 <= row["waited_for_previous"] <= checkpoints, key
+        if key[0] == "local":  # no server of ours; moto's CPU, where /proc tells it, is counted
+            assert row["server_cpu_ms"] is None, key
+        else:
+            assert row["server_cpu_ms"] is None or row["server_cpu_ms"] >= 0, key
+    if HAS_LIGHTNING:
+        assert payload["lightning_bit_identical"], "Lightning's checkpoints were never compared with tracktrain's"
+
+    resume = {(row["storage"], row["library"], row["how"]): row for row in payload["resume"]}
+    expected = [(storage, "tracktrain", how) for storage in storages
+                for how in ("from scratch", "ckpt_path=<file>", 'ckpt_path="last"')]
+    expected += [(storage, "lightning", how) for storage in storages if HAS_LIGHTNING
+                 for how in ("from scratch", "ckpt_path=<file>")]
+    assert sorted(resume) == sorted(expected)
+    for key, row in resume.items():
+        assert row["error"] is None, (key, row["error"])
+        assert len(row["samples_s"]) == arguments["resume_repeats"] and all(map(_positive, row["samples_s"])), key
+        assert (row["load_ms"] is None) == (key[2] == "from scratch"), key
+
+
+def test_checks_catch_incomplete_stray_and_different_checkpoints(tmp_path, monkeypatch):
+    """The checks are what makes the script exit 1: a truncated checkpoint, one whose manifest is gone, and
+    tensors that differ from the reference are each reported."""
+    bench = _load_script(monkeypatch)
+    workload = bench.Workload((8, 16, 4), 2, 8, seed=0)
+    directory = tmp_path / "checkpoints"
+    fit = bench.fit_tracktrain(workload, 5, str(tmp_path), str(directory), 2, async_save=True)
+    assert fit.global_step == 5 and len(fit.clock.step_ends) == 5 and len(fit.clock.forward_starts) == 5
+    assert len(fit.commits) == 2  # steps 2 and 4, both committed before fit returned
+    storage = bench.Storage(bench.LOCAL, str(tmp_path))
+
+    problems: list[str] = []
+    loaded = bench.verify_tracktrain_dir(storage, str(directory), [2, 4], "[t]", problems)
+    assert problems == [] and sorted(loaded) == [2, 4]
+    tensors = bench.checkpoint_tensors(loaded[4][1], bench.TRACKTRAIN)
+    assert bench.compare(tensors, tensors, exact=True) is None
+    changed = {name: value.clone() for name, value in tensors.items()}
+    changed["model/net.0.weight"][0, 0] += 1e-3
+    assert "model/net.0.weight" in bench.compare(changed, tensors, exact=True)
+    assert bench.compare(changed, tensors, exact=False) is not None  # 1e-3 is far outside rtol=1e-5
+
+    newest = Path(loaded[4][0])
+    newest.write_bytes(newest.read_bytes()[:-100])  # truncated after it was committed
+    (directory / "checkpoint_2.pt.manifest.json").unlink()  # a checkpoint whose commit never happened
+    problems.clear()
+    loaded = bench.verify_tracktrain_dir(storage, str(directory), [2, 4], "[t]", problems)
+    text = "\n".join(problems)
+    assert "checkpoint_4.pt" in text and "truncated" in text
+    assert "files that belong to no committed checkpoint: ['checkpoint_2.pt', 'checkpoint_4.pt', " in text
+    assert "checkpoints of steps [] were written and load, expected [2, 4]" in text
+
+
+def test_a_save_sample_is_the_gap_and_window_beyond_the_baseline(monkeypatch):
+    """The arithmetic of one sample, on made-up clock readings: steps of 10 s whose gaps are 1 s, except after
+    the saving step 2, where the gap is 6 s and the write ends 8 s after the step."""
+    bench = _load_script(monkeypatch)
+    clock = bench.StepClock(torch.nn.Linear(1, 1))
+    moment = 0.0
+    for step in range(1, 6):
+        clock.forward_starts.append(moment)
+        moment += 10.0
+        clock.step_ends.append(moment)
+        moment += 6.0 if step == 2 else 1.0
+    fit = bench.Fit(clock, 5, commits=[("checkpoint_2.pt", clock.step_ends[1] + 8.0)])
+    baseline = bench.Baseline(gap=1.0, period=11.0, step=10.0)
+    [sample] = bench.save_samples(fit, baseline, [2], every=3)
+    assert sample.stall == pytest.approx(5.0)
+    assert sample.added == pytest.approx(5.0)  # the window of 3 steps from the end of step 1 to the end of step 4
+    assert sample.committed_after == pytest.approx(8.0)
+    assert not sample.waited
