@@ -70,7 +70,7 @@ from _common import (
 from tracktrain import LoopModule
 from tracktrain.callbacks import ModelCheckpoint
 from tracktrain.handlers.async_saver import AsyncSaver
-from tracktrain.handlers.manifest import committed_checkpoints, manifest_name, read_verified
+from tracktrain.handlers.manifest import committed_checkpoints, manifest_name, read_checked
 from tracktrain.trainer import Trainer
 
 LOCAL, S3 = "local", "s3"
@@ -430,9 +430,8 @@ def verify_tracktrain_dir(storage: Storage, directory: str, steps: list[int], wh
     for checkpoint in found:
         step = int(checkpoint.summary.get("global_step", -1))
         try:
-            data = read_verified(checkpoint.url)
-            if data is None:
-                raise RuntimeError("it has no manifest")
+            data, check = read_checked(checkpoint.url)
+            check()  # its manifest exists: committed_checkpoints lists no other
             state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         except Exception as error:
             problems.append(f"{where}: checkpoint {checkpoint.url} does not load: {type(error).__name__}: {error}")

@@ -12,8 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tracktrain import storage
-from tracktrain.handlers.manifest import CheckpointCorrupted, read_verified
+from tracktrain.handlers.manifest import CheckpointCorrupted, read_checked
 
 _WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
 
@@ -167,11 +166,10 @@ def _looks_like_objects(states: Mapping, obj: Any) -> bool:
 
 
 def _read_checkpoint(url: str | os.PathLike) -> Any:
-    """torch.load of the file at `url`, with errors that name the file and say what to do."""
+    """torch.load of the file at `url`, checked against its manifest when it has one, with errors that name the
+    file and say what to do."""
     try:
-        data = read_verified(url)  # checked against its manifest when it has one
-        if data is None:
-            data = storage.read_bytes(url)
+        data, check = read_checked(url)
     except FileNotFoundError:
         raise FileNotFoundError(
             f"Checkpoint file {os.fspath(url)} does not exist. Check the path; "
@@ -183,8 +181,9 @@ def _read_checkpoint(url: str | os.PathLike) -> Any:
             "Checkpoint.get_last_checkpoint(directory)."
         ) from None
     try:
-        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        states = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
+        check()  # a file damaged after its commit says so, rather than how unpickling tripped over it
         if "Unsupported global" in str(e):  # well-formed, but holds objects that are not plain data
             raise RuntimeError(
                 f"Checkpoint file {os.fspath(url)} holds Python objects that torch.load(weights_only=True) does not "
@@ -194,7 +193,10 @@ def _read_checkpoint(url: str | os.PathLike) -> Any:
             ) from e
         raise _corrupted(url, e) from e
     except Exception as e:
+        check()
         raise _corrupted(url, e) from e
+    check()
+    return states
 
 
 def _gist(error: Exception) -> str:

@@ -16,8 +16,9 @@ import hashlib
 import json
 import os
 import re
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,7 @@ __all__ = [
     "CommittedCheckpoint",
     "committed_checkpoints",
     "manifest_name",
-    "read_verified",
+    "read_checked",
     "remove_checkpoint",
     "remove_stale_temporaries",
     "write_manifest",
@@ -123,16 +124,18 @@ def committed_checkpoints(directory: str | os.PathLike) -> tuple[list[CommittedC
     return found, problems
 
 
-def read_verified(url: str | os.PathLike) -> bytes | None:
-    """The bytes of the checkpoint file at `url`, checked against its manifest; None when it has no manifest
-    (a file not written through a manifest-keeping saver). CheckpointCorrupted says what does not match."""
+def read_checked(url: str | os.PathLike) -> tuple[bytes, Callable[[], None]]:
+    """The bytes of the checkpoint file at `url`, and a `check()` that raises CheckpointCorrupted, saying what
+    does not match, unless they match the file's manifest. The SHA-256 is computed in a thread meanwhile, so the
+    caller can deserialize while it runs; it must call `check()` before it uses anything read. A file without a
+    manifest (not written by a manifest-keeping saver) has nothing to check."""
     url = os.fspath(url)
     directory, data_filename = _split(url)
     manifest_url = storage.join(directory, manifest_name(data_filename))
     try:
         manifest = _parse(storage.read_bytes(manifest_url), manifest_name(data_filename))
     except FileNotFoundError:
-        return None
+        return storage.read_bytes(url), lambda: None
     data = storage.read_bytes(url)
     expected = manifest["files"].get(data_filename)
     if expected is None:
@@ -142,12 +145,19 @@ def read_verified(url: str | os.PathLike) -> bytes | None:
             f"Checkpoint {url} is {len(data)} bytes but its manifest says {expected['bytes']}: the file was "
             f"{'truncated' if len(data) < expected['bytes'] else 'appended to'} after it was committed."
         )
-    if sha256_of(data) != expected["sha256"]:
-        raise CheckpointCorrupted(
-            f"Checkpoint {url} does not match the SHA-256 in its manifest {manifest_url}: the file was altered "
-            "or damaged after it was committed."
-        )
-    return data
+    digest: list[str] = []
+    hashing = threading.Thread(target=lambda: digest.append(sha256_of(data)), name="tracktrain-checksum")
+    hashing.start()
+
+    def check() -> None:
+        hashing.join()
+        if digest != [expected["sha256"]]:
+            raise CheckpointCorrupted(
+                f"Checkpoint {url} does not match the SHA-256 in its manifest {manifest_url}: the file was altered "
+                "or damaged after it was committed."
+            )
+
+    return data, check
 
 
 def remove_checkpoint(directory: str, data_filename: str) -> None:
