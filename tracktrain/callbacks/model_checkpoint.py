@@ -83,7 +83,6 @@ class ModelCheckpoint(Callback):
         self.every_n_epochs = every_n_epochs
         self.every_n_train_steps = every_n_train_steps
         self.async_save = async_save
-        self._committed: list[str] = []  # paths a background write committed, not yet passed to the loggers
         self._saver: FsspecSaver | AsyncSaver | None = None
         self._checkpoint: Checkpoint | None = None
         self._last: Checkpoint | None = None
@@ -159,12 +158,8 @@ class ModelCheckpoint(Callback):
             self.wait()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait for background writes (at most `timeout` seconds); whether they are all committed. The loggers
-        that keep checkpoints hear of the committed ones here, on the training thread."""
-        try:
-            return self._saver.wait(timeout) if isinstance(self._saver, AsyncSaver) else True
-        finally:
-            self._announce_committed()
+        """Wait for background writes (at most `timeout` seconds); whether they are all committed."""
+        return self._saver.wait(timeout) if isinstance(self._saver, AsyncSaver) else True
 
     def save_now(self, trainer: Trainer) -> None:
         """Save a checkpoint now into the latest-checkpoints set (what pre-emption does), whatever the score."""
@@ -183,7 +178,6 @@ class ModelCheckpoint(Callback):
             self._save(trainer)
 
     def _save(self, trainer: Trainer) -> None:
-        self._announce_committed()
         if trainer.global_step == self._last_saved_step:
             return  # no optimizer step since the last save (gradient accumulation): nothing new to save
         self._last_saved_step = trainer.global_step
@@ -200,16 +194,12 @@ class ModelCheckpoint(Callback):
 
     def _after_commit(self, trainer: Trainer, path: str) -> None:
         """Tell the loggers that keep checkpoints about the new file once it is committed (not before: an upload
-        of a file still being written would fail or, worse, take a part of it). A background write only notes
-        the commit; the training thread passes it on at the next save or wait (loggers are called from there)."""
+        of a file still being written would fail or, worse, take a part of it). After a background write that is
+        the writer thread, right after the commit, so the trackers file it at the step it was taken."""
         if isinstance(self._saver, AsyncSaver):
-            self._saver.then(lambda: self._committed.append(path))  # list.append is atomic
+            self._saver.then(lambda: trainer._checkpoint_saved(path))
         else:
             trainer._checkpoint_saved(path)
-
-    def _announce_committed(self) -> None:
-        while self._committed and self._trainer is not None:
-            self._trainer._checkpoint_saved(self._committed.pop(0))
 
     def _score(self, engine: Any) -> float:
         metrics = self._trainer.callback_metrics  # type: ignore[union-attr]

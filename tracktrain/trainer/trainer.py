@@ -274,7 +274,8 @@ class Trainer:
             epoch_length = epoch_length_of("limit_train_batches", loader, self.limits["fit"])
             self.fitting = True
             self._signals.install()
-            self._signal_agreement = distributed.AsyncAnyRank() if distributed.is_distributed() else None
+            # ranks that step in lockstep (DDP) agree on a signal every step; other ranks may step differently
+            self._signal_agreement = distributed.AsyncAnyRank() if self.strategy == "ddp" else None
             try:
                 self.train_engine.run(loader, max_epochs=self._max_epochs(epoch_length),
                                       epoch_length=epoch_length, seed=self.seed)

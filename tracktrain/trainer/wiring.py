@@ -125,6 +125,7 @@ def _fit_handlers(trainer: Trainer, val_loader: Any) -> list[tuple[int, str, Any
     handlers.append((SET_SAMPLER_EPOCH, "fit", Events.EPOCH_STARTED, _set_sampler_epoch))
     if distributed.is_distributed():
         handlers.append((AGREE_TO_STOP, "fit", Events.EPOCH_COMPLETED, trainer._agree_to_stop))
+    if trainer.strategy == "ddp":
         # a signal on any rank stops every rank at the same step: each step exchanges the flag (without DDP the
         # check is attached by the signal itself, and steps carry nothing until then)
         handlers.append((PREEMPTION, "fit", Events.ITERATION_COMPLETED, trainer._check_preemption))
