@@ -64,9 +64,6 @@ def history(server: MlflowServer, run_id: str, key: str) -> list[tuple[int, floa
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="tracktrain bug: values published before a checkpoint but not yet delivered "
-                   "to MLflow when the process is SIGKILLed are lost for good (the resumed run does not log them "
-                   "again): the first epoch's val_accuracy is missing from the history")
 def test_generate_train_kill_resume_and_read_the_run_back(generate, tmp_path):
     project = generate(tracker="mlflow")
     server_root = tmp_path / "mlflow"

@@ -187,6 +187,7 @@ class ModelCheckpoint(Callback):
             self._save_with(trainer, self._last)
 
     def _save_with(self, trainer: Trainer, handler: Checkpoint) -> None:
+        trainer._logger_bridge.persist()  # what was logged up to here outlives a kill after this commit
         kept_before = set(handler.saved_paths)
         handler(trainer.train_engine)
         for path in set(handler.saved_paths) - kept_before:  # the file this save wrote, if it made the cut

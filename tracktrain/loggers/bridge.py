@@ -55,6 +55,16 @@ class LoggerBridge(Callback):
             for logger in self.loggers:
                 logger.log_metrics(metrics, step)
 
+    def persist(self) -> None:
+        """Make what the loggers hold durable (spilled to disk) before a checkpoint commits: a run killed after the
+        commit resumes past these steps and would never log them again; from the spill file they are delivered
+        when the run (or `replay`) continues."""
+        if self.active:
+            for logger in self.loggers:
+                persist = getattr(logger, "persist", None)
+                if callable(persist):
+                    persist()
+
     def checkpoint_saved(self, path: str) -> None:
         if self.active:
             for logger in self.loggers:

@@ -54,6 +54,10 @@ class CSVLogger(Logger):
         now = time.time()
         self._rows.extend((step, name, float(value), now) for name, value in metrics.items())
 
+    def persist(self) -> None:
+        """Before a checkpoint commits: the buffered rows go to the file."""
+        self.flush()
+
     def flush(self, timeout: float | None = None) -> bool:
         if not self._rows:
             return True
