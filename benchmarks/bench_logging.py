@@ -7,7 +7,9 @@ step (`log_every_n_steps=1`); no progress bar, no checkpoints. Variants, all in 
 
 - tracktrain: no logger (`loggers=False`, the baseline), `CSVLogger`, `MLflowLogger` on an embedded `sqlite:///`
   file, `MLflowLogger` on a local `mlflow server` (started here on 127.0.0.1 with a sqlite backend, stopped by its
-  PID at the end), `WandbLogger` in offline mode (every W&B folder in a temporary directory);
+  PID at the end), `WandbLogger` in offline mode (every W&B folder in a temporary directory); the MLflow and W&B
+  loggers with their default `delivery="process"` (their tracker client in a child process), and with
+  `--thread-delivery` also with `delivery="thread"` (in a thread of the training process);
 - Lightning: no logger (its own baseline), and its `MLFlowLogger` as shipped on the same sqlite file and on the
   same server.
 
@@ -297,29 +299,41 @@ def lightning_fitter(lightning: Any, tracking_uri: Callable[[], str] | None) -> 
     return fit
 
 
-def make_variants(trackers: Trackers, lightning: Any, available: dict[str, bool]) -> list[Variant]:
-    """Every variant whose libraries are installed; the mlflow and wandb loggers are imported here, lazily."""
+def make_variants(trackers: Trackers, lightning: Any, available: dict[str, bool],
+                  thread_delivery: bool = False) -> list[Variant]:
+    """Every variant whose libraries are installed; the mlflow and wandb loggers are imported here, lazily. With
+    `thread_delivery`, tracktrain's MLflow and W&B loggers also run with `delivery="thread"` (keys ending -thread)."""
     from tracktrain.loggers import CSVLogger
 
     variants = [
         Variant("tracktrain/none", TRACKTRAIN, "none", tracktrain_fitter(None)),
         Variant("tracktrain/csv", TRACKTRAIN, "CSVLogger", tracktrain_fitter(lambda run_dir: CSVLogger(run_dir))),
     ]
+    deliveries = [("", None), ("-thread", "thread")] if thread_delivery else [("", None)]
     if available["mlflow"]:
         from tracktrain_integrations.mlflow import MLflowLogger
 
-        variants += [
-            Variant("tracktrain/mlflow-sqlite", TRACKTRAIN, "MLflowLogger, embedded sqlite", tracktrain_fitter(
-                lambda run_dir: MLflowLogger(tracking_uri=trackers.sqlite_uri, experiment_name="bench-tracktrain"))),
-            Variant("tracktrain/mlflow-server", TRACKTRAIN, "MLflowLogger, local server", tracktrain_fitter(
-                lambda run_dir: MLflowLogger(tracking_uri=trackers.server_uri, experiment_name="bench-tracktrain")),
-                needs_server=True),
-        ]
+        for suffix, delivery in deliveries:
+            shown = f", delivery={delivery!r}" if delivery else ""
+            options = {"experiment_name": "bench-tracktrain", **({"delivery": delivery} if delivery else {})}
+            variants += [
+                Variant(f"tracktrain/mlflow-sqlite{suffix}", TRACKTRAIN, f"MLflowLogger, embedded sqlite{shown}",
+                        tracktrain_fitter(lambda run_dir, o=options: MLflowLogger(tracking_uri=trackers.sqlite_uri,
+                                                                                  **o))),
+                Variant(f"tracktrain/mlflow-server{suffix}", TRACKTRAIN, f"MLflowLogger, local server{shown}",
+                        tracktrain_fitter(lambda run_dir, o=options: MLflowLogger(tracking_uri=trackers.server_uri,
+                                                                                  **o)),
+                        needs_server=True),
+            ]
     if available["wandb"]:
         from tracktrain_integrations.wandb import WandbLogger
 
-        variants.append(Variant("tracktrain/wandb-offline", TRACKTRAIN, "WandbLogger, offline", tracktrain_fitter(
-            lambda run_dir: WandbLogger(project="bench-logging", mode="offline", save_dir=run_dir))))
+        for suffix, delivery in deliveries:
+            shown = f", delivery={delivery!r}" if delivery else ""
+            variants.append(Variant(
+                f"tracktrain/wandb-offline{suffix}", TRACKTRAIN, f"WandbLogger, offline{shown}", tracktrain_fitter(
+                    lambda run_dir, d=delivery: WandbLogger(project="bench-logging", mode="offline", save_dir=run_dir,
+                                                            delivery=d))))
     if lightning is not None:
         variants.append(Variant("lightning/none", LIGHTNING, "none", lightning_fitter(lightning, None)))
         if available["mlflow"]:
@@ -572,8 +586,9 @@ def report(rows: list[dict[str, Any]], measurement: Measurement, stat: str, note
 
 # ------------------------------------------------------------------------------------------------- profile
 class ThreadProfiles:
-    """cProfile of every thread started while it is installed (W&B's and MLflow's delivery threads, MLflow's
-    request threads), grouped by thread name; the training thread is profiled apart."""
+    """cProfile of every thread started while it is installed (the loggers' delivery threads and, with
+    delivery="thread", MLflow's request threads; a sender child's work is in another process, not here), grouped by
+    thread name; the training thread is profiled apart."""
 
     def __init__(self) -> None:
         self.by_thread: dict[str, list[cProfile.Profile]] = {}
@@ -640,8 +655,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--batch-size", type=int, default=32, help="samples per batch (default 32: a step of ~1.2 ms here)")
     add("--variants", help="comma-separated words; the variants whose key holds one run, with each framework's "
         "baseline (keys: tracktrain/none, tracktrain/csv, tracktrain/mlflow-sqlite, tracktrain/mlflow-server, "
-        "tracktrain/wandb-offline, lightning/none, lightning/mlflow-sqlite, lightning/mlflow-server; default all)")
+        "tracktrain/wandb-offline, with --thread-delivery the same three ending -thread, lightning/none, "
+        "lightning/mlflow-sqlite, lightning/mlflow-server; default all)")
     add("--no-lightning", action="store_true", help="leave Lightning out")
+    add("--thread-delivery", action="store_true", help="also run tracktrain's MLflow and W&B loggers with "
+        "delivery='thread' (keys ending -thread): their tracker client in a thread of the training process, as "
+        "before delivery='process' was their default")
     add("--threads", type=int, default=1, help="torch.set_num_threads for every fit (default 1)")
     add("--stat", choices=sorted(STATISTICS), default="median",
         help="statistic of the fits to report (default median; p25 or min resist interference from other processes)")
@@ -702,7 +721,7 @@ def main(argv: list[str] | None = None) -> int:
     lightning, lightning_status = load_lightning(args.no_lightning)
     peers = versions(available, lightning_status)
     trackers = Trackers(root_dir, f"sqlite:///{os.path.join(root_dir, 'mlflow.db')}")
-    variants = select(make_variants(trackers, lightning, available), args.variants)
+    variants = select(make_variants(trackers, lightning, available, args.thread_delivery), args.variants)
     measurement = Measurement(Workload(args.batch_size, args.batches, args.seed), args.epochs)
 
     env = environment(args.threads, **peers)
@@ -736,6 +755,11 @@ def main(argv: list[str] | None = None) -> int:
         runs = sum(len(deliveries) for deliveries in measurement.deliveries.values())
         notes.append(f"the fits took {timed_seconds:.0f} s, the read-back of {runs} runs "
                      f"{time.perf_counter() - started - timed_seconds:.0f} s.")
+        if any(variant.key.startswith(("tracktrain/mlflow", "tracktrain/wandb")) for variant in variants):
+            notes.append("tracktrain's MLflowLogger and WandbLogger deliver from a child process (delivery='process', "
+                         "their default), which the warm-up fit starts and which each next fit takes over warm; its "
+                         "CPU time, W&B's service's and the mlflow server's are not this process's, but share its "
+                         "2 cores.")
         if lightning is not None and available["mlflow"]:
             notes.append("Lightning's MLFlowLogger as shipped: one synchronous MlflowClient.log_batch per logged step "
                          "in the training thread (MLflow's async logging is off unless MLFLOW_ENABLE_ASYNC_LOGGING "

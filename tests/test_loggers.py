@@ -15,16 +15,24 @@ from pathlib import Path
 
 import pytest
 
-from tracktrain import Trainer
 from tracktrain.loggers import CSVLogger, QueuedLogger
 from tracktrain.loggers.delivery import DeliveryQueue, Record, read_spill
-
-from .trainer._tasks import Classifier, make_loader
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def trainer_and_task():
+    """The Trainer and the test task, imported by the tests that train: a sender child imports this module for
+    FileTracker (delivery="process") and need not import torch."""
+    from tracktrain import Trainer
+
+    from .trainer._tasks import Classifier, make_loader
+
+    return Trainer, Classifier, make_loader
+
+
 def test_csv_logger_is_the_default_and_holds_every_published_value(tmp_path):
+    Trainer, Classifier, make_loader = trainer_and_task()
     trainer = Trainer(max_epochs=2, enable_progress_bar=False, enable_checkpointing=False, default_root_dir=tmp_path,
                       log_every_n_steps=4)
     trainer.fit(Classifier(), make_loader(), make_loader())
@@ -43,6 +51,8 @@ def test_csv_logger_is_the_default_and_holds_every_published_value(tmp_path):
 
 
 def test_a_failed_fit_marks_the_run_failed(tmp_path):
+    Trainer, Classifier, make_loader = trainer_and_task()
+
     class Broken(Classifier):
         def train_step(self, batch, batch_idx):
             raise RuntimeError("boom")
@@ -55,6 +65,7 @@ def test_a_failed_fit_marks_the_run_failed(tmp_path):
 def test_a_resumed_fit_continues_the_same_run(tmp_path):
     from tracktrain.callbacks import ModelCheckpoint
 
+    Trainer, Classifier, make_loader = trainer_and_task()
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt")
     options = dict(enable_progress_bar=False, default_root_dir=tmp_path, log_every_n_steps=8)
     Trainer(max_epochs=1, callbacks=[checkpoint], **options).fit(Classifier(), make_loader())
@@ -138,10 +149,12 @@ def test_what_cannot_be_delivered_stays_in_the_spill_file(tmp_path):
     assert header == {"logger": "x", "run_id": "r1"} and [r.step for r in records] == list(range(20))
 
 
-class ListLogger(QueuedLogger):
-    """A QueuedLogger whose 'tracker' is a JSON file: lets the replay command be tested end to end."""
+class FileTracker(QueuedLogger):
+    """A QueuedLogger whose 'tracker' is a JSON-lines file, one line per record naming the process that wrote it. It
+    is down while `<target>.down` exists and, while `<target>.slow` exists, waits that many seconds in every send
+    (after touching `<target>.sending`): switches that reach a sender child, which has its own environment."""
 
-    name = "list"
+    name = "file"
 
     def __init__(self, target: str, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -151,46 +164,55 @@ class ListLogger(QueuedLogger):
         return "run-1"
 
     def _send(self, records: list[Record]) -> None:
-        if os.environ.get("LIST_TRACKER_DOWN"):
+        if os.path.exists(self.target + ".down"):
             raise ConnectionError("down")
+        if os.path.exists(self.target + ".slow"):
+            Path(self.target + ".sending").touch()
+            time.sleep(float(Path(self.target + ".slow").read_text()))
         with open(self.target, "a") as out:
             for record in records:
-                out.write(json.dumps({"step": record.step, **record.payload}) + "\n")
+                out.write(json.dumps({"pid": os.getpid(), "step": record.step, **record.payload}) + "\n")
 
     def _close(self, status: str) -> None:
-        if not os.environ.get("LIST_TRACKER_DOWN"):
+        if not os.path.exists(self.target + ".down"):
             Path(self.target).with_suffix(".status").write_text(status)
 
     def _spill_header(self) -> dict:
         return {**super()._spill_header(), "target": self.target}
 
     @classmethod
-    def for_replay(cls, header) -> ListLogger:
+    def for_replay(cls, header) -> FileTracker:
         logger = cls(header["target"])
         logger.resume(header["run_id"])
         return logger
 
 
-def test_a_run_whose_tracker_stays_down_is_replayed_by_the_documented_command(tmp_path, monkeypatch):
+def received(target) -> list[dict]:
+    return [json.loads(line) for line in Path(target).read_text().splitlines()] if Path(target).exists() else []
+
+
+@pytest.mark.parametrize("delivery", ["thread", "process"])
+def test_a_run_whose_tracker_stays_down_is_replayed_by_the_documented_command(tmp_path, delivery):
     target = tmp_path / "tracker.jsonl"
-    monkeypatch.setenv("LIST_TRACKER_DOWN", "1")
-    logger = ListLogger(str(target), close_timeout=0.5)
+    Path(f"{target}.down").touch()
+    logger = FileTracker(str(target), close_timeout=0.5, delivery=delivery)
     logger.start(str(tmp_path))
     for step in range(1, 11):
         logger.log_metrics({"loss": 1.0 / step}, step)
     with pytest.warns(UserWarning, match=r"10 records .* python -m tracktrain.loggers.replay"):
         logger.finalize("FINISHED")
     assert not target.exists()
+    os.remove(f"{target}.down")
     result = subprocess.run([sys.executable, "-m", "tracktrain.loggers.replay", logger.spill_path], cwd=ROOT,
-                            env={**os.environ, "LIST_TRACKER_DOWN": "", "PYTHONPATH": str(ROOT)},
-                            capture_output=True, text=True, timeout=60)
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert [json.loads(line)["step"] for line in target.read_text().splitlines()] == list(range(1, 11))
+    assert [line["step"] for line in received(target)] == list(range(1, 11))
     assert target.with_suffix(".status").read_text() == "FINISHED"  # the replayed run ends as training did
     assert not os.path.exists(logger.spill_path)
 
 
 def test_loggers_must_be_loggers():
+    Trainer, _, _ = trainer_and_task()
     with pytest.raises(TypeError, match=r"Trainer\(loggers=\.\.\.\) takes tracktrain.loggers.Logger instances"):
         Trainer(loggers=["mlflow"])
     with pytest.raises(ValueError, match="two loggers of one kind"):
@@ -205,6 +227,7 @@ def test_loggers_on_a_plain_engine(tmp_path):
     from tracktrain.loggers import attach_loggers
     from tracktrain.metrics import Average
 
+    _, _, make_loader = trainer_and_task()
     model = nn.Linear(4, 2)
     trainer = create_supervised_trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss())
     Average(output_transform=lambda loss: loss).attach(trainer, "epoch_loss")
@@ -243,6 +266,23 @@ def test_every_step_records_travel_in_few_batches(tmp_path):
     assert len(batches) < 40  # not one request per step
 
 
+def test_close_interrupts_a_send_still_running(tmp_path):
+    release = threading.Event()
+
+    def hanging_send(batch):
+        release.wait(10)
+        raise ConnectionError("interrupted")
+
+    queue = DeliveryQueue(hanging_send, tmp_path / "spill.jsonl", {"logger": "x"}, linger=0.0, max_backoff=0.1,
+                          interrupt=release.set)
+    for step in range(3):
+        queue.put(Record("metrics", {"loss": 1.0}, step))
+    time.sleep(0.2)  # the thread is now inside the hanging send
+    began = time.monotonic()
+    assert queue.close(timeout=0.3) == 3
+    assert release.is_set() and time.monotonic() - began < 0.9  # no wait for the thread beyond the flush's 0.3 s
+
+
 def test_a_send_still_hanging_at_close_is_kept_in_the_spill_file(tmp_path):
     release = threading.Event()
 
@@ -258,3 +298,198 @@ def test_a_send_still_hanging_at_close_is_kept_in_the_spill_file(tmp_path):
     release.set()
     _, records = read_spill(tmp_path / "spill.jsonl")
     assert sorted(r.step for r in records if r.kind == "metrics") == [0, 1, 2]
+
+
+# ------------------------------------------------------------------------------------- delivery from a child process
+def process_state(pid: int) -> str | None:
+    """The state letter of process `pid` ("Z": exited, not reaped yet), None once it is gone altogether."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def eventually(condition, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+needs_proc = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states in /proc")
+
+
+@needs_proc
+def test_a_child_process_sends_every_record_in_order_and_is_reaped_at_the_end(tmp_path):
+    target = tmp_path / "tracker.jsonl"
+    logger = FileTracker(str(target), delivery="process", linger=0.01)
+    logger.sender_keep_warm = 0.0  # ended at finalize, not kept for a next run
+    logger.start(str(tmp_path))
+    slowest = 0.0
+    for step in range(600):
+        began = time.perf_counter()
+        logger.log_metrics({"loss": float(step)}, step)
+        slowest = max(slowest, time.perf_counter() - began)
+        if step % 50 == 0:
+            time.sleep(0.02)  # a training loop: records keep coming while batches go out
+    assert logger.flush(60)
+    child = logger.sender_pid
+    logger.finalize("FINISHED")
+
+    assert slowest < 0.05  # the child's start is never waited for
+    lines = received(target)
+    assert [line["step"] for line in lines] == list(range(600))  # all, once each, in order
+    assert {line["pid"] for line in lines} == {child} and child != os.getpid()
+    assert target.with_suffix(".status").read_text() == "FINISHED" and logger.undelivered == 0
+    assert process_state(child) is None  # ended and reaped by its PID: not even a zombie is left
+
+
+@needs_proc
+def test_a_child_killed_mid_run_is_replaced_and_every_record_arrives(tmp_path):
+    target = tmp_path / "tracker.jsonl"
+    logger = FileTracker(str(target), delivery="process", linger=0.01)
+    logger.sender_keep_warm = 0.0
+    logger.start(str(tmp_path))
+    for step in range(100):
+        logger.log_metrics({"loss": float(step)}, step)
+    assert logger.flush(60)
+    first = logger.sender_pid
+    os.kill(first, signal.SIGKILL)
+    for step in range(100, 200):
+        logger.log_metrics({"loss": float(step)}, step)
+        time.sleep(0.001)
+    assert logger.flush(60)
+    second = logger.sender_pid
+    logger.finalize("FINISHED")
+
+    assert second not in (None, first) and process_state(first) is None  # the dead one was reaped
+    lines = received(target)
+    # a batch the dead child had in hand is sent again, whole: what arrives, first time each, is every record in order
+    assert list(dict.fromkeys(line["step"] for line in lines)) == list(range(200))
+    assert {line["pid"] for line in lines if line["step"] >= 100} == {second}
+
+
+@needs_proc
+def test_a_frozen_child_is_killed_and_replaced(tmp_path):
+    target = tmp_path / "tracker.jsonl"
+    logger = FileTracker(str(target), delivery="process", linger=0.01)
+    logger.sender_keep_warm = 0.0
+    logger.sender_silence_timeout = 1.5  # no heartbeat for that long: frozen
+    logger.start(str(tmp_path))
+    logger.log_metrics({"loss": 0.0}, 0)
+    assert logger.flush(60)
+    frozen = logger.sender_pid
+    os.kill(frozen, signal.SIGSTOP)
+    try:
+        for step in range(1, 50):
+            logger.log_metrics({"loss": float(step)}, step)
+        assert logger.flush(60)
+    finally:
+        if process_state(frozen) is not None:
+            os.kill(frozen, signal.SIGKILL)
+    replacement = logger.sender_pid
+    logger.finalize("FINISHED")
+    assert replacement != frozen and process_state(frozen) is None
+    assert list(dict.fromkeys(line["step"] for line in received(target))) == list(range(50))
+
+
+@needs_proc
+def test_a_child_left_warm_serves_the_next_run_then_ends(tmp_path):
+    first = FileTracker(str(tmp_path / "first.jsonl"), delivery="process", linger=0.01)
+    first.sender_keep_warm = 1.0
+    first.start(str(tmp_path))
+    first.log_metrics({"loss": 1.0}, 1)
+    first.finalize("FINISHED")
+    (child,) = {line["pid"] for line in received(tmp_path / "first.jsonl")}
+    assert process_state(child) not in (None, "Z")  # waiting for the next run
+
+    second = FileTracker(str(tmp_path / "second.jsonl"), delivery="process", linger=0.01)
+    second.sender_keep_warm = 1.0
+    second.start(str(tmp_path))
+    second.log_metrics({"loss": 2.0}, 2)
+    assert second.flush(60) and second.sender_pid == child  # no new start: the warm child rebuilt the logger
+    second.finalize("FINISHED")
+    assert [line["step"] for line in received(tmp_path / "second.jsonl")] == [2]
+    assert eventually(lambda: process_state(child) is None, 10)  # nobody came: ended and reaped
+
+
+SENDER_SCRIPT = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, {root!r})
+from tests.test_loggers import FileTracker
+
+target = {target!r}
+logger = FileTracker(target, delivery="process", linger=0.01)
+logger.start({out!r})
+logger.log_metrics({{"loss": 1.0}}, 1)
+assert logger.flush(120)
+if {busy!r}:  # the child is in the middle of a send that takes 3 s
+    Path(target + ".slow").write_text("3")
+    logger.log_metrics({{"loss": 2.0}}, 2)
+    while not Path(target + ".sending").exists():
+        time.sleep(0.01)
+print(logger.sender_pid, flush=True)
+time.sleep(600)
+"""
+
+
+@needs_proc
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "busy"])
+def test_the_child_exits_when_the_training_process_is_killed(tmp_path, busy):
+    script = tmp_path / "train.py"
+    script.write_text(SENDER_SCRIPT.format(root=str(ROOT), target=str(tmp_path / "tracker.jsonl"), out=str(tmp_path),
+                                           busy=busy))
+    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(process.stdout.readline())
+        assert process_state(child) not in (None, "Z")
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+        # idle: its input closes; busy: its next heartbeat (every second) finds nobody listening, and it exits once
+        # the batch in hand is delivered (nobody else has those records any more)
+        assert eventually(lambda: process_state(child) in (None, "Z"), 15)
+        assert [line["step"] for line in received(tmp_path / "tracker.jsonl")] == ([1, 2] if busy else [1])
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+
+
+@needs_proc
+def test_the_end_of_a_run_stops_a_child_stuck_in_a_send_and_keeps_its_batch(tmp_path):
+    target = tmp_path / "tracker.jsonl"
+    Path(f"{target}.slow").write_text("60")
+    logger = FileTracker(str(target), delivery="process", linger=0.0, close_timeout=0.5)
+    logger.start(str(tmp_path))
+    for step in range(3):
+        logger.log_metrics({"loss": float(step)}, step)
+    assert eventually(lambda: Path(f"{target}.sending").exists(), 60)
+    child = logger.sender_pid
+    began = time.monotonic()
+    with pytest.warns(UserWarning, match=r"3 records for file run run-1 could not be delivered"):
+        logger.finalize("FAILED")
+    assert time.monotonic() - began < 1.5  # close_timeout, then the child is stopped: not the 60 s of its send
+    assert process_state(child) is None and not target.exists()
+    _, records = read_spill(logger.spill_path)
+    assert [record.step for record in records if record.kind == "metrics"] == [0, 1, 2]
+
+
+def test_process_delivery_needs_a_logger_a_child_can_rebuild():
+    class Local(FileTracker):
+        pass
+
+    Local.__module__ = "__main__"
+    with pytest.raises(ValueError, match=r"Local\(delivery='process'\) .* defined in __main__.*delivery='thread'"):
+        Local("x", delivery="process")
+
+    class NoReplay(QueuedLogger):
+        _open = _send = _close = None
+
+    with pytest.raises(ValueError, match=r"NoReplay.for_sender\(header\) \(by default for_replay\): implement one"):
+        NoReplay(delivery="process")
+    with pytest.raises(ValueError, match=r"delivery=\.\.\.\) must be one of \('thread', 'process'\), got 'fork'"):
+        FileTracker("x", delivery="fork")

@@ -1,5 +1,6 @@
 """MLflow for the Trainer: `MLflowLogger` sends hyperparameters, metrics (at the global step), tags and artifacts to
-an MLflow tracking server or to an embedded sqlite file, from a background thread, with MLflow's batch API.
+an MLflow tracking server or to an embedded sqlite file, with MLflow's batch API, from a child process by default
+(`delivery="process"`): MLflow's client, not the training loop, pays for building and encoding every value.
 
 Needs MLflow: `pip install 'tracktrain[mlflow]'`.
 """
@@ -21,7 +22,7 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from tracktrain.loggers.base import QueuedLogger, _local_dir, flatten_params
 from tracktrain.loggers.delivery import Record
@@ -74,6 +75,15 @@ class MLflowLogger(QueuedLogger):
             seconds. One request at a time is in flight: while an overrun one is still retrying inside MLflow's
             client, the next ones fail at once, so after an outage delivery resumes when that request gets
             through (MLflow's backoff: 4, 8, 16 … s; `MLFLOW_HTTP_REQUEST_MAX_RETRIES=0` makes it immediate).
+        delivery: "process" (default): a child process (`python -m tracktrain.loggers.sender_child`, started at the
+            first delivery) runs MLflow's client for the records, so its Python work never competes with training
+            for this process's GIL; it ends with the run (an idle one waits a minute for this process's next run:
+            `QueuedLogger.sender_keep_warm`), or when this process dies. A child that dies is started again and its
+            batch retried. Credentials embedded in `tracking_uri` reach it as
+            MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD. "thread": the background thread calls MLflow's
+            client in this process (every-step logging then costs training about a quarter of its throughput on a
+            small model). Starting, resuming and ending the run, and `log_final_model`, happen in this process
+            either way.
         flush_timeout, close_timeout, max_pending: see `QueuedLogger`.
 
     Names MLflow rejects are renamed (the same name always the same way) with a warning naming them. NaN metric
@@ -99,6 +109,7 @@ class MLflowLogger(QueuedLogger):
         flush_timeout: float = 0.0,
         close_timeout: float = 30.0,
         max_pending: int = 10_000,
+        delivery: str = "process",
     ) -> None:
         _import_mlflow()
         if on_unreachable not in ("raise", "queue"):
@@ -106,7 +117,8 @@ class MLflowLogger(QueuedLogger):
         if registered_model_name is not None and not log_model:
             raise ValueError(f"MLflowLogger(registered_model_name={registered_model_name!r}) registers the logged "
                              "model: pass log_model=True too.")
-        super().__init__(flush_timeout=flush_timeout, close_timeout=close_timeout, max_pending=max_pending)
+        super().__init__(flush_timeout=flush_timeout, close_timeout=close_timeout, max_pending=max_pending,
+                         delivery=delivery)
         self.tracking_uri = tracking_uri
         self.experiment_name = experiment_name
         self.run_name = run_name
@@ -117,13 +129,13 @@ class MLflowLogger(QueuedLogger):
         self.on_unreachable = on_unreachable
         self.request_timeout = request_timeout
         self._refusals: dict[tuple[str, str], str] = {}  # values MLflow refused for good, and why
+        self._reported: set[tuple[str, str]] = set()  # refusals a sender child has told the training process of
         self._mlflow_run_id: str | None = None
         self._reopen = False  # a resumed run still to be marked RUNNING
         self._run_key = uuid.uuid4().hex  # tags the run, so a retried or replayed creation finds it, not a second one
         self._artifact_location: str | None = None
         self._client: Any = None
         self._requests = _OneAtATime(on_late_success=self._tracker_is_back)
-        self._delivery: Any = None
         self._names: dict[str, str] = {}
         if run_id is not None:
             self.resume(run_id)
@@ -141,7 +153,6 @@ class MLflowLogger(QueuedLogger):
     def start(self, root_dir: str) -> None:
         resumed = self._reopen
         super().start(root_dir)
-        self._delivery = self._queue  # finalize drops `_queue` before it closes it; _tracker_is_back needs it then
         if resumed and self.tags:
             self.set_tags(self.tags)
 
@@ -263,20 +274,44 @@ class MLflowLogger(QueuedLogger):
     def _spill_header(self) -> dict[str, Any]:
         return {**super()._spill_header(), "run_id": self._mlflow_run_id, "run_key": self._run_key,
                 "tracking_uri": self._uri, "experiment_name": self.experiment_name,
-                "run_name": self.run_name, "tags": self.tags, "artifact_location": self._artifact_location}
+                "run_name": self.run_name, "tags": self.tags, "artifact_location": self._artifact_location,
+                "reopen": self._reopen, "request_timeout": self.request_timeout}
 
     @classmethod
     def for_replay(cls, header: Mapping[str, Any]) -> MLflowLogger:
         """A logger that sends a spill file's records to its run (created, once, when the header has no run id).
         Credentials are not in the header: give them as MLflow reads them (MLFLOW_TRACKING_USERNAME/_PASSWORD…)."""
         logger = cls(tracking_uri=header["tracking_uri"], experiment_name=header["experiment_name"],
-                     run_name=header.get("run_name"), tags=header.get("tags"))
+                     run_name=header.get("run_name"), tags=header.get("tags"),
+                     request_timeout=header.get("request_timeout", 10.0))
         logger._run_key = header["run_key"]
         logger._artifact_location = header.get("artifact_location")
         if header.get("run_id"):
             logger.resume(header["run_id"])
+            logger._reopen = header.get("reopen", True)  # False: the training process marked it RUNNING already
         logger._connect(None)
         return logger
+
+    # ---------------------------------------------------------------------------- delivery="process"
+    def _sender_environment(self) -> dict[str, str]:
+        parts = urlsplit(str(self.tracking_uri))
+        credentials = {}
+        if parts.username is not None:
+            credentials["MLFLOW_TRACKING_USERNAME"] = unquote(parts.username)
+        if parts.password is not None:
+            credentials["MLFLOW_TRACKING_PASSWORD"] = unquote(parts.password)
+        return credentials
+
+    def _sender_report(self) -> dict[str, Any]:
+        new = {value: what for value, what in self._refusals.items() if value not in self._reported}
+        self._reported.update(new)
+        return {"run_id": self._mlflow_run_id, "refusals": new}
+
+    def _take_sender_report(self, report: Mapping[str, Any]) -> None:
+        if self._mlflow_run_id is None and report.get("run_id"):  # the child created the run once MLflow answered
+            self._mlflow_run_id = report["run_id"]
+        for value, what in report.get("refusals", {}).items():
+            self._refusals.setdefault(value, what)
 
     # --------------------------------------------------------------------------------------- talking to MLflow
     def _connect(self, root_dir: str | None) -> None:
@@ -377,11 +412,6 @@ class MLflowLogger(QueuedLogger):
         self._call(self._client.get_run, run_id)  # fails fast when the server is down; the upload is not bounded
         upload = self._client.log_artifacts if os.path.isdir(local_path) else self._client.log_artifact
         self._requests.call(None, upload, run_id, local_path, artifact_path)
-
-    def _tracker_is_back(self) -> None:
-        """Wake the delivery thread from its backoff: a request that had overrun has just got through."""
-        if self._delivery is not None:
-            self._delivery.flush(0)  # flush notifies the delivery thread before it (here: at once) stops waiting
 
     def _refuse(self, value: tuple[str, str], what: str) -> None:
         if value not in self._refusals:  # a batch retried after a later failure meets the same refusal again

@@ -1,5 +1,6 @@
 """Weights & Biases for the Trainer: `WandbLogger`, a `QueuedLogger` whose records reach a W&B run from a
-background thread, on our global step as W&B's step axis.
+background thread, on our global step as W&B's step axis. The run is opened here (`wandb.init`); its history rows,
+config, tags and artifacts are written by a child process attached to it (`wandb.attach`), unless `watch` is used.
 
 Needs the `wandb` package (0.19.10 or newer, for several runs in one process): `pip install 'tracktrain[wandb]'`.
 
@@ -64,6 +65,13 @@ class WandbLogger(QueuedLogger):
         watch_log_freq: log those histograms every this many backward (or forward, for parameters) passes.
         save_dir: where W&B writes its `wandb/` folder; None: WANDB_DIR when set, else the Trainer's root dir.
         entity: the W&B user or team (W&B's default entity when None).
+        delivery: "process": a child process (`python -m tracktrain.loggers.sender_child`, started at the first
+            delivery) attaches to this run with `wandb.attach` and does W&B's per-row work (encoding each row, handing
+            it to W&B's service), so it never competes with training for this process's GIL; its terminal output is
+            silenced (WANDB_SILENT): W&B's messages about the run come from this process. "thread": the background
+            thread calls the run in this process (every-step logging then costs training a tenth to a quarter of its
+            throughput on a small model). None (default): "process", or "thread" with `watch`, whose histograms
+            join the row W&B holds open, which must then be the step being trained (and with mode="disabled").
         flush_timeout, close_timeout, max_pending: see `QueuedLogger`.
         **init_kwargs: more arguments for `wandb.init` (group, job_type, notes, settings, ...).
     """
@@ -87,12 +95,17 @@ class WandbLogger(QueuedLogger):
         flush_timeout: float = 0.0,
         close_timeout: float = 30.0,
         max_pending: int = 10_000,
+        delivery: str | None = None,
         **init_kwargs: Any,
     ) -> None:
-        # Records gather for a moment into one delivery round (each round is a run.log per step, in this process),
-        # except with watch(): its histograms join W&B's open row, which must then still be the step being trained.
+        if delivery == "process" and watch is not None:
+            raise ValueError(f"WandbLogger(watch={watch!r}) logs histograms into the row W&B holds open, which only "
+                             "delivery='thread' keeps at the step being trained: pass delivery='thread' or None.")
+        # Records gather for a moment into one delivery round (each round is a run.log per step), except with
+        # watch(): its histograms join W&B's open row, which must then still be the step being trained.
         super().__init__(flush_timeout=flush_timeout, close_timeout=close_timeout, max_pending=max_pending,
-                         linger=0.0 if watch is not None else 0.5)
+                         linger=0.0 if watch is not None else 0.5,
+                         delivery=delivery or ("thread" if watch is not None else "process"))
         self._wandb = _import_wandb()
         _check_choice("mode", mode, MODES)
         _check_choice("watch", watch, WATCH_MODES)
@@ -117,6 +130,8 @@ class WandbLogger(QueuedLogger):
         self._run: Any = None
         self._watched: Any = None
         self._step = 0  # the oldest step W&B still takes: the latest one logged (its row is open)
+        self._attached = False  # in a sender child: the run is this process's view of the training process's run
+        self._skipped_reported = 0  # in a sender child: skipped records the training process was told of
         self.resolved_save_dir: str | None = None  # save_dir, or what it defaulted to
         self.run_dir: str | None = None  # this run's folder under `<save_dir>/wandb/`
         self.skipped_records = 0  # metrics at a step older than one already logged, which W&B cannot take
@@ -156,6 +171,8 @@ class WandbLogger(QueuedLogger):
                 f"WANDB_MODE=offline and upload later with `wandb sync`."
             ) from error
         self._run = run
+        if getattr(run, "disabled", False):
+            self.delivery = "thread"  # W&B's no-op run (mode="disabled"): nothing for a child to attach to
         self.resolved_save_dir = save_dir
         self.run_dir = run.settings.sync_dir
         self._step = run.starting_step  # a resumed online run already holds the steps before this one
@@ -206,6 +223,10 @@ class WandbLogger(QueuedLogger):
                 self._log_artifact(run, record, step)
         if row:
             run.log(row, step=step)
+        if self._attached:
+            # a round trip to W&B's service: once it answers, the rows above are in its hands, ahead of anything the
+            # training process sends after our answer (its run.finish comes through another connection)
+            dict(run.summary)
         self._step = step
         if stale:
             self.skipped_records += len(stale)
@@ -230,7 +251,9 @@ class WandbLogger(QueuedLogger):
         artifact = self._wandb.Artifact(
             name=re.sub(r"[^\w.-]", "-", f"{artifact_path or 'model'}-{run.id}"),
             type="model",
-            metadata={"global_step": step, "original_filename": filename, "source": local_path,
+            # the checkpoint's own step: it may be announced after later rows were logged
+            metadata={"global_step": step if record.step is None else int(record.step),
+                      "original_filename": filename, "source": local_path,
                       "logged_at": record.timestamp},
         )
         if is_url:
@@ -254,9 +277,36 @@ class WandbLogger(QueuedLogger):
     @classmethod
     def for_replay(cls, header: Mapping[str, Any]) -> WandbLogger:
         logger = cls(project=header["project"], entity=header.get("entity"), id=header["run_id"],
-                     mode=header.get("mode"), save_dir=header["save_dir"])
+                     mode=header.get("mode"), save_dir=header["save_dir"], delivery="thread")
         logger._run_id = logger._open(header["save_dir"])
         return logger
+
+    # -------------------------------------------------------------------------------- delivery="process"
+    def _sender_header(self) -> dict[str, Any]:
+        return {**self._spill_header(), "step": self._step}
+
+    @classmethod
+    def for_sender(cls, header: Mapping[str, Any]) -> WandbLogger:
+        """The training process's run, attached to through W&B's service (WANDB_SERVICE, in the environment)."""
+        logger = cls(project=header["project"], entity=header.get("entity"), id=header["run_id"],
+                     mode=header.get("mode"), save_dir=header["save_dir"], delivery="thread")
+        logger._run = logger._wandb.attach(run_id=header["run_id"])
+        logger._attached = True
+        logger._step = header["step"]
+        return logger
+
+    def _sender_environment(self) -> dict[str, str]:
+        # W&B's own terminal lines in the child would repeat this process's, or warn about steps logged from another
+        # process than the one that opened the run, which is here the point (only the child logs rows)
+        return {"WANDB_SILENT": "true"}
+
+    def _sender_report(self) -> dict[str, Any]:
+        skipped, self._skipped_reported = self.skipped_records - self._skipped_reported, self.skipped_records
+        return {"step": self._step, "skipped_records": skipped}
+
+    def _take_sender_report(self, report: Mapping[str, Any]) -> None:
+        self._step = max(self._step, report.get("step", self._step))
+        self.skipped_records += report.get("skipped_records", 0)
 
 
 def _local_root(root_dir: str) -> str:

@@ -83,9 +83,10 @@ def runs_of(client, experiment_name: str) -> list:
 
 
 # ------------------------------------------------------------------------------------------ the embedded store
-def test_the_default_is_an_embedded_sqlite_file_in_the_root_dir_holding_the_whole_run(tmp_path):
+@pytest.mark.parametrize("delivery", ["process", "thread"])
+def test_the_default_is_an_embedded_sqlite_file_in_the_root_dir_holding_the_whole_run(tmp_path, delivery):
     root = tmp_path / "root"
-    logger = started(root, run_name="first", tags={"team": "vision"})
+    logger = started(root, run_name="first", tags={"team": "vision"}, delivery=delivery)
     assert logger.tracking_uri == f"sqlite:///{root}/mlflow.db" and (root / "mlflow.db").exists()
     logger.log_hyperparams({"optimizer": {"lr": 0.1, "name": "sgd"}, "layers": [4, 2]})
     for step in range(1, 31):
@@ -131,7 +132,7 @@ def test_a_second_logger_given_the_run_id_continues_the_same_run(sqlite_uri, exp
     assert client.get_run(first.run_id).info.status == "FINISHED"
 
 
-def test_values_mlflow_refuses_for_good_are_dropped_one_by_one_and_reported(sqlite_uri, experiment, tmp_path):
+def test_values_mlflow_refuses_for_good_are_dropped_one_by_one_and_reported(sqlite_uri, experiment, tmp_path, caplog):
     first = started(tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment)
     first.log_hyperparams({"lr": 0.1, "epochs": 1})
     first.finalize("FINISHED")
@@ -143,6 +144,9 @@ def test_values_mlflow_refuses_for_good_are_dropped_one_by_one_and_reported(sqli
         second.finalize("FINISHED")
 
     assert second.rejected == 1 and second.undelivered == 0
+    # refused in the sender child, logged in this process under the logger's name
+    (dropped,) = [record for record in caplog.records if "dropped" in record.getMessage()]
+    assert dropped.name == "tracktrain_integrations.mlflow" and "param lr='0.2'" in dropped.getMessage()
     client = tracking.MlflowClient(sqlite_uri)
     run = client.get_run(first.run_id)
     assert run.data.params == {"lr": "0.1", "epochs": "1", "batch_size": "8"}  # the rest of its batch got through
@@ -199,6 +203,61 @@ def test_long_values_are_cut_to_mlflows_limits_with_a_warning(sqlite_uri, experi
     logger.finalize("FINISHED")
     run = tracking.MlflowClient(sqlite_uri).get_run(logger.run_id)
     assert run.data.params["prompt"] == "p" * 6000 and run.data.tags["notes"] == "n" * 8000
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states in /proc")
+def test_a_sender_child_killed_mid_run_is_replaced_and_every_metric_arrives_once(sqlite_uri, experiment, tmp_path):
+    import signal
+
+    logger = started(tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment)
+    logger.sender_keep_warm = 0.0
+    for step in range(50):
+        logger.log_metrics({"loss": float(step)}, step)
+    assert logger.flush(60)
+    first = logger.sender_pid
+    os.kill(first, signal.SIGKILL)
+    for step in range(50, 100):
+        logger.log_metrics({"loss": float(step)}, step)
+    assert logger.flush(60)
+    second = logger.sender_pid
+    logger.finalize("FINISHED")
+
+    assert second not in (None, first, os.getpid()) and not Path(f"/proc/{first}").exists()  # reaped
+    client = tracking.MlflowClient(sqlite_uri)
+    # a batch the dead child had in hand is sent again: MLflow keeps one copy of a value logged twice
+    assert steps_and_values(client, logger.run_id, "loss") == [(step, float(step)) for step in range(100)]
+    assert client.get_run(logger.run_id).info.status == "FINISHED"
+
+
+def test_the_sender_child_does_not_import_torch(tmp_path):
+    """`python -X importtime` in both processes (the variable reaches the child): a script that imports no torch
+    leaves no torch import anywhere, though its records went through a child."""
+    code = ("import os\n"
+            "from tracktrain_integrations.mlflow import MLflowLogger\n"
+            f"logger = MLflowLogger(tracking_uri='sqlite:///{tmp_path}/mlflow.db')\n"
+            f"logger.start({str(tmp_path)!r})\n"
+            "logger.log_metrics({'loss': 0.5}, 1)\n"
+            "assert logger.flush(120)\n"
+            "print(os.getpid(), logger.sender_pid, logger.run_id)\n"
+            "logger.finalize('FINISHED')\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
+                            env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    script, child, run_id = result.stdout.split()
+    assert child not in ("None", script)
+    imported = [line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines()
+                if line.startswith("import time:")]
+    assert imported.count("mlflow.tracking") == 2  # the script's imports and the child's
+    assert not [name for name in imported if name == "torch" or name.startswith("torch.")]
+    history = tracking.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").get_metric_history(run_id, "loss")
+    assert [(metric.step, metric.value) for metric in history] == [(1, 0.5)]
+
+
+def test_credentials_in_the_tracking_uri_reach_the_sender_child_through_its_environment_only():
+    logger = MLflowLogger(tracking_uri="http://alice:s%40cret@127.0.0.1:5000")
+    assert logger._sender_environment() == {"MLFLOW_TRACKING_USERNAME": "alice", "MLFLOW_TRACKING_PASSWORD": "s@cret"}
+    assert "cret" not in json.dumps(logger._sender_header()) and "alice" not in json.dumps(logger._sender_header())
+    assert MLflowLogger(tracking_uri="http://127.0.0.1:5000")._sender_environment() == {}
 
 
 def test_batches_stay_within_mlflows_limits():

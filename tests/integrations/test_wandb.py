@@ -22,14 +22,21 @@ pytest.importorskip("wandb")
 from tracktrain_integrations.wandb import WandbLogger  # noqa: E402
 
 
+@pytest.fixture(scope="module")
+def wandb_sandbox(tmp_path_factory) -> Path:
+    """One folder for W&B's files in this module: the environment stays the same from test to test, so the sender
+    child a run leaves warm (delivery="process") serves the next test's run."""
+    return tmp_path_factory.mktemp("wandb-sandbox")
+
+
 @pytest.fixture(autouse=True)
-def offline_wandb(tmp_path, monkeypatch):
-    """W&B offline, silent, and with every folder it writes (and its login) inside tmp_path."""
+def offline_wandb(wandb_sandbox, monkeypatch):
+    """W&B offline, silent, and with every folder it writes (and its login) inside the sandbox."""
     for variable in ("WANDB_DIR", "WANDB_DATA_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR"):
-        folder = tmp_path / variable.lower()
-        folder.mkdir()
+        folder = wandb_sandbox / variable.lower()
+        folder.mkdir(exist_ok=True)
         monkeypatch.setenv(variable, str(folder))
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc API key from the machine
+    monkeypatch.setenv("HOME", str(wandb_sandbox / "home"))  # no ~/.netrc API key from the machine
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -66,16 +73,19 @@ def started(tmp_path, **kwargs) -> WandbLogger:
     return logger
 
 
-def test_values_hyperparameters_and_tags_are_read_back_from_the_offline_run(tmp_path):
+def test_values_hyperparameters_and_tags_are_read_back_from_the_offline_run(tmp_path, wandb_sandbox):
     logger = started(tmp_path, project="proj", name="first", config={"seed": 7}, tags=["baseline"])
     logger.log_hyperparams({"module": {"lr": 0.1, "width": 32}, "trainer/max_epochs": 2})
     logger.log_metrics({"loss": 1.5}, step=1)
     logger.log_metrics({"loss": 1.25}, step=2)
     logger.set_tags({"stage": "test", "smoke": ""})
     logger.log_metrics({"loss": 1.0}, step=4)
+    assert logger.flush(60)
+    sender = logger.sender_pid  # the rows went through a child attached to the run
     logger.finalize("FINISHED")
 
-    assert Path(logger.run_dir).parent == tmp_path / "wandb_dir" / "wandb"  # WANDB_DIR before the root dir
+    assert logger.delivery == "process" and sender not in (None, os.getpid())
+    assert Path(logger.run_dir).parent == wandb_sandbox / "wandb_dir" / "wandb"  # WANDB_DIR before the root dir
     run = read_run(logger.run_dir)
     assert run["run"]["run_id"] == logger.run_id and run["run"]["project"] == "proj"
     assert run["run"]["display_name"] == "first"
@@ -148,6 +158,29 @@ def test_a_resumed_run_keeps_its_id_and_continues_the_step_axis(tmp_path):
     assert resumed["run"]["run_id"] == first.run_id and resumed["run"]["resume"] is True
     assert resumed["history"] == [{"_step": 3, "loss": 0.8}]
     assert read_run(first.run_dir)["history"] == [{"_step": 1, "loss": 1.0}, {"_step": 2, "loss": 0.9}]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states in /proc")
+def test_a_sender_child_killed_mid_run_is_replaced_and_every_row_arrives(tmp_path):
+    import signal
+
+    logger = started(tmp_path)
+    logger.sender_keep_warm = 0.0
+    for step in range(1, 31):
+        logger.log_metrics({"loss": float(step)}, step=step)
+    assert logger.flush(60)
+    first = logger.sender_pid
+    os.kill(first, signal.SIGKILL)
+    for step in range(31, 61):
+        logger.log_metrics({"loss": float(step)}, step=step)
+    assert logger.flush(60)
+    second = logger.sender_pid
+    logger.finalize("FINISHED")
+
+    assert second not in (None, first) and not Path(f"/proc/{first}").exists()  # reaped
+    run = read_run(logger.run_dir)
+    assert run["history"] == [{"_step": step, "loss": float(step)} for step in range(1, 61)]
+    assert logger.skipped_records == 0 and run["exit_code"] == 0
 
 
 def test_an_artifact_is_a_model_artifact_with_its_step(tmp_path):
@@ -224,6 +257,7 @@ def test_missing_wandb_names_the_extra(monkeypatch):
     ({"resume": True}, ValueError, r"resume=\.\.\.\) must be one of .* got True"),
     ({"tags": ["x" * 65]}, ValueError, r"tags=\.\.\.\) takes strings of 1 to 64 characters"),
     ({"jobtype": "train"}, TypeError, r"wandb.init does not take: \[.jobtype.\]; see help\(wandb.init\)"),
+    ({"watch": "all", "delivery": "process"}, ValueError, r"watch='all'\) .* pass delivery='thread' or None"),
 ])
 def test_bad_arguments_fail_at_construction(kwargs, error, message):
     with pytest.raises(error, match=message):

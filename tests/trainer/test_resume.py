@@ -227,12 +227,13 @@ def test_loggers_that_keep_checkpoints_get_every_committed_one_before_their_run_
         def finalize(self, status):
             self.artifacts.append("finalized")
 
-        def log_artifact(self, local_path, artifact_path=None):
+        def log_artifact(self, local_path, artifact_path=None, step=None):
             assert os.path.isfile(local_path) and os.path.isfile(local_path + ".manifest.json")  # committed
-            self.artifacts.append(os.path.basename(local_path))
+            self.artifacts.append((os.path.basename(local_path), step))
 
     recorder = Recorder()
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=None, async_save=async_save)
     Trainer(**quiet(tmp_path, max_epochs=3, loggers=[recorder], callbacks=[checkpoint])).fit(
         Classifier(), make_loader())
-    assert recorder.artifacts == ["checkpoint_8.pt", "checkpoint_16.pt", "checkpoint_24.pt", "finalized"]
+    assert recorder.artifacts == [("checkpoint_8.pt", 8), ("checkpoint_16.pt", 16), ("checkpoint_24.pt", 24),
+                                  "finalized"]

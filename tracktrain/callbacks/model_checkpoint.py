@@ -197,10 +197,11 @@ class ModelCheckpoint(Callback):
         """Tell the loggers that keep checkpoints about the new file once it is committed (not before: an upload
         of a file still being written would fail or, worse, take a part of it). After a background write that is
         the writer thread, right after the commit, so the trackers file it at the step it was taken."""
+        step = trainer.global_step
         if isinstance(self._saver, AsyncSaver):
-            self._saver.then(lambda: trainer._checkpoint_saved(path))
+            self._saver.then(lambda: trainer._checkpoint_saved(path, step))
         else:
-            trainer._checkpoint_saved(path)
+            trainer._checkpoint_saved(path, step)
 
     def _score(self, engine: Any) -> float:
         metrics = self._trainer.callback_metrics  # type: ignore[union-attr]

@@ -1,18 +1,23 @@
 """The `Logger` protocol every tracker implements, and `QueuedLogger`, the base that makes delivery
-non-blocking: `log_*` only queue records; a `DeliveryQueue` sends them from a background thread."""
+non-blocking: `log_*` only queue records; a `DeliveryQueue` sends them from a background thread, through the
+tracker's client in this process or in a child process (`delivery="process"`, see `sender_process`)."""
 
 from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from tracktrain.loggers.delivery import DeliveryQueue, Record
+
+if TYPE_CHECKING:
+    from tracktrain.loggers.sender_process import SenderProcess
 
 __all__ = ["Logger", "QueuedLogger", "flatten_params"]
 
 STATUSES = ("FINISHED", "FAILED", "KILLED")
+DELIVERIES = ("thread", "process")
 
 
 class Logger(ABC):
@@ -39,8 +44,10 @@ class Logger(ABC):
     @abstractmethod
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None: ...
 
-    def log_artifact(self, local_path: str, artifact_path: str | None = None) -> None:
-        """Upload a file (a checkpoint, a config); trackers without artifacts ignore it."""
+    def log_artifact(self, local_path: str, artifact_path: str | None = None, step: int | None = None) -> None:
+        """Upload a file (a checkpoint, a config); trackers without artifacts ignore it. `step`: the global step
+        the file belongs to (a checkpoint's), which may be older than the step being logged: a checkpoint written
+        in the background is announced from the checkpoint writer's thread, right after its commit."""
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         """Tag the run; trackers without tags ignore it."""
@@ -48,6 +55,10 @@ class Logger(ABC):
     def flush(self, timeout: float | None = None) -> bool:
         """Deliver what is queued, waiting at most `timeout` seconds; whether all of it was."""
         return True
+
+    def persist(self) -> None:
+        """Make what is logged so far survive a kill of this process (on disk or delivered), quickly: called before
+        each checkpoint commits, since a run resumed from it never logs these steps again."""
 
     @abstractmethod
     def finalize(self, status: str) -> None:
@@ -59,6 +70,12 @@ class QueuedLogger(Logger):
     the run, return its id), `_send` (deliver a batch with the tracker's batch API, raising on failure) and
     `_close` (mark the run ended).
 
+    With `delivery="process"`, `_send` runs in a child process (`tracktrain.loggers.sender_child`), in a logger the
+    child rebuilds with `for_sender(_sender_header())` (by default `for_replay(_spill_header())`): the tracker
+    client's Python work then never holds this process's GIL. `_open` and `_close` stay here. What the child learns
+    that this process needs (a run id, refused values) goes from its `_sender_report` to this process's
+    `_take_sender_report`; `_sender_environment` gives the child what must not be in a header (credentials).
+
     Args:
         flush_timeout: how long `flush` (at every log interval and epoch end) may wait for the tracker; it never
             waits longer, whatever the tracker does.
@@ -66,10 +83,22 @@ class QueuedLogger(Logger):
             file.
         max_pending: records kept in memory while the tracker is unreachable before spilling to disk.
         linger: how long records may gather into one batch before they are sent (see `DeliveryQueue`).
+        delivery: "thread": the background thread calls the tracker's client in this process; "process": it hands
+            each batch to a child process that does (a child that dies is started again, its batch retried).
     """
 
+    # delivery="process": the longest a busy child may go without a heartbeat before it is taken as frozen and
+    # replaced, and how long an idle child waits for the next run of this process (see `SenderProcess`)
+    sender_silence_timeout = 30.0
+    sender_keep_warm = 60.0
+
     def __init__(self, flush_timeout: float = 0.0, close_timeout: float = 30.0, max_pending: int = 10_000,
-                 linger: float = 0.5) -> None:
+                 linger: float = 0.5, delivery: str = "thread") -> None:
+        if delivery not in DELIVERIES:
+            raise ValueError(f"{type(self).__name__}(delivery=...) must be one of {DELIVERIES}, got {delivery!r}.")
+        if delivery == "process":
+            _check_rebuildable(type(self))
+        self.delivery = delivery
         self.linger = linger
         self.flush_timeout = flush_timeout
         self.close_timeout = close_timeout
@@ -78,6 +107,8 @@ class QueuedLogger(Logger):
         self._queue: DeliveryQueue | None = None
         self.spill_path: str | None = None
         self.undelivered = 0
+        self._sender: SenderProcess | None = None  # with delivery="process"
+        self._on_tracker_back: Callable[[], None] | None = None
 
     @property
     def run_id(self) -> str | None:
@@ -91,8 +122,22 @@ class QueuedLogger(Logger):
             return
         self._run_id = self._open(root_dir)
         self.spill_path = os.path.join(_local_dir(root_dir), f"{self.name}-{self._run_id}.undelivered.jsonl")
-        self._queue = DeliveryQueue(self._send, self.spill_path, self._spill_header(), max_pending=self.max_pending,
-                                    name=self.name, linger=self.linger)
+        send, interrupt = self._send, None
+        if self.delivery == "process":
+            from tracktrain.loggers.sender_process import SenderProcess
+
+            # started by the first send, from the delivery thread: training does not wait for it
+            self._sender = SenderProcess(self, silence_timeout=self.sender_silence_timeout,
+                                         keep_warm=self.sender_keep_warm)
+            send, interrupt = self._sender.send, self._sender.interrupt
+        self._queue = DeliveryQueue(send, self.spill_path, self._spill_header(), max_pending=self.max_pending,
+                                    name=self.name, linger=self.linger, interrupt=interrupt)
+        self._on_tracker_back = self._queue.wake
+
+    @property
+    def sender_pid(self) -> int | None:
+        """With delivery="process": the PID of the child process that sends, once the first batch started it."""
+        return self._sender.pid if self._sender is not None else None
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         self._put(Record("params", flatten_params(params)))
@@ -100,11 +145,16 @@ class QueuedLogger(Logger):
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         self._put(Record("metrics", dict(metrics), step))
 
-    def log_artifact(self, local_path: str, artifact_path: str | None = None) -> None:
-        self._put(Record("artifact", {"local_path": os.fspath(local_path), "artifact_path": artifact_path}))
+    def log_artifact(self, local_path: str, artifact_path: str | None = None, step: int | None = None) -> None:
+        self._put(Record("artifact", {"local_path": os.fspath(local_path), "artifact_path": artifact_path}, step))
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         self._put(Record("tags", {str(k): str(v) for k, v in tags.items()}))
+
+    def persist(self) -> None:
+        """Spill what is still queued to disk (called before each checkpoint commits; see `DeliveryQueue.persist`)."""
+        if self._queue is not None:
+            self._queue.persist()
 
     def flush(self, timeout: float | None = None) -> bool:
         if self._queue is None:
@@ -118,6 +168,8 @@ class QueuedLogger(Logger):
             return
         queue, self._queue = self._queue, None
         self.undelivered = queue.close(self.close_timeout, final=Record("status", {"status": status}))
+        if self._sender is not None:  # whatever it still had in hand is in the spill file now
+            self._sender.close()
         if self.undelivered:
             import warnings
 
@@ -148,6 +200,33 @@ class QueuedLogger(Logger):
         """The logger that delivers a spill file's records to the run its header names."""
         raise NotImplementedError(f"{cls.__name__} cannot replay spill files.")
 
+    def _sender_header(self) -> dict[str, Any]:
+        """What a sender child needs to rebuild this logger with `for_sender` (no credentials)."""
+        return self._spill_header()
+
+    @classmethod
+    def for_sender(cls, header: Mapping[str, Any]) -> QueuedLogger:
+        """The logger a sender child sends with (delivery="process"); by default the replay's logger."""
+        return cls.for_replay(header)
+
+    def _tracker_is_back(self) -> None:
+        """Cut the delivery's backoff short: the tracker has just answered (e.g. a request that had overrun got
+        through). In a sender child, this tells the training process."""
+        if self._on_tracker_back is not None:
+            self._on_tracker_back()
+
+    def _sender_environment(self) -> dict[str, str]:
+        """Environment variables the sender child needs besides this process's (e.g. credentials, which no header
+        may hold)."""
+        return {}
+
+    def _sender_report(self) -> dict[str, Any]:
+        """In the sender child, after each batch: what the training process must learn (plain, picklable data)."""
+        return {}
+
+    def _take_sender_report(self, report: Mapping[str, Any]) -> None:
+        """In the training process: take in what the child's `_sender_report` returned."""
+
     @abstractmethod
     def _open(self, root_dir: str) -> str: ...
 
@@ -168,6 +247,22 @@ def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any
         else:
             flat[name] = value
     return flat
+
+
+def _check_rebuildable(logger_class: type[QueuedLogger]) -> None:
+    """A sender child imports the logger's class by its module's name and rebuilds the logger with `for_sender`
+    (by default `for_replay`): the module must be importable there, and one of the two implemented."""
+    name = logger_class.__qualname__
+    if logger_class.__module__ == "__main__":
+        raise ValueError(f"{name}(delivery='process') sends from a child process, which imports the logger's class by "
+                         f"its module, and {name} is defined in __main__. Move it into a module, or pass "
+                         "delivery='thread'.")
+    inherited = [getattr(getattr(logger_class, method), "__func__", None) is getattr(QueuedLogger, method).__func__
+                 for method in ("for_sender", "for_replay")]
+    if all(inherited):
+        raise ValueError(f"{name}(delivery='process') sends from a child process, which rebuilds the logger with "
+                         f"{name}.for_sender(header) (by default for_replay): implement one (see QueuedLogger), or "
+                         "pass delivery='thread'.")
 
 
 def _local_dir(root_dir: str) -> str:

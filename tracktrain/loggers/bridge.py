@@ -65,11 +65,11 @@ class LoggerBridge(Callback):
                 if callable(persist):
                     persist()
 
-    def checkpoint_saved(self, path: str) -> None:
+    def checkpoint_saved(self, path: str, step: int | None = None) -> None:
         if self.active:
             for logger in self.loggers:
                 if getattr(logger, "log_checkpoints", False):
-                    logger.log_artifact(path, "checkpoints")
+                    logger.log_artifact(path, "checkpoints", step=step)
 
     def on_train_epoch_end(self, trainer: Trainer, module: LoopModule) -> None:
         if self.active:

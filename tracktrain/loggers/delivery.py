@@ -48,6 +48,9 @@ class DeliveryQueue:
         max_backoff: the longest wait between retries, in seconds.
         linger: how long the thread lets records gather before sending a batch that is not full (every-step
             logging then costs one request per `linger`, not one per step); `flush` and `close` cut it short.
+        interrupt: called by `close` when it gives up on a send still running, to end that send at once (a child
+            process that sends is stopped); the send must then raise. Without it, `close` waits for the thread a
+            little, and the send goes on alone.
     """
 
     def __init__(
@@ -60,8 +63,10 @@ class DeliveryQueue:
         max_backoff: float = 30.0,
         name: str = "tracker",
         linger: float = 0.5,
+        interrupt: Callable[[], None] | None = None,
     ) -> None:
         self._send = send
+        self._interrupt = interrupt
         self.spill_path = Path(spill_path)
         self._header = header
         self.max_pending = max_pending
@@ -74,6 +79,8 @@ class DeliveryQueue:
         self._spill_read_at = 0  # byte position of the first undelivered record in the spill file
         self._condition = threading.Condition()
         self._in_flight: list[Record] = []
+        self._in_flight_from_spill = False
+        self._in_flight_spilled_to: int | None = None  # set by persist: the spill file's offset after the batch
         self._hurry = False  # a flush or close is waiting: send without lingering
         self._closing = False
         self.delivered = 0
@@ -98,6 +105,17 @@ class DeliveryQueue:
             if len(self._pending) == 1 or len(self._pending) >= self.batch_size:
                 self._condition.notify_all()
 
+    def persist(self) -> None:
+        """Spill the records held in memory to the spill file (fsynced): from here on a killed process loses none
+        of them; they are delivered from there, in order, like any spilled record (by this queue, the next attempt
+        of the run, or `replay`). A batch being sent right now is spilled too, ahead of the others, when nothing
+        older waits in the file; if its send then succeeds, the file's reader skips it."""
+        with self._condition:
+            if self._in_flight and self._in_flight_spilled_to is None and not self._in_flight_from_spill \
+                    and not self._spilled:
+                self._in_flight_spilled_to = self._spill(self._in_flight)
+            self._spill([self._pending.popleft() for _ in range(len(self._pending))])
+
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything queued so far is delivered, at most `timeout` seconds; whether it was."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -114,6 +132,11 @@ class DeliveryQueue:
             finally:
                 self._hurry = False
 
+    def wake(self) -> None:
+        """Cut a retry's backoff short: the tracker is known to answer again."""
+        with self._condition:
+            self._condition.notify_all()
+
     def close(self, timeout: float = 30.0, final: Record | None = None) -> int:
         """Deliver what is queued (at most `timeout` seconds), stop the thread, and spill what is left; returns
         the number of records left undelivered in the spill file (0: all delivered, and the file removed).
@@ -122,11 +145,15 @@ class DeliveryQueue:
         with self._condition:
             self._closing = True
             self._condition.notify_all()
+            interrupt = self._interrupt if self._in_flight else None
+        if interrupt is not None:
+            interrupt()
         self._thread.join(timeout=max(1.0, min(timeout, self.max_backoff)))
         with self._condition:
             # a send still running (a hung request) may yet fail: its records are kept too (trackers take a
             # record sent twice as one)
-            leftover = list(self._in_flight) + list(self._pending)
+            in_flight = [] if self._in_flight_spilled_to is not None else list(self._in_flight)
+            leftover = in_flight + list(self._pending)
             self._pending.clear()
             self._spill(leftover)
             left = self._spilled
@@ -150,13 +177,15 @@ class DeliveryQueue:
                 batch, from_spill = self._next_batch()
                 if not batch:
                     continue
-                self._in_flight = batch
+                self._in_flight, self._in_flight_from_spill = batch, from_spill
             try:
                 self._send(batch)
             except Exception as error:  # the tracker's own errors: keep the records, try again later
                 with self._condition:
                     self._in_flight = []
-                    if not from_spill:
+                    if self._in_flight_spilled_to is not None:  # persist moved them to the spill file
+                        self._in_flight_spilled_to = None
+                    elif not from_spill:
                         self._pending.extendleft(reversed(batch))
                     self.failures += 1
                     if self.last_error is None:
@@ -174,6 +203,10 @@ class DeliveryQueue:
                 if from_spill:
                     self._spill_read_at = self._spill_next_at
                     self._spilled -= len(batch)
+                elif self._in_flight_spilled_to is not None:  # delivered after all: not to be read back
+                    self._spill_read_at = self._in_flight_spilled_to
+                    self._spilled -= len(batch)
+                    self._in_flight_spilled_to = None
                 if self.last_error is not None:
                     _logger.warning("%s is taking records again", self.name)
                 self.last_error = None
@@ -188,11 +221,11 @@ class DeliveryQueue:
         count = min(self.batch_size, len(self._pending))
         return [self._pending.popleft() for _ in range(count)], False
 
-    def _spill(self, records: Iterable[Record], count: bool = True) -> None:
-        """Append `records` to the spill file (called with the lock held)."""
+    def _spill(self, records: Iterable[Record], count: bool = True) -> int | None:
+        """Append `records` to the spill file (called with the lock held); returns the file's offset after them."""
         records = list(records)
         if not records:
-            return
+            return None
         # values JSON cannot hold (a dtype in the hyperparameters) are kept as their text, never lost
         lines = [json.dumps(asdict(record), default=str) + "\n" for record in records]
         new_file = not self.spill_path.exists()
@@ -204,8 +237,10 @@ class DeliveryQueue:
             out.writelines(lines)
             out.flush()
             os.fsync(out.fileno())
+            end = out.tell()
         if count:
             self._spilled += len(records)
+        return end
 
 
 def _read_records(path: Path, position: int, limit: int) -> tuple[list[Record], int]:

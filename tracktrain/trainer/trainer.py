@@ -545,9 +545,10 @@ class Trainer:
             floats = {**floats, "epoch": float(self.current_epoch), "samples_seen": float(self.state.samples_seen)}
         self._logger_bridge.log_metrics(floats, self.state.global_step)
 
-    def _checkpoint_saved(self, path: str) -> None:
-        """A checkpoint callback wrote `path`: loggers that keep checkpoints upload it."""
-        self._logger_bridge.checkpoint_saved(path)
+    def _checkpoint_saved(self, path: str, step: int | None = None) -> None:
+        """A checkpoint callback committed `path`, taken at global step `step`: loggers that keep checkpoints
+        upload it."""
+        self._logger_bridge.checkpoint_saved(path, step)
 
     # -------------------------------------------------------------------------------------------- checkpoints
     def checkpoint_objects(self) -> dict[str, Any]:
