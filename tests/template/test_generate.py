@@ -68,3 +68,23 @@ def test_the_entry_point_rejects_a_bad_override_with_the_choices(generate):
 
     assert result.returncode == 2
     assert "unknown key trainer.epochs; [trainer] has [" in result.stderr and "'max_epochs'" in result.stderr
+
+
+@pytest.mark.slow
+def test_the_wandb_choice_writes_an_offline_run_whose_history_holds_the_metrics(generate):
+    from tests.integrations.test_wandb import read_run
+
+    project = generate(tracker="wandb", project_slug="digits_wandb_run")
+    result = subprocess.run([sys.executable, "-m", "digits_wandb_run.train", "--epochs", "2"], cwd=project,
+                            env=project_environment(project), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    steps = int(result.stdout.split("final metrics after ")[1].split()[0])
+    assert "wandb sync" in result.stdout
+    run_dirs = sorted(project.glob("**/offline-run-*"))
+    assert len(run_dirs) == 1, run_dirs  # one run for the job
+    history = read_run(run_dirs[0])["history"]
+    validated = [row["_step"] for row in history if "val_accuracy" in row]
+    assert validated == [steps // 2, steps]  # each epoch's validation, at the global step it ended on
+    assert 0.0 < history[-1]["val_accuracy"] <= 1.0
+    train_steps = [row["_step"] for row in history if "train_loss_step" in row]
+    assert train_steps and train_steps == sorted(set(train_steps)) and train_steps[-1] <= steps
