@@ -130,7 +130,8 @@ def cpu_snapshot(state: Any, _copies: dict[tuple, torch.Tensor] | None = None) -
 
 
 def _view_key(tensor: torch.Tensor) -> tuple:
-    if tensor.layout != torch.strided:  # sparse and other layouts: by object
+    # sparse layouts, and devices whose storages have no data pointer to read (XLA): by object
+    if tensor.layout != torch.strided or tensor.device.type not in ("cpu", "cuda"):
         return ("object", id(tensor))
     return (tensor.untyped_storage().data_ptr(), tensor.device, tensor.storage_offset(), tuple(tensor.shape),
             tensor.stride(), tensor.dtype)
