@@ -13,25 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.benchmark_scripts import load_benchmark, positive
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "bench_checkpoint.py"
 HAS_LIGHTNING = importlib.util.find_spec("lightning") is not None
 HAS_S3 = all(importlib.util.find_spec(name) is not None for name in ("moto", "s3fs"))
-
-
-def _load_script(monkeypatch):
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # as `python benchmarks/...` does: it imports `_common`
-    spec = importlib.util.spec_from_file_location("bench_checkpoint", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-def _positive(value) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
 @pytest.mark.slow  # ~20 s: about 30 short fits, a third of them Lightning's, a moto server
@@ -79,14 +68,14 @@ def test_quick_run_reports_every_case(tmp_path):
     assert sorted(resume) == sorted(expected)
     for key, row in resume.items():
         assert row["error"] is None, (key, row["error"])
-        assert len(row["samples_s"]) == arguments["resume_repeats"] and all(map(_positive, row["samples_s"])), key
+        assert len(row["samples_s"]) == arguments["resume_repeats"] and all(map(positive, row["samples_s"])), key
         assert (row["load_ms"] is None) == (key[2] == "from scratch"), key
 
 
 def test_checks_catch_incomplete_stray_and_different_checkpoints(tmp_path, monkeypatch):
     """The checks are what makes the script exit 1: a truncated checkpoint, one whose manifest is gone, and
     tensors that differ from the reference are each reported."""
-    bench = _load_script(monkeypatch)
+    bench = load_benchmark(monkeypatch, "bench_checkpoint")
     workload = bench.Workload((8, 16, 4), 2, 8, seed=0)
     directory = tmp_path / "checkpoints"
     fit = bench.fit_tracktrain(workload, 5, str(tmp_path), str(directory), 2, async_save=True)
@@ -118,7 +107,7 @@ def test_checks_catch_incomplete_stray_and_different_checkpoints(tmp_path, monke
 def test_a_save_sample_is_the_gap_and_window_beyond_the_baseline(monkeypatch):
     """The arithmetic of one sample, on made-up clock readings: steps of 10 s whose gaps are 1 s, except after
     the saving step 2, where the gap is 6 s and the write ends 8 s after the step."""
-    bench = _load_script(monkeypatch)
+    bench = load_benchmark(monkeypatch, "bench_checkpoint")
     clock = bench.StepClock(torch.nn.Linear(1, 1))
     moment = 0.0
     for step in range(1, 6):

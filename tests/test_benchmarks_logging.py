@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.benchmark_scripts import load_benchmark, positive
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "bench_logging.py"
 HAS = {name: importlib.util.find_spec(name) is not None for name in ("mlflow", "wandb", "lightning")}
@@ -24,16 +26,7 @@ HAS = {name: importlib.util.find_spec(name) is not None for name in ("mlflow", "
 
 @pytest.fixture
 def bench(monkeypatch):
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # as `python benchmarks/...` does: it imports `_common`
-    spec = importlib.util.spec_from_file_location("bench_logging", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-def _positive(value) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+    return load_benchmark(monkeypatch, "bench_logging")
 
 
 def _expected_keys() -> list[str]:
@@ -74,8 +67,8 @@ def test_quick_run_reports_every_variant_reads_every_run_back_and_stops_its_serv
         framework = key.split("/")[0]
         baseline = rows[f"{framework}/none"]
         samples = row["samples_it_per_s"]
-        assert len(samples) == arguments["repeats"] and all(_positive(sample) for sample in samples), key
-        assert _positive(row["it_per_s"]) and math.isclose(row["us_per_it"], 1e6 / row["it_per_s"]), key
+        assert len(samples) == arguments["repeats"] and all(positive(sample) for sample in samples), key
+        assert positive(row["it_per_s"]) and math.isclose(row["us_per_it"], 1e6 / row["it_per_s"]), key
         assert row["end_of_fit_ms"] >= 0 and len(row["samples_end_of_fit_ms"]) == arguments["repeats"], key
         if row["baseline"]:
             assert row["ratio"] is None and row["goal_met"] == "—" and row["arrived"] is None, key

@@ -14,22 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.benchmark_scripts import load_benchmark, positive
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "bench_trainer_overhead.py"
 HAS_LIGHTNING = importlib.util.find_spec("lightning") is not None
-
-
-def _load_script(monkeypatch):
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # as `python benchmarks/...` does: it imports `_common`
-    spec = importlib.util.spec_from_file_location("bench_trainer_overhead", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-def _positive(value) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
 @pytest.mark.slow  # ~15 s: about 70 short fits, a third of them Lightning's
@@ -55,9 +44,9 @@ def test_quick_run_reports_every_row_with_positive_times(tmp_path):
         for row in case["rows"]:
             where = f"{key} {row['mode']}"
             for library in libraries:
-                assert _positive(row["us_per_iter"][library]), (where, library, row)
-                assert _positive(row["startup_ms"][library]), (where, library, row)
-                assert _positive(row["warmup_startup_ms"][library]), (where, library, row)
+                assert positive(row["us_per_iter"][library]), (where, library, row)
+                assert positive(row["startup_ms"][library]), (where, library, row)
+                assert positive(row["warmup_startup_ms"][library]), (where, library, row)
             for library in libraries[1:]:
                 overhead = row["overhead_us_per_iter"][library]
                 assert math.isclose(overhead, row["us_per_iter"][library] - row["us_per_iter"]["raw"]), where
@@ -77,7 +66,7 @@ def test_quick_run_reports_every_row_with_positive_times(tmp_path):
 def test_sanity_checks_catch_a_fit_that_differs_from_the_raw_loop(tmp_path, monkeypatch):
     """The checks are what makes the script exit 1: a fit that skips batches, or trains differently, or writes
     files with everything off, or saves no checkpoint with the defaults, is reported."""
-    bench = _load_script(monkeypatch)
+    bench = load_benchmark(monkeypatch, "bench_trainer_overhead")
     workload = bench.Workload((4, 8, 3), 4, 5, seed=0)
     case = bench.Case("small", "small", workload, 1, 2)
     case.reference[1] = bench.weights(bench.fit_raw(workload, 1, "", None).net)

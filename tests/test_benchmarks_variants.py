@@ -6,7 +6,6 @@ No timing is asserted: on a shared machine any ordering of the numbers can happe
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -16,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.benchmark_scripts import load_benchmark, positive
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "bench_step_variants.py"
 VARIANTS = ["fp32", "bf16", "fp16", "ddp"]
@@ -23,16 +24,7 @@ VARIANTS = ["fp32", "bf16", "fp16", "ddp"]
 
 @pytest.fixture
 def bench(monkeypatch):
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # as `python benchmarks/...` does: it imports `_common`
-    spec = importlib.util.spec_from_file_location("bench_step_variants", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-def _positive(value) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+    return load_benchmark(monkeypatch, "bench_step_variants")
 
 
 @pytest.mark.slow  # ~20 s: 24 short fits in this process, then 10 in each of 2 DDP processes
@@ -56,7 +48,7 @@ def test_quick_run_reports_every_variant_with_consistent_rows(tmp_path):
     arguments = payload["arguments"]
     for key, row in rows.items():
         medians = row["us_per_step"]
-        assert _positive(medians["raw"]) and _positive(medians["tracktrain"]), (key, row)
+        assert positive(medians["raw"]) and positive(medians["tracktrain"]), (key, row)
         assert math.isclose(row["overhead_us"], medians["tracktrain"] - medians["raw"]), key
         assert math.isclose(row["overhead_percent"], row["overhead_us"] / medians["raw"] * 100), key
         assert row["noise_us"] == max(row["iqr_us"].values()) >= 0, key
@@ -69,7 +61,7 @@ def test_quick_run_reports_every_variant_with_consistent_rows(tmp_path):
         expected_samples = arguments["ddp_repeats" if key == "ddp" else "repeats"]
         for variant in ("raw", "tracktrain"):
             samples = row["samples_us_per_step"][variant]
-            assert len(samples) == expected_samples and all(_positive(sample) for sample in samples), (key, variant)
+            assert len(samples) == expected_samples and all(positive(sample) for sample in samples), (key, variant)
     # one thread, the same kernels in the same order: the Trainer lands exactly where the hand-written loop does
     assert rows["fp32"]["max_weight_diff"]["tracktrain"] == 0.0
     assert rows["ddp"]["max_weight_diff"]["tracktrain"] == 0.0
@@ -77,7 +69,7 @@ def test_quick_run_reports_every_variant_with_consistent_rows(tmp_path):
         assert rows[key]["max_weight_diff"]["tracktrain"] <= rows[key]["tolerance"]["atol"] * 10, key
     assert rows["fp16"]["batches_per_epoch"] < rows["fp32"]["batches_per_epoch"]  # its CPU step is ~10 × slower
     assert rows["ddp"]["batches_per_epoch"] == 10  # --quick: 20 batches, half on each rank
-    assert rows["ddp"]["max_weight_diff"]["raw"] == 0.0 and _positive(rows["ddp"]["launch_seconds"])
+    assert rows["ddp"]["max_weight_diff"]["raw"] == 0.0 and positive(rows["ddp"]["launch_seconds"])
 
 
 def test_sanity_checks_catch_a_fit_that_differs_from_the_raw_loop(bench, tmp_path):
