@@ -62,9 +62,11 @@ class AsyncAnyRank:
 
     def exchange(self, value: int) -> int:
         agreed = self.finish()
-        from tracktrain.metrics.distributed import _collective_device
+        if self._buffer is None:  # one buffer for the whole run: no allocation per step
+            from tracktrain.metrics.distributed import _collective_device
 
-        self._buffer = torch.tensor([value], dtype=torch.int64, device=_collective_device())
+            self._buffer = torch.zeros(1, dtype=torch.int64, device=_collective_device())
+        self._buffer.fill_(value)
         self._work = dist.all_reduce(self._buffer, op=dist.ReduceOp.MAX, async_op=True)
         return agreed
 

@@ -36,6 +36,7 @@ SET_SAMPLER_EPOCH = -500  # before the epoch's iterator is made: a DistributedSa
 ENTER_STEPS = 1000  # after the epoch-start hooks: from here to the epoch's end, values log per step by default
 PREEMPTION = 2000  # after everything a step's end runs (its checkpoint included): a signal saves and stops
 LAST = 10**9
+PREEMPTION_EXCHANGE_EVERY = 8  # steps between exchanges of the pre-emption flag under DDP
 
 
 class ExceptionHooks:
@@ -126,11 +127,13 @@ def _fit_handlers(trainer: Trainer, val_loader: Any) -> list[tuple[int, str, Any
     if distributed.is_distributed():
         handlers.append((AGREE_TO_STOP, "fit", Events.EPOCH_COMPLETED, trainer._agree_to_stop))
     if trainer.strategy == "ddp":
-        # a signal on any rank stops every rank at the same step: each step exchanges the flag (without DDP the
-        # check is attached by the signal itself, and steps carry nothing until then)
-        handlers.append((PREEMPTION, "fit", Events.ITERATION_COMPLETED, trainer._check_preemption))
+        # a signal on any rank stops every rank at the same step: every few steps the ranks exchange the flag, and
+        # act on the previous exchange (reading it is a host sync on CUDA, hence not every step). Without DDP the
+        # check is attached by the signal itself, and steps carry nothing until then.
+        every = Events.ITERATION_COMPLETED(every=PREEMPTION_EXCHANGE_EVERY)
+        handlers.append((PREEMPTION, "fit", every, trainer._check_preemption))
         if val_loader is not None:  # a long validation is no reason to miss a pre-emption deadline
-            handlers.append((PREEMPTION, "validate", Events.ITERATION_COMPLETED, trainer._check_preemption))
+            handlers.append((PREEMPTION, "validate", every, trainer._check_preemption))
     automatic = trainer.module.automatic_optimization
     if automatic and trainer.accumulate_grad_batches > 1:
         handlers.append((FLUSH_ACCUMULATION, "fit", Events.EPOCH_COMPLETED, trainer._flush_accumulation))
