@@ -53,8 +53,8 @@ def any_rank(flag: bool) -> bool:
 
 class AsyncAnyRank:
     """`any_rank` without waiting: `exchange(value)` returns the maximum over ranks of the values given to the
-    previous call, and sends this one. Called once per step by every rank, it makes all ranks act on a flag at
-    the same step, one step after any rank raised it, for the cost of a collective that overlaps the step."""
+    previous call, and sends this one. Called at the same steps by every rank, it makes all ranks act on a flag at
+    the same step, one exchange after any rank raised it, for the cost of a collective that overlaps the steps."""
 
     def __init__(self) -> None:
         self._buffer: torch.Tensor | None = None
