@@ -184,6 +184,8 @@ def test_filenames_metadata_and_payload_match_ignite(prefix, with_score, score_n
         assert checkpoint.state_dict() == oracle.state_dict()
     for filename, payload in ours.files.items():
         assert payload.keys() == theirs.files[filename].keys()  # one object: its state dict; several: a dict of them
+        assert checkpoint.writes_filename(filename)  # what the sweep after a killed save recognizes as its own
+        assert not checkpoint.writes_filename("x" + filename) and not checkpoint.writes_filename(filename + ".tmp")
     assert ignite  # the oracle ran
 
 
@@ -235,6 +237,7 @@ def test_default_filenames(tmp_path):
         checkpoint(engine_at(iteration=203, epoch=12, metrics={"acc": 0.5}))
         assert checkpoint.last_checkpoint == tmp_path / str(i) / expected
         assert os.listdir(tmp_path / str(i)) == [expected]
+        assert checkpoint.writes_filename(expected)
 
 
 def test_setup_filename_pattern():

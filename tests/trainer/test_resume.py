@@ -156,6 +156,27 @@ def test_only_checkpoints_and_stale_temporaries_of_writers_are_ever_deleted(tmp_
     assert (tmp_path / "elsewhere.pt").read_bytes() == b"outside"
 
 
+def test_checkpoint_files_a_killed_save_left_without_a_manifest_are_deleted_at_the_next_start(tmp_path):
+    trainer, checkpoint = run_trainer(tmp_path, 1)
+    trainer.fit(Classifier(), make_loader())  # 8 steps: checkpoints at 4 and 8
+    directory = tmp_path / "ckpt"
+    # a kill between a data file's commit and its manifest, and one in the middle of a deletion (manifest first)
+    (directory / "last_checkpoint_12.pt").write_bytes(b"committed data, no manifest yet")
+    (directory / "checkpoint_4.pt.manifest.json").unlink()
+    # a file without a manifest that the run is told to resume from, and one named as this callback never names
+    (directory / "checkpoint_2.pt").write_bytes((directory / "last_checkpoint_8.pt").read_bytes())
+    (directory / "model_4.pt").write_bytes(b"not a name this callback writes")
+    again, _ = run_trainer(tmp_path, 2)
+    with pytest.warns(UserWarning, match=r"Deleted \['checkpoint_4.pt', 'last_checkpoint_12.pt'\].*without a manifest"):
+        again.fit(Classifier(), make_loader(), ckpt_path=directory / "checkpoint_2.pt")
+    assert again.global_step == 16
+    names = set(os.listdir(directory))
+    assert "checkpoint_4.pt" not in names
+    assert {"model_4.pt", "checkpoint_2.pt", "last_checkpoint_12.pt.manifest.json"} <= names  # 12 saved anew
+    assert not [name for name in names if name.endswith(".pt") and f"{name}.manifest.json" not in names
+                and name not in ("model_4.pt", "checkpoint_2.pt")]
+
+
 def test_manifest_summarizes_the_run(tmp_path):
     trainer, checkpoint = run_trainer(tmp_path, 1)
     trainer.fit(Classifier(), make_loader())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +12,7 @@ from tracktrain import storage
 from tracktrain.callbacks.base import Callback
 from tracktrain.handlers.async_saver import AsyncSaver
 from tracktrain.handlers.checkpoint import Checkpoint
-from tracktrain.handlers.manifest import remove_stale_temporaries
+from tracktrain.handlers.manifest import remove_uncommitted
 from tracktrain.handlers.savers import FsspecSaver, saver_for
 from tracktrain.ranks import global_rank
 from tracktrain.trainer.monitor import monitored_value
@@ -113,7 +114,6 @@ class ModelCheckpoint(Callback):
             self.dirpath = self.dirpath or storage.join(trainer.default_root_dir, "checkpoints")
             if global_rank() == 0:
                 storage.check_writable(self.dirpath)  # a missing bucket or credentials fail now, not after an epoch
-                remove_stale_temporaries(self.dirpath)  # what a writer killed mid-write left behind
             # a resumed run writes next to the checkpoints it resumes from
             saver: Any = saver_for(self.dirpath, create_dir=True, require_empty=False, manifest=True,
                                    summarize=summarize_checkpoint)
@@ -135,6 +135,19 @@ class ModelCheckpoint(Callback):
         if self._pending_state is not None:
             self.load_state_dict(self._pending_state)
         self._protect_resumed_from(trainer.ckpt_path)
+        if global_rank() == 0:
+            self._remove_what_killed_saves_left()
+
+    def _remove_what_killed_saves_left(self) -> None:
+        assert self._saver is not None and self._checkpoint is not None and self._last is not None
+        handlers = (self._checkpoint, self._last)
+        removed = remove_uncommitted(self.dirpath, keep=self._saver.protected,
+                                     owned=lambda name: any(handler.writes_filename(name) for handler in handlers))
+        orphans = [name for name in removed if not name.endswith(".tmp")]
+        if orphans:
+            warnings.warn(f"Deleted {orphans} from {self.dirpath}: checkpoint files without a manifest, "
+                          "left by a run killed while saving or deleting them (they were never loadable).",
+                          stacklevel=2)
 
     def _protect_resumed_from(self, ckpt_path: str | None) -> None:
         """Retention never deletes the checkpoint this run resumed from (it may be all that is left of it)."""

@@ -174,6 +174,23 @@ class Checkpoint:
         """Where every kept checkpoint is (worst first), as `last_checkpoint` names them."""
         return [self.path_of(item.filename) for item in self._saved]
 
+    def writes_filename(self, filename: str) -> bool:
+        """Whether `filename` is a name this handler gives its files (any step, any score): what the sweep at the
+        start of a run may delete when a killed save left it without a manifest."""
+        name = next(iter(self.to_save)) if len(self.to_save) == 1 else "checkpoint"
+        with_step = 0 if self.global_step_transform is not None or self.score_function is None else None  # as __call__
+        fields = {
+            "filename_prefix": re.escape(self.filename_prefix), "name": re.escape(name), "ext": re.escape(self.ext),
+            "score_name": re.escape(str(self.score_name)),
+            # "None": a custom pattern naming a part this handler does not have, as Ignite formats it
+            "global_step": r"\d+|None", "score": r"-?(?:\d+(?:\.\d+)?(?:e[-+]?\d+)?|nan|inf)|None",
+        }
+        pattern = "".join(
+            re.escape(literal) + (f"(?:{fields[field]})" if field is not None else "")
+            for literal, field, _, _ in string.Formatter().parse(self._get_filename_pattern(with_step))
+        )
+        return re.fullmatch(pattern, filename) is not None
+
     def path_of(self, filename: str) -> str | Path:
         """Where the file `filename` of this handler is: a path or URL for the savers of a directory."""
         path_of = getattr(self.save_handler, "path_of", None)  # a saver of a directory, perhaps wrapped (AsyncSaver)

@@ -18,7 +18,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +32,7 @@ __all__ = [
     "manifest_name",
     "read_checked",
     "remove_checkpoint",
-    "remove_stale_temporaries",
+    "remove_uncommitted",
     "write_manifest",
 ]
 
@@ -174,17 +174,29 @@ def remove_checkpoint(directory: str, data_filename: str) -> None:
             storage.remove(storage.join(directory, name), missing_ok=True)
 
 
-def remove_stale_temporaries(directory: str | os.PathLike) -> list[str]:
-    """Delete the hidden temporary files that writers killed mid-write left in `directory` (named by
-    `tracktrain.storage` as `.<name>.<12 hex digits>.tmp`); returns their names. Call it only while no save into
-    `directory` is under way (at the start of a run, on the writing rank). Other files are never touched; a data
-    file left without its manifest is overwritten when the resumed run saves that step again."""
+def remove_uncommitted(directory: str | os.PathLike, owned: Callable[[str], bool] = lambda name: False,
+                       keep: Collection[str] = ()) -> list[str]:
+    """Delete what saves killed part-way left in `directory`; returns the names deleted. That is:
+
+    - the hidden temporary files of writes cut short (named by `tracktrain.storage` `.<name>.<12 hex>.tmp`);
+    - data files without a manifest whose names the caller `owned` (its handlers' file names): a kill after the
+      data file was committed but before its manifest, or in the middle of a deletion (manifest gone first).
+      Such a file is never loaded, but retention no longer knows it, so it would stay forever.
+
+    Call it only while no save into `directory` is under way (at the start of a run, on the writing rank). Other
+    files, and those in `keep` (the checkpoint a run was told to resume from), are never touched."""
     directory = os.fspath(directory)
     try:
         names = _file_sizes(directory)
     except FileNotFoundError:
         return []
-    stale = [name for name in names if _TEMPORARY.fullmatch(name)]
+    stale = [
+        name for name in names
+        if name not in keep and (
+            _TEMPORARY.fullmatch(name)
+            or (not name.endswith(MANIFEST_SUFFIX) and owned(name) and manifest_name(name) not in names)
+        )
+    ]
     for name in stale:
         storage.remove(storage.join(directory, name), missing_ok=True)
     return stale
