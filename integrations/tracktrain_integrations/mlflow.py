@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from tracktrain.loggers.base import QueuedLogger, _local_dir, flatten_params
 from tracktrain.loggers.delivery import Record
+from tracktrain_integrations.mlflow_system_metrics import SystemMetricsSampler, mlflow_defaults
 
 __all__ = ["MLflowLogger"]
 
@@ -65,6 +66,12 @@ class MLflowLogger(QueuedLogger):
             pickled, as `torch.save(module)` does: load only models you trust).
         registered_model_name: with log_model, also register that model as a new version of this registered model
             (created when it does not exist).
+        log_system_metrics: sample CPU, memory, disk, network (and GPU with `nvidia-ml-py`) every
+            `system_metrics_interval` seconds while the run trains, as MLflow's "System metrics" tab shows them
+            (`system/...`), at the latest global step logged. None (default): as MLflow does, on when
+            `mlflow.enable_system_metrics_logging()` was called or MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING is true.
+            The samples travel with the other records (see `mlflow_system_metrics`). Needs psutil.
+        system_metrics_interval: seconds between samples; None: MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL, or 10.
         on_unreachable: what `start` does when the tracker does not answer: "raise" (default) a ConnectionError
             naming the URI; or "queue": warn, train anyway and keep the records (in memory, then in the spill
             file); the run is created by the background thread as soon as the server answers, or by
@@ -110,6 +117,8 @@ class MLflowLogger(QueuedLogger):
         close_timeout: float = 30.0,
         max_pending: int = 10_000,
         delivery: str = "process",
+        log_system_metrics: bool | None = None,
+        system_metrics_interval: float | None = None,
     ) -> None:
         _import_mlflow()
         if on_unreachable not in ("raise", "queue"):
@@ -137,8 +146,21 @@ class MLflowLogger(QueuedLogger):
         self._client: Any = None
         self._requests = _OneAtATime(on_late_success=self._tracker_is_back)
         self._names: dict[str, str] = {}
+        self._latest_step = 0
+        self._system_metrics = self._system_metrics_sampler(log_system_metrics, system_metrics_interval)
         if run_id is not None:
             self.resume(run_id)
+
+    def _system_metrics_sampler(self, enabled: bool | None, interval: float | None) -> SystemMetricsSampler | None:
+        by_mlflow, mlflow_interval = mlflow_defaults()
+        if not (by_mlflow if enabled is None else enabled):
+            return None
+        return SystemMetricsSampler(self._log_system_metrics, lambda: self._latest_step,
+                                    mlflow_interval if interval is None else interval)
+
+    def _log_system_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        if self._queue is not None:  # not after finalize
+            self._put(Record("metrics", dict(metrics), step))
 
     @property
     def run_id(self) -> str | None:
@@ -152,9 +174,12 @@ class MLflowLogger(QueuedLogger):
 
     def start(self, root_dir: str) -> None:
         resumed = self._reopen
+        started = self._queue is not None
         super().start(root_dir)
         if resumed and self.tags:
             self.set_tags(self.tags)
+        if self._system_metrics is not None and not started:
+            self._system_metrics.start()
 
     # ------------------------------------------------------------------------------------------ training side
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
@@ -163,7 +188,8 @@ class MLflowLogger(QueuedLogger):
             if type(value) is not float:  # the Trainer passes floats; a direct call may pass anything
                 value = _scalar(name, value)
             values[self._name(name, "metric")] = value
-        self._put(Record("metrics", values, int(step)))
+        self._latest_step = step = int(step)
+        self._put(Record("metrics", values, step))
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         values = {}
@@ -181,6 +207,8 @@ class MLflowLogger(QueuedLogger):
             self._put(Record("tags", values))
 
     def finalize(self, status: str) -> None:
+        if self._system_metrics is not None:
+            self._system_metrics.stop()  # its last sample goes out with the rest
         super().finalize(status)
         if self.rejected:
             first = "; ".join(list(self._refusals.values())[:5])
@@ -283,7 +311,7 @@ class MLflowLogger(QueuedLogger):
         Credentials are not in the header: give them as MLflow reads them (MLFLOW_TRACKING_USERNAME/_PASSWORD…)."""
         logger = cls(tracking_uri=header["tracking_uri"], experiment_name=header["experiment_name"],
                      run_name=header.get("run_name"), tags=header.get("tags"),
-                     request_timeout=header.get("request_timeout", 10.0))
+                     request_timeout=header.get("request_timeout", 10.0), log_system_metrics=False)
         logger._run_key = header["run_key"]
         logger._artifact_location = header.get("artifact_location")
         if header.get("run_id"):

@@ -601,3 +601,64 @@ def test_a_model_that_cannot_be_saved_warns_and_the_run_still_ends_finished(sqli
 def test_registering_needs_log_model():
     with pytest.raises(ValueError, match="registered_model_name='m'.*log_model=True"):
         MLflowLogger(registered_model_name="m")
+
+
+# ------------------------------------------------------------------------------------------------ system metrics
+SYSTEM_METRICS = {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes",
+                  "system/system_memory_usage_percentage", "system/disk_usage_percentage",
+                  "system/network_receive_megabytes"}
+
+
+class SlowClassifier(Classifier):
+    """Long enough a fit for several samples at a short interval."""
+
+    def train_step(self, batch, batch_idx):
+        time.sleep(0.02)
+        return super().train_step(batch, batch_idx)
+
+
+def test_system_metrics_are_sampled_while_training_at_the_global_step(sqlite_uri, experiment, tmp_path):
+    logger = MLflowLogger(tracking_uri=sqlite_uri, experiment_name=experiment, log_system_metrics=True,
+                          system_metrics_interval=0.2)
+    trainer = Trainer(**quiet(tmp_path, max_epochs=3, log_every_n_steps=1, loggers=[logger]))
+    trainer.fit(SlowClassifier(), make_loader())  # 24 steps of > 20 ms: about 3 samples
+    assert logger.undelivered == 0
+    client = tracking.MlflowClient(sqlite_uri)
+    run = client.get_run(logger.run_id)
+    assert run.info.status == "FINISHED"
+    assert SYSTEM_METRICS <= set(run.data.metrics)  # the names MLflow's "System metrics" tab shows
+    memory = client.get_metric_history(logger.run_id, "system/system_memory_usage_megabytes")
+    assert len(memory) >= 2 and all(sample.value > 0 for sample in memory)
+    steps = [sample.step for sample in sorted(memory, key=lambda sample: sample.timestamp)]
+    assert steps == sorted(steps) and 0 < steps[-1] <= 24  # on the training curves' axis
+    cpu = client.get_metric_history(logger.run_id, "system/cpu_utilization_percentage")
+    assert all(0.0 <= sample.value <= 100.0 for sample in cpu) and max(sample.value for sample in cpu) > 0
+
+
+def test_system_metrics_follow_mlflows_own_switch_unless_told(sqlite_uri, experiment, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "true")
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.1")
+    on = started(tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment, delivery="thread")
+    off = started(tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment, delivery="thread",
+                  log_system_metrics=False)
+    time.sleep(0.35)
+    for logger in (on, off):
+        logger.log_metrics({"loss": 1.0}, 1)
+        logger.finalize("FINISHED")
+    client = tracking.MlflowClient(sqlite_uri)
+    assert SYSTEM_METRICS <= set(client.get_run(on.run_id).data.metrics)
+    assert set(client.get_run(off.run_id).data.metrics) == {"loss"}
+
+
+def test_a_bad_system_metrics_interval_is_refused_at_construction():
+    with pytest.raises(ValueError, match=r"system_metrics_interval=\.\.\.\) must be a positive number of seconds, got 0"):
+        MLflowLogger(log_system_metrics=True, system_metrics_interval=0)
+
+
+def test_system_metrics_without_psutil_name_the_install_at_construction(monkeypatch):
+    monkeypatch.setitem(sys.modules, "psutil", None)  # as if it were not installed
+    for name in [name for name in sys.modules if name.startswith("mlflow.system_metrics.metrics.")]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(ImportError, match=r"needs psutil .*pip install psutil, or pip install 'tracktrain\[mlflow\]'"):
+        MLflowLogger(log_system_metrics=True)
+    MLflowLogger(log_system_metrics=False)  # without them, nothing needs psutil

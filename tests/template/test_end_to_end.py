@@ -103,6 +103,9 @@ def test_generate_train_kill_resume_and_read_the_run_back(generate, tmp_path):
         val_accuracy = history(server, run["info"]["run_id"], "val_accuracy")
         assert sorted({step for step, _ in val_accuracy}) == [STEPS_PER_EPOCH * e for e in range(1, EPOCHS + 1)]
         assert val_accuracy[-1][1] > 0.8
+        # the template turns MLflow's system metrics on: sampled while both commands trained, on the same axis
+        memory = history(server, run["info"]["run_id"], "system/system_memory_usage_megabytes")
+        assert memory and all(0 < step <= EPOCHS * STEPS_PER_EPOCH for step, _ in memory)
     finally:
         server.stop()
     if not browser_checked:
@@ -136,4 +139,7 @@ def check_the_run_page_in_chromium(server: MlflowServer, experiment_id: str, run
     assert screenshot.stat().st_size > 10_000  # a rendered page, not a blank one
     shutil.copy(screenshot, ARTIFACTS / screenshot.name)
     assert "val_accuracy" in chart_dom and ("<canvas" in chart_dom or "<svg" in chart_dom)
+    system = subprocess.run([browser, *flags, "--dump-dom", f"{page}/system-metrics"], capture_output=True,
+                            text=True, timeout=120).stdout
+    assert "cpu_utilization_percentage" in system, f"no system metrics on {page}/system-metrics"
     return True

@@ -58,6 +58,7 @@ class TrackingConfig:
     experiment: str
     run_name: str
     mlflow_tracking_uri: str
+    mlflow_system_metrics: bool
     wandb_mode: str
 
 

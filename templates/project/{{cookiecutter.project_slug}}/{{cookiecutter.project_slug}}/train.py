@@ -54,7 +54,8 @@ def build_loggers(config: Config, root_dir: str) -> list:
         from tracktrain_integrations.mlflow import MLflowLogger
 
         loggers.append(MLflowLogger(tracking_uri=tracking.mlflow_tracking_uri or None,
-                                    experiment_name=tracking.experiment, run_name=tracking.run_name or None))
+                                    experiment_name=tracking.experiment, run_name=tracking.run_name or None,
+                                    log_system_metrics=tracking.mlflow_system_metrics))
     if tracking.tracker in ("wandb", "both"):
         from tracktrain_integrations.wandb import WandbLogger
 
