@@ -50,6 +50,23 @@ def test_csv_logger_is_the_default_and_holds_every_published_value(tmp_path):
     assert (run_dir / "status.txt").read_text().strip() == "FINISHED"
 
 
+def test_with_a_remote_root_dir_the_csv_log_is_local_and_checkpoints_are_remote(tmp_path, monkeypatch):
+    import fsspec
+
+    Trainer, Classifier, make_loader = trainer_and_task()
+    monkeypatch.chdir(tmp_path)
+    root = f"memory://csv-remote-{os.getpid()}-{time.time_ns()}"
+    try:
+        trainer = Trainer(max_epochs=1, enable_progress_bar=False, default_root_dir=root, log_every_n_steps=4)
+        trainer.fit(Classifier(), make_loader())
+        rows = list(csv.DictReader(open(tmp_path / ".tracktrain" / "logs" / "version_0" / "metrics.csv")))
+        assert [int(r["step"]) for r in rows if r["name"] == "train_loss"] == [4, 8]
+        assert os.listdir(tmp_path) == [".tracktrain"]  # no folder named after the URL ("memory:", "s3:")
+        assert fsspec.filesystem("memory").exists(f"{root}/checkpoints/checkpoint_8.pt.manifest.json")
+    finally:
+        fsspec.filesystem("memory").rm(root, recursive=True)
+
+
 def test_a_failed_fit_marks_the_run_failed(tmp_path):
     Trainer, Classifier, make_loader = trainer_and_task()
 

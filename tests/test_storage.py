@@ -43,6 +43,13 @@ def test_open_filesystem_resolves_paths_and_urls(tmp_path, memory_dir):
         storage.open_filesystem(3)
 
 
+def test_local_dir_is_the_root_when_local_and_dot_tracktrain_otherwise(tmp_path, memory_dir, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert storage.local_dir("runs/exp1") == "runs/exp1"
+    assert storage.local_dir(f"file://{tmp_path}/exp1") == f"{tmp_path}/exp1"  # a path, not a "file:" folder
+    assert storage.local_dir(memory_dir) == storage.local_dir("s3://bucket/runs") == f"{tmp_path}/.tracktrain"
+
+
 def test_join_keeps_the_protocol():
     assert storage.join("/runs/a", "x.pt") == "/runs/a/x.pt"
     assert storage.join(Path("/runs/a"), "x.pt") == "/runs/a/x.pt"

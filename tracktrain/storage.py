@@ -154,6 +154,16 @@ def is_local(url: PathOrURL) -> bool:
     return isinstance(fs, LocalFileSystem)
 
 
+def local_dir(root_dir: PathOrURL) -> str:
+    """The local directory that stands in for a run's root dir where a file must be local (CSV logs, tracker spill
+    files, the embedded MLflow database, W&B's and TensorBoard's folders): the root itself when it is local (a
+    `file://` URL as its path), else `.tracktrain` in the working directory, never a folder named after a URL."""
+    fs, path = open_filesystem(root_dir)
+    if isinstance(fs, LocalFileSystem):
+        return path if "://" in os.fspath(root_dir) else os.fspath(root_dir)
+    return os.path.join(os.getcwd(), ".tracktrain")
+
+
 def join(url: PathOrURL, name: str) -> str:
     """`url` with `name` appended as one more path component, keeping the URL's protocol."""
     url = os.fspath(url)

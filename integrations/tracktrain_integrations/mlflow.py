@@ -24,7 +24,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from tracktrain.loggers.base import QueuedLogger, _local_dir, flatten_params
+from tracktrain import storage
+from tracktrain.loggers.base import QueuedLogger, flatten_params
 from tracktrain.loggers.delivery import Record
 from tracktrain_integrations.mlflow_system_metrics import SystemMetricsSampler, mlflow_defaults
 
@@ -346,7 +347,7 @@ class MLflowLogger(QueuedLogger):
         from mlflow.tracking import MlflowClient
 
         if self.tracking_uri is None and root_dir is not None:
-            directory = os.path.abspath(_local_dir(root_dir))
+            directory = os.path.abspath(storage.local_dir(root_dir))
             os.makedirs(directory, exist_ok=True)
             self.tracking_uri = f"sqlite:///{os.path.join(directory, 'mlflow.db')}"
             self._artifact_location = os.path.join(directory, "mlartifacts")

@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tracktrain import storage
 from tracktrain.callbacks.base import Callback
 from tracktrain.loggers.base import Logger, flatten_params
 from tracktrain.ranks import global_rank
@@ -29,7 +30,8 @@ def _summary_writer() -> Any:
 
 class TensorBoardLogger(Logger):
     """Writes each value the Trainer publishes as a TensorBoard scalar at its global step, under `log_dir`
-    (default `{default_root_dir}/tensorboard`). Writing event files is local and buffered by TensorBoard's own
+    (default `{default_root_dir}/tensorboard`, or `./.tracktrain/tensorboard` when the root dir is a remote URL;
+    an explicit `log_dir` may be any location TensorBoard writes to). Writing event files is local and buffered by TensorBoard's own
     writer thread, so it needs no delivery queue."""
 
     name = "tensorboard"
@@ -45,7 +47,7 @@ class TensorBoardLogger(Logger):
 
     def start(self, root_dir: str) -> None:
         if self._writer is None:
-            self.log_dir = self.log_dir or os.path.join(root_dir, "tensorboard")
+            self.log_dir = self.log_dir or os.path.join(storage.local_dir(root_dir), "tensorboard")
             self._writer = _summary_writer()(log_dir=self.log_dir)
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:

@@ -63,7 +63,8 @@ class WandbLogger(QueuedLogger):
             `watch_module`. W&B's hooks log to the process's current run, so this run becomes it, finishing any
             other W&B run the process has open.
         watch_log_freq: log those histograms every this many backward (or forward, for parameters) passes.
-        save_dir: where W&B writes its `wandb/` folder; None: WANDB_DIR when set, else the Trainer's root dir.
+        save_dir: where W&B writes its `wandb/` folder; None: WANDB_DIR when set, else the Trainer's root dir
+            (`./.tracktrain` when that is a remote URL).
         entity: the W&B user or team (W&B's default entity when None).
         delivery: "process": a child process (`python -m tracktrain.loggers.sender_child`, started at the first
             delivery) attaches to this run with `wandb.attach` and does W&B's per-row work (encoding each row, handing
@@ -152,7 +153,7 @@ class WandbLogger(QueuedLogger):
         self._watched = module
 
     def _open(self, root_dir: str) -> str:
-        save_dir = os.path.abspath(self.save_dir or os.environ.get("WANDB_DIR") or _local_root(root_dir))
+        save_dir = os.path.abspath(self.save_dir or os.environ.get("WANDB_DIR") or storage.local_dir(root_dir))
         os.makedirs(save_dir, exist_ok=True)
         resume = self.resume_mode or ("allow" if self._run_id is not None else None)
         try:
@@ -307,11 +308,6 @@ class WandbLogger(QueuedLogger):
     def _take_sender_report(self, report: Mapping[str, Any]) -> None:
         self._step = max(self._step, report.get("step", self._step))
         self.skipped_records += report.get("skipped_records", 0)
-
-
-def _local_root(root_dir: str) -> str:
-    """W&B writes to a local folder: the Trainer's root dir when it is local, else the working directory."""
-    return root_dir if storage.is_local(root_dir) else os.getcwd()
 
 
 def _check_choice(argument: str, value: str | None, choices: tuple[str, ...]) -> None:

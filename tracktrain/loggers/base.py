@@ -120,8 +120,10 @@ class QueuedLogger(Logger):
     def start(self, root_dir: str) -> None:
         if self._queue is not None:
             return
+        from tracktrain import storage  # fsspec: not at `import tracktrain`
+
         self._run_id = self._open(root_dir)
-        self.spill_path = os.path.join(_local_dir(root_dir), f"{self.name}-{self._run_id}.undelivered.jsonl")
+        self.spill_path = os.path.join(storage.local_dir(root_dir), f"{self.name}-{self._run_id}.undelivered.jsonl")
         send, interrupt = self._send, None
         if self.delivery == "process":
             from tracktrain.loggers.sender_process import SenderProcess
@@ -263,10 +265,3 @@ def _check_rebuildable(logger_class: type[QueuedLogger]) -> None:
         raise ValueError(f"{name}(delivery='process') sends from a child process, which rebuilds the logger with "
                          f"{name}.for_sender(header) (by default for_replay): implement one (see QueuedLogger), or "
                          "pass delivery='thread'.")
-
-
-def _local_dir(root_dir: str) -> str:
-    """Where spill files go: the run's root when it is local, else the working directory's .tracktrain/."""
-    from tracktrain import storage
-
-    return root_dir if storage.is_local(root_dir) else os.path.join(os.getcwd(), ".tracktrain")

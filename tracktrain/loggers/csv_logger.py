@@ -17,8 +17,9 @@ __all__ = ["CSVLogger"]
 class CSVLogger(Logger):
     """Writes `{save_dir}/{run_id}/metrics.csv` (`step,name,value,timestamp` rows) and `hparams.json`.
 
-    `save_dir` defaults to `{default_root_dir}/logs`; a resumed run appends to its own file. Rows are buffered
-    and written at each `flush` (every epoch end) and at the end.
+    `save_dir` defaults to `{default_root_dir}/logs` (`./.tracktrain/logs` when the root dir is a remote URL: a
+    CSV file is appended to, which object stores cannot do); a resumed run appends to its own file. Rows are
+    buffered and written at each `flush` (every epoch end), before each checkpoint, and at the end.
     """
 
     name = "csv"
@@ -37,7 +38,9 @@ class CSVLogger(Logger):
         self._run_id = run_id
 
     def start(self, root_dir: str) -> None:
-        save_dir = self.save_dir or os.path.join(root_dir, "logs")
+        from tracktrain import storage  # fsspec: not at `import tracktrain`
+
+        save_dir = self.save_dir or os.path.join(storage.local_dir(root_dir), "logs")
         os.makedirs(save_dir, exist_ok=True)
         if self._run_id is None:
             existing = [name for name in os.listdir(save_dir) if name.startswith("version_")]

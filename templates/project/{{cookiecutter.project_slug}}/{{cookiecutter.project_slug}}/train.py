@@ -47,7 +47,7 @@ def local_or_url(location: str) -> str:
     return location if "://" in location else os.path.abspath(location)
 
 
-def build_loggers(config: Config, root_dir: str) -> list:
+def build_loggers(config: Config) -> list:
     tracking = config.tracking
     loggers = []
     if tracking.tracker in ("mlflow", "both"):
@@ -60,7 +60,7 @@ def build_loggers(config: Config, root_dir: str) -> list:
         from tracktrain_integrations.wandb import WandbLogger
 
         loggers.append(WandbLogger(project=tracking.experiment, name=tracking.run_name or None,
-                                   mode=tracking.wandb_mode, save_dir=os.environ.get("WANDB_DIR") or root_dir))
+                                   mode=tracking.wandb_mode))  # files in $WANDB_DIR, else under root_dir
     return loggers
 
 
@@ -77,7 +77,7 @@ def build_trainer(config: Config):
     ]
     if settings.progress_bar == "always":
         callbacks.append(TrainerProgressBar(disable=False))  # also when the output is not a terminal
-    loggers = build_loggers(config, root_dir)
+    loggers = build_loggers(config)
     return Trainer(
         max_epochs=settings.max_epochs,
         precision=settings.precision,
@@ -114,19 +114,20 @@ def fit(config: Config) -> FitResult:
 
 def how_to_view(config: Config) -> list[str]:
     """The commands that show this run."""
+    from tracktrain import storage
+
     root_dir = local_or_url(config.run.root_dir)
     lines = []
     if config.tracking.tracker in ("mlflow", "both"):
         uri = config.tracking.mlflow_tracking_uri
         if not uri:
-            base = root_dir if "://" not in root_dir else os.path.abspath(".tracktrain")
-            uri = f"sqlite:///{base}/mlflow.db"
+            uri = f"sqlite:///{storage.local_dir(root_dir)}/mlflow.db"  # where MLflowLogger puts it by default
         if uri.startswith(("http://", "https://")):
             lines.append(f"open the run in the MLflow UI: {uri}")
         else:
             lines.append(f"open the run in the MLflow UI: mlflow ui --backend-store-uri {uri}  (then http://127.0.0.1:5000)")
     if config.tracking.tracker in ("wandb", "both") and config.tracking.wandb_mode == "offline":
-        wandb_root = os.environ.get("WANDB_DIR") or root_dir
+        wandb_root = os.environ.get("WANDB_DIR") or storage.local_dir(root_dir)
         runs = sorted(glob.glob(os.path.join(wandb_root, "wandb", "offline-run-*")), key=os.path.getmtime)
         target = runs[-1] if runs else os.path.join(wandb_root, "wandb", "offline-run-*")
         lines.append(f"upload the W&B run: wandb sync {target}")
