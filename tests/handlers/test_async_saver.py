@@ -89,6 +89,28 @@ def test_the_next_save_waits_for_the_previous_one():
     assert [name for _, name in inner.events] == ["a.pt", "b.pt"]
 
 
+def test_saves_of_one_state_inside_one_snapshot_share_its_copies_and_do_not_wait_for_each_other():
+    model = nn.Linear(3, 3)
+    inner = Gated()  # holds every write until the gate opens
+    saver = AsyncSaver(inner)
+    with saver.one_snapshot():
+        saver({"model": model.state_dict(), "step": 4}, "best_4.pt")
+        saver({"model": model.state_dict(), "step": 4}, "last_4.pt")  # would block here behind best_4.pt
+    assert inner.saved == {}
+    with torch.no_grad():
+        model.weight.add_(1.0)  # the next step
+    inner.gate.set()
+    saver.wait()
+    best, last = inner.saved["best_4.pt"]["model"], inner.saved["last_4.pt"]["model"]
+    assert best["weight"] is last["weight"] and best["bias"] is last["bias"]  # one copy in memory
+    assert not torch.equal(best["weight"], model.weight)  # the state at save time
+    # outside it, each save has its own copies again
+    saver({"model": model.state_dict()}, "next.pt")
+    saver.wait()
+    assert inner.saved["next.pt"]["model"]["weight"] is not best["weight"]
+    assert torch.equal(inner.saved["next.pt"]["model"]["weight"], model.weight)
+
+
 def test_snapshot_keeps_tied_tensors_tied_and_module_metadata():
     model = nn.Sequential(nn.Embedding(4, 2), nn.Linear(2, 4, bias=False), nn.BatchNorm1d(4))
     model[1].weight = model[0].weight

@@ -203,6 +203,25 @@ def test_a_checkpoint_of_another_model_lists_the_mismatched_keys(tmp_path):
         Trainer(**quiet(tmp_path, max_epochs=2)).fit(Wider(), make_loader(), ckpt_path=checkpoint.last_model_path)
 
 
+def test_the_top_k_and_the_latest_checkpoint_of_one_step_hold_the_same_state(tmp_path):
+    files = {}
+    for mode in (True, False):
+        checkpoint = ModelCheckpoint(dirpath=tmp_path / str(mode), every_n_train_steps=3, save_top_k=1, save_last=True,
+                                     async_save=mode)
+        Trainer(**quiet(tmp_path, max_epochs=1, seed=0, callbacks=[checkpoint])).fit(Classifier(), make_loader())
+        files[mode] = {name: torch.load(tmp_path / str(mode) / name, weights_only=False)
+                       for name in checkpoint_files(tmp_path / str(mode))}
+    assert list(files[True]) == list(files[False]) == ["checkpoint_6.pt", "last_checkpoint_6.pt"]
+    for mode in (True, False):
+        top, last = files[mode]["checkpoint_6.pt"], files[mode]["last_checkpoint_6.pt"]
+        for part in ("model", "optimizers", "train_engine"):  # "trainer" holds each handler's own list of files
+            flat_top, flat_last = torch.utils._pytree.tree_leaves(top[part]), torch.utils._pytree.tree_leaves(last[part])
+            assert len(flat_top) == len(flat_last)
+            assert all(torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b for a, b in zip(flat_top, flat_last))
+    for key, value in files[True]["last_checkpoint_6.pt"]["model"].items():  # and the same as a blocking save's
+        assert torch.equal(value, files[False]["last_checkpoint_6.pt"]["model"][key])
+
+
 def test_async_and_blocking_saves_write_the_same_checkpoints(tmp_path):
     states = {}
     for mode in (True, False):

@@ -195,9 +195,12 @@ class ModelCheckpoint(Callback):
             return  # no optimizer step since the last save (gradient accumulation): nothing new to save
         self._last_saved_step = trainer.global_step
         assert self._checkpoint is not None and self._last is not None
-        self._save_with(trainer, self._checkpoint)
-        if self.save_last:
-            self._save_with(trainer, self._last)
+        # the top-k file and the latest file hold the same tensors: one snapshot, and no wait between the two
+        together = self._saver.one_snapshot() if isinstance(self._saver, AsyncSaver) else contextlib.nullcontext()
+        with together:
+            self._save_with(trainer, self._checkpoint)
+            if self.save_last:
+                self._save_with(trainer, self._last)
 
     def _save_with(self, trainer: Trainer, handler: Checkpoint) -> None:
         trainer._logger_bridge.persist()  # what was logged up to here outlives a kill after this commit

@@ -9,10 +9,11 @@ the end of training), wait for the previous one; a failed background write is ra
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -33,6 +34,7 @@ class AsyncSaver:
         self._error: BaseException | None = None
         self._failed_on: str | None = None
         self._thread: threading.Thread | None = None
+        self._shared_copies: dict[tuple, tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def __getattr__(self, name: str) -> Any:
         if name == "saver":  # not set yet (unpickling, copy): no recursion
@@ -40,9 +42,23 @@ class AsyncSaver:
         return getattr(self.saver, name)
 
     def __call__(self, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None:
-        self.wait()  # one checkpoint in flight at most: memory stays at one snapshot
-        snapshot = cpu_snapshot(checkpoint)
+        if self._shared_copies is None:
+            self.wait()  # one checkpoint in flight at most: memory stays at one snapshot
+        snapshot = cpu_snapshot(checkpoint, self._shared_copies)
         self._submit(filename, lambda: self.saver(snapshot, filename, metadata))
+
+    @contextlib.contextmanager
+    def one_snapshot(self) -> Iterator[None]:
+        """Saves made inside share one wait and one snapshot: several checkpoints of the same state at the same
+        step (the top-k one and the latest one) cost the loop one copy, not a copy plus the first file's whole
+        write, and memory holds one snapshot. Only for saves with no training in between: a tensor is copied
+        once, the first time it is met inside."""
+        self.wait()
+        self._shared_copies = {}
+        try:
+            yield
+        finally:
+            self._shared_copies = None
 
     def remove(self, filename: str) -> None:
         self._submit(filename, lambda: self.saver.remove(filename))
@@ -101,17 +117,19 @@ class AsyncSaver:
                     self._condition.notify_all()
 
 
-def cpu_snapshot(state: Any, _copies: dict[tuple, torch.Tensor] | None = None) -> Any:
+def cpu_snapshot(state: Any, copies: dict[tuple, tuple[torch.Tensor, torch.Tensor]] | None = None) -> Any:
     """`state` with every tensor copied to (pageable) host memory, containers rebuilt, and other leaves deep
     copied; tensors that are the same view of the same memory (tied weights, which `state_dict` returns as two
-    tensor objects) stay one tensor, so they are saved once and load tied."""
-    copies = {} if _copies is None else _copies
+    tensor objects) stay one tensor, so they are saved once and load tied. `copies` (view -> (source, copy))
+    carries the copies over to the next call, for a state that has not changed since (see
+    `AsyncSaver.one_snapshot`); it holds each source, so no other tensor can take its memory meanwhile."""
+    copies = {} if copies is None else copies
     if isinstance(state, torch.Tensor):
         key = _view_key(state)
         if key not in copies:
             detached = state.detach()
-            copies[key] = detached.clone() if detached.device.type == "cpu" else detached.to("cpu")
-        return copies[key]
+            copies[key] = (detached, detached.clone() if detached.device.type == "cpu" else detached.to("cpu"))
+        return copies[key][1]
     if isinstance(state, Mapping):
         items = [(key, cpu_snapshot(value, copies)) for key, value in state.items()]
         try:
