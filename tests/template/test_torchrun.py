@@ -5,24 +5,18 @@ the same command again resumes both ranks from the newest checkpoint into the sa
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.integrations.conftest import free_port
 from tests.template.conftest import project_environment
 
 mlflow_tracking = pytest.importorskip("mlflow.tracking")
 
 STEPS_PER_EPOCH = 23  # 1437 training images, 2 ranks, batches of 32 per rank: ceil(719 / 32)
-
-
-def free_port() -> int:
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        return listener.getsockname()[1]
 
 
 def torchrun(project: Path, epochs: int) -> subprocess.CompletedProcess:
