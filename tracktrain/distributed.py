@@ -79,6 +79,16 @@ class AsyncAnyRank:
         return int(self._buffer.item())  # type: ignore[union-attr]
 
 
+def rank_zero_value(value: Any) -> Any:
+    """Rank 0's `value` on every rank (every rank must call it), so that a decision taken from it is the same on
+    all of them; `value` itself without a process group."""
+    if not is_distributed():
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def gather_objects(value: Any) -> list[Any]:
     """`value` from every rank, in rank order, on every rank (every rank must call it); `[value]` alone."""
     if not is_distributed():

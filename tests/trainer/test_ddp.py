@@ -141,6 +141,31 @@ def test_only_rank_zero_writes_checkpoints_and_tracks_the_run(tmp_path):
     assert not (tmp_path / "root1" / "logs").exists()
 
 
+class ScoredPerRank(Classifier):
+    """Logs a score without sync_dist, so each rank holds its own: rank 1's says every epoch is a new best,
+    rank 0's that only the first was."""
+
+    def on_train_epoch_end(self):
+        epoch = self.trainer.current_epoch
+        self.log("score", float(epoch if dist.get_rank() == 1 else -epoch))
+
+
+def _fit_monitoring_an_unsynced_score(out: str) -> None:
+    from tracktrain.callbacks import ModelCheckpoint
+
+    root = os.path.join(out, f"root{os.environ['RANK']}")
+    checkpoint = ModelCheckpoint(monitor="score", mode="max", save_top_k=1)
+    _trainer(root, max_epochs=3, callbacks=[checkpoint]).fit(ScoredPerRank(), make_loader())
+    _save(out, "best", os.path.basename(checkpoint.best_model_path))
+
+
+def test_a_score_that_differs_between_ranks_gives_one_save_decision_not_a_hang(tmp_path):
+    # rank 1 would save after epochs 2 and 3 (gathering every rank's RNG state) while rank 0 skipped them
+    spawn(_fit_monitoring_an_unsynced_score, 2, args=(str(tmp_path),))
+    assert _load(tmp_path, "best") == ["checkpoint_4_score=0.0000.pt"] * 2  # rank 0's value decided, on both
+    assert checkpoint_files(tmp_path / "root0" / "checkpoints") == ["checkpoint_4_score=0.0000.pt"]
+
+
 class StopOnRankOne(Callback):
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         if dist.get_rank() == 1 and trainer.current_epoch == 1 and batch_idx == 0:

@@ -14,6 +14,7 @@ from tracktrain.handlers.async_saver import AsyncSaver
 from tracktrain.handlers.checkpoint import Checkpoint
 from tracktrain.handlers.manifest import remove_uncommitted
 from tracktrain.handlers.savers import FsspecSaver, saver_for
+from tracktrain.distributed import rank_zero_value
 from tracktrain.ranks import global_rank
 from tracktrain.trainer.monitor import monitored_value
 from tracktrain.trainer.trainer_state import summarize_checkpoint
@@ -222,6 +223,10 @@ class ModelCheckpoint(Callback):
     def _score(self, engine: Any) -> float:
         metrics = self._trainer.callback_metrics  # type: ignore[union-attr]
         value = monitored_value(metrics, self.monitor, "ModelCheckpoint")  # a host sync, once per save
+        # every rank must take the same keep-or-skip decision: a save gathers every rank's RNG state, and a rank
+        # that skipped it would leave the others waiting in that collective forever (a value logged without
+        # sync_dist differs between ranks)
+        value = rank_zero_value(value)
         return value if self.mode == "max" else -value
 
     # ------------------------------------------------------------------------------------------------- state
