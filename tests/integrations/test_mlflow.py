@@ -662,3 +662,32 @@ def test_system_metrics_without_psutil_name_the_install_at_construction(monkeypa
     with pytest.raises(ImportError, match=r"needs psutil .*pip install psutil, or pip install 'tracktrain\[mlflow\]'"):
         MLflowLogger(log_system_metrics=True)
     MLflowLogger(log_system_metrics=False)  # without them, nothing needs psutil
+
+
+def test_a_resume_records_changed_settings_as_tags_and_a_finished_rerun_leaves_the_run_alone(sqlite_uri, experiment,
+                                                                                            tmp_path):
+    def fit(max_epochs, clip):
+        logger = MLflowLogger(tracking_uri=sqlite_uri, experiment_name=experiment)
+        checkpoints = ModelCheckpoint(dirpath=tmp_path / "ckpt")
+        trainer = Trainer(**quiet(tmp_path, max_epochs=max_epochs, log_every_n_steps=4, loggers=[logger],
+                                  callbacks=[checkpoints], resume="auto", gradient_clip_val=clip))
+        trainer.fit(Classifier(), make_loader())
+        return logger.run_id
+
+    client = tracking.MlflowClient(sqlite_uri)
+    run_id = fit(1, clip=None)
+    with pytest.warns(UserWarning, match=r"changed settings: trainer.gradient_clip_val: None -> 1.0"):
+        assert fit(2, clip=1.0) == run_id  # the same run continues
+    run = client.get_run(run_id)
+    assert run.data.params["trainer/max_epochs"] == "1"  # params stay the run's first settings ...
+    assert run.data.tags["tracktrain.changed.trainer.max_epochs"] == "1 -> 2 (resumed at step 8)"  # ... tags say
+    assert run.data.tags["tracktrain.changed.trainer.gradient_clip_val"] == "None -> 1.0 (resumed at step 8)"
+    history = steps_and_values(client, run_id, "train_loss")
+    assert [step for step, _ in history] == [4, 8, 12, 16]
+
+    finished = client.get_run(run_id)
+    fit(2, clip=1.0)  # already finished: nothing reaches the run
+    again = client.get_run(run_id)
+    assert again.info.end_time == finished.info.end_time and again.info.status == "FINISHED"
+    assert steps_and_values(client, run_id, "train_loss") == history
+    assert len(runs_of(client, experiment)) == 1

@@ -129,7 +129,7 @@ def test_deterministic_run_resumed_mid_epoch_is_bit_identical(tmp_path):
     """A run that crashes mid-epoch and resumes from its last step checkpoint ends where an uninterrupted one does."""
 
     def trainer(**kwargs):
-        return Trainer(**quiet(tmp_path, max_epochs=2, seed=5, deterministic=True, **kwargs))
+        return Trainer(**quiet(tmp_path, max_epochs=2, seed=5, **kwargs))
 
     full = Classifier()
     trainer().fit(full, make_loader(shuffle=True))

@@ -246,7 +246,7 @@ def _fit_deterministic(out: str, name: str, crash_at: int | None, ckpt: str | No
     if crash_at is not None:
         callbacks.append(CrashAtStep(crash_at))
     module = Classifier()
-    trainer = _trainer(out, max_epochs=2, seed=11, deterministic=True, callbacks=callbacks)
+    trainer = _trainer(out, max_epochs=2, seed=11, callbacks=callbacks)
     try:
         trainer.fit(module, DataLoader(make_loader().dataset, batch_size=4, shuffle=True), ckpt_path=ckpt)
     except RuntimeError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -43,10 +44,14 @@ def test_a_signal_on_one_rank_stops_both_at_the_same_step_and_both_resume(tmp_pa
     root.mkdir()
     run = torchrun(root)
     try:
+        pid = None
         for line in run.stdout:  # wait until rank 1 is a few steps in, then pre-empt it alone
-            if line.startswith("rank 1 pid") and line.split()[-1] == "5":
-                pid = int(line.split()[3])
+            # the ranks print at once: their lines may share one line of the pipe
+            reached = re.search(r"rank 1 pid (\d+) step (\d+)", line)
+            if reached and int(reached.group(2)) >= 5:
+                pid = int(reached.group(1))
                 break
+        assert pid is not None, f"rank 1 never reported step 5: {run.stderr.read()[-3000:]}"
         os.kill(pid, signal.SIGUSR1)
         run.communicate(timeout=120)
     finally:

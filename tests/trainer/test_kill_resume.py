@@ -22,9 +22,9 @@ STEPS = 48  # 4 epochs of 12 batches
 class Run:
     """One start of the script: its output lines as they come, and a way to kill it at a chosen line."""
 
-    def __init__(self, root: str, out: Path, num_workers: int) -> None:
+    def __init__(self, root: str, out: Path, data: str | int, seed: int | None = None) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, str(SCRIPT), root, str(out), str(num_workers)],
+            [sys.executable, str(SCRIPT), root, str(out), str(data), *([str(seed)] if seed is not None else [])],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         self.lines: list[str] = []
@@ -48,23 +48,29 @@ class Run:
 
     def resumed_from(self) -> tuple[str, int]:
         line = next(line for line in self.lines if line.startswith("resumed "))
-        _, path, step = line.split(" ")
+        _, path, step, _ = line.split(" ")
         return path, int(step)
 
+    @property
+    def run_seed(self) -> int:
+        return int(next(line for line in self.lines if line.startswith("resumed ")).split(" ")[3])
 
-def reference_parameters(tmp_path: Path, num_workers: int) -> dict[str, torch.Tensor]:
-    run = Run(str(tmp_path / "reference"), tmp_path / "reference.pt", num_workers)
+
+def reference_parameters(tmp_path: Path, data: str | int, seed: int | None = None) -> dict[str, torch.Tensor]:
+    run = Run(str(tmp_path / "reference"), tmp_path / "reference.pt", data, seed)
     assert run.finish() == 0, run.stderr[-3000:]
     return torch.load(tmp_path / "reference.pt", weights_only=True)
 
 
-def kill_and_resume(root: str, tmp_path: Path, num_workers: int, seed: int) -> None:
+def kill_and_resume(root: str, tmp_path: Path, data: str | int, seed: int) -> None:
+    """Kill the script 3 times at random moments, then let it finish: its parameters must be those of a run that
+    was never interrupted (with the seed the first start used: drawn by the Trainer for "noseed")."""
     rng = random.Random(seed)
-    expected = reference_parameters(tmp_path, num_workers)
     out = tmp_path / "resumed.pt"
     resumed_steps = []
+    run_seeds = set()
     for attempt in range(3):
-        run = Run(root, out, num_workers)
+        run = Run(root, out, data)
         # mid-epoch, or right after a save began: the background write (or S3 upload) is then under way
         target = rng.choice(["step", "saving"])
         after = rng.randint(2, 12)
@@ -82,9 +88,13 @@ def kill_and_resume(root: str, tmp_path: Path, num_workers: int, seed: int) -> N
         run.finish()
         path, step = run.resumed_from()
         resumed_steps.append(step)
-    final = Run(root, out, num_workers)
+        run_seeds.add(run.run_seed)
+    final = Run(root, out, data)
     assert final.finish() == 0, final.stderr[-3000:]
     path, step = final.resumed_from()
+    run_seeds.add(final.run_seed)
+    assert len(run_seeds) == 1  # every start continued the first one's data order
+    expected = reference_parameters(tmp_path, data, run_seeds.pop())
     assert step > 0 and path.endswith(".pt"), final.lines[:3]  # it did resume
     assert resumed_steps == sorted(resumed_steps)  # never went back to an older checkpoint
     assert final.lines[-1] == f"done {STEPS}"
@@ -95,9 +105,11 @@ def kill_and_resume(root: str, tmp_path: Path, num_workers: int, seed: int) -> N
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_sigkill_at_random_moments_on_local_disk(tmp_path, num_workers):
-    kill_and_resume(str(tmp_path / "run"), tmp_path, num_workers, seed=num_workers)
+@pytest.mark.parametrize("data", [0, 2, "noseed", "iterable", "torchdata"])
+def test_sigkill_at_random_moments_on_local_disk(tmp_path, data):
+    """With the Trainer's defaults: a shuffling DataLoader (with and without workers, with and without a seed), an
+    IterableDataset that keeps its own position, and torchdata's StatefulDataLoader."""
+    kill_and_resume(str(tmp_path / "run"), tmp_path, data, seed=len(str(data)))
     # whatever was cut short is never loaded, and never left under a checkpoint's name
     names = os.listdir(tmp_path / "run" / "checkpoints")
     for name in names:

@@ -13,13 +13,14 @@ import torch
 from tracktrain import Callback, Trainer
 from tracktrain.callbacks import ModelCheckpoint
 from tracktrain.handlers.manifest import CheckpointCorrupted
+from tracktrain.trainer.settings import ResumeMismatch
 
 from ._tasks import Classifier, checkpoint_files, make_loader, quiet
 
 
 def run_trainer(tmp_path, max_epochs, callbacks=(), **kwargs):
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=4, save_top_k=2, save_last=2)
-    options = quiet(tmp_path, max_epochs=max_epochs, seed=3, deterministic=True, resume="auto",
+    options = quiet(tmp_path, max_epochs=max_epochs, seed=3, resume="auto",
                     callbacks=[checkpoint, *callbacks], **kwargs)
     return Trainer(**options), checkpoint
 
@@ -112,7 +113,7 @@ def test_ckpt_path_last_without_checkpoints_warns_and_starts_fresh(tmp_path):
     assert trainer.ckpt_path is None and trainer.global_step == 8
 
 
-def test_retention_keeps_top_k_and_last_n_and_never_the_resumed_from_one(tmp_path):
+def test_retention_keeps_top_k_and_last_n_the_resumed_from_one_included(tmp_path):
     class Scored(Classifier):
         """val_score rises then falls, so the best checkpoints are early ones."""
 
@@ -132,12 +133,12 @@ def test_retention_keeps_top_k_and_last_n_and_never_the_resumed_from_one(tmp_pat
         "checkpoint_4_val_score=9.0000.pt", "checkpoint_6_val_score=7.0000.pt",
         "last_checkpoint_4.pt", "last_checkpoint_6.pt",
     ]
-    # resume from an older last checkpoint: it must survive however far retention moves on
+    # resume from an older last checkpoint: it counts like any other once newer ones are committed (issue 15)
     resumed, _ = trainer(6)
     resumed.fit(Scored(), make_loader(), make_loader(), ckpt_path=tmp_path / "ckpt" / "last_checkpoint_4.pt")
     assert checkpoint_files(tmp_path / "ckpt") == [
         "checkpoint_4_val_score=9.0000.pt", "checkpoint_6_val_score=7.0000.pt",
-        "last_checkpoint_10.pt", "last_checkpoint_12.pt", "last_checkpoint_4.pt",
+        "last_checkpoint_10.pt", "last_checkpoint_12.pt",
     ]
 
 
@@ -199,8 +200,11 @@ def test_a_checkpoint_of_another_model_lists_the_mismatched_keys(tmp_path):
             self.net = torch.nn.Linear(4, 3)
             self.extra = torch.nn.Linear(2, 2)
 
-    with pytest.raises(RuntimeError, match=r"last_checkpoint_8\.pt: Missing key\(s\) \['extra.weight', 'extra.bias'\]"):
+    with pytest.raises(ResumeMismatch, match=r"module/class: 'Classifier' -> '.*Wider'"):  # refused first
         Trainer(**quiet(tmp_path, max_epochs=2)).fit(Wider(), make_loader(), ckpt_path=checkpoint.last_model_path)
+    with pytest.raises(RuntimeError, match=r"last_checkpoint_8\.pt: Missing key\(s\) \['extra.weight', 'extra.bias'\]"):
+        Trainer(**quiet(tmp_path, max_epochs=2, resume_with_changes=True)).fit(
+            Wider(), make_loader(), ckpt_path=checkpoint.last_model_path)
 
 
 def test_the_top_k_and_the_latest_checkpoint_of_one_step_hold_the_same_state(tmp_path):

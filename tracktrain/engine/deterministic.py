@@ -1,5 +1,6 @@
-"""DeterministicEngine: a run resumed from a checkpoint sees the same batches, in the same order, with the same
-random augmentations as the run that was never interrupted.
+"""ResumableEngine and DeterministicEngine: a run resumed from a checkpoint sees the same batches, in the same order,
+with the same random augmentations as the run that was never interrupted. (DeterministicEngine, Ignite's name, also
+selects deterministic CUDA kernels; the Trainer trains on a ResumableEngine, so exact resume is its default.)
 
 How:
 
@@ -13,6 +14,9 @@ How:
   a function of (seed, pass, batch position), identical with `num_workers=0` or `> 0` and after a resume.
 - `state_dict()` also saves the seed and the generators' states; a mid-pass resume restores them, so
   randomness in the model (dropout, ...) continues exactly.
+- Data that keeps its own position (a loader with `state_dict()`/`load_state_dict()`, such as torchdata's
+  `StatefulDataLoader`, or a DataLoader over an `IterableDataset` that has them, read in the main process) is
+  left as it is: its state is saved with the engine's and loaded back on resume, instead of skipping batches.
 """
 
 from __future__ import annotations
@@ -24,13 +28,13 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset
+from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset
 
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events
 from tracktrain.rng import get_rng_states, manual_seed, set_rng_states
 
-__all__ = ["DeterministicEngine", "ReproducibleBatchSampler"]
+__all__ = ["DeterministicEngine", "ReproducibleBatchSampler", "ResumableEngine", "stateful_data"]
 
 _SEED_SPACE = 2**62
 
@@ -116,6 +120,22 @@ class _BatchSeededDataset(Dataset):
 _REPLACED_LOADER_ARGS = {"self", "dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"}
 
 
+def stateful_data(data: Any) -> Any:
+    """What keeps the position of `data` itself, if anything: the loader when it has `state_dict()` and
+    `load_state_dict()` (torchdata's `StatefulDataLoader`), or the `IterableDataset` of a DataLoader that reads it
+    in this process (with workers, each worker holds a copy: only a StatefulDataLoader can gather their states)."""
+    if _has_state(data):
+        return data
+    dataset = getattr(data, "dataset", None)
+    if isinstance(data, DataLoader) and isinstance(dataset, IterableDataset) and _has_state(dataset):
+        return dataset if data.num_workers == 0 else None
+    return None
+
+
+def _has_state(obj: Any) -> bool:
+    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
+
+
 def make_reproducible(loader: DataLoader) -> DataLoader:
     """A copy of `loader` whose batches are reproducible by pass and position (see the module docstring).
 
@@ -125,6 +145,8 @@ def make_reproducible(loader: DataLoader) -> DataLoader:
 
     if getattr(loader, "_dataset_kind", _DatasetKind.Map) != _DatasetKind.Map or loader.batch_sampler is None:
         return loader
+    if stateful_data(loader) is not None:
+        return loader  # it restores its own position; a rebuilt copy would lose that
     if isinstance(loader.batch_sampler, ReproducibleBatchSampler):
         return loader
     kwargs = {
@@ -140,13 +162,13 @@ def make_reproducible(loader: DataLoader) -> DataLoader:
     )
 
 
-class DeterministicEngine(Engine):
+class ResumableEngine(Engine):
     """An Engine whose runs are reproducible and resumable batch for batch.
 
     Differences from `Engine`: data is required; a DataLoader is rebuilt with a `ReproducibleBatchSampler`
     (`engine.state.dataloader` is that copy); every pass over the data is reseeded from `state.seed` (given
     to `run(seed=...)`, or drawn from torch's generator at the start of the run); and `state_dict()` saves
-    `seed` and `rng_states`. On CUDA it also selects deterministic algorithms, as Ignite does.
+    `seed`, `rng_states` and, for data that keeps its own position, `data_state` (see the module docstring).
     """
 
     def __init__(self, process_function: Any) -> None:
@@ -157,17 +179,19 @@ class DeterministicEngine(Engine):
         self._pass_start = 0
         # set by load_state_dict: the saved (pass index, pass start), or "derive" for state dicts without them
         self._loaded_pass: tuple[int, int] | str | None = None
+        self._loaded_data_state: Any = None  # the saved position of data that keeps its own, applied on resume
         self.state_dict_user_keys.append("rng_states")
         if not hasattr(self.state, "rng_states"):
             self.state.rng_states = None
-        # A plain function, not a bound method: the engine's handler list then holds no reference to itself.
-        self.add_event_handler(Events.STARTED, _init_run)
 
     def state_dict(self) -> OrderedDict:
         state_dict = super().state_dict()
         state_dict["rng_states"] = get_rng_states()
         state_dict["seed"] = self.state.seed
         state_dict["data_pass"] = (self._pass_index, self._pass_start)
+        keeper = stateful_data(self.state.dataloader)
+        if keeper is not None:
+            state_dict["data_state"] = keeper.state_dict()
         return state_dict
 
     def load_state_dict(self, state_dict: Mapping) -> None:
@@ -183,6 +207,7 @@ class DeterministicEngine(Engine):
             )
         data_pass = state_dict.get("data_pass")
         self._loaded_pass = (int(data_pass[0]), int(data_pass[1])) if data_pass is not None else "derive"
+        self._loaded_data_state = state_dict.get("data_state")
 
     def _pass_length(self) -> int:
         length = self._get_data_length(self.state.dataloader)
@@ -195,6 +220,8 @@ class DeterministicEngine(Engine):
                 "DeterministicEngine needs data to run on (it reseeds and replays it); got data=None. Pass an "
                 "iterable to run(), or use Engine for runs without data."
             )
+        if self.state.seed is None:  # run(seed=None) on a fresh run: a drawn seed, saved by state_dict()
+            self.state.seed = int(torch.randint(0, int(1e9), (1,)).item())
         if isinstance(data, DataLoader):
             if hasattr(data.sampler, "set_epoch") and self._get_data_length(data) != self.state.epoch_length:
                 warnings.warn(
@@ -216,7 +243,8 @@ class DeterministicEngine(Engine):
             self._pass_index, self._pass_start = iteration // length, iteration - iteration % length
         self._loaded_pass = None
         position = iteration - self._pass_start
-        self._dataloader_iter = self._pass_iterator(skip=position)
+        data_state, self._loaded_data_state = self._loaded_data_state, None
+        self._dataloader_iter = self._pass_iterator(skip=position, data_state=data_state)
         if self._init_iter is None:
             self._init_iter = iteration % self.state.epoch_length if self.state.epoch_length else iteration
         rng_states = getattr(self.state, "rng_states", None)
@@ -231,8 +259,9 @@ class DeterministicEngine(Engine):
         self._pass_start = self.state.iteration
         self._dataloader_iter = self._pass_iterator(skip=0)
 
-    def _pass_iterator(self, skip: int) -> Iterator[Any]:
-        """An iterator over the current pass, `skip` batches in, with every generator seeded for the pass."""
+    def _pass_iterator(self, skip: int, data_state: Any = None) -> Iterator[Any]:
+        """An iterator over the current pass, `skip` batches in, with every generator seeded for the pass. Data
+        that keeps its own position is set to `data_state` (saved `skip` batches in) rather than skipped."""
         data = self.state.dataloader
         pass_seed = self.state.seed + self._pass_index
         batch_sampler = getattr(data, "batch_sampler", None)
@@ -244,7 +273,11 @@ class DeterministicEngine(Engine):
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(self._pass_index)
         manual_seed(pass_seed)  # what iter() draws (worker seeds, an unwrapped sampler's shuffle) follows the pass
-        if isinstance(batch_sampler, ReproducibleBatchSampler):
+        keeper = stateful_data(data) if data_state is not None else None
+        if keeper is not None:  # its own position, also at a pass boundary (an iterable may count its passes)
+            keeper.load_state_dict(data_state)
+            iterator = iter(data)
+        elif isinstance(batch_sampler, ReproducibleBatchSampler):
             batch_sampler.start_iteration, batch_sampler.pass_seed = skip, pass_seed
             try:
                 iterator = iter(data)
@@ -259,9 +292,17 @@ class DeterministicEngine(Engine):
         return iterator
 
 
-def _init_run(engine: DeterministicEngine) -> None:
-    if engine.state.seed is None:
-        engine.state.seed = int(torch.randint(0, int(1e9), (1,)).item())
+class DeterministicEngine(ResumableEngine):
+    """Ignite's DeterministicEngine: a `ResumableEngine` that also selects deterministic algorithms on CUDA (as
+    Ignite does) when a run starts."""
+
+    def __init__(self, process_function: Any) -> None:
+        super().__init__(process_function)
+        # A plain function, not a bound method: the engine's handler list then holds no reference to itself.
+        self.add_event_handler(Events.STARTED, _use_deterministic_algorithms)
+
+
+def _use_deterministic_algorithms(engine: DeterministicEngine) -> None:
     if torch.cuda.is_available():
         torch.use_deterministic_algorithms(True, warn_only=True)
         torch.backends.cudnn.benchmark = False

@@ -33,7 +33,7 @@ from tracktrain.handlers.checkpoint_state import (
     _is_container,
     _looks_like_objects,
     _match,
-    _read_checkpoint,
+    read_checkpoint,
     _state_of,
 )
 from tracktrain.handlers.savers import (
@@ -404,9 +404,9 @@ class Checkpoint:
             raise TypeError(f"Argument to_load should be a dictionary, but given {type(to_load).__name__}.")
         _check_objects(to_load, "load_state_dict", "to_load")
         if isinstance(checkpoint, Mapping):
-            source, states = "the checkpoint dict", checkpoint
+            source, states = getattr(checkpoint, "source", "the checkpoint dict"), checkpoint
         else:
-            source, states = os.fspath(checkpoint), _read_checkpoint(checkpoint)
+            source, states = os.fspath(checkpoint), read_checkpoint(checkpoint)
 
         if len(to_load) == 1:
             # Checkpoint writes a single entry of to_save as that entry's state alone (a list for a list of objects)

@@ -165,7 +165,7 @@ def _looks_like_objects(states: Mapping, obj: Any) -> bool:
     return not (isinstance(own, Mapping) and any(key in own for key in states))
 
 
-def _read_checkpoint(url: str | os.PathLike) -> Any:
+def read_checkpoint(url: str | os.PathLike) -> Any:
     """torch.load of the file at `url`, checked against its manifest when it has one, with errors that name the
     file and say what to do."""
     try:
@@ -196,7 +196,15 @@ def _read_checkpoint(url: str | os.PathLike) -> Any:
         check()
         raise _corrupted(url, e) from e
     check()
-    return states
+    return ReadCheckpoint(states, source=os.fspath(url)) if isinstance(states, dict) else states
+
+
+class ReadCheckpoint(dict):
+    """The states `read_checkpoint` read, and where from (`source`: what errors loading them name)."""
+
+    def __init__(self, states: dict, source: str) -> None:
+        super().__init__(states)
+        self.source = source
 
 
 def _gist(error: Exception) -> str:

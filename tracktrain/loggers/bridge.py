@@ -42,10 +42,14 @@ class LoggerBridge(Callback):
         if not self.active:
             return
         for logger in self.loggers:
-            if logger.name in self._resume_ids:
+            resumed = logger.name in self._resume_ids
+            if resumed:
                 logger.resume(self._resume_ids[logger.name])
             logger.start(trainer.default_root_dir)
-            logger.log_hyperparams(_hyperparameters(trainer, module))
+            if not resumed:
+                logger.log_hyperparams(trainer.settings)
+            elif trainer.resume_changes:  # params are the run's first settings (MLflow's cannot change): tags say what did
+                logger.set_tags(_change_tags(trainer.resume_changes, trainer.global_step))
             watch = getattr(logger, "watch_module", None)
             if callable(watch):  # trackers that follow gradients / parameters (W&B's watch)
                 watch(module)
@@ -102,17 +106,8 @@ class LoggerBridge(Callback):
         self._resume_ids = dict(state_dict.get("run_ids", {}))
 
 
-def _hyperparameters(trainer: Trainer, module: LoopModule) -> dict[str, Any]:
-    """The module's `hparams` (when it has a mapping of them) and the Trainer's settings."""
-    params: dict[str, Any] = {}
-    hparams = getattr(module, "hparams", None)
-    if isinstance(hparams, Mapping):
-        params["module"] = dict(hparams)
-    params["module/class"] = type(module).__qualname__
-    params["trainer"] = {
-        "max_epochs": trainer.max_epochs, "max_steps": trainer.max_steps,
-        "accumulate_grad_batches": trainer.accumulate_grad_batches, "gradient_clip_val": trainer.gradient_clip_val,
-        "precision": trainer.precision, "strategy": trainer.strategy, "seed": trainer.seed,
-        "log_every_n_steps": trainer.log_every_n_steps,
-    }
-    return params
+def _change_tags(changes: Mapping[str, tuple[Any, Any]], step: int) -> dict[str, str]:
+    """One tag per setting changed when the run was resumed: `tracktrain.changed.trainer.max_epochs`:
+    `5 -> 10 (resumed at step 230)`."""
+    return {f"tracktrain.changed.{key}": f"{old!r} -> {new!r} (resumed at step {step})"
+            for key, (old, new) in changes.items()}

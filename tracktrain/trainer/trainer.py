@@ -14,11 +14,12 @@ import torch
 from torch import nn
 
 from tracktrain.callbacks.base import Callback, check_state_keys
-from tracktrain.engine.deterministic import DeterministicEngine
+from tracktrain.engine.deterministic import ResumableEngine
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events, RemovableEventHandle
 from tracktrain.engine.model_engine import ModelEngine, StepEvents
 from tracktrain import distributed
+from tracktrain.dist_logger import get_dist_logger
 from tracktrain.loggers.base import Logger
 from tracktrain.loggers.bridge import LoggerBridge
 from tracktrain.loggers.csv_logger import CSVLogger
@@ -32,6 +33,7 @@ from tracktrain.trainer.metric_log import MetricLog, scalar_values, to_floats
 from tracktrain.trainer.module import LoopModule, checked_loss
 from tracktrain.trainer.optimizers import LRSchedulerConfig
 from tracktrain.trainer.resume import RESUME_CHOICES, check_resume, load_newest, resume_candidates
+from tracktrain.trainer.settings import changed_settings, check_resumable, describe, run_settings
 from tracktrain.trainer.trainer_state import TrainerState
 from tracktrain.trainer.scaled_optimizer import ScaledOptimizer
 from tracktrain.trainer.strategies import strategy_for
@@ -61,9 +63,10 @@ class Trainer:
         callbacks: `Callback`s, run in order of their `priority`.
         loggers: trackers (`tracktrain_integrations.mlflow.MLflowLogger`, `...wandb.WandbLogger`, ...); None: a
             `CSVLogger` under `default_root_dir/logs`; False: none. Rank 0 only; runs resume with checkpoints.
-        seed: seed python, numpy and torch at the start of each fit/validate/test/predict.
-        deterministic: train on a `DeterministicEngine` (reproducible data order, exact mid-epoch resume) and
-            ask torch for deterministic algorithms.
+        seed: seed python, numpy and torch at the start of each fit/validate/test/predict, and derive the data
+            order from it. None: a fit draws a seed, records it in its checkpoints and with the loggers' params.
+        deterministic: ask torch for deterministic algorithms (reproducible kernels). Resume is exact without it:
+            the training engine is a `ResumableEngine` (data order by seed and pass, skipped by index on resume).
         enable_progress_bar: show a tqdm bar (when the output is a terminal).
         enable_checkpointing: save a checkpoint at each epoch's end under `default_root_dir/checkpoints` unless
             a `ModelCheckpoint` callback is given.
@@ -72,7 +75,11 @@ class Trainer:
             this many seconds for the write) and raises `tracktrain.preemption.Terminated` (exit status 128 + signal).
         resume: "auto": each fit continues from the newest complete checkpoint of the run (its `ModelCheckpoint`
             directories), or starts fresh when there is none; a path or URL: from that checkpoint; None: only
-            from `fit(ckpt_path=...)`. Exact, batch for batch, with `deterministic=True` and a `seed`.
+            from `fit(ckpt_path=...)`. Exact, batch for batch. A run that already reached `max_epochs`/`max_steps`
+            trains nothing (raise the limit to train more); changed Trainer settings are warned about and recorded
+            with the loggers.
+        resume_with_changes: resume a checkpoint written for another module class or other module `hparams`
+            (refused by default, with the differences in the error).
         precision: "32-true" (default), "bf16-mixed" or "16-mixed".
         strategy: "auto" / "single_device", or "ddp": data parallel over the processes torchrun starts (or
             `tracktrain.distributed.spawn`), gloo on CPU and nccl on CUDA.
@@ -105,6 +112,7 @@ class Trainer:
         accelerator: str = "auto",
         preemption_timeout: float = 60.0,
         resume: str | os.PathLike | None = None,
+        resume_with_changes: bool = False,
     ) -> None:
         self.max_steps = arguments.check_positive_int("max_steps", max_steps, allow_none=True)
         self.max_epochs = arguments.check_positive_int("max_epochs", max_epochs, allow_none=True)
@@ -139,6 +147,10 @@ class Trainer:
         self.deterministic = bool(deterministic)
         self.default_root_dir = os.fspath(default_root_dir) if default_root_dir is not None else os.getcwd()
         self.resume = check_resume(resume)
+        self.resume_with_changes = bool(resume_with_changes)
+        self.run_seed = seed  # the seed of the data order; drawn (or taken from the checkpoint) when a fit starts
+        self.settings: dict[str, Any] = {}  # run_settings() of the current fit, saved in its checkpoints
+        self.resume_changes: dict[str, tuple[Any, Any]] = {}  # settings that differ from the checkpoint resumed
         self.preemption_timeout = arguments.check_non_negative_number("preemption_timeout", preemption_timeout)
         self._signals = SignalWatch(on_signal=self._arm_preemption_check)
         self._preemption_checks: list[RemovableEventHandle] = []
@@ -148,7 +160,6 @@ class Trainer:
         self.precision = precision
         self.strategy = arguments.check_strategy(strategy)
         self._strategy = strategy_for(self.strategy)
-        self._strategy.seed = seed or 0  # the DistributedSampler's shuffling seed, the same on every rank
         self._distributed_loaders: dict[int, Iterable[Any]] = {}
         self._stop_requested = False
         self.device = arguments.device_of(accelerator)
@@ -158,7 +169,7 @@ class Trainer:
         self.callbacks.append(self._logger_bridge)
         check_state_keys(self.callbacks)
 
-        self.train_engine: Engine = (DeterministicEngine if self.deterministic else Engine)(self._train_iteration)
+        self.train_engine: Engine = ResumableEngine(self._train_iteration)
         self.eval_engine = Engine(self._eval_iteration)
         self.test_engine = Engine(self._eval_iteration)
         self.predict_engine = Engine(self._predict_iteration)
@@ -268,7 +279,9 @@ class Trainer:
         stages = {"fit", "validate"} if val_dataloaders is not None else {"fit"}
 
         def run() -> None:
-            self._resume_from(ckpt_path if ckpt_path is not None else self.resume)
+            self._resume_from(ckpt_path if ckpt_path is not None else self.resume, module)
+            if self._already_finished():
+                return
             self.train_engine.fire_event(TrainerEvents.FIT_STARTED)
             loader = self._loader_for(train_dataloaders, shuffle_default=True)
             epoch_length = epoch_length_of("limit_train_batches", loader, self.limits["fit"])
@@ -278,7 +291,7 @@ class Trainer:
             self._signal_agreement = distributed.AsyncAnyRank() if self.strategy == "ddp" else None
             try:
                 self.train_engine.run(loader, max_epochs=self._max_epochs(epoch_length),
-                                      epoch_length=epoch_length, seed=self.seed)
+                                      epoch_length=epoch_length, seed=self.run_seed)
             finally:
                 self.fitting = False
                 self._signals.restore()
@@ -563,20 +576,49 @@ class Trainer:
             objects["grad_scaler"] = self.model_engine.scaler
         return objects
 
-    def _resume_from(self, target: str | os.PathLike | None) -> None:
-        """Load the checkpoint `target` names ("auto"/"last": the newest complete one), or start a new run."""
+    def _resume_from(self, target: str | os.PathLike | None, module: LoopModule) -> None:
+        """Load the checkpoint `target` names ("auto"/"last": the newest complete one), or start a new run; then fix
+        the run's seed and settings (what its checkpoints save)."""
         self.ckpt_path = None
+        self.resume_changes = {}
+        load = lambda url: self._load_checkpoint(url, module)  # noqa: E731
         if target is not None and os.fspath(target) in RESUME_CHOICES:
-            self.ckpt_path = load_newest(resume_candidates(self._checkpoint_dirs()), self._load_checkpoint)
+            self.ckpt_path = load_newest(resume_candidates(self._checkpoint_dirs()), load)
             if self.ckpt_path is None and target == "last":
                 warnings.warn(f'fit(ckpt_path="last") found no complete checkpoint in {self._checkpoint_dirs()}; '
                               "starting a new run.", stacklevel=5)
         elif target is not None:
-            self._load_checkpoint(target)
+            load(os.fspath(target))
             self.ckpt_path = os.fspath(target)
         if self.ckpt_path is None:
             self._start_new_run()
         distributed.check_same_on_all_ranks("global step after loading the checkpoint", self.global_step)
+        if self.ckpt_path is None:
+            seed = self.seed if self.seed is not None else _draw_seed()
+        else:
+            seed = self.train_engine.state.seed  # the data order of the run being continued
+        # rank 0's, on every rank (the same collective on all of them): the DistributedSampler shuffles alike
+        self.run_seed = distributed.rank_zero_value(seed)
+        self._strategy.seed = self.run_seed or 0
+        self.settings = run_settings(self, module)
+
+    def _already_finished(self) -> bool:
+        """Whether the checkpoint resumed already reached the limits: then nothing is trained, nothing is logged."""
+        if self.ckpt_path is None:
+            return False
+        state = self.train_engine.state
+        epochs_done = state.iteration // state.epoch_length if state.epoch_length else state.epoch
+        if self.max_steps is not None and self.global_step >= self.max_steps:
+            reached = f"max_steps={self.max_steps}"
+        elif self.max_epochs is not None and epochs_done >= self.max_epochs:
+            reached = f"max_epochs={self.max_epochs}"
+        else:
+            return False
+        get_dist_logger().info(
+            f"Run already finished at epoch {epochs_done}, step {self.global_step} ({self.ckpt_path}); raise "
+            f"{reached.split('=')[0]} (now {reached.split('=')[1]}) to train more."
+        )
+        return True
 
     def _checkpoint_dirs(self) -> list[str]:
         from tracktrain.callbacks.model_checkpoint import ModelCheckpoint
@@ -584,10 +626,30 @@ class Trainer:
         return [callback.dirpath or _join(self.default_root_dir, "checkpoints")
                 for callback in self.callbacks if isinstance(callback, ModelCheckpoint)]
 
-    def _load_checkpoint(self, ckpt_path: str | os.PathLike) -> None:
+    def _load_checkpoint(self, ckpt_path: str, module: LoopModule) -> None:
+        """Read `ckpt_path`, refuse it when it was written for another module (see `settings`), then load it; the
+        Trainer settings that changed are warned about here and recorded by the loggers."""
         from tracktrain.handlers.checkpoint import Checkpoint
+        from tracktrain.handlers.checkpoint_state import read_checkpoint
 
-        Checkpoint.load_objects(self.checkpoint_objects(), ckpt_path)
+        states = read_checkpoint(ckpt_path)
+        saved = (states.get("trainer") or {}).get("settings") if isinstance(states, Mapping) else None
+        current = run_settings(self, module)
+        if self.seed is None:  # the seed is the checkpoint's unless one is given
+            current["trainer"].pop("seed")
+            if saved:
+                saved = {**saved, "trainer": {k: v for k, v in saved.get("trainer", {}).items() if k != "seed"}}
+        changes = changed_settings(saved, current)
+        check_resumable(changes, ckpt_path, self.resume_with_changes)
+        Checkpoint.load_objects(self.checkpoint_objects(), states)
+        self.resume_changes = changes
+        limits = {key: change for key, change in changes.items() if key in _LIMIT_SETTINGS}
+        others = {key: change for key, change in changes.items() if key not in _LIMIT_SETTINGS}
+        if limits:  # raising a limit is how a finished run trains more: expected, not a warning
+            get_dist_logger().info(f"Resuming {ckpt_path} with {describe(limits)}.")
+        if others:
+            warnings.warn(f"Resuming {ckpt_path} with changed settings: {describe(others)}. The run continues "
+                          "with the new ones; the loggers record the change.", stacklevel=6)
 
     def _loader_for(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
         """`loader` as the strategy reads it (this process's shard under DDP), made once per entry point."""
@@ -639,6 +701,12 @@ class Trainer:
 
 
 _LIMIT_NAMES = {"fit": "train", "validate": "val", "test": "test", "predict": "predict"}
+_LIMIT_SETTINGS = ("trainer.max_epochs", "trainer.max_steps")
+
+
+def _draw_seed() -> int:
+    """A fresh seed for a run given none (recorded in its checkpoints and params, so the run can be repeated)."""
+    return int.from_bytes(os.urandom(4), "little") >> 1
 
 
 def _loggers_from(loggers: Sequence[Logger] | bool | None) -> list[Logger]:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tracktrain import distributed
-from tracktrain.engine.deterministic import DeterministicEngine
+from tracktrain.engine.deterministic import ResumableEngine
 from tracktrain.ranks import rank_and_world_size
 from tracktrain.rng import get_rng_states, set_rng_states
 from tracktrain.trainer.hooks import TrainerEvents
@@ -38,6 +38,7 @@ class TrainerState:
             "callbacks": {callback.state_key: callback.state_dict() for callback in trainer.callbacks},
             # every rank's generators, gathered (all ranks take part in every save; rank 0 writes)
             "rng_states_per_rank": distributed.gather_objects(get_rng_states()),
+            "settings": trainer.settings,  # compared when a fit resumes (tracktrain.trainer.settings)
         }
         self._fire(TrainerEvents.CHECKPOINT_SAVING, checkpoint)
         return checkpoint
@@ -58,7 +59,7 @@ class TrainerState:
         self._fire(TrainerEvents.CHECKPOINT_LOADED, dict(state_dict))
 
     def _restore_rng_states(self, per_rank: list[dict[str, Any]] | None) -> None:
-        """This rank's generators as they were at the save. A DeterministicEngine applies them itself when it
+        """This rank's generators as they were at the save. A ResumableEngine applies them itself when it
         resumes mid-pass (at a pass start it reseeds instead); with a plain Engine they are set now."""
         rank, world_size = rank_and_world_size()
         if not per_rank:
@@ -72,7 +73,7 @@ class TrainerState:
             )
         states = per_rank[rank] if rank < len(per_rank) else per_rank[0]
         engine = self._trainer.train_engine
-        if isinstance(engine, DeterministicEngine):
+        if isinstance(engine, ResumableEngine):
             engine.state.rng_states = states
         else:
             set_rng_states(states)

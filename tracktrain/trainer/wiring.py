@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracktrain import distributed
 from tracktrain.callbacks.base import Callback
-from tracktrain.engine.deterministic import DeterministicEngine
+from tracktrain.engine.deterministic import ResumableEngine
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events, RemovableEventHandle
 from tracktrain.trainer.hooks import batch_index, hook_handlers
@@ -144,7 +144,7 @@ def _fit_handlers(trainer: Trainer, val_loader: Any) -> list[tuple[int, str, Any
 
 def _set_sampler_epoch(engine: Engine) -> None:
     """A sampler with `set_epoch` (DistributedSampler) shuffles each epoch differently, the same on every rank.
-    (A DeterministicEngine sets it itself, per pass over the data.)"""
+    (A ResumableEngine sets it itself, per pass over the data.)"""
     sampler = getattr(engine.state.dataloader, "sampler", None)
-    if callable(getattr(sampler, "set_epoch", None)) and not isinstance(engine, DeterministicEngine):
+    if callable(getattr(sampler, "set_epoch", None)) and not isinstance(engine, ResumableEngine):
         sampler.set_epoch(engine.state.epoch - 1)

@@ -1,0 +1,174 @@
+"""Running the same fit again: a finished run trains nothing, a raised limit continues the same counters, changed
+settings are reported (and refused when they make it another model), and the seed is drawn and kept when none is
+given. (Kill/resume exactness with real processes: test_kill_resume.py.)"""
+
+from __future__ import annotations
+
+import csv
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from tracktrain import Trainer
+from tracktrain.callbacks import ModelCheckpoint
+from tracktrain.trainer.settings import ResumeMismatch
+
+from ._tasks import Classifier, make_loader
+
+
+class Counting(Classifier):
+    """Counts its training steps, and has hparams (what a changed-settings check compares)."""
+
+    def __init__(self, lr: float = 0.1, width: int = 2, interrupt_at: int | None = None) -> None:
+        super().__init__(lr)
+        self.hparams = {"lr": lr, "width": width}
+        self.steps_run = 0
+        self.interrupt_at = interrupt_at
+
+    def train_step(self, batch, batch_idx):
+        if self.trainer.global_step == self.interrupt_at:
+            raise KeyboardInterrupt  # as a Ctrl-C would
+        self.steps_run += 1
+        return super().train_step(batch, batch_idx)
+
+
+def fit(root: Path, module=None, loader=None, **kwargs) -> tuple[Trainer, Counting]:
+    module = module or Counting()
+    options = {"max_epochs": 2, "resume": "auto", "default_root_dir": root, "enable_progress_bar": False,
+               "log_every_n_steps": 1, **kwargs}
+    trainer = Trainer(**options)
+    trainer.fit(module, loader or make_loader(n=32, shuffle=True))
+    return trainer, module
+
+
+def metric_rows(root: Path) -> list[list[str]]:
+    (path,) = root.glob("logs/version_*/metrics.csv")
+    with open(path, newline="") as rows:
+        return list(csv.reader(rows))
+
+
+def test_a_finished_run_trains_nothing_says_so_and_leaves_the_tracker_alone(tmp_path, capsys):
+    first, _ = fit(tmp_path)
+    assert first.global_step == 8  # 2 epochs of 4 batches
+    rows = metric_rows(tmp_path)
+    status = next(tmp_path.glob("logs/version_*/status.txt")).read_text()
+
+    again, module = fit(tmp_path)
+    assert module.steps_run == 0
+    assert again.global_step == 8
+    assert again.ckpt_path.endswith("checkpoint_8.pt")
+    line = [line for line in capsys.readouterr().err.splitlines() if "already finished" in line]
+    assert len(line) == 1 and "epoch 2, step 8" in line[0] and "raise max_epochs (now 2)" in line[0]
+    assert metric_rows(tmp_path) == rows  # not a row more, and no second run
+    assert len(list(tmp_path.glob("logs/version_*"))) == 1
+    assert next(tmp_path.glob("logs/version_*/status.txt")).read_text() == status
+
+
+def test_max_steps_reached_is_finished_too(tmp_path):
+    fit(tmp_path, max_epochs=None, max_steps=6)
+    again, module = fit(tmp_path, max_epochs=None, max_steps=6)
+    assert module.steps_run == 0 and again.global_step == 6
+
+
+def test_a_raised_limit_continues_the_same_run_bit_identical_to_one_long_fit(tmp_path):
+    _, reference = fit(tmp_path / "long", max_epochs=3, seed=4)
+    fit(tmp_path / "split", max_epochs=2, seed=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # raising the limit is the way to train more: no warning
+        again, module = fit(tmp_path / "split", max_epochs=3, seed=4)
+    assert again.resume_changes == {"trainer.max_epochs": (2, 3)}  # what the loggers record
+    assert module.steps_run == 4 and again.global_step == 12
+    for a, b in zip(module.parameters(), reference.parameters()):
+        assert torch.equal(a, b)
+    steps = [int(row[0]) for row in metric_rows(tmp_path / "split")[1:]]
+    assert steps == sorted(steps) and steps[-1] == 12  # one monotonic axis in one run's file
+    epochs = [float(row[2]) for row in metric_rows(tmp_path / "split")[1:] if row[1] == "epoch"]
+    assert epochs == sorted(epochs) and epochs[-1] == 2.0  # the third epoch is epoch 2, not 0 again
+
+
+def test_without_a_seed_one_is_drawn_kept_in_the_checkpoint_and_reused_on_resume(tmp_path):
+    first, _ = fit(tmp_path, max_epochs=1)
+    assert isinstance(first.run_seed, int)
+    assert first.settings["trainer"]["seed"] == first.run_seed  # what the loggers record as a param
+    params = (next(tmp_path.glob("logs/version_*/hparams.json"))).read_text()
+    assert f'"trainer/seed": {first.run_seed}' in params
+    other, _ = fit(tmp_path / "other", max_epochs=1)
+    assert other.run_seed != first.run_seed
+    again, _ = fit(tmp_path, max_epochs=2)
+    assert again.run_seed == first.run_seed
+
+
+def test_changed_module_hyperparameters_are_refused_with_the_difference_and_the_flag(tmp_path):
+    fit(tmp_path, module=Counting(lr=0.1))
+    with pytest.raises(ResumeMismatch) as refused:
+        fit(tmp_path, module=Counting(lr=0.5), max_epochs=3)
+    message = str(refused.value)
+    assert "module.lr: 0.1 -> 0.5" in message and "resume_with_changes=True" in message
+    assert "checkpoint_8.pt" in message
+
+
+def test_another_module_class_is_refused_before_anything_is_loaded(tmp_path):
+    class Other(Counting):
+        pass
+
+    fit(tmp_path)
+    module = Other()
+    before = [p.detach().clone() for p in module.parameters()]
+    with pytest.raises(ResumeMismatch, match=r"module/class: 'Counting' -> .*Other"):
+        fit(tmp_path, module=module, max_epochs=3)
+    assert all(torch.equal(a, b) for a, b in zip(before, module.parameters()))
+
+
+def test_resume_with_changes_continues_and_reports_them(tmp_path):
+    fit(tmp_path, module=Counting(lr=0.1))
+    with pytest.warns(UserWarning, match=r"changed settings: module.lr: 0.1 -> 0.5. The run continues"):
+        again, module = fit(tmp_path, module=Counting(lr=0.5), max_epochs=3, resume_with_changes=True)
+    assert module.steps_run == 4
+    assert again.resume_changes == {"module.lr": (0.1, 0.5), "trainer.max_epochs": (2, 3)}
+
+
+class CountingDataset(Dataset):
+    """Counts the samples it loads: resuming must not load the batches it skips."""
+
+    def __init__(self, n: int) -> None:
+        self.x = torch.randn(n, 4, generator=torch.Generator().manual_seed(0))
+        self.loaded = 0
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, index):
+        self.loaded += 1
+        return self.x[index], (self.x[index, 0] > 0).long()
+
+
+def test_resuming_at_90_percent_of_an_epoch_loads_only_the_batches_it_trains_on(tmp_path):
+    dataset = CountingDataset(2000)  # 1000 batches of 2
+    loader = DataLoader(dataset, batch_size=2, shuffle=True)
+    _, reference = fit(tmp_path / "reference", loader=loader, max_epochs=1, seed=5, enable_checkpointing=False)
+    checkpoint = ModelCheckpoint(every_n_train_steps=900, save_top_k=1)
+    with pytest.raises(KeyboardInterrupt):
+        fit(tmp_path, module=Counting(interrupt_at=901), loader=loader, max_epochs=1, seed=5,
+            callbacks=[checkpoint])
+    dataset.loaded = 0
+    again, module = fit(tmp_path, loader=loader, max_epochs=1, callbacks=[ModelCheckpoint(every_n_train_steps=900)])
+    assert again.ckpt_path.endswith("checkpoint_900.pt")
+    assert module.steps_run == 100
+    assert dataset.loaded == 200  # the 100 batches trained on, not one of the 900 skipped
+    for a, b in zip(module.parameters(), reference.parameters()):  # and they were the right 100
+        assert torch.equal(a, b)
+
+
+def test_deterministic_only_asks_torch_for_deterministic_kernels(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer, _ = fit(tmp_path, deterministic=True, max_epochs=1)
+    try:
+        assert torch.are_deterministic_algorithms_enabled()
+    finally:
+        torch.use_deterministic_algorithms(False)
+    plain, _ = fit(tmp_path / "plain", max_epochs=1)
+    assert type(trainer.train_engine) is type(plain.train_engine)  # exact resume either way

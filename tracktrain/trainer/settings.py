@@ -1,0 +1,87 @@
+"""A run's settings — the module's class and `hparams`, and the Trainer's arguments — saved in every checkpoint and
+compared when a fit resumes, so a changed setting is never silently ignored (or silently applied).
+
+The same dict is what the loggers record as the run's hyperparameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tracktrain.trainer.module import LoopModule
+    from tracktrain.trainer.trainer import Trainer
+
+__all__ = ["ResumeMismatch", "changed_settings", "check_resumable", "run_settings"]
+
+# the parts of the settings that make a checkpoint another model: resuming it needs Trainer(resume_with_changes=True)
+_MODEL_KEYS = ("module/class", "module")
+
+
+class ResumeMismatch(ValueError):
+    """The checkpoint a fit would resume was written for another module class or other module hyperparameters."""
+
+
+def run_settings(trainer: Trainer, module: LoopModule) -> dict[str, Any]:
+    """The module's `hparams` (when it has a mapping of them), its class, and the Trainer's settings (with the seed
+    the run uses, drawn when none was given)."""
+    settings: dict[str, Any] = {}
+    hparams = getattr(module, "hparams", None)
+    if isinstance(hparams, Mapping):
+        settings["module"] = dict(hparams)
+    settings["module/class"] = type(module).__qualname__
+    settings["trainer"] = {
+        "max_epochs": trainer.max_epochs, "max_steps": trainer.max_steps,
+        "accumulate_grad_batches": trainer.accumulate_grad_batches, "gradient_clip_val": trainer.gradient_clip_val,
+        "precision": trainer.precision, "strategy": trainer.strategy, "seed": trainer.run_seed,
+        "log_every_n_steps": trainer.log_every_n_steps,
+    }
+    return _plain(settings)
+
+
+def changed_settings(saved: Mapping[str, Any] | None, current: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """`{"trainer.max_epochs": (old, new), ...}` for every leaf that differs (absent on one side: None)."""
+    if not saved:
+        return {}  # a checkpoint from before settings were saved: nothing to compare with
+    old, new = _flatten(saved), _flatten(current)
+    return {key: (old.get(key), new.get(key)) for key in sorted(old.keys() | new.keys()) if old.get(key) != new.get(key)}
+
+
+def check_resumable(changes: Mapping[str, tuple[Any, Any]], checkpoint: str, allowed: bool) -> None:
+    """ResumeMismatch unless `allowed` when the module's class or hyperparameters changed; what changed, either way,
+    is the caller's to report."""
+    model_changes = {key: change for key, change in changes.items() if key.split(".", 1)[0] in _MODEL_KEYS}
+    if model_changes and not allowed:
+        raise ResumeMismatch(
+            f"Not resuming {checkpoint}: it was written for other module settings ({describe(model_changes)}). "
+            "To continue that run with the new settings anyway, pass Trainer(resume_with_changes=True); to start a "
+            "new run, use another default_root_dir (or checkpoint dirpath), or resume=None."
+        )
+
+
+def describe(changes: Mapping[str, tuple[Any, Any]]) -> str:
+    return "; ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in changes.items())
+
+
+def _plain(value: Any) -> Any:
+    """`value` as JSON-like data (what a checkpoint read with weights_only=True, and every tracker, takes): other
+    objects (a dtype, a Path, ...) become their text."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return str(value)
+
+
+def _flatten(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
