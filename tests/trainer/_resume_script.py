@@ -9,8 +9,12 @@ A 4 MB buffer makes each checkpoint big enough that a kill can land in the middl
 DATA: a number (a shuffling DataLoader with that many workers), "iterable" (an IterableDataset that keeps its own
 position), "torchdata" (torchdata's StatefulDataLoader, 2 workers) or "noseed" (no seed given: the Trainer draws
 one, printed at the start). SEED: the seed to train with (default 7; "noseed": none).
+
+Started by torchrun it trains with strategy="ddp": rank 0 prints, and each rank writes its parameters (rank r > 0
+to OUT_FILE.rank{r}).
 """
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -77,16 +81,24 @@ def loader_for(data: str):
     return DataLoader(dataset, batch_size=8, shuffle=True, num_workers=0 if data == "noseed" else int(data))
 
 
+RANK = int(os.environ.get("RANK", 0))
+
+
 class Announce(Callback):
+    """Rank 0 says where the fit resumed, each step, and each save."""
+
     def on_fit_start(self, trainer, module):
-        print(f"resumed {trainer.ckpt_path} {trainer.global_step} {trainer.run_seed}", flush=True)
+        if RANK == 0:
+            print(f"resumed {trainer.ckpt_path} {trainer.global_step} {trainer.run_seed}", flush=True)
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        print(f"step {trainer.global_step}", flush=True)
+        if RANK == 0:
+            print(f"step {trainer.global_step}", flush=True)
         time.sleep(0.02)
 
     def on_save_checkpoint(self, trainer, module, checkpoint):
-        print(f"saving {trainer.global_step}", flush=True)
+        if RANK == 0:
+            print(f"saving {trainer.global_step}", flush=True)
 
 
 def main() -> None:
@@ -95,13 +107,16 @@ def main() -> None:
     module = Noisy()
     trainer = Trainer(
         max_epochs=4, seed=seed, resume="auto", default_root_dir=root,
+        strategy="ddp" if "LOCAL_RANK" in os.environ else "auto",
         loggers=None if "://" not in root else False,  # the CSV logger writes local files only
         enable_progress_bar=False, preemption_timeout=30,
         callbacks=[ModelCheckpoint(every_n_train_steps=3, save_top_k=2, save_last=2), Announce()],
     )
     trainer.fit(module, loader_for(data))
-    torch.save({name: value for name, value in module.state_dict().items() if name != "ballast"}, out)
-    print(f"done {trainer.global_step}", flush=True)
+    torch.save({name: value for name, value in module.state_dict().items() if name != "ballast"},
+               out if RANK == 0 else f"{out}.rank{RANK}")
+    if RANK == 0:
+        print(f"done {trainer.global_step}", flush=True)
 
 
 if __name__ == "__main__":

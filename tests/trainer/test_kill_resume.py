@@ -4,6 +4,7 @@ S3 (moto's server through s3fs)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -15,6 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.integrations.conftest import free_port
+
 SCRIPT = Path(__file__).with_name("_resume_script.py")
 STEPS = 48  # 4 epochs of 12 batches
 
@@ -22,9 +25,13 @@ STEPS = 48  # 4 epochs of 12 batches
 class Run:
     """One start of the script: its output lines as they come, and a way to kill it at a chosen line."""
 
-    def __init__(self, root: str, out: Path, data: str | int, seed: int | None = None) -> None:
+    def __init__(self, root: str, out: Path, data: str | int, seed: int | None = None, ranks: int = 1) -> None:
+        launcher = [sys.executable]
+        if ranks > 1:  # torchrun, as users start DDP (gloo on this CPU)
+            launcher += ["-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(ranks),
+                         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}"]
         self.process = subprocess.Popen(
-            [sys.executable, str(SCRIPT), root, str(out), str(data), *([str(seed)] if seed is not None else [])],
+            [*launcher, str(SCRIPT), root, str(out), str(data), *([str(seed)] if seed is not None else [])],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         self.lines: list[str] = []
@@ -39,6 +46,16 @@ class Run:
             if predicate(line.strip()):
                 return line.strip()
         raise AssertionError(f"no matching line within {timeout}s; got {self.lines[-5:]}")
+
+    def kill(self) -> None:
+        """SIGKILL every process of the run at once (torchrun, its ranks, their data-loader workers), as a node
+        failure would. (torchrun puts its workers in sessions of their own: a process-group kill misses them.)"""
+        import psutil
+
+        launcher = psutil.Process(self.process.pid)
+        for process in [launcher, *launcher.children(recursive=True)]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.send_signal(signal.SIGKILL)
 
     def finish(self, timeout: float = 180.0) -> int:
         out, err = self.process.communicate(timeout=timeout)
@@ -56,21 +73,21 @@ class Run:
         return int(next(line for line in self.lines if line.startswith("resumed ")).split(" ")[3])
 
 
-def reference_parameters(tmp_path: Path, data: str | int, seed: int | None = None) -> dict[str, torch.Tensor]:
-    run = Run(str(tmp_path / "reference"), tmp_path / "reference.pt", data, seed)
+def reference_parameters(tmp_path: Path, data: str | int, seed: int | None = None, ranks: int = 1) -> dict[str, torch.Tensor]:
+    run = Run(str(tmp_path / "reference"), tmp_path / "reference.pt", data, seed, ranks)
     assert run.finish() == 0, run.stderr[-3000:]
     return torch.load(tmp_path / "reference.pt", weights_only=True)
 
 
-def kill_and_resume(root: str, tmp_path: Path, data: str | int, seed: int) -> None:
+def kill_and_resume(root: str, tmp_path: Path, data: str | int, seed: int, ranks: int = 1) -> None:
     """Kill the script 3 times at random moments, then let it finish: its parameters must be those of a run that
-    was never interrupted (with the seed the first start used: drawn by the Trainer for "noseed")."""
+    was never interrupted (with the seed the first start used: drawn by the Trainer for "noseed"), on every rank."""
     rng = random.Random(seed)
     out = tmp_path / "resumed.pt"
     resumed_steps = []
     run_seeds = set()
     for attempt in range(3):
-        run = Run(root, out, data)
+        run = Run(root, out, data, ranks=ranks)
         # mid-epoch, or right after a save began: the background write (or S3 upload) is then under way
         target = rng.choice(["step", "saving"])
         after = rng.randint(2, 12)
@@ -82,26 +99,29 @@ def kill_and_resume(root: str, tmp_path: Path, data: str | int, seed: int) -> No
             return seen >= after
 
         if run.read_until(reached) is None:
-            break  # it finished before the chosen moment
+            final = run  # it finished before the chosen moment (a later start would find the run finished)
+            break
         time.sleep(rng.uniform(0.0, 0.03))
-        run.process.send_signal(signal.SIGKILL)
+        run.kill()
         run.finish()
         path, step = run.resumed_from()
         resumed_steps.append(step)
         run_seeds.add(run.run_seed)
-    final = Run(root, out, data)
+    else:
+        final = Run(root, out, data, ranks=ranks)
     assert final.finish() == 0, final.stderr[-3000:]
     path, step = final.resumed_from()
     run_seeds.add(final.run_seed)
     assert len(run_seeds) == 1  # every start continued the first one's data order
-    expected = reference_parameters(tmp_path, data, run_seeds.pop())
+    expected = reference_parameters(tmp_path, data, run_seeds.pop(), ranks)
     assert step > 0 and path.endswith(".pt"), final.lines[:3]  # it did resume
     assert resumed_steps == sorted(resumed_steps)  # never went back to an older checkpoint
-    assert final.lines[-1] == f"done {STEPS}"
-    actual = torch.load(out, weights_only=True)
-    assert actual.keys() == expected.keys()
-    for name in expected:
-        assert torch.equal(actual[name], expected[name]), name
+    assert final.lines[-1] == f"done {STEPS // ranks}"
+    for rank in range(ranks):
+        actual = torch.load(out if rank == 0 else f"{out}.rank{rank}", weights_only=True)
+        assert actual.keys() == expected.keys()
+        for name in expected:
+            assert torch.equal(actual[name], expected[name]), (rank, name)
 
 
 @pytest.mark.slow
@@ -116,6 +136,13 @@ def test_sigkill_at_random_moments_on_local_disk(tmp_path, data):
         if name.endswith(".pt"):
             assert f"{name}.manifest.json" in names
     assert not [name for name in names if name.endswith(".tmp")]  # swept at each start
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_sigkill_of_a_ddp_run_under_torchrun_resumes_every_rank_bit_identical(tmp_path):
+    """2 gloo ranks, dropout in the model (each rank's generators matter), a shuffling DistributedSampler."""
+    kill_and_resume(str(tmp_path / "run"), tmp_path, 0, seed=5, ranks=2)
 
 
 @pytest.mark.slow
