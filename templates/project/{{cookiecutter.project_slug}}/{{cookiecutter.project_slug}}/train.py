@@ -149,7 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"resumed from {result.resumed_from}", flush=True)
         shown = ("train_loss_epoch", "val_loss", "val_accuracy")
         summary = "  ".join(f"{name} {result.metrics[name]:.4f}" for name in shown if name in result.metrics)
-        print(f"final metrics after {result.global_step} steps: {summary}", flush=True)
+        if result.metrics:  # none when the run had already finished (the Trainer said so): nothing was trained
+            print(f"final metrics after {result.global_step} steps: {summary}", flush=True)
         for line in how_to_view(config):
             print(line, flush=True)
     return 0
