@@ -29,6 +29,7 @@ class TrainerConfig:
     deterministic: bool
     log_every_n_steps: int
     resume: str
+    resume_with_changes: bool
     progress_bar: str
 
 

@@ -86,6 +86,7 @@ def build_trainer(config: Config):
         deterministic=settings.deterministic,
         log_every_n_steps=settings.log_every_n_steps,
         resume=None if settings.resume == "never" else settings.resume,
+        resume_with_changes=settings.resume_with_changes,
         enable_progress_bar=settings.progress_bar != "never",
         default_root_dir=root_dir,
         callbacks=callbacks,
