@@ -7,13 +7,18 @@ SHA-256, and a summary of the run at that point (global step, epoch, iteration, 
 - a crash before the manifest is written leaves a checkpoint without one, which is never loaded;
 - a file truncated or altered afterwards no longer matches its manifest, and is refused with a message that says
   which file and how it differs;
-- deleting removes the manifest first, so a half-deleted checkpoint is never taken for a whole one.
+- deleting removes the manifest first, so a half-deleted checkpoint is never taken for a whole one;
+- a manifest is trusted only once every field has been checked (`parse_manifest`, the one place that reads one):
+  one edited by hand, written by another version, or damaged in a way that still parses as JSON counts as not
+  committed, and is refused with a message naming the manifest, the field, its value and what it should be.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+import numbers
 import os
 import re
 import threading
@@ -30,6 +35,7 @@ __all__ = [
     "CommittedCheckpoint",
     "committed_checkpoints",
     "manifest_name",
+    "parse_manifest",
     "read_checked",
     "remove_checkpoint",
     "remove_uncommitted",
@@ -38,6 +44,7 @@ __all__ = [
 
 MANIFEST_SUFFIX = ".manifest.json"
 FORMAT = "tracktrain-checkpoint/1"
+SUMMARY_COUNTERS = ("global_step", "iteration", "epoch", "samples_seen")
 
 
 class CheckpointCorrupted(RuntimeError):
@@ -64,15 +71,25 @@ def write_manifest(directory: str, files: Mapping[str, bytes | bytearray | memor
         "created": time.time(),
         "files": {name: {"bytes": len(data), "sha256": sha256_of(data)} for name, data in files.items()},
         "summary": dict(summary),
-        "metadata": {key: value for key, value in (metadata or {}).items() if _is_json_scalar(value)},
+        # numbers of other types (a numpy score) as the exact Python number: retention reads `priority` back
+        "metadata": {key: _plain_scalar(value) for key, value in (metadata or {}).items()
+                     if _is_json_scalar(_plain_scalar(value))},
     }
+    url = storage.join(directory, manifest_name(names[0]))
+    # what the reader would refuse is refused here, at the save, rather than found at the resume
+    problem = _manifest_problem(manifest, names[0])
+    if problem is not None:
+        field_name, value, expected = problem
+        raise ValueError(f"Cannot write the checkpoint manifest {url}: {field_name} is {_short(value)}, it should be "
+                         f"{expected}. Check what the save handler's `summarize` returns.")
     text = json.dumps(manifest, indent=1, sort_keys=True).encode()
-    storage.write_bytes_atomic(storage.join(directory, manifest_name(names[0])), text)
+    storage.write_bytes_atomic(url, text)
 
 
 @dataclass
 class CommittedCheckpoint:
-    """A checkpoint whose manifest exists, as listed (sizes checked against the listing; checksums on read)."""
+    """A checkpoint whose manifest exists and is valid, as listed (sizes checked against the listing; checksums on
+    read). `manifest` is what `parse_manifest` returned, every field checked: `order` relies on their types."""
 
     directory: str
     data_filename: str
@@ -85,19 +102,19 @@ class CommittedCheckpoint:
 
     @property
     def summary(self) -> dict[str, Any]:
-        return self.manifest.get("summary", {})
+        return self.manifest["summary"]
 
     @property
     def order(self) -> tuple[int, int, float]:
         """Newer sorts higher: by global step, then engine iteration, then creation time."""
         summary = self.summary
-        return (int(summary.get("global_step", -1)), int(summary.get("iteration", -1)),
-                float(self.manifest.get("created", 0.0)))
+        return summary.get("global_step", -1), summary.get("iteration", -1), self.manifest["created"]
 
 
 def committed_checkpoints(directory: str | os.PathLike) -> tuple[list[CommittedCheckpoint], list[str]]:
-    """The committed checkpoints in `directory`, newest first, and one line per checkpoint that is not (a
-    manifest that cannot be read, or whose files are missing or of the wrong size). A missing directory has none.
+    """The committed checkpoints in `directory`, newest first (by the step their manifests record, never by file
+    name), and one line per checkpoint that is not: a manifest that cannot be read or is not valid (see
+    `parse_manifest`), or whose files are missing or of the wrong size. A missing directory has none.
     """
     directory = os.fspath(directory)
     try:
@@ -111,7 +128,7 @@ def committed_checkpoints(directory: str | os.PathLike) -> tuple[list[CommittedC
             continue
         data_filename = name[: -len(MANIFEST_SUFFIX)]
         try:
-            manifest = _parse(storage.read_bytes(storage.join(directory, name)), name)
+            manifest = parse_manifest(storage.read_bytes(storage.join(directory, name)), storage.join(directory, name))
         except (CheckpointCorrupted, FileNotFoundError) as error:
             problems.append(str(error))
             continue
@@ -133,14 +150,20 @@ def read_checked(url: str | os.PathLike) -> tuple[bytes, Callable[[], None]]:
     directory, data_filename = _split(url)
     manifest_url = storage.join(directory, manifest_name(data_filename))
     try:
-        manifest = _parse(storage.read_bytes(manifest_url), manifest_name(data_filename))
+        manifest = parse_manifest(storage.read_bytes(manifest_url), manifest_url)  # it lists data_filename
     except FileNotFoundError:
         return storage.read_bytes(url), lambda: None
+    # every file of the checkpoint, not only the one read here, is there with the size its manifest records
+    mismatch = _size_mismatch(manifest, _file_sizes(directory))
+    if mismatch:
+        raise CheckpointCorrupted(
+            f"Checkpoint {url} is incomplete: {mismatch} (its manifest {manifest_url} lists every file of the "
+            "checkpoint). Nothing was loaded; restore the file from a copy, or load another checkpoint "
+            '(Trainer(resume="auto") takes the newest complete one).'
+        )
     data = storage.read_bytes(url)
-    expected = manifest["files"].get(data_filename)
-    if expected is None:
-        raise CheckpointCorrupted(f"Checkpoint {url}: its manifest {manifest_url} does not list it.")
-    if len(data) != expected["bytes"]:
+    expected = manifest["files"][data_filename]
+    if len(data) != expected["bytes"]:  # changed since the listing
         raise CheckpointCorrupted(
             f"Checkpoint {url} is {len(data)} bytes but its manifest says {expected['bytes']}: the file was "
             f"{'truncated' if len(data) < expected['bytes'] else 'appended to'} after it was committed."
@@ -165,7 +188,7 @@ def remove_checkpoint(directory: str, data_filename: str) -> None:
     manifest_url = storage.join(directory, manifest_name(data_filename))
     files = [data_filename]
     try:
-        files = list(_parse(storage.read_bytes(manifest_url), manifest_name(data_filename))["files"])
+        files = list(parse_manifest(storage.read_bytes(manifest_url), manifest_url)["files"])
     except (FileNotFoundError, CheckpointCorrupted):
         pass
     storage.remove(manifest_url, missing_ok=True)
@@ -214,14 +237,79 @@ def _file_sizes(directory: str) -> dict[str, int]:
             for entry in entries if entry["type"] == "file"}
 
 
-def _parse(text: bytes, name: str) -> dict[str, Any]:
+def parse_manifest(text: bytes, url: str) -> dict[str, Any]:
+    """The manifest at `url` (`text`: its bytes), every field checked; CheckpointCorrupted naming the manifest, the
+    field, its value and what it should be, when one is missing, of the wrong type or out of range."""
     try:
         manifest = json.loads(text)
-    except ValueError as error:
-        raise CheckpointCorrupted(f"Checkpoint manifest {name} is not valid JSON ({error}).") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or not isinstance(manifest.get("files"), dict):
-        raise CheckpointCorrupted(f"Checkpoint manifest {name} is not a {FORMAT} manifest.")
+    except (ValueError, RecursionError) as error:
+        raise CheckpointCorrupted(
+            f"Checkpoint manifest {url} is not valid JSON ({error}): it was cut short or damaged. {_FIX}"
+        ) from None
+    name = _split(url)[1]
+    problem = _manifest_problem(manifest, name[: -len(MANIFEST_SUFFIX)] if name.endswith(MANIFEST_SUFFIX) else None)
+    if problem is not None:
+        field_name, value, expected = problem
+        raise CheckpointCorrupted(
+            f"Checkpoint manifest {url} is not a valid {FORMAT} manifest: {field_name} is {_short(value)}, it should "
+            f"be {expected}. It was edited, damaged, or written by another version of tracktrain. {_FIX}"
+        )
     return manifest
+
+
+_FIX = ("So the checkpoint is not trusted, and nothing is loaded from it: restore the manifest from a copy, or load "
+        'another checkpoint (Trainer(resume="auto") takes the newest valid one).')
+_MISSING = object()
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _manifest_problem(manifest: Any, data_filename: str | None) -> tuple[str, Any, str] | None:
+    """(field, its value, what it should be) for the first field of `manifest` that is not as `write_manifest`
+    writes it; None when all are. `data_filename`: the file the manifest is named for, which it must list."""
+    if not isinstance(manifest, dict):
+        return "the manifest", manifest, "a JSON object"
+    for key in ("format", "created", "files", "summary", "metadata"):
+        if key not in manifest:
+            return f"field {key!r}", _MISSING, "present"
+    if manifest["format"] != FORMAT:
+        return "field 'format'", manifest["format"], repr(FORMAT)
+    created = manifest["created"]
+    if not (_is_number(created) and math.isfinite(created)):
+        return "field 'created'", created, "a finite number (seconds since the epoch)"
+    files = manifest["files"]
+    if not isinstance(files, dict) or not files:
+        return "field 'files'", files, "a non-empty object: file name -> {bytes, sha256}"
+    for name, entry in files.items():
+        if not _is_plain_name(name):
+            return ("a name in field 'files'", name,
+                    "a plain file name beside the manifest (no path separator, not '..')")
+        if not isinstance(entry, dict):
+            return f"field 'files.{name}'", entry, "an object {bytes, sha256}"
+        size = entry.get("bytes", _MISSING)
+        if not (_is_int(size) and size >= 0):
+            return f"field 'files.{name}.bytes'", size, "an integer >= 0"
+        digest = entry.get("sha256", _MISSING)
+        if not (isinstance(digest, str) and _SHA256.fullmatch(digest)):
+            return f"field 'files.{name}.sha256'", digest, "64 lowercase hexadecimal digits"
+    if data_filename is not None and data_filename not in files:
+        return "field 'files'", sorted(files), f"a listing that includes {data_filename!r}, the file it is named for"
+    summary = manifest["summary"]
+    if not isinstance(summary, dict):
+        return "field 'summary'", summary, "an object"
+    for key in SUMMARY_COUNTERS:
+        value = summary.get(key, 0)
+        if not (_is_int(value) and value >= 0):
+            return f"field 'summary.{key}'", value, "an integer >= 0"
+    run_ids = summary.get("run_ids", {})
+    if not (isinstance(run_ids, dict) and all(isinstance(value, str) for value in run_ids.values())):
+        return "field 'summary.run_ids'", run_ids, "an object of tracker name -> run id (strings)"
+    metadata = manifest["metadata"]
+    if not isinstance(metadata, dict):
+        return "field 'metadata'", metadata, "an object"
+    for key, value in metadata.items():
+        if not _is_json_scalar(value):
+            return f"field 'metadata.{key}'", value, "a JSON scalar (string, number, boolean or null)"
+    return None
 
 
 def _size_mismatch(manifest: Mapping[str, Any], sizes: Mapping[str, int]) -> str | None:
@@ -229,7 +317,8 @@ def _size_mismatch(manifest: Mapping[str, Any], sizes: Mapping[str, int]) -> str
         if name not in sizes:
             return f"{name} is missing"
         if sizes[name] != expected["bytes"]:
-            return f"{name} is {sizes[name]} bytes, its manifest says {expected['bytes']} (truncated?)"
+            change = "truncated" if sizes[name] < expected["bytes"] else "appended to"
+            return f"{name} is {sizes[name]} bytes, its manifest says {expected['bytes']} ({change} after its commit?)"
     return None
 
 
@@ -243,3 +332,36 @@ def _split(url: str) -> tuple[str, str]:
 
 def _is_json_scalar(value: Any) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _plain_scalar(value: Any) -> Any:
+    """A number of another type (a numpy scalar) as the exact Python int or float; anything else as it is."""
+    if isinstance(value, bool) or _is_number(value) or not isinstance(value, numbers.Real):
+        return value
+    return int(value) if isinstance(value, numbers.Integral) else float(value)
+
+
+def _is_plain_name(filename: Any) -> bool:
+    """Whether `filename` names a file directly inside a directory: not absolute, no path separator, not "..".
+    ("a..b" is a plain name: without a separator ".." can only be the whole name.) The savers write and delete
+    only such names, and a manifest lists only such names."""
+    separators = {"/", os.sep} | ({os.altsep} if os.altsep else set())
+    return (
+        isinstance(filename, str) and filename not in ("", ".", "..") and not os.path.isabs(filename)
+        and not any(sep in filename for sep in separators)
+    )
+
+
+def _short(value: Any) -> str:
+    if value is _MISSING:
+        return "missing"
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."

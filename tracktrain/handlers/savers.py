@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from tracktrain import storage
-from tracktrain.handlers.manifest import remove_checkpoint, write_manifest
+from tracktrain.handlers.manifest import _is_plain_name, remove_checkpoint, write_manifest
 
 __all__ = ["BaseSaveHandler", "DiskSaver", "FsspecSaver"]
 
@@ -146,16 +146,6 @@ class DiskSaver(FsspecSaver):
 
     def path_of(self, filename: str) -> Path:
         return self.dirname / _check_plain_name(filename)
-
-
-def _is_plain_name(filename: str) -> bool:
-    """Whether `filename` names a file directly inside a directory: not absolute, no path separator, not "..".
-    ("a..b" is a plain name: without a separator ".." can only be the whole name.)"""
-    separators = {"/", os.sep} | ({os.altsep} if os.altsep else set())
-    return (
-        isinstance(filename, str) and filename not in ("", ".", "..") and not os.path.isabs(filename)
-        and not any(sep in filename for sep in separators)
-    )
 
 
 def _check_plain_name(filename: str) -> str:

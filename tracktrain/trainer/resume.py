@@ -1,9 +1,10 @@
 """Which checkpoint a fit resumes from: `Trainer(resume="auto")`, `fit(ckpt_path="last")`, or a named file.
 
-The newest committed checkpoint (by global step, see `tracktrain.handlers.manifest`) under the run's checkpoint
-directories is loaded; an incomplete one (no manifest: the writer was killed) is never considered, and one that
-does not match its manifest is skipped with a warning naming the file and what is wrong, for the next newest.
-A checkpoint named explicitly is loaded or refused with that message.
+The newest committed checkpoint under the run's checkpoint directories is loaded: the one with the highest step
+its manifest records (see `tracktrain.handlers.manifest`), never chosen by file name. An incomplete one (no
+manifest: the writer was killed) is never considered; one whose manifest is not valid (a field missing, of the
+wrong type or out of range), or whose files do not match it, is skipped with a warning naming the file and what is
+wrong, for the next newest. A checkpoint named explicitly is loaded or refused with that message.
 """
 
 from __future__ import annotations
@@ -35,12 +36,13 @@ def check_resume(resume: Any) -> str | None:
 
 
 def resume_candidates(directories: Iterable[str]) -> list[CommittedCheckpoint]:
-    """The committed checkpoints of all `directories`, newest first; incomplete ones are reported and left out."""
+    """The committed checkpoints of all `directories`, newest first; those that are not (incomplete, or with a
+    manifest that is not valid) are reported in a warning each and left out."""
     found: list[CommittedCheckpoint] = []
     for directory in dict.fromkeys(directories):
         checkpoints, problems = committed_checkpoints(directory)
         for problem in problems:
-            warnings.warn(f"Skipping an incomplete checkpoint: {problem}", stacklevel=3)
+            warnings.warn(f"Skipping a checkpoint that is not committed: {problem}", stacklevel=3)
         found += checkpoints
     found.sort(key=lambda checkpoint: checkpoint.order, reverse=True)
     return found
