@@ -12,7 +12,7 @@ from tracktrain import storage
 from tracktrain.callbacks.base import Callback
 from tracktrain.handlers.async_saver import AsyncSaver
 from tracktrain.handlers.checkpoint import Checkpoint
-from tracktrain.handlers.manifest import remove_uncommitted
+from tracktrain.handlers.manifest import committed_checkpoints, remove_uncommitted
 from tracktrain.handlers.savers import FsspecSaver, saver_for
 from tracktrain.distributed import rank_zero_value
 from tracktrain.ranks import global_rank
@@ -34,8 +34,11 @@ class ModelCheckpoint(Callback):
     Every checkpoint is committed with a manifest (sizes, SHA-256, step, epoch, tracker run ids; see
     `tracktrain.handlers.manifest`): one that a crash cut short is never loaded. With `async_save` the training
     loop only waits for a CPU snapshot of the state; the write happens in the background, and the next save and
-    the end of fit wait for it. Retention deletes a checkpoint only after the newer one is committed, never the
-    one the run resumed from, and only files of this directory.
+    the end of fit wait for it. Retention deletes a checkpoint only after the newer one is committed, and only
+    files of this directory. A resumed run counts every committed checkpoint of the directory named as this
+    callback names them (those a killed run left behind too), so after any number of kills and restarts the
+    directory holds what `save_top_k` and `save_last` say; the one it resumed from is kept until a newer
+    checkpoint of the same kind (top-k or latest) is committed.
 
     Args:
         dirpath: directory or fsspec URL (default: `default_root_dir/checkpoints`).
@@ -138,6 +141,8 @@ class ModelCheckpoint(Callback):
         self._protect_resumed_from(trainer.ckpt_path)
         if global_rank() == 0:
             self._remove_what_killed_saves_left()
+        if trainer.ckpt_path is not None:  # a new run leaves another run's checkpoints in the directory alone
+            self._count_every_committed_checkpoint()
 
     def _remove_what_killed_saves_left(self) -> None:
         assert self._saver is not None and self._checkpoint is not None and self._last is not None
@@ -150,8 +155,25 @@ class ModelCheckpoint(Callback):
                           "left by a run killed while saving or deleting them (they were never loadable).",
                           stacklevel=2)
 
+    def _count_every_committed_checkpoint(self) -> None:
+        """Retention counts every committed checkpoint of the directory that a handler names, not only those in the
+        lists the resumed checkpoint recorded: a kill after a newer checkpoint's commit and before the older one's
+        deletion leaves one that no list knows, which would otherwise stay forever (see `Checkpoint.adopt`). Rank 0
+        reads the directory and deletes; every rank takes its lists, so that all take the same keep-or-skip
+        decisions at each save."""
+        assert self._saver is not None and self._checkpoint is not None and self._last is not None
+        handlers = (self._checkpoint, self._last)
+        if global_rank() == 0:
+            committed, _ = committed_checkpoints(self.dirpath)  # those that are not were reported when resuming
+            for handler in handlers:
+                handler.adopt(committed, keep=self._saver.protected)
+        states = rank_zero_value([handler.state_dict() for handler in handlers])
+        for handler, state in zip(handlers, states):
+            handler.load_state_dict(state)
+
     def _protect_resumed_from(self, ckpt_path: str | None) -> None:
-        """Retention never deletes the checkpoint this run resumed from (it may be all that is left of it)."""
+        """Retention does not delete the checkpoint this run resumed from (it may be all that is left of it) until
+        its handler saves again: what that save pushes out is deleted only once the save is committed."""
         if ckpt_path is None or self._saver is None:
             return
         directory, _, name = ckpt_path.replace(os.sep, "/").rpartition("/")
@@ -205,6 +227,11 @@ class ModelCheckpoint(Callback):
 
     def _save_with(self, trainer: Trainer, handler: Checkpoint) -> None:
         trainer._logger_bridge.persist()  # what was logged up to here outlives a kill after this commit
+        assert self._saver is not None
+        # the resumed-from checkpoint's protection ends here (see _protect_resumed_from): if this save pushes it out,
+        # it is deleted after this save's commit, in order behind it in the background writer
+        self._saver.protected.difference_update(
+            [name for name in self._saver.protected if handler.writes_filename(name)])
         kept_before = set(handler.saved_paths)
         handler(trainer.train_engine)
         for path in set(handler.saved_paths) - kept_before:  # the file this save wrote, if it made the cut

@@ -17,7 +17,7 @@ import re
 import string
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -36,6 +36,7 @@ from tracktrain.handlers.checkpoint_state import (
     read_checkpoint,
     _state_of,
 )
+from tracktrain.handlers.manifest import CommittedCheckpoint
 from tracktrain.handlers.savers import (
     BaseSaveHandler,
     DiskSaver,
@@ -250,22 +251,57 @@ class Checkpoint:
             self.save_handler(payload, filename)
         # Only now that the new file is committed: a failed save leaves the old files and the list as they were.
         self._saved = saved
-        if evicted is not None and callable(getattr(self.save_handler, "remove", None)):
-            self.save_handler.remove(evicted.filename)
+        self._remove(evicted)
         engine.fire_event(CheckpointEvents.SAVED_CHECKPOINT)
 
-    def _with_new_item(self, item: Checkpoint.Item) -> tuple[list[Checkpoint.Item], Checkpoint.Item | None]:
-        """The kept list once `item` is saved (sorted by priority, worst first), and the item it pushes out."""
-        saved = list(self._saved)
-        evicted = None
-        same_name = [i for i, kept in enumerate(saved) if kept.filename == item.filename]
-        if same_name:
-            saved.pop(same_name[0])  # the new file replaces it under the same name: nothing to delete
-        elif not self._below_n_saved():
-            evicted = saved.pop(0)
+    def _with_new_item(self, item: Checkpoint.Item) -> tuple[list[Checkpoint.Item], list[Checkpoint.Item]]:
+        """The kept list once `item` is saved (sorted by priority, worst first), and the items it pushes out: one
+        when the list was full, more when it held more than `n_saved` (after `adopt`)."""
+        saved = [kept for kept in self._saved if kept.filename != item.filename]  # replaced under the same name
         saved.append(item)
         saved.sort(key=lambda kept: kept.priority)  # stable: among equal priorities, the oldest goes first
-        return saved, evicted
+        surplus = len(saved) - self.n_saved if self.n_saved is not None else 0
+        return saved[max(surplus, 0):], saved[:max(surplus, 0)]
+
+    def _remove(self, items: list[Checkpoint.Item]) -> None:
+        if callable(getattr(self.save_handler, "remove", None)):
+            for item in items:
+                self.save_handler.remove(item.filename)
+
+    def adopt(self, committed: Sequence[CommittedCheckpoint], keep: Collection[str] = ()) -> list[str]:
+        """Make the kept list the committed checkpoints of this handler's directory that it names, so that
+        retention counts every one of them; returns the names deleted.
+
+        `committed` is that directory's `committed_checkpoints(...)[0]`. The list a checkpoint recorded misses
+        what was committed after it (a kill between a newer checkpoint's commit and the older one's deletion
+        leaves a checkpoint no list knows, which would stay forever); entries whose checkpoint is no longer
+        committed are dropped. An adopted checkpoint takes the priority its manifest recorded (the `priority`
+        this handler passed as metadata). Beyond `n_saved`, the worst are deleted now (as many better ones are
+        committed), except those named in `keep` (the checkpoint a run resumed from): they go with the next save
+        of this handler that pushes them out, once it is committed.
+
+        Only for save handlers that keep manifests (`ModelCheckpoint`'s): Ignite's `Checkpoint` never adopts."""
+        mine = {checkpoint.data_filename: checkpoint for checkpoint in committed
+                if self.writes_filename(checkpoint.data_filename)}
+        kept = [item for item in self._saved if item.filename in mine]
+        known = {item.filename for item in kept}
+        for checkpoint in sorted(mine.values(), key=lambda checkpoint: checkpoint.order):  # ties: oldest first
+            if checkpoint.data_filename in known:
+                continue
+            priority = checkpoint.manifest["metadata"].get("priority")
+            if not isinstance(priority, numbers.Real) or isinstance(priority, bool):
+                warnings.warn(
+                    f"Checkpoint {checkpoint.url} records no priority in its manifest, so retention cannot rank it "
+                    "and leaves it alone; delete it yourself if it is not wanted.", stacklevel=2,
+                )
+                continue
+            kept.append(Checkpoint.Item(priority, checkpoint.data_filename))
+        kept.sort(key=lambda item: item.priority)
+        surplus = len(kept) - self.n_saved if self.n_saved is not None else 0
+        evicted = [item for item in kept[:max(surplus, 0)] if item.filename not in keep]
+        self._saved = [item for item in kept if item not in evicted]
+        self._remove(evicted)
+        return [item.filename for item in evicted]
 
     def _filename(self, name: str, global_step: int | None, score: str | None) -> str:
         return self._get_filename_pattern(global_step).format(
@@ -281,7 +317,8 @@ class Checkpoint:
         return self.n_saved is None or len(self._saved) < self.n_saved
 
     def _beats_worst(self, priority: int | float) -> bool:
-        worst = self._saved[0].priority
+        # the worst of the n_saved best: the first one unless the list holds more (adopted, see `adopt`)
+        worst = self._saved[-self.n_saved if self.n_saved is not None else 0].priority
         return priority >= worst if self.greater_or_equal else priority > worst
 
     @staticmethod
