@@ -34,6 +34,7 @@ import enum
 import importlib.util
 import os
 import re
+import threading
 import uuid
 from typing import Union
 
@@ -50,6 +51,7 @@ __all__ = [
     "AtomicCommit",
     "atomic_commit_strategy",
     "check_writable",
+    "create_exclusive",
     "exists",
     "is_local",
     "isdir",
@@ -249,6 +251,34 @@ def write_bytes(url: PathOrURL, data: BytesLike) -> None:
         fs.pipe_file(path, bytes(data))
 
 
+def create_exclusive(url: PathOrURL, data: BytesLike) -> bool:
+    """Create the file `url` holding `data` unless a file of that name exists: True when this call created it,
+    False (nothing written) when one was there. Of callers racing to create it, exactly one gets True.
+
+    Only where the file system can decide that: on a local disk (`os.open` with O_CREAT | O_EXCL, then one write
+    and an fsync, so for that instant a reader can find the file empty) and in `memory://` (which only this process
+    sees: a lock decides). Elsewhere NotImplementedError: object stores offer no create-if-absent in general.
+    """
+    fs, path = open_filesystem(url)
+    while isinstance(fs, DirFileSystem):
+        fs, path = fs.fs, fs._join(path)
+    if isinstance(fs, LocalFileSystem):
+        return _create_local_file(path, data)
+    if "memory" in _protocols(fs):
+        with _MEMORY_CREATE_LOCK:
+            if fs.exists(path):
+                return False
+            fs.pipe_file(path, bytes(data))
+            return True
+    raise NotImplementedError(
+        f"No exclusive create on {type(fs).__name__} (protocol {fs.protocol!r}): only local disks and memory:// "
+        "offer one. Write the file, then read it back to see who won."
+    )
+
+
+_MEMORY_CREATE_LOCK = threading.Lock()
+
+
 def read_bytes(url: PathOrURL) -> bytes:
     """The whole content of the file at `url`; FileNotFoundError naming `url` when there is none."""
     fs, path = open_filesystem(url)
@@ -340,6 +370,24 @@ def _replace_local_file(path: str, data: BytesLike) -> None:
             os.remove(temporary)
         raise
     _fsync_directory(directory)
+
+
+def _create_local_file(path: str, data: BytesLike) -> bool:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    except FileExistsError:
+        return False
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):  # no half-written file under the name
+            os.remove(path)
+        raise
+    _fsync_directory(os.path.dirname(path) or ".")
+    return True
 
 
 def _fsync_directory(directory: str) -> None:

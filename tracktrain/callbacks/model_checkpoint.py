@@ -8,7 +8,7 @@ import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tracktrain import storage
+from tracktrain import lease, storage
 from tracktrain.callbacks.base import Callback
 from tracktrain.handlers.async_saver import AsyncSaver
 from tracktrain.handlers.checkpoint import Checkpoint
@@ -139,6 +139,15 @@ class ModelCheckpoint(Callback):
         if self._pending_state is not None:
             self.load_state_dict(self._pending_state)
         self._protect_resumed_from(trainer.ckpt_path)
+        refused: lease.LeaseHeld | None = None
+        if global_rank() == 0:  # one writer per directory: held before anything in it is deleted or written
+            try:
+                lease.acquire(self.dirpath, self)
+            except lease.LeaseHeld as error:
+                refused = error
+        refused = rank_zero_value(refused)  # every rank stops, none waits in a collective for a rank 0 that did
+        if refused is not None:
+            raise refused
         if global_rank() == 0:
             self._remove_what_killed_saves_left()
         if trainer.ckpt_path is not None:  # a new run leaves another run's checkpoints in the directory alone
@@ -185,13 +194,18 @@ class ModelCheckpoint(Callback):
         self.wait()
 
     def on_fit_end(self, trainer: Trainer, module: LoopModule) -> None:
-        self.wait()
+        try:
+            self.wait()
+        finally:
+            lease.release(self.dirpath, self)
 
     def on_exception(self, trainer: Trainer, module: LoopModule, exception: BaseException) -> None:
         # the last checkpoint being written is the one a restart resumes from: let it commit (its own error, if
         # any, is secondary to the one being raised)
         with contextlib.suppress(Exception):
             self.wait()
+        if self.dirpath is not None:  # None: it failed before choosing one, and holds no lease
+            lease.release(self.dirpath, self)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for background writes (at most `timeout` seconds); whether they are all committed."""
