@@ -397,15 +397,19 @@ def test_a_fit_resumed_from_a_checkpoint_continues_the_same_run_and_step_axis(ml
 
     second = MLflowLogger(tracking_uri=mlflow_server.url, experiment_name=experiment)
     trainer = Trainer(**quiet(tmp_path, max_epochs=2, log_every_n_steps=4, loggers=[second]))
-    # a resumed fit logs its settings again: MLflow keeps the first max_epochs and the change is reported
-    with pytest.warns(UserWarning, match=r"param trainer/max_epochs='2'"):
+    # a resumed fit keeps the run's first params (MLflow cannot change one) and tags what changed
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a raised max_epochs is how a run trains more: no warning
         trainer.fit(Classifier(), make_loader(), make_loader(), ckpt_path=checkpoints.best_model_path)
 
     assert second.run_id == first.run_id
     client = tracking.MlflowClient(mlflow_server.url)
     assert [run.info.run_id for run in runs_of(client, experiment)] == [first.run_id]
     assert [step for step, _ in rest_history(mlflow_server, first.run_id, "train_loss")] == [4, 8, 12, 16]
-    assert rest_run(mlflow_server, first.run_id)["info"]["status"] == "FINISHED"
+    run = rest_run(mlflow_server, first.run_id)
+    assert run["info"]["status"] == "FINISHED"
+    assert run["params"]["trainer/max_epochs"] == "1"
+    assert run["tags"]["tracktrain.changed.trainer.max_epochs"] == "1 -> 2 (resumed at step 8)"
 
 
 @pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
