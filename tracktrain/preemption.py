@@ -1,10 +1,12 @@
-"""Pre-emption: SIGTERM or SIGUSR1 (what schedulers and spot instances send before a kill) ends a fit cleanly.
+"""Pre-emption: SIGTERM or SIGUSR1 (what schedulers and spot instances send before a kill), or Ctrl-C (SIGINT),
+ends a fit cleanly.
 
 The signal handler only records the signal. The Trainer looks at it after each step (training or validation),
-saves a checkpoint within a deadline, and raises `Terminated`: the loggers mark their runs KILLED, and the
-process, if nothing catches it, exits with status 128 + the signal's number (143 for SIGTERM, 138 for SIGUSR1),
-which tells a job script "pre-empted, run me again" apart from success (0) and failure (1). A second signal
-while that happens stops at once.
+saves a checkpoint within a deadline, logs one line (where it stopped, the checkpoint that holds it, that the same
+command resumes) and raises `Terminated`: the loggers mark their runs KILLED, and the process, if nothing catches
+it, exits without a traceback with status 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM, 138 for
+SIGUSR1), which tells a job script "stopped, run me again" apart from success (0) and failure (1). A second
+signal while that happens stops at once.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 __all__ = ["PREEMPTION_SIGNALS", "SignalWatch", "Terminated"]
 
 PREEMPTION_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGTERM", "SIGUSR1") if hasattr(signal, name)  # no SIGUSR1 on Windows
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGUSR1") if hasattr(signal, name)  # no SIGUSR1 on Windows
 )
 
 

@@ -155,17 +155,23 @@ def test_sigkill_at_random_moments_on_s3(tmp_path, s3_bucket):
     kill_and_resume(f"{s3_bucket}/runs/exp", tmp_path, 0, seed=11)
 
 
-def test_sigterm_saves_a_checkpoint_exits_143_and_the_run_continues(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_or_ctrl_c_saves_a_checkpoint_says_so_in_one_line_and_the_run_continues(tmp_path, signum):
     root = tmp_path / "run"
     run = Run(str(root), tmp_path / "out.pt", 0)
     line = run.read_until(lambda line: line == "step 7")
     assert line == "step 7"
-    run.process.send_signal(signal.SIGTERM)
-    assert run.finish() == 143, run.stderr[-3000:]
+    run.process.send_signal(signum)
+    assert run.finish() == 128 + signum, run.stderr[-3000:]  # 143 for SIGTERM, 130 for Ctrl-C
     assert "Traceback" not in run.stderr
     # the step in flight finished, then a checkpoint of exactly that point was committed
     last_step = max(int(line.split()[1]) for line in run.lines if line.startswith("step "))
+    checkpoint = root / "checkpoints" / f"last_checkpoint_{last_step}.pt"
     assert (root / "checkpoints" / f"last_checkpoint_{last_step}.pt.manifest.json").is_file()
+    said = [line for line in run.stderr.splitlines() if "Stopped by" in line]
+    assert len(said) == 1, run.stderr[-3000:]
+    assert (f"Stopped by {signal.Signals(signum).name} after step {last_step}; {checkpoint} holds it: run the same "
+            "command again to resume.") in said[0]
     assert (root / "logs" / "version_0" / "status.txt").read_text().strip() == "KILLED"
 
     again = Run(str(root), tmp_path / "out.pt", 0)

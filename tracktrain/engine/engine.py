@@ -684,7 +684,9 @@ class Engine:
             raise
         except BaseException as e:
             self._dataloader_iter = None
-            self.logger.error("Engine run is terminating due to exception: %s", e)
+            # a stop asked for (Ctrl-C, a pre-emption signal, sys.exit) is not an error: not on stderr as one
+            log = self.logger.info if isinstance(e, (KeyboardInterrupt, SystemExit)) else self.logger.error
+            log("Engine run is terminating due to exception: %s", e)
             self._handle_exception(e)
 
         self._dataloader_iter = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import signal
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -71,7 +72,7 @@ class Trainer:
         enable_checkpointing: save a checkpoint at each epoch's end under `default_root_dir/checkpoints` unless
             a `ModelCheckpoint` callback is given.
         default_root_dir: directory or fsspec URL for checkpoints and logs.
-        preemption_timeout: on SIGTERM/SIGUSR1 the fit finishes its step, saves a checkpoint (waiting at most
+        preemption_timeout: on SIGTERM/SIGUSR1 or Ctrl-C the fit finishes its step, saves a checkpoint (waiting at most
             this many seconds for the write) and raises `tracktrain.preemption.Terminated` (exit status 128 + signal).
         resume: "auto": each fit continues from the newest complete checkpoint of the run (its `ModelCheckpoint`
             directories), or starts fresh when there is none; a path or URL: from that checkpoint; None: only
@@ -682,11 +683,17 @@ class Trainer:
         for checkpoint in checkpoints:
             checkpoint.save_now(self)
         saved = all([checkpoint.wait(max(0.0, deadline - time.monotonic())) for checkpoint in checkpoints])
-        outcome = ("a checkpoint was saved" if saved else
-                   f"the checkpoint did not finish within preemption_timeout={self.preemption_timeout}s")
+        held_by = next((checkpoint.last_model_path for checkpoint in checkpoints if checkpoint.last_model_path), None)
         if not checkpoints:
-            outcome = "no ModelCheckpoint, nothing saved"
-        raise Terminated(signum, f"stopped by signal {signum} after step {self.global_step}: {outcome}")
+            outcome = "nothing was saved (no ModelCheckpoint): a new run starts over"
+        elif not saved:
+            outcome = (f"its checkpoint did not finish within preemption_timeout={self.preemption_timeout}s: running "
+                       "the same command again resumes from the newest complete one")
+        else:
+            outcome = f"{held_by} holds it: run the same command again to resume"
+        message = f"Stopped by {signal.Signals(signum).name} after step {self.global_step}; {outcome}."
+        get_dist_logger().info(message)  # the one line a person reads; the exit status says "pre-empted"
+        raise Terminated(signum, message)
 
     def _agree_to_stop(self) -> None:
         """Under DDP, once per epoch: a stop any rank asked for is everyone's."""
