@@ -60,6 +60,7 @@ def read_run(run_dir) -> dict:
             history.append({key: value for key, value in item.items() if not key.startswith("_") or key == "_step"})
     return {
         "run": runs[-1],  # W&B rewrites the run record when tags change
+        "runs": runs,
         "history": history,
         "artifacts": [record["artifact"] for record in records if record["type"] == "artifact"],
         "exit_code": next(record["exit"].get("exit_code", 0) for record in records if record["type"] == "exit"),
@@ -332,6 +333,7 @@ def test_a_fit_resumed_from_a_checkpoint_continues_the_same_run(tmp_path):
     assert second.run_id == first.run_id
     assert [row["_step"] for row in read_run(first.run_dir)["history"]] == [4, 8]
     resumed = read_run(second.run_dir)
-    assert resumed["run"]["run_id"] == first.run_id and resumed["run"]["resume"] is True
+    assert resumed["run"]["run_id"] == first.run_id and resumed["runs"][0]["resume"] is True
     assert [row["_step"] for row in resumed["history"]] == [12, 16]  # the global step goes on
+    assert "tracktrain.changed.trainer.max_epochs:1 -> 2 (resumed at step 8)" in resumed["run"]["tags"]
 
