@@ -1,5 +1,6 @@
-"""What the benchmark scripts share: the model, the clock on a Trainer's train engine, a local `mlflow server`, the
-statistics, the number format, the report's heading and goal line, the JSON file and the exit status.
+"""What the benchmark scripts share: the model, loading the peer libraries, the clock on a Trainer's train engine, a
+local `mlflow server`, the statistics and the interleaved order of the repeats, the number format, markdown tables,
+the report's heading, command and goal line, the JSON file and the exit status.
 
 The scripts run as `python benchmarks/<script>.py`, which puts this folder first on sys.path, so they import this
 module as `_common`; tests/integrations/conftest.py loads it by its path for `MlflowServer`. It imports torch,
@@ -8,10 +9,13 @@ tracktrain and mlflow only inside the functions that need them: the import-time 
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
 import platform
+import random
+import shlex
 import signal
 import socket
 import statistics
@@ -20,14 +24,17 @@ import sys
 import time
 import urllib.request
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from torch import nn
 
     from tracktrain.trainer import Trainer
+
+T = TypeVar("T")
 
 
 def make_mlp(sizes: tuple[int, ...]) -> nn.Sequential:
@@ -49,6 +56,23 @@ def silence_lightning() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", module=r"lightning(\..*)?")
     warnings.filterwarnings("ignore", module=r"lightning_fabric(\..*)?")
+
+
+def load_peer(name: str, *submodules: str, skip: bool = False) -> tuple[ModuleType | None, str]:
+    """Imports the peer library `name` (and its `submodules`, e.g. "lightning.pytorch.callbacks") for a side-by-side
+    run: (the module, its version), or (None, why it is missing) when it is left out (`skip`), not installed, or fails
+    to import. Lightning's console noise is silenced when it loads."""
+    if skip:
+        return None, "left out"
+    try:
+        module = importlib.import_module(name)
+        for submodule in submodules:
+            importlib.import_module(submodule)
+    except Exception as error:  # not installed, or an install that fails to import
+        return None, f"not installed ({type(error).__name__}: {error})"
+    if name.split(".")[0] == "lightning":
+        silence_lightning()
+    return module, str(getattr(module, "__version__", "?"))
 
 
 class EngineClock:
@@ -166,6 +190,16 @@ STATISTICS: dict[str, Callable[[list[float]], float]] = {
 }
 
 
+def interleaved(keys: Sequence[T], repeats: int, rng: random.Random) -> Iterator[tuple[int, T]]:
+    """(repeat, key) for `repeats` rounds that each run every key once, in an order shuffled per round by `rng`: slow
+    drifts of a shared machine then hit every variant alike."""
+    for repeat in range(repeats):
+        order = list(keys)
+        rng.shuffle(order)
+        for key in order:
+            yield repeat, key
+
+
 # ------------------------------------------------------------------------------------------------- reporting
 def format_cell(value: float | None, signed: bool = False, *, decimals: int) -> str:
     """A table cell: "—" for None, thousands without decimals, smaller values with `decimals` decimals."""
@@ -174,6 +208,19 @@ def format_cell(value: float | None, signed: bool = False, *, decimals: int) -> 
     if abs(value) >= 1000:
         return f"{value:+,.0f}" if signed else f"{value:,.0f}"
     return f"{value:+.{decimals}f}" if signed else f"{value:.{decimals}f}"
+
+
+def markdown_table(lines: list[list[str]], align: str) -> str:
+    """A markdown table: the first line is the header; `align` has one of l / r per column."""
+    rule = "|" + "|".join(":---" if side == "l" else "---:" for side in align) + "|"
+    rows = ["| " + " | ".join(line) + " |" for line in lines]
+    return "\n".join([rows[0], rule, *rows[1:]])
+
+
+def command_line() -> str:
+    """The command that is running, as it would be typed from the repository root: printed above a table so that
+    the numbers can be traced to their options."""
+    return shlex.join([os.path.relpath(sys.executable)] + sys.argv)
 
 
 def environment(torch_threads: int, **peers: str) -> dict[str, Any]:

@@ -1,0 +1,93 @@
+"""benchmarks/bench_resume.py: the --quick run completes and reports every framework at every resume point, and
+tracktrain's resume at 90 % loads no sample of the batches it skips; its checks can fail.
+
+No timing is asserted: on a shared machine any ordering of the numbers can happen in a quick run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.benchmark_scripts import load_benchmark, positive
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "bench_resume.py"
+HAS_IGNITE = importlib.util.find_spec("ignite") is not None
+HAS_LIGHTNING = importlib.util.find_spec("lightning") is not None
+HAS_TORCHDATA = importlib.util.find_spec("torchdata") is not None
+
+
+@pytest.mark.slow  # ~6 s: a 200-batch epoch trained to 90 % by each framework, then 32 short resumes
+def test_quick_run_reports_every_framework_and_point(tmp_path):
+    out = tmp_path / "resume.json"
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--json", str(out), "--root-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "## Resume: from the call that resumes to the first training step" in result.stdout
+    assert "bench_resume.py --quick" in result.stdout  # the command that produced the table
+
+    payload = json.loads(out.read_text())
+    assert payload["problems"] == []
+    expected = ["tracktrain"] + (["ignite"] if HAS_IGNITE else []) + (["lightning"] if HAS_LIGHTNING else []) \
+        + (["lightning+sdl"] if HAS_LIGHTNING and HAS_TORCHDATA else [])
+    assert payload["frameworks"] == expected
+    assert positive(payload["batch_load_ms"])
+    arguments = payload["arguments"]
+    batches, batch_size = arguments["batches"], arguments["batch_size"]
+    rows = {row["point_percent"]: row for row in payload["rows"]}
+    assert sorted(rows) == [0, 10, 50, 90]
+    for point, row in rows.items():
+        assert row["step"] == point * batches // 100
+        assert sorted(row["frameworks"]) == sorted(expected), point
+        for key, cell in row["frameworks"].items():
+            assert len(cell["samples_ms"]) == arguments["repeats"] and all(map(positive, cell["samples_ms"])), (
+                point, key)
+            assert positive(cell["ms"]) and positive(cell["batches"]), (point, key)
+            assert cell["verdicts"], (point, key)  # every resumed run's first batch was compared
+        # a line of the table per point, with a cell per framework
+        label = f"| {point} % |" if point else "| fresh start |"
+        [line] = [line for line in result.stdout.splitlines() if line.startswith(label)]
+        assert line.count("|") == 6 + 2 * len(expected) - 1, line
+
+    ours = rows[90]["frameworks"]["tracktrain"]
+    assert ours["exact"] and ours["verdicts"] == ["exact"]
+    assert ours["loads"] == [batch_size]  # its first batch only: none of the 180 skipped was loaded
+
+
+def test_resume_loads_no_skipped_sample_and_the_checks_catch_what_is_not_exact(tmp_path, monkeypatch):
+    """In-process, tracktrain alone: the resume at 90 % is exact and loads one batch; the verdicts tell a replayed
+    epoch, another order and a wrong step apart; and a resume that loaded skipped samples is a problem."""
+    bench_module = load_benchmark(monkeypatch, "bench_resume")
+    workload = bench_module.Workload(batches=20, batch_size=4, sample_us=0, seed=0)
+    framework = bench_module.Framework(bench_module.TRACKTRAIN, bench_module.run_tracktrain,
+                                       bench_module.tracktrain_checkpoint)
+    bench = bench_module.Bench(workload, [framework], str(tmp_path))
+    bench.train_references(lambda what: None)
+    assert bench.problems == [] and len(framework.reference) == 19
+
+    first = bench.resume_once(framework, 90)
+    assert first.step == 18 and first.loads == 4
+    assert bench_module.verdict(first, 18, framework.reference) == bench_module.EXACT
+    bench.check(framework, 90, first)
+    assert bench.problems == []
+
+    FirstStep = bench_module.FirstStep
+    replayed = FirstStep(0.01, 18, framework.reference[0], 4)
+    assert bench_module.verdict(replayed, 18, framework.reference) == bench_module.REPLAYED
+    other = FirstStep(0.01, 18, [-1, -2, -3, -4], 4)
+    assert bench_module.verdict(other, 18, framework.reference) == bench_module.OTHER
+    assert bench_module.verdict(FirstStep(0.01, 0, framework.reference[18], 4), 18, framework.reference) == \
+        bench_module.WRONG_STEP
+    bench.check(framework, 90, FirstStep(0.01, 18, framework.reference[18], 76))
+    bench.check(framework, 90, replayed)
+    text = "\n".join(bench.problems)
+    assert "76 samples were loaded before the first step, expected one batch (4)" in text
+    assert "epoch replayed from its 1st batch" in text
