@@ -409,7 +409,7 @@ def test_a_fit_resumed_from_a_checkpoint_continues_the_same_run_and_step_axis(ml
     run = rest_run(mlflow_server, first.run_id)
     assert run["info"]["status"] == "FINISHED"
     assert run["params"]["trainer/max_epochs"] == "1"
-    assert run["tags"]["tracktrain.changed.trainer.max_epochs"] == "1 -> 2 (resumed at step 8)"
+    assert run["tags"]["tracktrain.changed.trainer/max_epochs"] == "1 -> 2 (resumed at step 8)"
 
 
 @pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
@@ -680,12 +680,12 @@ def test_a_resume_records_changed_settings_as_tags_and_a_finished_rerun_leaves_t
 
     client = tracking.MlflowClient(sqlite_uri)
     run_id = fit(1, clip=None)
-    with pytest.warns(UserWarning, match=r"changed settings: trainer.gradient_clip_val: None -> 1.0"):
+    with pytest.warns(UserWarning, match=r"changed settings: trainer/gradient_clip_val: None -> 1.0"):
         assert fit(2, clip=1.0) == run_id  # the same run continues
     run = client.get_run(run_id)
     assert run.data.params["trainer/max_epochs"] == "1"  # params stay the run's first settings ...
-    assert run.data.tags["tracktrain.changed.trainer.max_epochs"] == "1 -> 2 (resumed at step 8)"  # ... tags say
-    assert run.data.tags["tracktrain.changed.trainer.gradient_clip_val"] == "None -> 1.0 (resumed at step 8)"
+    assert run.data.tags["tracktrain.changed.trainer/max_epochs"] == "1 -> 2 (resumed at step 8)"  # ... tags say
+    assert run.data.tags["tracktrain.changed.trainer/gradient_clip_val"] == "None -> 1.0 (resumed at step 8)"
     history = steps_and_values(client, run_id, "train_loss")
     assert [step for step, _ in history] == [4, 8, 12, 16]
 

@@ -335,5 +335,5 @@ def test_a_fit_resumed_from_a_checkpoint_continues_the_same_run(tmp_path):
     resumed = read_run(second.run_dir)
     assert resumed["run"]["run_id"] == first.run_id and resumed["runs"][0]["resume"] is True
     assert [row["_step"] for row in resumed["history"]] == [12, 16]  # the global step goes on
-    assert "tracktrain.changed.trainer.max_epochs:1 -> 2 (resumed at step 8)" in resumed["run"]["tags"]
+    assert "tracktrain.changed.trainer/max_epochs:1 -> 2 (resumed at step 8)" in resumed["run"]["tags"]
 

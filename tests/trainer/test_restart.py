@@ -79,7 +79,7 @@ def test_a_raised_limit_continues_the_same_run_bit_identical_to_one_long_fit(tmp
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # raising the limit is the way to train more: no warning
         again, module = fit(tmp_path / "split", max_epochs=3, seed=4)
-    assert again.resume_changes == {"trainer.max_epochs": (2, 3)}  # what the loggers record
+    assert again.resume_changes == {"trainer/max_epochs": (2, 3)}  # what the loggers record
     assert module.steps_run == 4 and again.global_step == 12
     for a, b in zip(module.parameters(), reference.parameters()):
         assert torch.equal(a, b)
@@ -106,7 +106,7 @@ def test_changed_module_hyperparameters_are_refused_with_the_difference_and_the_
     with pytest.raises(ResumeMismatch) as refused:
         fit(tmp_path, module=Counting(lr=0.5), max_epochs=3)
     message = str(refused.value)
-    assert "module.lr: 0.1 -> 0.5" in message and "resume_with_changes=True" in message
+    assert "module/lr: 0.1 -> 0.5" in message and "resume_with_changes=True" in message
     assert "checkpoint_8.pt" in message
 
 
@@ -124,10 +124,10 @@ def test_another_module_class_is_refused_before_anything_is_loaded(tmp_path):
 
 def test_resume_with_changes_continues_and_reports_them(tmp_path):
     fit(tmp_path, module=Counting(lr=0.1))
-    with pytest.warns(UserWarning, match=r"changed settings: module.lr: 0.1 -> 0.5. The run continues"):
+    with pytest.warns(UserWarning, match=r"changed settings: module/lr: 0.1 -> 0.5. The run continues"):
         again, module = fit(tmp_path, module=Counting(lr=0.5), max_epochs=3, resume_with_changes=True)
     assert module.steps_run == 4
-    assert again.resume_changes == {"module.lr": (0.1, 0.5), "trainer.max_epochs": (2, 3)}
+    assert again.resume_changes == {"module/lr": (0.1, 0.5), "trainer/max_epochs": (2, 3)}
 
 
 class CountingDataset(Dataset):

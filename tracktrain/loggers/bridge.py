@@ -107,7 +107,7 @@ class LoggerBridge(Callback):
 
 
 def _change_tags(changes: Mapping[str, tuple[Any, Any]], step: int) -> dict[str, str]:
-    """One tag per setting changed when the run was resumed: `tracktrain.changed.trainer.max_epochs`:
+    """One tag per setting changed when the run was resumed: `tracktrain.changed.trainer/max_epochs`:
     `5 -> 10 (resumed at step 230)`."""
     return {f"tracktrain.changed.{key}": f"{old!r} -> {new!r} (resumed at step {step})"
             for key, (old, new) in changes.items()}

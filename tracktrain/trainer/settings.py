@@ -9,14 +9,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from tracktrain.loggers.base import flatten_params
+
 if TYPE_CHECKING:
     from tracktrain.trainer.module import LoopModule
     from tracktrain.trainer.trainer import Trainer
 
 __all__ = ["ResumeMismatch", "changed_settings", "check_resumable", "run_settings"]
 
-# the parts of the settings that make a checkpoint another model: resuming it needs Trainer(resume_with_changes=True)
-_MODEL_KEYS = ("module/class", "module")
+# the part of the settings that makes a checkpoint another model (its class, its hparams): resuming it needs
+# Trainer(resume_with_changes=True)
+_MODEL_PART = "module"
 
 
 class ResumeMismatch(ValueError):
@@ -41,17 +44,17 @@ def run_settings(trainer: Trainer, module: LoopModule) -> dict[str, Any]:
 
 
 def changed_settings(saved: Mapping[str, Any] | None, current: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """`{"trainer.max_epochs": (old, new), ...}` for every leaf that differs (absent on one side: None)."""
+    """`{"trainer/max_epochs": (old, new), ...}` for every leaf that differs (absent on one side: None)."""
     if not saved:
         return {}  # a checkpoint from before settings were saved: nothing to compare with
-    old, new = _flatten(saved), _flatten(current)
+    old, new = flatten_params(saved), flatten_params(current)  # the keys the loggers' params have
     return {key: (old.get(key), new.get(key)) for key in sorted(old.keys() | new.keys()) if old.get(key) != new.get(key)}
 
 
 def check_resumable(changes: Mapping[str, tuple[Any, Any]], checkpoint: str, allowed: bool) -> None:
     """ResumeMismatch unless `allowed` when the module's class or hyperparameters changed; what changed, either way,
     is the caller's to report."""
-    model_changes = {key: change for key, change in changes.items() if key.split(".", 1)[0] in _MODEL_KEYS}
+    model_changes = {key: change for key, change in changes.items() if key.split("/", 1)[0] == _MODEL_PART}
     if model_changes and not allowed:
         raise ResumeMismatch(
             f"Not resuming {checkpoint}: it was written for other module settings ({describe(model_changes)}). "
@@ -76,12 +79,3 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def _flatten(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in settings.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat

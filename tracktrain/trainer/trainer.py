@@ -708,7 +708,7 @@ class Trainer:
 
 
 _LIMIT_NAMES = {"fit": "train", "validate": "val", "test": "test", "predict": "predict"}
-_LIMIT_SETTINGS = ("trainer.max_epochs", "trainer.max_steps")
+_LIMIT_SETTINGS = ("trainer/max_epochs", "trainer/max_steps")
 
 
 def _draw_seed() -> int:
