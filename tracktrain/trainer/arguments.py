@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
@@ -35,11 +36,14 @@ def check_positive_int(name: str, value: Any, allow_none: bool = False) -> int |
     return int(value)
 
 
-def check_non_negative_number(name: str, value: Any) -> float | None:
+def check_non_negative_number(name: str, value: Any, allow_infinite: bool = False) -> float | None:
+    """A number >= 0 (NaN never: every comparison with it is false, so it would pass any check later), 0 as None."""
     if value is None:
         return None
-    if not isinstance(value, numbers.Real) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"Trainer({name}=...) must be a number >= 0 or None, got {value!r}.")
+    if (not isinstance(value, numbers.Real) or isinstance(value, bool) or math.isnan(value) or value < 0
+            or (math.isinf(value) and not allow_infinite)):
+        bound = "a number >= 0" if allow_infinite else "a finite number >= 0"
+        raise ValueError(f"Trainer({name}=...) must be {bound} or None, got {value!r}.")
     return float(value) or None
 
 

@@ -152,7 +152,8 @@ class Trainer:
         self.run_seed = seed  # the seed of the data order; drawn (or taken from the checkpoint) when a fit starts
         self.settings: dict[str, Any] = {}  # run_settings() of the current fit, saved in its checkpoints
         self.resume_changes: dict[str, tuple[Any, Any]] = {}  # settings that differ from the checkpoint resumed
-        self.preemption_timeout = arguments.check_non_negative_number("preemption_timeout", preemption_timeout)
+        self.preemption_timeout = arguments.check_non_negative_number("preemption_timeout", preemption_timeout,
+                                                                    allow_infinite=True)
         self._signals = SignalWatch(on_signal=self._arm_preemption_check)
         self._preemption_checks: list[RemovableEventHandle] = []
         self._signal_agreement: distributed.AsyncAnyRank | None = None
