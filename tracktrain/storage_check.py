@@ -17,6 +17,8 @@ from tracktrain.storage import _OBJECT_STORE_PROTOCOLS, _protocols, open_filesys
 
 __all__ = ["check_writable"]
 
+PROBE_PREFIX = ".tracktrain-write-probe-"  # + 12 hex digits; one a kill left is removed by the next run's checkpointer
+
 
 def check_writable(url: str | os.PathLike, *, timeout: float = 30.0) -> None:
     """Fail now, with the cause and the fix, if files cannot be written, read back and deleted under `url`.
@@ -36,7 +38,7 @@ def check_writable(url: str | os.PathLike, *, timeout: float = 30.0) -> None:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}.")
     fs, path = open_filesystem(url)
     url = os.fspath(url)
-    probe = f"{path.rstrip(fs.sep)}{fs.sep}.tracktrain-write-probe-{uuid.uuid4().hex[:12]}"
+    probe = f"{path.rstrip(fs.sep)}{fs.sep}{PROBE_PREFIX}{uuid.uuid4().hex[:12]}"
     payload = b"tracktrain write probe\n"
     deadline = time.monotonic() + timeout
     step, written = "creating the directory", False

@@ -148,12 +148,15 @@ def test_only_checkpoints_and_stale_temporaries_of_writers_are_ever_deleted(tmp_
     (tmp_path / "ckpt" / "other_model_3.pt").write_bytes(b"someone else's")
     (tmp_path / "ckpt" / ".my.tmp").write_text("mine too")
     (tmp_path / "ckpt" / ".checkpoint_4.pt.0123456789ab.tmp").write_bytes(b"half a checkpoint")  # a killed write
+    (tmp_path / "ckpt" / ".tracktrain-write-probe-0123456789ab").write_bytes(b"a killed write probe")
+    (tmp_path / "ckpt" / ".tracktrain-write-probe-notes").write_text("not a probe's name")
     (tmp_path / "elsewhere.pt").write_bytes(b"outside")
     trainer, _ = run_trainer(tmp_path, 2)
     trainer.fit(Classifier(), make_loader())
     names = os.listdir(tmp_path / "ckpt")
-    assert {"notes.txt", "other_model_3.pt", ".my.tmp"} <= set(names)
+    assert {"notes.txt", "other_model_3.pt", ".my.tmp", ".tracktrain-write-probe-notes"} <= set(names)
     assert ".checkpoint_4.pt.0123456789ab.tmp" not in names
+    assert ".tracktrain-write-probe-0123456789ab" not in names
     assert (tmp_path / "elsewhere.pt").read_bytes() == b"outside"
 
 

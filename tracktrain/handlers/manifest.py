@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracktrain import storage
+from tracktrain.storage_check import PROBE_PREFIX
 
 __all__ = [
     "MANIFEST_SUFFIX",
@@ -201,7 +202,8 @@ def remove_uncommitted(directory: str | os.PathLike, owned: Callable[[str], bool
                        keep: Collection[str] = ()) -> list[str]:
     """Delete what saves killed part-way left in `directory`; returns the names deleted. That is:
 
-    - the hidden temporary files of writes cut short (named by `tracktrain.storage` `.<name>.<12 hex>.tmp`);
+    - the hidden temporary files of writes cut short (named by `tracktrain.storage` `.<name>.<12 hex>.tmp`), and
+      the write-probe files of `tracktrain.storage_check` that a kill during the probe left;
     - data files without a manifest whose names the caller `owned` (its handlers' file names): a kill after the
       data file was committed but before its manifest, or in the middle of a deletion (manifest gone first).
       Such a file is never loaded, but retention no longer knows it, so it would stay forever.
@@ -216,7 +218,7 @@ def remove_uncommitted(directory: str | os.PathLike, owned: Callable[[str], bool
     stale = [
         name for name in names
         if name not in keep and (
-            _TEMPORARY.fullmatch(name)
+            _TEMPORARY.fullmatch(name) or _PROBE.fullmatch(name)
             or (not name.endswith(MANIFEST_SUFFIX) and owned(name) and manifest_name(name) not in names)
         )
     ]
@@ -226,6 +228,7 @@ def remove_uncommitted(directory: str | os.PathLike, owned: Callable[[str], bool
 
 
 _TEMPORARY = re.compile(r"\..+\.[0-9a-f]{12}\.tmp")
+_PROBE = re.compile(re.escape(PROBE_PREFIX) + r"[0-9a-f]{12}")
 
 
 def _file_sizes(directory: str) -> dict[str, int]:
