@@ -283,3 +283,38 @@ def test_ranks_that_resume_at_different_steps_refuse_to_train(tmp_path):
     assert errors[0] == errors[1]
     assert "The ranks disagree on the global step after loading the checkpoint: [4, 0] (by rank)" in errors[0]
     assert "shared disk or an object store URL" in errors[0]
+
+
+# --------------------------------------------------------------------------------- a non-finite loss on one rank
+class NaNOnRankOne(Classifier):
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at = at
+
+    def train_step(self, batch, batch_idx):
+        loss = super().train_step(batch, batch_idx)
+        return loss * float("nan") if dist.get_rank() == 1 and self.trainer.global_step + 1 == self.at else loss
+
+
+def _fit_nan_on_rank_one(out: str, policy: str) -> None:
+    module = NaNOnRankOne(at=3)
+    trainer = _trainer(out, log_every_n_steps=2, nonfinite=policy)
+    try:
+        trainer.fit(module, make_loader())
+    except FloatingPointError as error:
+        _save(out, policy, {"error": str(error), "step": trainer.global_step})
+        return
+    finite = all(bool(torch.isfinite(p).all()) for p in module.parameters())
+    _save(out, policy, {"finite": finite, "step": trainer.global_step, "params": _params(module)})
+
+
+@pytest.mark.parametrize("policy", ["error", "skip_step"])
+def test_a_non_finite_loss_on_one_rank_is_acted_on_by_both_at_the_same_step(tmp_path, policy):
+    spawn(_fit_nan_on_rank_one, 2, args=(str(tmp_path), policy))
+    outcomes = _load(tmp_path, policy)
+    if policy == "error":  # rank 0's loss stayed finite, yet it stops too: no rank is left waiting
+        assert outcomes[0]["step"] == outcomes[1]["step"] == 4  # the first logging step after step 3
+        assert all("was NaN at step 3" in outcome["error"] for outcome in outcomes)
+    else:  # both skipped the step (rank 1 alone would have left rank 0 in backward's all-reduce)
+        assert outcomes[0]["finite"] and outcomes[0]["params"] == outcomes[1]["params"]
+        assert outcomes[0]["step"] == outcomes[1]["step"] == 8

@@ -32,6 +32,7 @@ from tracktrain.trainer.batches import batch_size_of, epoch_length_of, move_to_d
 from tracktrain.trainer.hooks import TrainerEvents, batch_index
 from tracktrain.trainer.metric_log import MetricLog, scalar_values, to_floats
 from tracktrain.trainer.module import LoopModule, checked_loss
+from tracktrain.trainer.nonfinite import NonFiniteWatch
 from tracktrain.trainer.optimizers import LRSchedulerConfig
 from tracktrain.trainer.resume import RESUME_CHOICES, check_resume, load_newest, resume_candidates
 from tracktrain.trainer.settings import changed_settings, check_resumable, describe, run_settings
@@ -81,6 +82,10 @@ class Trainer:
             with the loggers.
         resume_with_changes: resume a checkpoint written for another module class or other module `hparams`
             (refused by default, with the differences in the error).
+        nonfinite: a NaN or infinite training loss: "error" (default: `NonFiniteLoss` at the next logging step,
+            epoch end or checkpoint, naming the step and the newest checkpoint before it), "warn", or "skip_step"
+            (skip the steps whose loss is not finite, at the cost of reading every loss back). See
+            `tracktrain.trainer.nonfinite`.
         precision: "32-true" (default), "bf16-mixed" or "16-mixed".
         strategy: "auto" / "single_device", or "ddp": data parallel over the processes torchrun starts (or
             `tracktrain.distributed.spawn`), gloo on CPU and nccl on CUDA.
@@ -114,6 +119,7 @@ class Trainer:
         preemption_timeout: float = 60.0,
         resume: str | os.PathLike | None = None,
         resume_with_changes: bool = False,
+        nonfinite: str = "error",
     ) -> None:
         self.max_steps = arguments.check_positive_int("max_steps", max_steps, allow_none=True)
         self.max_epochs = arguments.check_positive_int("max_epochs", max_epochs, allow_none=True)
@@ -149,6 +155,9 @@ class Trainer:
         self.default_root_dir = os.fspath(default_root_dir) if default_root_dir is not None else os.getcwd()
         self.resume = check_resume(resume)
         self.resume_with_changes = bool(resume_with_changes)
+        self._nonfinite = NonFiniteWatch(nonfinite)
+        self.nonfinite = nonfinite
+        self._skip_step = False  # a loss of the current accumulation window was not finite ("skip_step")
         self.run_seed = seed  # the seed of the data order; drawn (or taken from the checkpoint) when a fit starts
         self.settings: dict[str, Any] = {}  # run_settings() of the current fit, saved in its checkpoints
         self.resume_changes: dict[str, tuple[Any, Any]] = {}  # settings that differ from the checkpoint resumed
@@ -373,6 +382,8 @@ class Trainer:
         module.to(self.device)
         if training:
             self.optimizers, self.lr_scheduler_configs = configure_optimizers(module)
+            self._nonfinite.reset()
+            self._skip_step = False
             self.model_engine = model_engine_for(self, module)
             self.model_engine.attach(self.train_engine)
             self._train_forward = self._strategy.train_forward(module)
@@ -462,11 +473,16 @@ class Trainer:
             output = self._train_forward(batch, batch_idx)
         if self.module.automatic_optimization:
             loss = checked_loss(output)
-            self.model_engine.backward(loss / accumulate if accumulate > 1 else loss)
+            if self._nonfinite.observe(loss, self.state.global_step + 1):
+                self.model_engine.backward(loss / accumulate if accumulate > 1 else loss)
+            else:
+                self._skip_step = True  # its gradients would be NaN: the window's optimizer step is skipped
         return output
 
     def _optimizer_step(self) -> None:
-        self.model_engine.step()
+        if not self._skip_step:
+            self.model_engine.step()
+        self._skip_step = False
         self.model_engine.zero_grad()
         self._pending_batches = 0
         self._count_step()
@@ -489,6 +505,7 @@ class Trainer:
         state = self.state
         state.global_step += 1
         if state.global_step % self.log_every_n_steps == 0:
+            self.check_finite()  # where values are read back anyway: no sync of its own
             self._publish(self.metric_log.step_values())
         if self.max_steps is not None and state.global_step >= self.max_steps:
             self._stop_now()  # every rank counts the same steps
@@ -541,6 +558,8 @@ class Trainer:
             self.module.train()
 
     def _reduce_epoch(self, stage: str, engine: Engine) -> None:
+        if stage == "fit":
+            self.check_finite()
         metrics = scalar_values(engine.state.metrics)  # Ignite metrics attached to the engine (and trackers)
         if stage == "fit" and self.model_engine.scaler is not None:
             metrics["amp/skipped_steps"] = self.model_engine.skipped_steps_on_device  # inf/NaN gradients, so far
@@ -564,6 +583,25 @@ class Trainer:
         """A checkpoint callback committed `path`, taken at global step `step`: loggers that keep checkpoints
         upload it."""
         self._logger_bridge.checkpoint_saved(path, step)
+
+    def check_finite(self) -> None:
+        """Act on the losses seen since the last check as `Trainer(nonfinite=...)` says (a host-device sync; every
+        rank must call it at the same point). The Trainer checks at each log step, each epoch end and each save."""
+        self._nonfinite.check(self._newest_checkpoint_before)
+
+    def _newest_checkpoint_before(self, step: int) -> str | None:
+        """The newest committed checkpoint of this run taken before optimizer step `step` (for the message)."""
+        from tracktrain.callbacks.model_checkpoint import ModelCheckpoint
+        from tracktrain.handlers.manifest import committed_checkpoints
+
+        for callback in self.callbacks:
+            if isinstance(callback, ModelCheckpoint):
+                callback.wait()  # a save in flight may be the one asked for
+        for directory in self._checkpoint_dirs():
+            for checkpoint in committed_checkpoints(directory)[0]:  # newest first
+                if checkpoint.summary.get("global_step", 0) < step:
+                    return checkpoint.url
+        return None
 
     # -------------------------------------------------------------------------------------------- checkpoints
     def checkpoint_objects(self) -> dict[str, Any]:

@@ -32,6 +32,7 @@ class TrainerState:
 
     def state_dict(self) -> dict[str, Any]:
         trainer = self._trainer
+        trainer.check_finite()  # no checkpoint holds the parameters of a step after a non-finite loss
         checkpoint: dict[str, Any] = {
             "global_step": self.global_step,
             "samples_seen": self.samples_seen,

@@ -1,0 +1,106 @@
+"""What a fit does when its loss is NaN or infinite: `Trainer(nonfinite="error" | "warn" | "skip_step")`.
+
+A non-finite loss turns every parameter non-finite at the next optimizer step, and training would go on
+computing nothing. Watching for it must not add a host-device sync to every step, so the loss of each step is
+checked on its device (`observe`: two small tensor operations, no sync) and the finding is read back (`check`: one
+sync) only where the Trainer reads values anyway — at each publication of logged values (every
+`log_every_n_steps`), at each epoch's end — and before a checkpoint is saved, so that no checkpoint ever holds the
+parameters of a step after a non-finite loss.
+
+- "error" (default): `check` raises `NonFiniteLoss`, naming the first step whose loss was not finite, its value,
+  and the newest checkpoint taken before it.
+- "warn": `check` warns once per finding and training goes on.
+- "skip_step": every step reads its loss back (one sync per step) and a non-finite one skips the step: no backward,
+  no optimizer step; the skipped steps are counted and reported at each check.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+
+import torch
+
+from tracktrain import distributed
+
+__all__ = ["NONFINITE_POLICIES", "NonFiniteLoss", "NonFiniteWatch"]
+
+NONFINITE_POLICIES = ("error", "warn", "skip_step")
+
+
+class NonFiniteLoss(FloatingPointError):
+    """The training loss was NaN or infinite (`Trainer(nonfinite="error")`)."""
+
+
+class NonFiniteWatch:
+    """The first step whose loss was not finite, kept on the loss's device until `check` reads it."""
+
+    def __init__(self, policy: str) -> None:
+        if policy not in NONFINITE_POLICIES:
+            raise ValueError(
+                f"Trainer(nonfinite=...) must be one of {', '.join(map(repr, NONFINITE_POLICIES))}, got {policy!r}."
+            )
+        self.policy = policy
+        self._first_bad_step: torch.Tensor | None = None  # -1 while every loss was finite
+        self._first_bad_value: torch.Tensor | None = None
+        self.skipped_steps = 0
+        self._skipped_reported = 0
+
+    def reset(self) -> None:
+        self._first_bad_step = self._first_bad_value = None
+        self.skipped_steps = self._skipped_reported = 0
+
+    def observe(self, loss: torch.Tensor, step: int) -> bool:
+        """Record `loss` of optimizer step `step` (1-based); whether the step should go on. No sync, except under
+        "skip_step"."""
+        loss = loss.detach()
+        if self.policy == "skip_step":
+            finite = bool(torch.isfinite(loss).all())  # a sync point, per step: what this policy costs
+            # ranks skip together (under DDP one that skipped backward would leave the others in its all-reduce)
+            if not distributed.any_rank(not finite):
+                return True
+            self.skipped_steps += 1
+            return False
+        if self._first_bad_step is None:
+            self._first_bad_step = torch.full((), -1, dtype=torch.long, device=loss.device)
+            self._first_bad_value = torch.zeros((), dtype=torch.float32, device=loss.device)
+        first_time = ~torch.isfinite(loss).all() & (self._first_bad_step < 0)
+        self._first_bad_step.masked_fill_(first_time, step)
+        self._first_bad_value.copy_(torch.where(first_time, loss.float().reshape(()), self._first_bad_value))
+        return True
+
+    def check(self, last_good_checkpoint: Callable[[int], str | None]) -> None:
+        """Read what was observed (a sync point) and act on it: raise, warn, or report skipped steps.
+        `last_good_checkpoint(step)`: the newest checkpoint taken before `step`, for the message."""
+        if self.policy == "skip_step":
+            if self.skipped_steps > self._skipped_reported:
+                warnings.warn(f"Skipped {self.skipped_steps - self._skipped_reported} training step(s) whose loss was "
+                              f"not finite (Trainer(nonfinite='skip_step'); {self.skipped_steps} so far).", stacklevel=2)
+                self._skipped_reported = self.skipped_steps
+            return
+        found = (-1, 0.0)
+        if self._first_bad_step is not None:
+            found = (int(self._first_bad_step.item()), float(self._first_bad_value.item()))
+            self._first_bad_step.fill_(-1)  # under "warn", the next non-finite loss is reported again
+        # every rank checks at the same points: all of them act on the earliest finding of any (or none does)
+        findings = [finding for finding in distributed.gather_objects(found) if finding[0] >= 0]
+        if not findings:
+            return
+        step, value = min(findings)
+        checkpoint = last_good_checkpoint(step)
+        where = (f"the newest checkpoint before it is {checkpoint}" if checkpoint
+                 else "no checkpoint was taken before it")
+        message = (f"The training loss was {_text(value)} at step {step}: the parameters are no longer finite from "
+                   f"there on; {where}.")
+        if self.policy == "warn":
+            warnings.warn(message + " Training goes on (Trainer(nonfinite='warn')).", stacklevel=2)
+            return
+        raise NonFiniteLoss(
+            message + " Lower the learning rate, clip gradients (gradient_clip_val), check the data for NaN, or pass "
+            "Trainer(nonfinite='skip_step') to skip such steps."
+        )
+
+
+def _text(value: float) -> str:
+    return "NaN" if math.isnan(value) else ("+inf" if value > 0 else "-inf")
