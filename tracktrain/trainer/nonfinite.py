@@ -2,8 +2,8 @@
 
 A non-finite loss turns every parameter non-finite at the next optimizer step, and training would go on
 computing nothing. Watching for it must not add a host-device sync to every step, so the loss of each step is
-checked on its device (`observe`: two small tensor operations, no sync) and the finding is read back (`check`: one
-sync) only where the Trainer reads values anyway — at each publication of logged values (every
+kept as it is (`observe`: a list append) and the losses are checked together (`check`: one stack, one sync) only
+where the Trainer reads values anyway — at each publication of logged values (every
 `log_every_n_steps`), at each epoch's end — and before a checkpoint is saved, so that no checkpoint ever holds the
 parameters of a step after a non-finite loss.
 
@@ -29,12 +29,16 @@ __all__ = ["NONFINITE_POLICIES", "NonFiniteLoss", "NonFiniteWatch"]
 NONFINITE_POLICIES = ("error", "warn", "skip_step")
 
 
+_CHUNK = 256  # losses kept as tensors before they are folded into one
+
+
 class NonFiniteLoss(FloatingPointError):
     """The training loss was NaN or infinite (`Trainer(nonfinite="error")`)."""
 
 
 class NonFiniteWatch:
-    """The first step whose loss was not finite, kept on the loss's device until `check` reads it."""
+    """The losses of the steps since the last check, kept as they are (detached, on their device) until `check`
+    reads them all at once: observing a step costs a list append, not a device operation."""
 
     def __init__(self, policy: str) -> None:
         if policy not in NONFINITE_POLICIES:
@@ -42,13 +46,15 @@ class NonFiniteWatch:
                 f"Trainer(nonfinite=...) must be one of {', '.join(map(repr, NONFINITE_POLICIES))}, got {policy!r}."
             )
         self.policy = policy
-        self._first_bad_step: torch.Tensor | None = None  # -1 while every loss was finite
-        self._first_bad_value: torch.Tensor | None = None
+        self._steps: list[int] = []
+        self._losses: list[torch.Tensor] = []
+        # full lists folded into one tensor each (no sync), so a long interval between checks holds 12 bytes a step
+        self._chunks: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.skipped_steps = 0
         self._skipped_reported = 0
 
     def reset(self) -> None:
-        self._first_bad_step = self._first_bad_value = None
+        self._steps, self._losses, self._chunks = [], [], []
         self.skipped_steps = self._skipped_reported = 0
 
     def observe(self, loss: torch.Tensor, step: int) -> bool:
@@ -62,13 +68,31 @@ class NonFiniteWatch:
                 return True
             self.skipped_steps += 1
             return False
-        if self._first_bad_step is None:
-            self._first_bad_step = torch.full((), -1, dtype=torch.long, device=loss.device)
-            self._first_bad_value = torch.zeros((), dtype=torch.float32, device=loss.device)
-        first_time = ~torch.isfinite(loss).all() & (self._first_bad_step < 0)
-        self._first_bad_step.masked_fill_(first_time, step)
-        self._first_bad_value.copy_(torch.where(first_time, loss.float().reshape(()), self._first_bad_value))
+        self._steps.append(step)
+        self._losses.append(loss)
+        if len(self._losses) == _CHUNK:
+            self._fold()
         return True
+
+    def _fold(self) -> None:
+        if self._losses:
+            values = torch.stack([loss.reshape(()) for loss in self._losses]).float()
+            self._chunks.append((torch.tensor(self._steps), values))
+        self._steps, self._losses = [], []
+
+    def _first_non_finite(self) -> tuple[int, float]:
+        """(step, value) of the first non-finite loss observed since the last call, or (-1, 0.0). A sync point."""
+        self._fold()
+        chunks, self._chunks = self._chunks, []
+        if not chunks:
+            return -1, 0.0
+        steps = torch.cat([chunk_steps for chunk_steps, _ in chunks])
+        values = torch.cat([chunk_values for _, chunk_values in chunks])
+        bad = (~torch.isfinite(values)).nonzero()  # reading its size back is the sync
+        if not len(bad):
+            return -1, 0.0
+        first = int(bad[0, 0])
+        return int(steps[first]), float(values[first])
 
     def check(self, last_good_checkpoint: Callable[[int], str | None]) -> None:
         """Read what was observed (a sync point) and act on it: raise, warn, or report skipped steps.
@@ -79,10 +103,7 @@ class NonFiniteWatch:
                               f"not finite (Trainer(nonfinite='skip_step'); {self.skipped_steps} so far).", stacklevel=2)
                 self._skipped_reported = self.skipped_steps
             return
-        found = (-1, 0.0)
-        if self._first_bad_step is not None:
-            found = (int(self._first_bad_step.item()), float(self._first_bad_value.item()))
-            self._first_bad_step.fill_(-1)  # under "warn", the next non-finite loss is reported again
+        found = self._first_non_finite()
         # every rank checks at the same points: all of them act on the earliest finding of any (or none does)
         findings = [finding for finding in distributed.gather_objects(found) if finding[0] >= 0]
         if not findings:
