@@ -175,3 +175,32 @@ def test_xla_without_torch_xla_says_how_to_install_it(tmp_path):
         pytest.skip("torch_xla is installed here")
     with pytest.raises(ModuleNotFoundError, match=r"torch==2.9.0 torch_xla==2.9.0.*PJRT_DEVICE=CPU"):
         Trainer(**quiet(tmp_path, strategy="xla")).fit(Classifier(), make_loader())
+
+
+def test_a_logger_that_cannot_start_fails_the_fit_with_its_own_error(tmp_path):
+    from tracktrain.loggers.csv_logger import CSVLogger
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    trainer = Trainer(**quiet(tmp_path, max_epochs=1, loggers=[CSVLogger(save_dir=blocked / "logs")]))
+    with pytest.raises(OSError) as failed:  # the cause, not "CSVLogger is not started"
+        trainer.fit(Classifier(), make_loader())
+    assert "a-file" in str(failed.value) and "not started" not in str(failed.value)
+
+
+def test_an_on_exception_hook_that_fails_is_a_warning_and_the_run_s_error_is_raised(tmp_path):
+    from tracktrain import Callback
+
+    class Breaks(Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            raise RuntimeError("the run's own error")
+
+    class FailsToo(Callback):
+        def on_exception(self, trainer, module, exception):
+            raise ValueError("a hook's failure")
+
+    trainer = Trainer(**quiet(tmp_path, max_epochs=1, callbacks=[Breaks(), FailsToo()]))
+    with pytest.warns(UserWarning, match=r"on_exception hook .* failed while the run was stopping on RuntimeError: "
+                                         r"ValueError: a hook's failure"):
+        with pytest.raises(RuntimeError, match="the run's own error"):
+            trainer.fit(Classifier(), make_loader())

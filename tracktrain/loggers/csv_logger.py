@@ -75,6 +75,8 @@ class CSVLogger(Logger):
         return True
 
     def finalize(self, status: str) -> None:
+        if self.run_dir is None:
+            return  # it never started (its start failed: that error is the one to see): nothing to end
         self.flush()
         with open(os.path.join(self._require_dir(), "status.txt"), "w", encoding="utf-8") as out:
             out.write(status + "\n")

@@ -8,6 +8,7 @@ the module's hooks of the same priority.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -52,11 +53,18 @@ class ExceptionHooks:
         self._seen: BaseException | None = None
 
     def notify(self, engine: Engine, exception: BaseException) -> None:
+        """Call every hook. One that fails (a tracker that cannot mark its run) is reported as a warning and the
+        others still run: the exception being raised is the one the user must see, not a consequence of it."""
         if exception is self._seen:
             return
         self._seen = exception
         for hook in self.hooks:
-            hook(engine, exception)
+            try:
+                hook(engine, exception)
+            except Exception as hook_error:  # noqa: BLE001 - reported, never raised over the run's own error
+                warnings.warn(f"An on_exception hook ({getattr(hook, '__qualname__', hook)}) failed while the run was "
+                              f"stopping on {type(exception).__name__}: {type(hook_error).__name__}: {hook_error}",
+                              stacklevel=2)
 
     def __call__(self, engine: Engine, exception: BaseException) -> None:
         self.notify(engine, exception)
