@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any
 
@@ -32,6 +33,7 @@ def manual_seed(seed: int) -> None:
         numpy.random.seed(seed % 2**32)
 
 
+@functools.cache  # which accelerators a process can use does not change while it runs
 def _has_accelerator() -> bool:
     xpu = getattr(torch, "xpu", None)
     return (torch.cuda.is_available() or torch.backends.mps.is_available()
