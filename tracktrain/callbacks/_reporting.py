@@ -39,7 +39,7 @@ def report(trainer: Trainer, values: Mapping[str, torch.Tensor | float]) -> None
         name: value if isinstance(value, torch.Tensor) else torch.tensor(float(value), dtype=torch.float64)
         for name, value in values.items()
     })
-    trainer._publish(values)
+    trainer.publish(values)
 
 
 def format_value(value: float) -> str:

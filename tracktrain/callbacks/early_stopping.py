@@ -126,7 +126,7 @@ class EarlyStopping(Callback):
                 message = f"Another process asked to stop (its {self.monitor} met a stopping condition)."
             self.stopping_reason_message = message
             _logger.info("EarlyStopping at epoch %d: %s", self.stopped_epoch, message)
-            trainer._stop_now()  # agreed on by every rank above
+            trainer.stop(agreed=True)  # agreed on by every rank above
 
     def _better(self, value: float, than: float) -> bool:
         return value < than if self.mode == "min" else value > than

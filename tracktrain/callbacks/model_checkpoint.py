@@ -240,7 +240,7 @@ class ModelCheckpoint(Callback):
                 self._save_with(trainer, self._last)
 
     def _save_with(self, trainer: Trainer, handler: Checkpoint) -> None:
-        trainer._logger_bridge.persist()  # what was logged up to here outlives a kill after this commit
+        trainer.persist_logs()  # what was logged up to here outlives a kill after this commit
         assert self._saver is not None
         # the resumed-from checkpoint's protection ends here (see _protect_resumed_from): if this save pushes it out,
         # it is deleted after this save's commit, in order behind it in the background writer
@@ -257,9 +257,9 @@ class ModelCheckpoint(Callback):
         the writer thread, right after the commit, so the trackers file it at the step it was taken."""
         step = trainer.global_step
         if isinstance(self._saver, AsyncSaver):
-            self._saver.then(lambda: trainer._checkpoint_saved(path, step))
+            self._saver.then(lambda: trainer.checkpoint_committed(path, step))
         else:
-            trainer._checkpoint_saved(path, step)
+            trainer.checkpoint_committed(path, step)
 
     def _score(self, engine: Any) -> float:
         metrics = self._trainer.callback_metrics  # type: ignore[union-attr]

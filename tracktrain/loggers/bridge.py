@@ -1,7 +1,7 @@
 """`LoggerBridge`: the one callback between a Trainer and its loggers.
 
 It starts (or resumes) each logger's run when fit starts, logs the hyperparameters once, forwards what the
-Trainer publishes (`Trainer._publish` calls `log_metrics`), asks for delivery at each epoch's end, uploads saved
+Trainer publishes (`Trainer.publish` calls `log_metrics`), asks for delivery at each epoch's end, uploads saved
 checkpoints to the loggers that want them, and ends the runs: FINISHED, FAILED on an exception, KILLED on
 pre-emption (SIGTERM/SIGUSR1, see `tracktrain.preemption`) or Ctrl-C. Only rank 0 talks to trackers: one run per training job, not per process. The run ids are
 saved in checkpoints, so a resumed fit continues the same runs.

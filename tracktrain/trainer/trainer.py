@@ -239,19 +239,19 @@ class Trainer:
         """The latest values logged with `prog_bar=True` (tensors; read them only when shown)."""
         return {name: self.callback_metrics[name] for name in self._progress_bar_names if name in self.callback_metrics}
 
-    def stop(self) -> None:
+    def stop(self, *, agreed: bool = False) -> None:
         """End training after the current iteration. An epoch cut short still ends as the run's last one: its
         end hooks, validation, schedulers and checkpoints run. Callable from any hook or handler of the run.
 
         Under DDP a request from any one rank is agreed on by all at the end of the epoch, so no rank stops
-        alone and leaves the others waiting."""
-        if distributed.is_distributed():
+        alone and leaves the others waiting. `agreed=True`: every rank takes this decision at this same step
+        (max_steps, an early-stopping check all-reduced across ranks): stop now, without that agreement."""
+        if distributed.is_distributed() and not agreed:
             self._stop_requested = True
             return
         self._stop_now()
 
     def _stop_now(self) -> None:
-        """Stop, for a decision every rank makes alike (max_steps, a synced early-stopping check)."""
         engine = self.train_engine
         if engine.last_event_name in (Events.STARTED, Events.EPOCH_STARTED, Events.EPOCH_COMPLETED):
             engine.terminate()  # no epoch to cut: at its start (nothing ran yet) or its end (all of it ran)
@@ -506,9 +506,9 @@ class Trainer:
         state.global_step += 1
         if state.global_step % self.log_every_n_steps == 0:
             self.check_finite()  # where values are read back anyway: no sync of its own
-            self._publish(self.metric_log.step_values())
+            self.publish(self.metric_log.step_values())
         if self.max_steps is not None and state.global_step >= self.max_steps:
-            self._stop_now()  # every rank counts the same steps
+            self.stop(agreed=True)  # every rank counts the same steps
 
     def _step_epoch_schedulers(self, engine: Engine) -> None:
         for config in self.lr_scheduler_configs:
@@ -567,10 +567,11 @@ class Trainer:
         self._last_values[stage] = {**self.logs[stage].epoch_values(), **metrics}
 
     def _publish_epoch(self, stage: str, engine: Engine) -> None:
-        self._publish({**self._last_values.get(stage, {}), **self.logs[stage].epoch_values()})
+        self.publish({**self._last_values.get(stage, {}), **self.logs[stage].epoch_values()})
 
-    def _publish(self, values: Mapping[str, Any]) -> None:
-        """The one path logged values take to `logged_metrics` and the loggers (read from the device here)."""
+    def publish(self, values: Mapping[str, Any]) -> None:
+        """The one path logged values take to `logged_metrics` and the loggers (read from the device here), at the
+        current global step; callbacks that compute their own values (timing, memory) publish them here."""
         if not values:
             return
         floats = to_floats(dict(values))
@@ -579,10 +580,15 @@ class Trainer:
             floats = {**floats, "epoch": float(self.current_epoch), "samples_seen": float(self.state.samples_seen)}
         self._logger_bridge.log_metrics(floats, self.state.global_step)
 
-    def _checkpoint_saved(self, path: str, step: int | None = None) -> None:
+    def checkpoint_committed(self, path: str, step: int | None = None) -> None:
         """A checkpoint callback committed `path`, taken at global step `step`: loggers that keep checkpoints
         upload it."""
         self._logger_bridge.checkpoint_saved(path, step)
+
+    def persist_logs(self) -> None:
+        """Make what the loggers hold durable before a checkpoint commits (see `LoggerBridge.persist`): a run
+        killed after that commit resumes past these steps and would never log them again."""
+        self._logger_bridge.persist()
 
     def check_finite(self) -> None:
         """Act on the losses seen since the last check as `Trainer(nonfinite=...)` says (a host-device sync; every
