@@ -19,7 +19,7 @@ _remove = FsspecSaver.remove
 
 def _announced_remove(self: FsspecSaver, filename: str) -> None:
     if filename not in self.protected:
-        print(f"removing {filename}", flush=True)
+        _resume_script.say(f"removing {filename}")
         time.sleep(float(os.environ.get("RETENTION_TEST_HOLD", "0.1")))  # the test sets a long one to be sure
     _remove(self, filename)
 

@@ -9,6 +9,7 @@ priority their manifests recorded, and deletes what the rules push out."""
 from __future__ import annotations
 
 import random
+import re
 import signal
 from pathlib import Path
 
@@ -245,7 +246,8 @@ def kill_and_restart(root: str, tmp_path: Path, cycles: int, seed: int, monkeypa
             nonlocal seen
             seen += line.startswith(target + " ")
             # from step 40 on, the run is killed at once: the last run must still save, and so delete
-            return seen >= after or (line.startswith("step ") and int(line.split()[1]) >= 40)
+            step = re.match(r"step (\d+)$", line)
+            return seen >= after or (step is not None and int(step.group(1)) >= 40)
 
         if run.read_until(reached) is None:  # it ended before the chosen moment: it must have finished
             assert run.finish() == 0 and run.lines[-1] == f"done {harness.STEPS}", (run.lines[-5:], run.stderr[-3000:])

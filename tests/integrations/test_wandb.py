@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -310,10 +311,12 @@ def test_a_trainer_run_lands_in_one_w_and_b_run(tmp_path, monkeypatch):
     assert all("val_loss" in row for row in scalars if row["_step"] in (8, 16))  # the same row as train_loss
     assert scalars[-1]["val_loss"] == pytest.approx(trainer.logged_metrics["val_loss"])
     assert scalars[-1]["train_loss"] == pytest.approx(trainer.logged_metrics["train_loss"])
-    histograms = [row for row in run["history"] if row.get("gradients/net.weight._type") == "histogram"]
+    # W&B names the hooks' keys after the module, prefixed "graph_N" when its process watched another module before
+    weight = [next((key[: -len("._type")] for key in row if re.fullmatch(r"gradients/(graph_\d+)?net\.weight\._type", key)
+                    and row[key] == "histogram"), None) for row in run["history"]]
+    histograms = [(row, key) for row, key in zip(run["history"], weight) if key is not None]
     assert len(histograms) == 4  # every 4th of 16 backward passes
-    assert all(len(row["gradients/net.weight.bins"]) == len(row["gradients/net.weight.values"]) + 1
-               for row in histograms)
+    assert all(len(row[f"{key}.bins"]) == len(row[f"{key}.values"]) + 1 for row, key in histograms)
     config = run["state"]["config"]
     assert config["trainer/max_epochs"] == 2 and config["module/class"] == "Classifier"
     assert [json.loads(artifact["metadata"])["global_step"] for artifact in run["artifacts"]] == [8, 16]

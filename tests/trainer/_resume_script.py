@@ -84,21 +84,27 @@ def loader_for(data: str):
 RANK = int(os.environ.get("RANK", 0))
 
 
+def say(line: str) -> None:
+    """One line, in one write: the checkpoint writer thread prints too, and print() writes the newline apart."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 class Announce(Callback):
     """Rank 0 says where the fit resumed, each step, and each save."""
 
     def on_fit_start(self, trainer, module):
         if RANK == 0:
-            print(f"resumed {trainer.ckpt_path} {trainer.global_step} {trainer.run_seed}", flush=True)
+            say(f"resumed {trainer.ckpt_path} {trainer.global_step} {trainer.run_seed}")
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         if RANK == 0:
-            print(f"step {trainer.global_step}", flush=True)
+            say(f"step {trainer.global_step}")
         time.sleep(0.02)
 
     def on_save_checkpoint(self, trainer, module, checkpoint):
         if RANK == 0:
-            print(f"saving {trainer.global_step}", flush=True)
+            say(f"saving {trainer.global_step}")
 
 
 def main() -> None:
@@ -116,7 +122,7 @@ def main() -> None:
     torch.save({name: value for name, value in module.state_dict().items() if name != "ballast"},
                out if RANK == 0 else f"{out}.rank{RANK}")
     if RANK == 0:
-        print(f"done {trainer.global_step}", flush=True)
+        say(f"done {trainer.global_step}")
 
 
 if __name__ == "__main__":
