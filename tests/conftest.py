@@ -10,6 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 
+# Every process group a test starts (spawn, torchrun, in this process or its children) fails a collective that waits
+# this long, each rank with its own stack: a hang fails in a minute, not at CI's limit. Python's fault handler prints
+# every thread's stack if a process is aborted.
+os.environ.setdefault("TRACKTRAIN_DIST_TIMEOUT", "60")
+os.environ.setdefault("PYTHONFAULTHANDLER", "1")
+
 # The fake credentials every test reaches moto with. Distinctive, so that a test can assert they appear nowhere.
 S3_ACCESS_KEY_ID = "tracktrain-test-key-id"
 S3_SECRET = "tracktrain-test-secret-never-stored"

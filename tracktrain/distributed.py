@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import traceback
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["any_rank", "init_from_env", "is_distributed", "spawn"]
+__all__ = ["any_rank", "collective_device", "collective_timeout", "init_from_env", "is_distributed", "spawn"]
 
 _TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -23,11 +24,36 @@ def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-def init_from_env(backend: str | None = None, timeout: timedelta = timedelta(minutes=30)) -> None:
+TIMEOUT_VARIABLE = "TRACKTRAIN_DIST_TIMEOUT"
+DEFAULT_TIMEOUT = timedelta(minutes=30)
+
+
+def collective_timeout(timeout: timedelta | None = None) -> timedelta:
+    """How long a collective may wait for the other ranks before the run fails (on every rank, each with its own
+    stack): `timeout` if given, else `TRACKTRAIN_DIST_TIMEOUT` seconds, else 30 minutes (a first CUDA compile or a
+    checkpoint written to a slow store can take minutes; a test sets seconds, so a hang fails fast)."""
+    if timeout is not None:
+        return timeout
+    text = os.environ.get(TIMEOUT_VARIABLE)
+    if text is None:
+        return DEFAULT_TIMEOUT
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"{TIMEOUT_VARIABLE}={text!r} must be a positive number of seconds (e.g. 60), or unset "
+                         f"for the default of {int(DEFAULT_TIMEOUT.total_seconds())} s.")
+    return timedelta(seconds=seconds)
+
+
+def init_from_env(backend: str | None = None, timeout: timedelta | None = None) -> None:
     """Join the process group torchrun (or `spawn`) describes in RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT;
-    nothing to do when one is running already. `backend` defaults to nccl with CUDA, gloo without."""
+    nothing to do when one is running already. `backend` defaults to nccl with CUDA, gloo without; `timeout`: see
+    `collective_timeout`."""
     if dist.is_initialized():
         return
+    timeout = collective_timeout(timeout)
     missing = [name for name in _TORCHRUN_VARIABLES if name not in os.environ]
     if missing:
         raise RuntimeError(
@@ -39,14 +65,19 @@ def init_from_env(backend: str | None = None, timeout: timedelta = timedelta(min
     dist.init_process_group(backend, timeout=timeout)
 
 
+def collective_device() -> torch.device:
+    """Where the tensors of a collective live: nccl reduces CUDA tensors only; gloo (and the rest) take CPU ones."""
+    if "nccl" in str(dist.get_backend()):
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def any_rank(flag: bool) -> bool:
     """`flag` or-ed over all processes (every rank must call it): one rank's decision to stop or save becomes
     everyone's, so no rank is left waiting in a collective the others skipped."""
     if not is_distributed():
         return flag
-    from tracktrain.metrics.distributed import _collective_device
-
-    buffer = torch.tensor([int(flag)], device=_collective_device())
+    buffer = torch.tensor([int(flag)], device=collective_device())
     dist.all_reduce(buffer, op=dist.ReduceOp.MAX)
     return bool(buffer.item())
 
@@ -63,9 +94,7 @@ class AsyncAnyRank:
     def exchange(self, value: int) -> int:
         agreed = self.finish()
         if self._buffer is None:  # one buffer for the whole run: no allocation per step
-            from tracktrain.metrics.distributed import _collective_device
-
-            self._buffer = torch.zeros(1, dtype=torch.int64, device=_collective_device())
+            self._buffer = torch.zeros(1, dtype=torch.int64, device=collective_device())
         self._buffer.fill_(value)
         self._work = dist.all_reduce(self._buffer, op=dist.ReduceOp.MAX, async_op=True)
         return agreed
@@ -102,10 +131,8 @@ def check_same_on_all_ranks(what: str, value: int) -> None:
     """Raise on every rank unless all ranks hold the same `value` (every rank must call it)."""
     if not is_distributed():
         return
-    from tracktrain.metrics.distributed import _collective_device
-
-    values = [torch.zeros(1, dtype=torch.int64, device=_collective_device()) for _ in range(dist.get_world_size())]
-    dist.all_gather(values, torch.tensor([value], dtype=torch.int64, device=_collective_device()))
+    values = [torch.zeros(1, dtype=torch.int64, device=collective_device()) for _ in range(dist.get_world_size())]
+    dist.all_gather(values, torch.tensor([value], dtype=torch.int64, device=collective_device()))
     seen = [int(v.item()) for v in values]
     if len(set(seen)) > 1:
         raise RuntimeError(
@@ -132,7 +159,13 @@ def _run_as_rank(rank: int, world_size: int, port: int, fn: Callable[..., Any], 
         "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(world_size),
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
     })
-    fn(*args)
+    try:
+        fn(*args)
+    except BaseException:
+        # spawn raises the first failing rank's error and stops the others; print every rank's own stack as it
+        # fails, so a hang that timed out on both shows where each one waited
+        print(f"[rank {rank}] failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+        raise
     if dist.is_initialized():
         # every rank leaves together: a rank tearing its connections down while another still finishes its fit
         # (rank 0 writing the last checkpoint) can abort that one. (After an exception, spawn stops the others.)

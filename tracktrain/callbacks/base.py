@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
+    from tracktrain.boundary import Decision
+
     from tracktrain.trainer.module import LoopModule
     from tracktrain.trainer.trainer import Trainer
 
@@ -43,6 +45,12 @@ class Callback:
     def event_handlers(self, trainer: Trainer) -> Iterable[tuple[str, Any, Callable]]:
         """Extra `(stage, event, handler)` to attach: stage "fit" (train engine), "validate", "test" or
         "predict"; the event may carry a filter (`Events.ITERATION_COMPLETED(every=100)`)."""
+        return ()
+
+    def decisions(self, trainer: Trainer) -> Iterable[Decision]:
+        """Decisions every rank must take alike (stop, keep a checkpoint), declared here and agreed by the Trainer
+        at a boundary of the loop in one exchange, before anything acts on them (`tracktrain.boundary`). A callback
+        never issues a collective of its own to agree on something."""
         return ()
 
     def state_dict(self) -> dict[str, Any]:

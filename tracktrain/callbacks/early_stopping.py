@@ -6,15 +6,13 @@ import enum
 import logging
 import math
 import numbers
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 
-from tracktrain.callbacks._reporting import is_fitting
+from tracktrain.boundary import Boundary, Decision
 from tracktrain.callbacks.base import Callback
-from tracktrain.distributed import any_rank
 from tracktrain.trainer.monitor import monitored_value
-from tracktrain.engine.events import Events
 
 if TYPE_CHECKING:
     from tracktrain.trainer.trainer import Trainer
@@ -53,8 +51,9 @@ class EarlyStopping(Callback):
         check_on_train_epoch_end: check at training epoch ends (True) or validation ends (False); None: at
             validation ends when `fit` was given validation data, else at training epoch ends.
 
-    Under torch.distributed each rank checks its own value and the run stops on every rank as soon as one asks
-    (one all-reduce per check), so no rank waits for another that has stopped. `state_dict()` (wait count,
+    Under torch.distributed each rank checks its own value and the run stops on every rank as soon as one asks:
+    the check is a `Decision` the Trainer agrees on with the boundary's others, so no rank waits for another that
+    has stopped. `state_dict()` (wait count,
     best score, stopped epoch) is saved in the Trainer's checkpoints, so a resumed run keeps counting.
     """
 
@@ -102,31 +101,33 @@ class EarlyStopping(Callback):
         self.stopped_epoch = 0
         self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
         self.stopping_reason_message: str | None = None
+        self._message: str | None = None  # why this rank proposed to stop, at the last check
 
     # ------------------------------------------------------------------------------------------------ checks
-    def event_handlers(self, trainer: Trainer) -> Iterable[tuple[str, Any, Callable]]:
-        """One check per validation or per training epoch; the other event costs nothing."""
+    def decisions(self, trainer: Trainer) -> Iterable[Decision]:
+        """One check per validation or per training epoch of fit, agreed by all ranks: any rank's stop stops all."""
         at_epoch_end = self.check_on_train_epoch_end
         if at_epoch_end is None:
             at_epoch_end = trainer.val_dataloaders is None
-        if at_epoch_end:
-            return [("fit", Events.EPOCH_COMPLETED, lambda: self._check(trainer))]
-        # attached for validate() calls too, where it must not count: _check skips outside fit
-        return [("validate", Events.COMPLETED, lambda: self._check(trainer))]
+        boundary = Boundary.TRAIN_EPOCH_END if at_epoch_end else Boundary.VALIDATION_END
+        return [Decision(boundary, f"EarlyStopping({self.monitor})", propose=lambda: self._propose(trainer),
+                         agree="any", act=lambda agreed: self._act(trainer, agreed))]
 
-    def _check(self, trainer: Trainer) -> None:
-        if not is_fitting(trainer):
-            return
+    def _propose(self, trainer: Trainer) -> bool:
         current = monitored_value(trainer.callback_metrics, self.monitor, "EarlyStopping")  # the check's one sync
-        should_stop, message = self._evaluate(current)
-        should_stop = any_rank(should_stop)
-        if should_stop:
-            self.stopped_epoch = trainer.current_epoch
-            if self.stopping_reason is EarlyStoppingReason.NOT_STOPPED:  # stopped because another rank asked
-                message = f"Another process asked to stop (its {self.monitor} met a stopping condition)."
-            self.stopping_reason_message = message
-            _logger.info("EarlyStopping at epoch %d: %s", self.stopped_epoch, message)
-            trainer.stop(agreed=True)  # agreed on by every rank above
+        should_stop, self._message = self._evaluate(current)
+        return should_stop
+
+    def _act(self, trainer: Trainer, agreed: float) -> None:
+        if not agreed:
+            return
+        self.stopped_epoch = trainer.current_epoch
+        message = self._message
+        if self.stopping_reason is EarlyStoppingReason.NOT_STOPPED:  # stopped because another rank asked
+            message = f"Another process asked to stop (its {self.monitor} met a stopping condition)."
+        self.stopping_reason_message = message
+        _logger.info("EarlyStopping at epoch %d: %s", self.stopped_epoch, message)
+        trainer.stop(agreed=True)  # agreed on by every rank at the boundary
 
     def _better(self, value: float, than: float) -> bool:
         return value < than if self.mode == "min" else value > than

@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tracktrain import lease, storage
+from tracktrain.boundary import Boundary, Decision
 from tracktrain.callbacks.base import Callback
 from tracktrain.handlers.async_saver import AsyncSaver
 from tracktrain.handlers.checkpoint import Checkpoint
@@ -94,6 +95,7 @@ class ModelCheckpoint(Callback):
         self._pending_state: Mapping[str, Any] | None = None
         self._trainer: Trainer | None = None
         self._last_saved_step = -1
+        self._agreed_score: float | None = None  # the score of the save being taken, agreed by every rank
 
     @property
     def state_key(self) -> str:
@@ -218,18 +220,40 @@ class ModelCheckpoint(Callback):
         self._last_saved_step = trainer.global_step
         self._save_with(trainer, self._last)
 
+    def _due_at_epoch_end(self, trainer: Trainer) -> bool:
+        return (self.every_n_epochs is not None and (trainer.current_epoch + 1) % self.every_n_epochs == 0
+                and trainer.global_step != self._last_saved_step)
+
+    def _due_at_step_end(self, trainer: Trainer) -> bool:
+        step = trainer.global_step
+        return (self.every_n_train_steps is not None and step > 0 and step % self.every_n_train_steps == 0
+                and step != self._last_saved_step)
+
+    def decisions(self, trainer: Trainer) -> Iterable[Decision]:
+        """With a monitor, every rank must take the same keep-or-skip decision (a save gathers every rank's RNG
+        state: a rank that skipped it would leave the others waiting in that collective forever), but a value
+        logged without sync_dist differs between ranks: rank 0's score is everyone's."""
+        if self.monitor is None:
+            return []
+        boundary, due = ((Boundary.TRAIN_STEP_END, self._due_at_step_end) if self.every_n_train_steps is not None
+                         else (Boundary.TRAIN_EPOCH_END, self._due_at_epoch_end))
+        return [Decision(boundary, f"ModelCheckpoint({self.monitor}) score", agree="rank_zero",
+                         propose=lambda: monitored_value(trainer.callback_metrics, self.monitor, "ModelCheckpoint"),
+                         act=self._take_score, due=lambda: due(trainer))]
+
+    def _take_score(self, agreed: float) -> None:
+        self._agreed_score = agreed
+
     def on_train_epoch_end(self, trainer: Trainer, module: LoopModule) -> None:
-        if self.every_n_epochs is not None and (trainer.current_epoch + 1) % self.every_n_epochs == 0:
+        if self._due_at_epoch_end(trainer):
             self._save(trainer)
 
     def on_train_batch_end(self, trainer: Trainer, module: LoopModule, outputs: Any, batch: Any, batch_idx: int) -> None:
-        step = trainer.global_step
-        if self.every_n_train_steps is not None and step > 0 and step % self.every_n_train_steps == 0:
+        if self._due_at_step_end(trainer):
             self._save(trainer)
 
     def _save(self, trainer: Trainer) -> None:
-        if trainer.global_step == self._last_saved_step:
-            return  # no optimizer step since the last save (gradient accumulation): nothing new to save
+        # (not due without an optimizer step since the last save, under gradient accumulation: nothing new to save)
         self._last_saved_step = trainer.global_step
         assert self._checkpoint is not None and self._last is not None
         # the top-k file and the latest file hold the same tensors: one snapshot, and no wait between the two
@@ -262,12 +286,8 @@ class ModelCheckpoint(Callback):
             trainer.checkpoint_committed(path, step)
 
     def _score(self, engine: Any) -> float:
-        metrics = self._trainer.callback_metrics  # type: ignore[union-attr]
-        value = monitored_value(metrics, self.monitor, "ModelCheckpoint")  # a host sync, once per save
-        # every rank must take the same keep-or-skip decision: a save gathers every rank's RNG state, and a rank
-        # that skipped it would leave the others waiting in that collective forever (a value logged without
-        # sync_dist differs between ranks)
-        value = rank_zero_value(value)
+        value, self._agreed_score = self._agreed_score, None  # each save has its own decision
+        assert value is not None, "ModelCheckpoint saved without its score decision"
         return value if self.mode == "max" else -value
 
     # ------------------------------------------------------------------------------------------------- state

@@ -7,6 +7,8 @@ from typing import Any
 
 import torch
 
+from tracktrain.distributed import collective_device
+
 __all__ = ["all_reduce_sum", "common_shape"]
 
 # common_shape's fixed-length descriptor: every rank must send the same number of elements
@@ -20,13 +22,6 @@ def _world_size() -> int:
     return 1
 
 
-def _collective_device() -> torch.device:
-    # nccl reduces CUDA tensors only; gloo (and the rest) take CPU tensors
-    if "nccl" in str(torch.distributed.get_backend()):
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
 def all_reduce_sum(*values: torch.Tensor | numbers.Number) -> tuple[Any, ...]:
     """Each value summed over all processes, in one collective; the values themselves when not distributed.
 
@@ -37,7 +32,7 @@ def all_reduce_sum(*values: torch.Tensor | numbers.Number) -> tuple[Any, ...]:
     world_size = _world_size()
     if world_size == 1:
         return values
-    device = _collective_device()
+    device = collective_device()
     flat = [torch.as_tensor(value).detach().to(device=device, dtype=torch.float64).reshape(-1) for value in values]
     buffer = torch.cat(flat)
     torch.distributed.all_reduce(buffer)
@@ -82,7 +77,7 @@ def common_shape(shape: torch.Size | None, owner: str) -> torch.Size | None:
         descriptor = torch.cat([sizes, -sizes])
     else:
         descriptor[width:] = -(2**62)  # the negated half: below every negated real value
-    descriptor = descriptor.to(_collective_device())
+    descriptor = descriptor.to(collective_device())
     torch.distributed.all_reduce(descriptor, op=torch.distributed.ReduceOp.MAX)
     largest, smallest = descriptor[:width].tolist(), (-descriptor[width:]).tolist()  # host sync, in compute()
     if largest[0] == -1:

@@ -233,9 +233,9 @@ def _reduce_across_ranks(value: torch.Tensor, reduce: str) -> torch.Tensor:
     if reduce in ("mean", "sum"):
         (total,) = all_reduce_sum(value)
         return total / _world_size() if reduce == "mean" else total
-    from tracktrain.metrics.distributed import _collective_device
+    from tracktrain.distributed import collective_device
 
-    buffer = value.detach().to(device=_collective_device(), dtype=torch.float64).reshape(1)
+    buffer = value.detach().to(device=collective_device(), dtype=torch.float64).reshape(1)
     op = torch.distributed.ReduceOp.MAX if reduce == "max" else torch.distributed.ReduceOp.MIN
     torch.distributed.all_reduce(buffer, op=op)
     return buffer.reshape(value.shape).to(device=value.device, dtype=value.dtype)

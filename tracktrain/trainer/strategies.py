@@ -60,12 +60,13 @@ class DDPStrategy:
 
     Each process joins the group (nccl with CUDA, gloo without), trains on its own device and its own shard of
     the data (a `DistributedSampler` replaces the loader's sampler), and the gradients are all-reduced in
-    backward by `DistributedDataParallel` — skipped on gradient-accumulation steps (`no_sync`).
+    backward by `DistributedDataParallel` — skipped on gradient-accumulation steps (`no_sync`). `timeout`: how
+    long a collective waits for the other ranks before the run fails (`tracktrain.distributed.collective_timeout`).
     """
 
     name = "ddp"
 
-    def __init__(self, timeout: timedelta = timedelta(minutes=30), find_unused_parameters: bool = False) -> None:
+    def __init__(self, timeout: timedelta | None = None, find_unused_parameters: bool = False) -> None:
         self.timeout = timeout
         self.find_unused_parameters = find_unused_parameters
         self._wrapped: nn.parallel.DistributedDataParallel | None = None

@@ -20,6 +20,7 @@ from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events, RemovableEventHandle
 from tracktrain.engine.model_engine import ModelEngine, StepEvents
 from tracktrain import distributed
+from tracktrain.boundary import Boundary, Decision
 from tracktrain.dist_logger import get_dist_logger
 from tracktrain.loggers.base import Logger
 from tracktrain.loggers.bridge import LoggerBridge
@@ -740,10 +741,17 @@ class Trainer:
         get_dist_logger().info(message)  # the one line a person reads; the exit status says "pre-empted"
         raise Terminated(signum, message)
 
-    def _agree_to_stop(self) -> None:
-        """Under DDP, once per epoch: a stop any rank asked for is everyone's."""
-        if distributed.any_rank(self._stop_requested):
-            self._stop_requested = False
+    def decisions(self) -> list[Decision]:
+        """The Trainer's own decisions at the boundaries (see `tracktrain.boundary`): under DDP, a stop any rank
+        asked for during the epoch is everyone's at its end."""
+        if not distributed.is_distributed():
+            return []
+        return [Decision(Boundary.TRAIN_EPOCH_END, "stop requested", propose=lambda: self._stop_requested,
+                         agree="any", act=self._stop_if_agreed)]
+
+    def _stop_if_agreed(self, agreed: float) -> None:
+        self._stop_requested = False
+        if agreed:
             self.train_engine.terminate()
 
     def _to_device(self, batch: Any) -> Any:

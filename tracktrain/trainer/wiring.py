@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tracktrain import distributed
+from tracktrain.boundary import Boundary, Decision, decide
 from tracktrain.callbacks.base import Callback
 from tracktrain.engine.deterministic import ResumableEngine
 from tracktrain.engine.engine import Engine
@@ -31,8 +31,9 @@ REDUCE_EPOCH = -300  # a period's start (logs reset) and end (the epoch's values
 VALIDATE = -200  # validation at the end of a training epoch, before the epoch-end hooks (as in Lightning)
 EPOCH_SCHEDULERS = -100  # after validation (monitored metrics known), before hooks and checkpoints save them
 VALIDATE_IN_EPOCH = 300  # validation every n batches, after that batch's end hooks (as in Lightning)
+DECIDE = 90  # the boundary's decisions, agreed by all ranks: after the hooks that log what they read (0), before
+# the callbacks that act on them (ModelCheckpoint, EarlyStopping: 100)
 PUBLISH_EPOCH = 500  # the epoch's values to the loggers, with what epoch-end hooks logged
-AGREE_TO_STOP = 900  # under DDP, after everything an epoch's end runs: a stop asked for on any rank
 SET_SAMPLER_EPOCH = -500  # before the epoch's iterator is made: a DistributedSampler's shuffle for this epoch
 ENTER_STEPS = 1000  # after the epoch-start hooks: from here to the epoch's end, values log per step by default
 PREEMPTION = 2000  # after everything a step's end runs (its checkpoint included): a signal saves and stops
@@ -80,6 +81,7 @@ def attach_handlers(
         planned += _stage_handlers(trainer, stage)
     if "fit" in stages:
         planned += _fit_handlers(trainer, val_loader)
+        planned += _boundary_handlers(trainer)
     if "predict" in stages:
         planned.append((REDUCE_EPOCH, "predict", Events.ITERATION_COMPLETED, trainer._keep_prediction))
     on_exception: list[tuple[int, Callable]] = []
@@ -132,8 +134,6 @@ def _fit_handlers(trainer: Trainer, val_loader: Any) -> list[tuple[int, str, Any
             event, priority = Events.EPOCH_COMPLETED(every=trainer.val_every_n_epochs), VALIDATE
         handlers.append((priority, "fit", event, lambda: trainer._run_stage("validate", val_loader)))
     handlers.append((SET_SAMPLER_EPOCH, "fit", Events.EPOCH_STARTED, _set_sampler_epoch))
-    if distributed.is_distributed():
-        handlers.append((AGREE_TO_STOP, "fit", Events.EPOCH_COMPLETED, trainer._agree_to_stop))
     if trainer.strategy == "ddp":
         # a signal on any rank stops every rank at the same step: every few steps the ranks exchange the flag, and
         # act on the previous exchange (reading it is a host sync on CUDA, hence not every step). Without DDP the
@@ -148,6 +148,34 @@ def _fit_handlers(trainer: Trainer, val_loader: Any) -> list[tuple[int, str, Any
     if automatic and any(config.interval == "epoch" for config in trainer.lr_scheduler_configs):
         handlers.append((EPOCH_SCHEDULERS, "fit", Events.EPOCH_COMPLETED, trainer._step_epoch_schedulers))
     return handlers
+
+
+_BOUNDARY_EVENTS = {
+    Boundary.TRAIN_EPOCH_END: ("fit", Events.EPOCH_COMPLETED),
+    Boundary.VALIDATION_END: ("validate", Events.COMPLETED),
+    Boundary.TRAIN_STEP_END: ("fit", Events.ITERATION_COMPLETED),
+}
+
+
+def _boundary_handlers(trainer: Trainer) -> list[tuple[int, str, Any, Callable]]:
+    """One handler per boundary that has decisions: the only place a fit's ranks agree on what to do there."""
+    declared: list[Decision] = trainer.decisions()
+    for callback in trainer.callbacks:
+        declared += callback.decisions(trainer)
+    handlers: list[tuple[int, str, Any, Callable]] = []
+    for boundary, (stage, event) in _BOUNDARY_EVENTS.items():
+        decisions = [decision for decision in declared if decision.boundary is boundary]
+        if decisions:
+            handlers.append((DECIDE, stage, event, _decider(trainer, decisions)))
+    return handlers
+
+
+def _decider(trainer: Trainer, decisions: list[Decision]) -> Callable[[], None]:
+    def decide_at_boundary() -> None:
+        if trainer.fitting:  # a validate() of its own is no boundary of a fit
+            decide(decisions)
+
+    return decide_at_boundary
 
 
 def _set_sampler_epoch(engine: Engine) -> None:
