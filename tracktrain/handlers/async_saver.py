@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from tracktrain.handlers.savers import CheckpointWriteError
+
 __all__ = ["AsyncSaver", "cpu_snapshot"]
 
 
@@ -80,6 +82,9 @@ class AsyncSaver:
             error, failed_on = self._error, self._failed_on
             self._error = self._failed_on = None
         if error is not None:
+            if isinstance(error, CheckpointWriteError):  # says itself what was kept and what to do
+                raise CheckpointWriteError(error, failed_on or "", error.directory, error.size,
+                                           when="in the background") from error
             raise RuntimeError(
                 f"Saving checkpoint {failed_on!r} in the background failed: {error}. The previous checkpoints were "
                 "kept; nothing queued after it (retention) was done."

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import io
 import os
+import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -15,7 +17,40 @@ import torch
 from tracktrain import storage
 from tracktrain.handlers.manifest import _is_plain_name, remove_checkpoint, write_manifest
 
-__all__ = ["BaseSaveHandler", "DiskSaver", "FsspecSaver"]
+__all__ = ["BaseSaveHandler", "CheckpointWriteError", "DiskSaver", "FsspecSaver"]
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, quota, a file-size limit, a store that refused it). Nothing of
+    it is left, and the checkpoints written before are untouched. The message names the file, the directory, the
+    space left there (on a local disk) and what to do; `errno` is the original error's."""
+
+    def __init__(self, error: OSError, filename: str, directory: str, size: int, when: str = "") -> None:
+        reason = error.strerror or str(error) or type(error).__name__
+        if isinstance(error, CheckpointWriteError):
+            reason = error.reason
+        free = _free_space(directory)
+        self.reason, self.directory, self.size = reason, directory, size
+        super().__init__(error.errno, (
+            f"Could not write checkpoint {filename} ({_megabytes(size)}) to {directory}{f' {when}' if when else ''}: "
+            f"{reason}"
+            f"{f'; {_megabytes(free)} free there' if free is not None else ''}. What it had written was removed; the "
+            "checkpoints saved before it are intact. Free space there, keep fewer checkpoints "
+            "(ModelCheckpoint(save_top_k=..., save_last=...)), or save elsewhere (ModelCheckpoint(dirpath=...))."
+        ))
+
+
+def _free_space(directory: str) -> int | None:
+    if not storage.is_local(directory):
+        return None
+    try:
+        return shutil.disk_usage(storage.local_dir(directory)).free
+    except OSError:
+        return None
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1e6:.1f} MB" if size >= 100_000 else f"{size:,} bytes"
 
 
 class BaseSaveHandler(ABC):
@@ -104,10 +139,19 @@ class FsspecSaver(BaseSaveHandler):
         torch.save(checkpoint, buffer, **self.kwargs)
         data = buffer.getbuffer()
         write = storage.write_bytes_atomic if self._atomic else storage.write_bytes
-        write(self.path_of(filename), data)
-        if self.manifest:  # last: only now is the checkpoint complete
-            summary = self._summarize(checkpoint) if self._summarize is not None else {}
-            write_manifest(os.fspath(self.url), {filename: data}, summary, metadata)
+        path = self.path_of(filename)
+        try:
+            write(path, data)
+            if self.manifest:  # last: only now is the checkpoint complete
+                summary = self._summarize(checkpoint) if self._summarize is not None else {}
+                write_manifest(os.fspath(self.url), {filename: data}, summary, metadata)
+        except OSError as error:
+            # a checkpoint is complete or absent: what this save wrote is removed (an atomic write left nothing
+            # under the name; a data file without its manifest, or written in place, is not a checkpoint)
+            if self.manifest or not self._atomic:
+                with contextlib.suppress(Exception):
+                    storage.remove(path, missing_ok=True)
+            raise CheckpointWriteError(error, filename, self.url, len(data)) from error
 
     def remove(self, filename: str) -> None:
         if _rank() != self.save_on_rank or filename in self.protected:
