@@ -67,6 +67,19 @@ def listing(directory: str) -> dict[str, tuple]:
             for entry in fs.ls(path, detail=True)}
 
 
+def settled_listing(directory: str) -> dict[str, tuple]:
+    """`listing` once it stops changing: a write() the stopped process was inside when SIGSTOP came still completes
+    (the stop takes effect when the call returns), growing its temporary file for a moment after the signal."""
+    previous = listing(directory)
+    for _ in range(50):
+        time.sleep(0.1)
+        current = listing(directory)
+        if current == previous:
+            return current
+        previous = current
+    return previous
+
+
 def another_host(heartbeat_age: float) -> lease.LeaseRecord:
     """A lease of a process on another machine, whose last heartbeat is `heartbeat_age` seconds old."""
     now = time.time()
