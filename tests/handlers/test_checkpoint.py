@@ -6,6 +6,7 @@ PyTorch-Ignite's own Checkpoint as the oracle for file names and retention.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import os
 import uuid
@@ -125,6 +126,22 @@ def trained(seed: int = 0):
 
 def params(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def assert_same_state(a, b) -> None:
+    """Equal nested state dicts, tensors compared by value."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b)
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys()
+        for key in a:
+            assert_same_state(a[key], b[key])
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_same_state(x, y)
+    else:
+        assert a == b
 
 
 def assert_same_tensors(a: dict, b: dict) -> None:
@@ -538,16 +555,58 @@ def test_load_objects_checks_every_key_before_loading_anything():
     assert_same_tensors(params(fresh), before)
 
 
-def test_a_failing_load_state_dict_names_the_object(tmp_path):
+def test_an_optimizer_state_that_is_not_a_mapping_is_refused_before_anything_loads():
+    model, optimizer, _, _ = trained(seed=0)
+    saved = {"model": model.state_dict(), "optimizer": {**optimizer.state_dict(), "state": [0.5, 0.5]}}
+    target_model, target_optimizer, _, _ = trained(seed=1)
+    before = params(target_model)
+    with pytest.raises(ValueError, match=r"Cannot load \['optimizer'\] \(Adam\) from the checkpoint dict: its 'state' is a "
+                                         r"list, not a mapping of parameter index to state. Nothing was loaded"):
+        Checkpoint.load_objects({"model": target_model, "optimizer": target_optimizer}, saved)
+    assert_same_tensors(params(target_model), before)
+
+
+def test_a_failing_load_state_dict_names_the_object_and_leaves_every_object_as_it_was(tmp_path):
     # a failure that cannot be foreseen before loading: the handler's own load_state_dict rejects its state
     counter = PatienceCounter()
+    model = nn.Linear(3, 4)
+    before = params(model)
     with pytest.raises(KeyError, match="best_score") as failure:
-        Checkpoint.load_objects({"model": nn.Linear(3, 4), "counter": counter}, {
+        Checkpoint.load_objects({"model": model, "counter": counter}, {
             "model": nn.Linear(3, 4).state_dict(), "counter": {"counter": 1},
         })
+    assert_same_tensors(params(model), before)  # modules load last: the counter failed before the model was touched
     notes = "".join(getattr(failure.value, "__notes__", []))
     if hasattr(failure.value, "add_note"):
-        assert "['counter']" in notes and "already loaded: ['model']" in notes
+        assert "['counter']" in notes and "every object was left as it was" in notes
+
+
+@pytest.mark.parametrize("malformed", ["optimizer", "scheduler", "trainer"])
+def test_a_malformed_state_found_only_while_loading_changes_no_object(malformed):
+    """Each of these passes the checks before loading and fails inside its object's own load_state_dict, after
+    other objects were loaded: every object is restored to what it was."""
+    model, optimizer, scheduler, scaler = trained(seed=0)
+    saved = copy.deepcopy({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                           "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
+                           "trainer": engine_at(iteration=10).state_dict()})
+    if malformed == "optimizer":
+        group = saved["optimizer"]["param_groups"][0]  # as many parameters, but as lists: torch cannot index them
+        group["params"] = [[index] for index in group["params"]]
+    elif malformed == "scheduler":
+        saved["scheduler"] = None  # torch's LRScheduler.load_state_dict calls .pop on it
+    else:
+        saved["trainer"] = {"epoch_length": 4, "max_epochs": 2}  # neither iteration nor epoch
+    target_model, target_optimizer, target_scheduler, target_scaler = trained(seed=1)
+    objects = {"model": target_model, "optimizer": target_optimizer, "scheduler": target_scheduler,
+               "scaler": target_scaler, "trainer": engine_at(iteration=3, epoch_length=4, max_epochs=2)}
+    before = {name: copy.deepcopy(obj.state_dict()) for name, obj in objects.items()}
+    with pytest.raises(Exception) as failure:  # each object's own error type
+        Checkpoint.load_objects(objects, saved)
+    for name, obj in objects.items():
+        assert_same_state(obj.state_dict(), before[name])
+    if hasattr(failure.value, "add_note"):
+        assert f"while loading ['{malformed}'] from the checkpoint dict; every object was left as it was" in "".join(
+            failure.value.__notes__)
 
 
 @pytest.mark.parametrize("damage", ["missing", "truncated", "garbage", "empty"])

@@ -11,6 +11,7 @@ event, keep the best or the last few, and load them back. Behaves as PyTorch-Ign
 
 from __future__ import annotations
 
+import copy
 import numbers
 import os
 import re
@@ -21,6 +22,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import torch
 from torch import nn
 
 from tracktrain import storage
@@ -417,9 +419,10 @@ class Checkpoint:
         The whole checkpoint is read and checked against `to_load` before any `load_state_dict` is called: its
         structure, every module's keys (when strict) and tensor shapes, every optimizer's parameter groups, and
         a `Checkpoint`'s retention list. So a missing key, a shape mismatch, or a missing or corrupted file
-        leaves every object untouched. (Should an object's own `load_state_dict` still fail, the error notes
-        which objects were loaded before it.) Tensors are read onto the CPU; `load_state_dict` moves them to
-        where each object lives.
+        leaves every object untouched. Should an object's own `load_state_dict` still fail (a malformed state
+        that only it can judge), the objects loaded before it are restored to their previous state: every object
+        is unchanged. (Modules, checked in full beforehand, are loaded last, so that this needs no copy of their
+        weights.) Tensors are read onto the CPU; `load_state_dict` moves them to where each object lives.
 
         With one object in `to_load`, the checkpoint may be that object's state itself, as `Checkpoint` writes it
         for a single entry of `to_save` (a list entry included). A checkpoint that holds several objects' states
@@ -477,21 +480,7 @@ class Checkpoint:
                 stacklevel=2,
             )
 
-        done: list[str] = []
-        for key_path, obj, state in plan:
-            if isinstance(obj, _WRAPPERS):
-                obj = obj.module
-            try:
-                if isinstance(obj, nn.Module):
-                    obj.load_state_dict(state, strict=strict, **kwargs)
-                else:
-                    obj.load_state_dict(state)
-            except Exception as e:
-                if hasattr(e, "add_note"):  # Python >= 3.11
-                    loaded = ", ".join(done) or "nothing"
-                    e.add_note(f"while loading {key_path} from {source}; already loaded: {loaded}")
-                raise
-            done.append(key_path)
+        _apply_all_or_none(plan, source, strict, kwargs)
 
     def reload_objects(self, to_load: Mapping, load_kwargs: dict | None = None, **filename_components: Any) -> None:
         """`load_objects` from this handler's directory, naming the file by `name`, `score` and `global_step`."""
@@ -597,6 +586,59 @@ class ModelCheckpoint(Checkpoint):
 
 
 # ------------------------------------------------------------------------------------------------------ helpers
+def _apply_all_or_none(plan: list[tuple[str, Any, Any]], source: str, strict: bool, kwargs: dict[str, Any]) -> None:
+    """Call each object's `load_state_dict`; if one fails, load the previous state back into those already loaded
+    (and into the failing one, which may have applied part of its state) before raising."""
+    plan = sorted(plan, key=lambda entry: isinstance(_unwrapped(entry[1]), nn.Module))  # stable: modules last
+    applied: list[tuple[str, Any, Any]] = []
+    for key_path, obj, state in plan:
+        obj = _unwrapped(obj)
+        previous = _previous_state(obj)
+        try:
+            if isinstance(obj, nn.Module):
+                obj.load_state_dict(state, strict=strict, **kwargs)
+            else:
+                obj.load_state_dict(state)
+        except Exception as error:
+            not_restored = _restore([*applied, (key_path, obj, previous)])
+            outcome = ("every object was left as it was" if not not_restored
+                       else f"could not restore {not_restored}")
+            if hasattr(error, "add_note"):  # Python >= 3.11
+                error.add_note(f"while loading {key_path} from {source}; {outcome}")
+            raise
+        applied.append((key_path, obj, previous))
+
+
+def _unwrapped(obj: Any) -> Any:
+    return obj.module if isinstance(obj, _WRAPPERS) else obj
+
+
+def _previous_state(obj: Any) -> Any:
+    """What restores `obj` if a later load fails. Modules: nothing (checked in full and loaded last). Optimizers:
+    their state dict as it is (its tensors are replaced by a load, never written into, so no copy of the moments is
+    needed). Anything else: a deep copy (small states: schedulers, engines, callbacks)."""
+    if isinstance(obj, nn.Module):
+        return None
+    if isinstance(obj, torch.optim.Optimizer):
+        state = obj.state_dict()
+        return {"state": dict(state["state"]), "param_groups": state["param_groups"]}
+    return copy.deepcopy(obj.state_dict())
+
+
+def _restore(applied: list[tuple[str, Any, Any]]) -> list[str]:
+    """Load each previous state back, newest first; the key paths of those that could not be restored."""
+    failed = []
+    for key_path, obj, previous in reversed(applied):
+        if previous is None:
+            failed.append(key_path)  # a module that failed part-way (its checks passed: a custom load)
+            continue
+        try:
+            obj.load_state_dict(previous)
+        except Exception:  # noqa: BLE001 - reported in the note of the error being raised
+            failed.append(key_path)
+    return failed
+
+
 def _check_filename_pattern(pattern: str) -> None:
     if not isinstance(pattern, str):
         raise TypeError(f"filename_pattern should be a str, got {pattern!r}.")

@@ -137,8 +137,11 @@ def _optimizer_misfit(optimizer: torch.optim.Optimizer, state: Any) -> str | Non
             return f"parameter group {i} has {count} parameters in the checkpoint, {len(mine['params'])} here"
     # Where this optimizer already has state for a parameter (a resumed run), shapes must agree; comparing with
     # the parameters themselves would be wrong for optimizers whose state is factored (e.g. Adafactor).
+    saved_state = state.get("state") or {}
+    if not isinstance(saved_state, Mapping):
+        return f"its 'state' is a {type(saved_state).__name__}, not a mapping of parameter index to state"
     current = optimizer.state_dict()["state"]
-    for index, saved in (state.get("state") or {}).items():
+    for index, saved in saved_state.items():
         mine = current.get(index)
         if not (isinstance(saved, Mapping) and isinstance(mine, Mapping)):
             continue
