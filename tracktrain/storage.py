@@ -79,13 +79,64 @@ def open_filesystem(url: PathOrURL) -> tuple[AbstractFileSystem, str]:
     if not isinstance(url, (str, os.PathLike)):
         raise TypeError(f"Expected a path or an fsspec URL (str or os.PathLike), got {type(url).__name__}: {url!r}.")
     url = os.fspath(url)
+    bounded = _bounded_client_options(url)
     try:
-        return fsspec.core.url_to_fs(url)
+        fs, path = fsspec.core.url_to_fs(url, **bounded)
     except (ValueError, ImportError) as error:
         protocol_error = _protocol_error(url)
         if protocol_error is None:  # the protocols are fine: some other problem, fsspec's message says which
             raise
         raise protocol_error from error
+    if bounded and isinstance(getattr(fs, "retries", None), int):
+        fs.retries = 1  # s3fs would repeat botocore's bounded tries 5 times over: botocore's are the only ones
+    return fs, path
+
+
+# How long one request to an object store may take, and how often it is tried: a hung or unreachable store must
+# fail a call within about a minute and a half (3 tries of at most 10 s to connect and 30 s to answer), not after
+# botocore's defaults (60 s read timeout, 5 tries: 7 minutes seen listing a hung store). Settable per run with
+# these variables, or per key in fsspec's configuration (`fsspec.config.conf["s3"]["config_kwargs"]`), which wins.
+CONNECT_TIMEOUT_VARIABLE = "TRACKTRAIN_STORAGE_CONNECT_TIMEOUT"
+READ_TIMEOUT_VARIABLE = "TRACKTRAIN_STORAGE_READ_TIMEOUT"
+ATTEMPTS_VARIABLE = "TRACKTRAIN_STORAGE_ATTEMPTS"
+_DEFAULT_CONNECT_TIMEOUT, _DEFAULT_READ_TIMEOUT, _DEFAULT_ATTEMPTS = 10.0, 30.0, 3
+
+
+def storage_timeouts() -> tuple[float, float, int]:
+    """(connect timeout s, read timeout s, attempts) for object-store requests: the variables above, or defaults."""
+    connect = _positive_setting(CONNECT_TIMEOUT_VARIABLE, _DEFAULT_CONNECT_TIMEOUT, float)
+    read = _positive_setting(READ_TIMEOUT_VARIABLE, _DEFAULT_READ_TIMEOUT, float)
+    attempts = _positive_setting(ATTEMPTS_VARIABLE, _DEFAULT_ATTEMPTS, int)
+    return connect, read, attempts
+
+
+def _positive_setting(variable: str, default, kind):
+    text = os.environ.get(variable)
+    if text is None:
+        return default
+    try:
+        value = kind(text)
+    except ValueError:
+        value = 0
+    if not 0 < value < float("inf"):
+        raise ValueError(f"{variable}={text!r} must be a positive {'whole ' if kind is int else ''}number; unset it "
+                         f"for the default ({default}).")
+    return value
+
+
+def _bounded_client_options(url: str) -> dict:
+    """Storage options that bound each request's time and tries, for the protocols whose clients wait long by
+    default (S3 through s3fs/botocore). What the user configured for a key (fsspec config, AWS_MAX_ATTEMPTS,
+    AWS_RETRY_MODE) is kept."""
+    protocols = _url_protocols(url)
+    if len(protocols) != 1 or protocols[0] not in ("s3", "s3a"):
+        return {}
+    connect, read, attempts = storage_timeouts()
+    bounded: dict = {"connect_timeout": connect, "read_timeout": read}
+    if not (os.environ.get("AWS_MAX_ATTEMPTS") or os.environ.get("AWS_RETRY_MODE")):
+        bounded["retries"] = {"max_attempts": attempts, "mode": "standard"}  # with backoff between tries
+    configured = fsspec.config.conf.get(protocols[0], {}).get("config_kwargs", {})
+    return {"config_kwargs": {**bounded, **configured}}
 
 
 # Shown when a protocol is unknown; `fsspec.available_protocols()` has all of them (about 60).

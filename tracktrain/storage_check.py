@@ -13,9 +13,17 @@ from fsspec.asyn import AsyncFileSystem, sync
 from fsspec.implementations.local import LocalFileSystem
 
 from tracktrain.redaction import is_secret_free, redact
-from tracktrain.storage import _OBJECT_STORE_PROTOCOLS, _protocols, open_filesystem
+from tracktrain.storage import (
+    _OBJECT_STORE_PROTOCOLS,
+    ATTEMPTS_VARIABLE,
+    CONNECT_TIMEOUT_VARIABLE,
+    READ_TIMEOUT_VARIABLE,
+    _protocols,
+    open_filesystem,
+    storage_timeouts,
+)
 
-__all__ = ["check_writable"]
+__all__ = ["check_writable", "raise_storage_failure", "storage_failure"]
 
 PROBE_PREFIX = ".tracktrain-write-probe-"  # + 12 hex digits; one a kill left is removed by the next run's checkpointer
 
@@ -55,7 +63,8 @@ def check_writable(url: str | os.PathLike, *, timeout: float = 30.0) -> None:
         if written and step != "deleting the probe file":
             with contextlib.suppress(Exception):
                 _call_before(deadline, fs, "rm_file", probe)
-        raise _not_writable(url, fs, path, step, error, timeout) from (error if is_secret_free(error, fs) else None)
+        raise _failure(url, fs, path, step, error, f"No answer within {timeout:g} s.", "write to") from (
+            error if is_secret_free(error, fs) else None)
     if content != payload:
         raise OSError(redact(
             f"Cannot write to {url}: a probe file read back {len(content)} bytes that differ from the {len(payload)} "
@@ -129,7 +138,26 @@ def _innermost(fs: AbstractFileSystem) -> AbstractFileSystem:
     return fs
 
 
-def _not_writable(url: str, fs: AbstractFileSystem, path: str, step: str, error: Exception, timeout: float) -> OSError:
+def storage_failure(url: str | os.PathLike, step: str, error: Exception, action: str = "read") -> OSError:
+    """The error to raise, chained to `error`, when a storage call under `url` failed while `step` ("listing the
+    checkpoints"): of the kind of failure (TimeoutError, ConnectionError, PermissionError, FileNotFoundError for a
+    missing bucket, else OSError), naming the URL, the endpoint, what was tried and the likely fix. Secrets left
+    out; `raise_storage_failure` chains `error` only when it shows none."""
+    fs, path = open_filesystem(url)
+    connect, read, attempts = storage_timeouts()
+    tried = (f"No answer after {attempts} tries of at most {connect:g} s to connect and {read:g} s to answer "
+             f"({CONNECT_TIMEOUT_VARIABLE}, {READ_TIMEOUT_VARIABLE} and {ATTEMPTS_VARIABLE} set these).")
+    return _failure(os.fspath(url), fs, path, step, error, tried, action)
+
+
+def raise_storage_failure(url: str | os.PathLike, step: str, error: Exception, action: str = "read"):
+    """Raise `storage_failure(...)`, chained to `error` unless `error` would show a secret."""
+    fs, _ = open_filesystem(url)
+    raise storage_failure(url, step, error, action) from (error if is_secret_free(error, fs) else None)
+
+
+def _failure(url: str, fs: AbstractFileSystem, path: str, step: str, error: Exception, timed_out: str,
+             action: str) -> OSError:
     target = _innermost(fs)
     protocol = next((p for p in sorted(_protocols(target)) if p in _PROVIDERS), sorted(_protocols(target))[0])
     fixes = _FIXES[_PROVIDERS.get(protocol)]
@@ -137,7 +165,7 @@ def _not_writable(url: str, fs: AbstractFileSystem, path: str, step: str, error:
     names = {cls.__name__ for cls in type(error).__mro__}
     local = isinstance(target, LocalFileSystem)
     if names & _TIMEOUT_ERRORS:  # before connections: botocore's ConnectTimeoutError is both
-        kind, fix = TimeoutError, f"No answer within {timeout:g} s. " + fixes["endpoint"]
+        kind, fix = TimeoutError, f"{timed_out} " + fixes["endpoint"]
     elif names & _CONNECTION_ERRORS:
         kind, fix = ConnectionError, fixes["endpoint"]
     elif names & _CREDENTIAL_ERRORS or (isinstance(error, PermissionError) and not local):
@@ -151,7 +179,7 @@ def _not_writable(url: str, fs: AbstractFileSystem, path: str, step: str, error:
     else:
         kind, fix = OSError, "Check the URL and the storage's configuration."
     detail = f"{type(error).__name__}: {str(error).rstrip('.')}" if str(error) else type(error).__name__
-    return kind(redact(f"Cannot write to {url}: {step} failed with {detail}. {fix.format(**context)}", fs))
+    return kind(redact(f"Cannot {action} {url}: {step} failed with {detail}. {fix.format(**context)}", fs))
 
 
 def _s3_endpoint(fs: AbstractFileSystem) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from tracktrain.handlers.manifest import CheckpointCorrupted, CommittedCheckpoint, committed_checkpoints
+from tracktrain.storage_check import raise_storage_failure
 
 __all__ = ["RESUME_CHOICES", "check_resume", "resume_candidates", "load_newest"]
 
@@ -40,7 +41,10 @@ def resume_candidates(directories: Iterable[str]) -> list[CommittedCheckpoint]:
     manifest that is not valid) are reported in a warning each and left out."""
     found: list[CommittedCheckpoint] = []
     for directory in dict.fromkeys(directories):
-        checkpoints, problems = committed_checkpoints(directory)
+        try:
+            checkpoints, problems = committed_checkpoints(directory)
+        except Exception as error:  # noqa: BLE001 - a store that is down, misconfigured or refuses: said clearly
+            raise_storage_failure(directory, "listing its checkpoints", error, action="resume from")
         for problem in problems:
             warnings.warn(f"Skipping a checkpoint that is not committed: {problem}", stacklevel=3)
         found += checkpoints
