@@ -510,3 +510,27 @@ def test_process_delivery_needs_a_logger_a_child_can_rebuild():
         NoReplay(delivery="process")
     with pytest.raises(ValueError, match=r"delivery=\.\.\.\) must be one of \('thread', 'process'\), got 'fork'"):
         FileTracker("x", delivery="fork")
+
+
+CHILD_RUN = """
+import sys
+from tests.test_loggers import FileTracker
+logger = FileTracker(sys.argv[1], delivery="process", linger=0.01)
+logger.sender_keep_warm = 0.0
+logger.start(sys.argv[2])
+for step in range(20):
+    logger.log_metrics({"loss": float(step)}, step)
+assert logger.flush(60)
+logger.finalize("FINISHED")
+print("sent", flush=True)
+"""
+
+
+def test_the_sender_child_and_its_parent_exit_without_resource_warnings(tmp_path):
+    target = tmp_path / "tracker.jsonl"
+    result = subprocess.run([sys.executable, "-X", "dev", "-c", CHILD_RUN, str(target), str(tmp_path)], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "always::ResourceWarning"},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "sent", result.stderr[-3000:]
+    assert len(received(target)) == 20
+    assert "ResourceWarning" not in result.stderr, result.stderr[-3000:]  # the child writes to the same stderr

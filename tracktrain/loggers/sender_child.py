@@ -15,6 +15,7 @@ Only the standard library is imported here: the tracker's library comes with the
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -49,6 +50,11 @@ class _Channel:
         with self._lock:
             write_frame(self._stream, payload)
 
+    def close(self) -> None:
+        """No more frames (a log record or a beat from another thread after this is dropped)."""
+        with self._lock:
+            self._stream.close()
+
     def beat_while_busy(self) -> None:
         orphaned_at = None
         while True:
@@ -58,6 +64,8 @@ class _Channel:
             if self.busy and orphaned_at is None:
                 try:
                     self.send(("beat",))
+                except ValueError:  # closed: the main loop ended
+                    return
                 except OSError:  # the training process is gone; the main loop ends after this batch
                     orphaned_at = time.monotonic()
 
@@ -72,7 +80,7 @@ class _ToParent(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             self._channel.send(("log", record.name, record.levelno, self.format(record)))
-        except OSError:  # the training process is gone: nobody to tell
+        except (OSError, ValueError):  # the training process is gone, or the channel closed: nobody to tell
             pass
         except Exception:
             self.handleError(record)
@@ -109,6 +117,15 @@ def main() -> int:
         os.nice(10)  # background work: where CPUs are short, training goes first
     inbox, outbox = _take_standard_streams()
     channel = _Channel(outbox)
+    try:
+        return _serve(inbox, channel)
+    finally:  # the pipes are closed by the child itself, not left to the interpreter's exit (a ResourceWarning)
+        inbox.close()
+        with contextlib.suppress(OSError):  # the training process is gone: nothing left to flush to
+            channel.close()
+
+
+def _serve(inbox: IO[bytes], channel: _Channel) -> int:
     threading.Thread(target=channel.beat_while_busy, name="heartbeat", daemon=True).start()
     logging.getLogger().addHandler(_ToParent(channel))
     logging.captureWarnings(True)  # the tracker library's warnings reach the training process's logs too
