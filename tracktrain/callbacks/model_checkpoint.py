@@ -17,6 +17,7 @@ from tracktrain.handlers.manifest import committed_checkpoints, remove_uncommitt
 from tracktrain.handlers.savers import FsspecSaver, saver_for
 from tracktrain.distributed import rank_zero_value
 from tracktrain.ranks import global_rank
+from tracktrain.trainer.arguments import check_location
 from tracktrain.trainer.monitor import monitored_value
 from tracktrain.trainer.trainer_state import summarize_checkpoint
 
@@ -80,7 +81,7 @@ class ModelCheckpoint(Callback):
             every_n_epochs = None
         if monitor is not None and not isinstance(monitor, str):
             raise TypeError(f"ModelCheckpoint(monitor=...) must be a logged metric's name, got {monitor!r}.")
-        self.dirpath = os.fspath(dirpath) if dirpath is not None else None
+        self.dirpath = check_location("ModelCheckpoint(dirpath=...)", dirpath) if dirpath is not None else None
         self.filename_prefix = filename_prefix
         self.monitor = monitor
         self.mode = mode

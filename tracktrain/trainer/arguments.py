@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 import torch
 
 __all__ = [
+    "as_list",
     "autocast_dtype_of",
+    "check_location",
     "check_limit",
     "check_non_negative_number",
     "check_positive_int",
@@ -62,8 +66,26 @@ def check_limit(name: str, value: Any) -> int | float | None:
     return float(value)
 
 
+def check_location(owner: str, value: Any, what: str = 'a directory path or an fsspec URL (e.g. "runs" or '
+                   '"s3://bucket/runs")') -> str:
+    """A place as a path or fsspec URL: a non-empty str or os.PathLike (bytes paths are not URLs)."""
+    text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if not isinstance(text, str) or not text.strip():
+        raise TypeError(f"{owner} must be {what}: a non-empty str or os.PathLike, got {value!r}.")
+    return text
+
+
+def as_list(owner: str, value: Any, what: str) -> list[Any]:
+    """`value` (a list, tuple or other iterable, or None) as a list; a single object or a non-iterable refused."""
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise TypeError(f"{owner} takes a list of {what}, got {value!r}; wrap a single one in a list: [...].")
+    return list(value)
+
+
 def autocast_dtype_of(precision: Any) -> torch.dtype | None:
-    if precision not in _PRECISIONS:
+    if not isinstance(precision, Hashable) or precision not in _PRECISIONS:
         raise ValueError(
             f"Trainer(precision=...) must be one of {[p for p in _PRECISIONS if isinstance(p, str)]}, "
             f"got {precision!r}."
@@ -72,7 +94,7 @@ def autocast_dtype_of(precision: Any) -> torch.dtype | None:
 
 
 def check_strategy(strategy: Any) -> str:
-    if strategy not in _STRATEGIES:
+    if not isinstance(strategy, Hashable) or strategy not in _STRATEGIES:
         raise ValueError(f"Trainer(strategy=...) must be one of {list(_STRATEGIES)}, got {strategy!r}.")
     return strategy
 

@@ -142,7 +142,7 @@ class Trainer:
             "predict": arguments.check_limit("limit_predict_batches", limit_predict_batches),
         }
         self.log_every_n_steps = arguments.check_positive_int("log_every_n_steps", log_every_n_steps)
-        callbacks = list(callbacks or ())
+        callbacks = arguments.as_list("Trainer(callbacks=...)", callbacks, "tracktrain.callbacks.Callback instances")
         for callback in callbacks:
             if not isinstance(callback, Callback):
                 raise TypeError(
@@ -153,7 +153,8 @@ class Trainer:
             raise TypeError(f"Trainer(seed=...) must be an int or None, got {seed!r}.")
         self.seed = seed
         self.deterministic = bool(deterministic)
-        self.default_root_dir = os.fspath(default_root_dir) if default_root_dir is not None else os.getcwd()
+        self.default_root_dir = (arguments.check_location("Trainer(default_root_dir=...)", default_root_dir)
+                                 if default_root_dir is not None else os.getcwd())
         self.resume = check_resume(resume)
         self.resume_with_changes = bool(resume_with_changes)
         self._nonfinite = NonFiniteWatch(nonfinite)
@@ -280,6 +281,9 @@ class Trainer:
         `tracktrain.initialize`: it is then trained as a `SupervisedModule` on `(inputs, targets)` batches.
         """
         module = as_loop_module(module, optimizer, criterion, lr_scheduler)
+        if ckpt_path is not None:
+            ckpt_path = arguments.check_location("Trainer.fit(ckpt_path=...)", ckpt_path,
+                                                 'a checkpoint file\'s path or URL, or "last"')
         _check_loader("train_dataloaders", train_dataloaders, required=True)
         _check_loader("val_dataloaders", val_dataloaders)
         if val_dataloaders is not None:
@@ -366,7 +370,7 @@ class Trainer:
                 raise ValueError(f"Trainer.{stage}() needs a module: pass one, or call fit() first.")
             return self.module
         if not isinstance(module, LoopModule):
-            raise TypeError(f"Trainer.{stage}() needs a LoopModule, got {type(module).__name__}.")
+            raise TypeError(f"Trainer.{stage}(module=...) needs a LoopModule, got {type(module).__name__}.")
         return module
 
     # --------------------------------------------------------------------------------------- set-up / tear-down
@@ -774,7 +778,7 @@ def _loggers_from(loggers: Sequence[Logger] | bool | None) -> list[Logger]:
         return [CSVLogger()]
     if loggers is False:
         return []
-    loggers = list(loggers)
+    loggers = arguments.as_list("Trainer(loggers=...)", loggers, "tracktrain.loggers.Logger instances")
     for logger in loggers:
         if not isinstance(logger, Logger):
             raise TypeError(
@@ -792,8 +796,9 @@ def _check_loader(name: str, loader: Any, required: bool = False) -> None:
         if required:
             raise ValueError(f"{name} is required: pass a DataLoader or another iterable of batches.")
         return
-    if not isinstance(loader, Iterable):
-        raise TypeError(f"{name} must be a DataLoader or another iterable of batches, got {type(loader).__name__}.")
+    if not isinstance(loader, Iterable) or isinstance(loader, (str, bytes, Mapping)):
+        raise TypeError(f"{name} must be a DataLoader or another iterable of batches, got {type(loader).__name__}: "
+                        f"{loader!r:.80}.")
 
 
 def _require_override(module: LoopModule, method: str, purpose: str) -> None:
