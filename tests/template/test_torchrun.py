@@ -4,11 +4,15 @@ the same command again resumes both ranks from the newest checkpoint into the sa
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.integrations.conftest import free_port
@@ -19,13 +23,20 @@ mlflow_tracking = pytest.importorskip("mlflow.tracking")
 STEPS_PER_EPOCH = 23  # 1437 training images, 2 ranks, batches of 32 per rank: ceil(719 / 32)
 
 
-def torchrun(project: Path, epochs: int, timeout: float = 150) -> subprocess.CompletedProcess:
+def torchrun_command(epochs: int, *settings: str) -> list[str]:
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
                "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
                "-m", "digits_classifier.train", "--epochs", str(epochs),
                "--set", "data.batch_size=32", "--set", 'trainer.progress_bar="never"']
+    for setting in settings:
+        command += ["--set", setting]
+    return command
+
+
+def torchrun(project: Path, epochs: int, *settings: str, timeout: float = 150) -> subprocess.CompletedProcess:
     environment = project_environment(project, OMP_NUM_THREADS="1")
-    return subprocess.run(command, cwd=project, env=environment, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(torchrun_command(epochs, *settings), cwd=project, env=environment, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 @pytest.mark.slow
@@ -64,3 +75,63 @@ def test_the_ddp_project_trains_under_torchrun_and_resumes_into_one_run(generate
     validation = sorted(metric.step for metric in client.get_metric_history(run.info.run_id, "val_accuracy"))
     assert validation == [epoch * STEPS_PER_EPOCH for epoch in range(1, 11)]
     assert run.info.status == "FINISHED"
+
+
+def rank_processes(launcher: psutil.Process) -> dict[int, psutil.Process]:
+    """The training processes torchrun started, by their RANK."""
+    ranks = {}
+    for child in launcher.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            rank = child.environ().get("RANK")
+            if rank is not None and "digits_classifier.train" in " ".join(child.cmdline()):
+                ranks[int(rank)] = child
+    return ranks
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_the_ddp_project_stops_early_together_and_a_sigterm_to_one_rank_stops_both(generate):
+    """Validation and a checkpoint every epoch, early stopping on a val_accuracy each rank computes on its own shard
+    (the ranks' values differ, so one asks first), and a SIGTERM sent to rank 1 alone: both ranks always stop at
+    the same step and the same command resumes them. Every collective is bounded (60 s), so a hang fails."""
+    project = generate(tracker="mlflow", strategy="ddp")
+    patience = ("trainer.early_stopping_patience=1",)
+
+    # SIGTERM to rank 1 only, once rank 0 has reported its first epoch
+    environment = project_environment(project, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    run = subprocess.Popen(torchrun_command(12, *patience), cwd=project, env=environment, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        for line in run.stdout:
+            lines.append(line)
+            if "] - Epoch 1/" in line:
+                break
+        ranks = rank_processes(psutil.Process(run.pid))
+        assert set(ranks) == {0, 1}, "".join(lines)[-3000:]
+        ranks[1].send_signal(signal.SIGTERM)
+        rest, _ = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    output = "".join(lines) + rest
+    stopped = re.findall(r"Stopped by SIGTERM after step (\d+); (\S+) holds it", output)
+    assert stopped, output[-3000:]
+    step = int(stopped[0][0])
+    assert STEPS_PER_EPOCH <= step < STEPS_PER_EPOCH * 12, output[-3000:]
+    assert run.returncode != 0 and "final metrics" not in output
+    assert stopped[0][1].endswith(f"last_checkpoint_{step}.pt")
+
+    # the same command resumes both ranks and runs until early stopping stops both at the same epoch
+    again = torchrun(project, 12, *patience, timeout=400)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    output = again.stdout + again.stderr
+    assert f"resumed from" in output and f"last_checkpoint_{step}.pt" in output
+    final = [int(steps) for steps in re.findall(r"final metrics after (\d+) steps", again.stdout)]
+    assert len(final) == 1, output[-3000:]  # once, from rank 0
+    assert final[0] % STEPS_PER_EPOCH == 0 and final[0] < 12 * STEPS_PER_EPOCH, output[-3000:]  # early, at an epoch end
+
+    client = mlflow_tracking.MlflowClient(f"sqlite:///{project / 'runs' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("digits_classifier")
+    (run_info,) = client.search_runs([experiment.experiment_id])  # the pre-empted run continued, not a new one
+    assert run_info.info.status == "FINISHED"

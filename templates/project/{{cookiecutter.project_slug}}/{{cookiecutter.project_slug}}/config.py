@@ -31,6 +31,7 @@ class TrainerConfig:
     resume: str
     resume_with_changes: bool
     progress_bar: str
+    early_stopping_patience: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,5 +167,8 @@ def _check_choices(config: Config) -> None:
                         ("trainer.log_every_n_steps", config.trainer.log_every_n_steps)):
         if value < 1:
             raise ConfigError(f"{name} must be at least 1, got {value!r}.")
+    if config.trainer.early_stopping_patience < 0:
+        raise ConfigError("trainer.early_stopping_patience must be 0 (never stop early) or a number of validations, "
+                          f"got {config.trainer.early_stopping_patience!r}.")
     if not 0.0 < config.data.val_fraction < 1.0:
         raise ConfigError(f"data.val_fraction must be between 0 and 1, got {config.data.val_fraction!r}.")

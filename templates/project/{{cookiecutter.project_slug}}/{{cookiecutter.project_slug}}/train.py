@@ -66,7 +66,7 @@ def build_loggers(config: Config) -> list:
 
 def build_trainer(config: Config):
     from tracktrain import Trainer
-    from tracktrain.callbacks import MetricPrinter, ModelCheckpoint, TrainerProgressBar
+    from tracktrain.callbacks import EarlyStopping, MetricPrinter, ModelCheckpoint, TrainerProgressBar
 
     settings = config.trainer
     root_dir = local_or_url(config.run.root_dir)
@@ -75,6 +75,8 @@ def build_trainer(config: Config):
                         save_top_k=1, save_last=True),
         MetricPrinter(),
     ]
+    if settings.early_stopping_patience > 0:  # under DDP, one rank's stop is every rank's (agreed at the boundary)
+        callbacks.append(EarlyStopping(monitor="val_accuracy", mode="max", patience=settings.early_stopping_patience))
     if settings.progress_bar == "always":
         callbacks.append(TrainerProgressBar(disable=False))  # also when the output is not a terminal
     loggers = build_loggers(config)
