@@ -23,7 +23,7 @@ from tracktrain.storage import (
     storage_timeouts,
 )
 
-__all__ = ["check_writable", "raise_storage_failure", "storage_failure"]
+__all__ = ["check_writable", "is_unreachable", "raise_storage_failure", "storage_failure"]
 
 PROBE_PREFIX = ".tracktrain-write-probe-"  # + 12 hex digits; one a kill left is removed by the next run's checkpointer
 
@@ -90,6 +90,22 @@ _CREDENTIAL_ERRORS = {
     "DefaultCredentialsError", "RefreshError",  # google-auth
     "ClientAuthenticationError",  # azure-core
 }
+
+
+def is_unreachable(error: BaseException) -> bool:
+    """Whether `error` (or one it was raised from) says the store did not answer: a timeout or a connection that
+    failed, as opposed to an answer that refused (credentials, a missing bucket) or a local fault."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        names = {cls.__name__ for cls in type(current).__mro__}
+        if names & (_TIMEOUT_ERRORS | _CONNECTION_ERRORS):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 # The fix for each kind of failure, per provider; `None` holds what fits any other file system.
 _FIXES = {
     "s3": {

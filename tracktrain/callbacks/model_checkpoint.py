@@ -15,6 +15,7 @@ from tracktrain.handlers.async_saver import AsyncSaver
 from tracktrain.handlers.checkpoint import Checkpoint
 from tracktrain.handlers.manifest import committed_checkpoints, remove_uncommitted
 from tracktrain.handlers.savers import FsspecSaver, saver_for
+from tracktrain.handlers.spool import Spool, spool_dir_for
 from tracktrain.distributed import rank_zero_value
 from tracktrain.ranks import global_rank
 from tracktrain.trainer.arguments import check_location
@@ -122,8 +123,11 @@ class ModelCheckpoint(Callback):
             if global_rank() == 0:
                 storage.check_writable(self.dirpath)  # a missing bucket or credentials fail now, not after an epoch
             # a resumed run writes next to the checkpoints it resumes from
+            # a remote store that stops answering never stops training: checkpoints wait on local disk meanwhile
+            spool = (None if storage.is_local(self.dirpath)
+                     else Spool(spool_dir_for(self.dirpath, trainer.default_root_dir), self.dirpath))
             saver: Any = saver_for(self.dirpath, create_dir=True, require_empty=False, manifest=True,
-                                   summarize=summarize_checkpoint)
+                                   summarize=summarize_checkpoint, **({"spool": spool} if spool else {}))
             self._saver = AsyncSaver(saver) if self.async_save else saver
             self._checkpoint = Checkpoint(
                 trainer.checkpoint_objects(), self._saver, filename_prefix=self.filename_prefix,
@@ -199,8 +203,19 @@ class ModelCheckpoint(Callback):
     def on_fit_end(self, trainer: Trainer, module: LoopModule) -> None:
         try:
             self.wait()
+            self._deliver_what_waits()
         finally:
             lease.release(self.dirpath, self)
+
+    def _deliver_what_waits(self) -> None:
+        """At the end of fit, one more try for checkpoints still waiting for the store; what still waits is said."""
+        spool = getattr(self._saver, "spool", None)
+        if spool is None or spool.is_empty or global_rank() != 0:
+            return
+        if not spool.deliver(self._saver.write_serialized, self._saver.remove_now, force=True):
+            warnings.warn(f"The run ends with checkpoints not yet written to {self.dirpath}: {spool.behind()} They "
+                          f"are kept in {spool.directory}; the next run with this checkpoint directory and root "
+                          "directory delivers them before it resumes.", stacklevel=2)
 
     def on_exception(self, trainer: Trainer, module: LoopModule, exception: BaseException) -> None:
         # the last checkpoint being written is the one a restart resumes from: let it commit (its own error, if

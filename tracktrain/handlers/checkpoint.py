@@ -422,7 +422,9 @@ class Checkpoint:
         leaves every object untouched. Should an object's own `load_state_dict` still fail (a malformed state
         that only it can judge), the objects loaded before it are restored to their previous state: every object
         is unchanged. (Modules, checked in full beforehand, are loaded last, so that this needs no copy of their
-        weights.) Tensors are read onto the CPU; `load_state_dict` moves them to where each object lives.
+        weights; an object whose `state_dict()` must not be called for a copy, because it talks to other ranks or
+        fires hooks, says so with `state_dict_has_side_effects = True` and is loaded after the others.) Tensors are
+        read onto the CPU; `load_state_dict` moves them to where each object lives.
 
         With one object in `to_load`, the checkpoint may be that object's state itself, as `Checkpoint` writes it
         for a single entry of `to_save` (a list entry included). A checkpoint that holds several objects' states
@@ -589,7 +591,7 @@ class ModelCheckpoint(Checkpoint):
 def _apply_all_or_none(plan: list[tuple[str, Any, Any]], source: str, strict: bool, kwargs: dict[str, Any]) -> None:
     """Call each object's `load_state_dict`; if one fails, load the previous state back into those already loaded
     (and into the failing one, which may have applied part of its state) before raising."""
-    plan = sorted(plan, key=lambda entry: isinstance(_unwrapped(entry[1]), nn.Module))  # stable: modules last
+    plan = sorted(plan, key=lambda entry: _load_order(_unwrapped(entry[1])))  # stable within each group
     applied: list[tuple[str, Any, Any]] = []
     for key_path, obj, state in plan:
         obj = _unwrapped(obj)
@@ -613,11 +615,19 @@ def _unwrapped(obj: Any) -> Any:
     return obj.module if isinstance(obj, _WRAPPERS) else obj
 
 
-def _previous_state(obj: Any) -> Any:
-    """What restores `obj` if a later load fails. Modules: nothing (checked in full and loaded last). Optimizers:
-    their state dict as it is (its tensors are replaced by a load, never written into, so no copy of the moments is
-    needed). Anything else: a deep copy (small states: schedulers, engines, callbacks)."""
+def _load_order(obj: Any) -> int:
+    """Objects that can be restored load first; then those whose `state_dict()` must not be called to take a copy
+    (`state_dict_has_side_effects`: it talks to other ranks or fires hooks); modules, checked in full, last."""
     if isinstance(obj, nn.Module):
+        return 2
+    return 1 if getattr(obj, "state_dict_has_side_effects", False) else 0
+
+
+def _previous_state(obj: Any) -> Any:
+    """What restores `obj` if a later load fails (None: nothing can). Modules: nothing (checked in full and loaded
+    last). Optimizers: their state dict as it is (its tensors are replaced by a load, never written into, so no copy
+    of the moments is needed). Anything else: a deep copy (small states: schedulers, engines, callbacks)."""
+    if isinstance(obj, nn.Module) or getattr(obj, "state_dict_has_side_effects", False):
         return None
     if isinstance(obj, torch.optim.Optimizer):
         state = obj.state_dict()
@@ -630,7 +640,7 @@ def _restore(applied: list[tuple[str, Any, Any]]) -> list[str]:
     failed = []
     for key_path, obj, previous in reversed(applied):
         if previous is None:
-            failed.append(key_path)  # a module that failed part-way (its checks passed: a custom load)
+            failed.append(key_path)  # a module or an object without a copy that failed part-way
             continue
         try:
             obj.load_state_dict(previous)

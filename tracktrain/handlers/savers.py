@@ -16,6 +16,8 @@ import torch
 
 from tracktrain import storage
 from tracktrain.handlers.manifest import _is_plain_name, remove_checkpoint, write_manifest
+from tracktrain.handlers.spool import Spool
+from tracktrain.storage_check import is_unreachable
 
 __all__ = ["BaseSaveHandler", "CheckpointWriteError", "DiskSaver", "FsspecSaver"]
 
@@ -82,6 +84,8 @@ class FsspecSaver(BaseSaveHandler):
         manifest: after each file, write its manifest (size, SHA-256, `summarize(checkpoint)`), which makes it a
             committed checkpoint (see `tracktrain.handlers.manifest`); `remove` then deletes the manifest first.
         summarize: `checkpoint -> dict` of JSON values for the manifest's summary (step, epoch, run ids).
+        spool: where checkpoints wait while the store does not answer, so that training goes on (see
+            `tracktrain.handlers.spool`); None: a save the store does not take fails.
         kwargs: passed to `torch.save`.
 
     Names in `protected` are never removed (the checkpoint a run resumed from).
@@ -96,10 +100,12 @@ class FsspecSaver(BaseSaveHandler):
         save_on_rank: int = 0,
         manifest: bool = False,
         summarize: Callable[[Mapping], Mapping[str, Any]] | None = None,
+        spool: Spool | None = None,
         **kwargs: Any,
     ) -> None:
         _check_torch_save_kwargs(type(self).__name__, kwargs)
         self.url = os.fspath(url)
+        self.spool = spool
         self._atomic = atomic
         self.save_on_rank = save_on_rank
         self.manifest = manifest
@@ -134,16 +140,36 @@ class FsspecSaver(BaseSaveHandler):
     def __call__(self, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None:
         if _rank() != self.save_on_rank:
             return
-        # Serialized completely before storage is touched: a failure here cannot damage any file.
+        data, summary = self.serialize(checkpoint)
+        if self.spool is None:
+            self.write_serialized(filename, data, summary, metadata)
+        elif not self.spool.deliver(self.write_serialized, self.remove_now):
+            self.spool.keep(filename, data, summary, metadata)  # behind the ones still waiting, in order
+        else:
+            try:
+                self.write_serialized(filename, data, summary, metadata)
+            except Exception as error:
+                if not is_unreachable(error):
+                    raise
+                self.spool.failed_now()
+                self.spool.keep(filename, data, summary, metadata, error)
+
+    def serialize(self, checkpoint: Mapping) -> tuple[memoryview, dict[str, Any]]:
+        """The checkpoint's bytes and its manifest summary, made completely before storage is touched: a failure
+        here cannot damage any file."""
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer, **self.kwargs)
-        data = buffer.getbuffer()
+        summary = dict(self._summarize(checkpoint)) if self.manifest and self._summarize is not None else {}
+        return buffer.getbuffer(), summary
+
+    def write_serialized(self, filename: str, data: bytes | memoryview, summary: Mapping[str, Any],
+                         metadata: Mapping | None = None) -> None:
+        """Commit what `serialize` made under `filename`: the data, then its manifest."""
         write = storage.write_bytes_atomic if self._atomic else storage.write_bytes
         path = self.path_of(filename)
         try:
             write(path, data)
             if self.manifest:  # last: only now is the checkpoint complete
-                summary = self._summarize(checkpoint) if self._summarize is not None else {}
                 write_manifest(os.fspath(self.url), {filename: data}, summary, metadata)
         except OSError as error:
             # a checkpoint is complete or absent: what this save wrote is removed (an atomic write left nothing
@@ -156,6 +182,21 @@ class FsspecSaver(BaseSaveHandler):
     def remove(self, filename: str) -> None:
         if _rank() != self.save_on_rank or filename in self.protected:
             return
+        if self.spool is None:
+            self.remove_now(filename)
+        elif not self.spool.is_empty:
+            self.spool.queue_removal(filename)  # after what waits before it (or dropped from the spool)
+        else:
+            try:
+                self.remove_now(filename)
+            except Exception as error:
+                if not is_unreachable(error):
+                    raise
+                self.spool.failed_now()
+                self.spool.queue_removal(filename)
+
+    def remove_now(self, filename: str) -> None:
+        """Delete `filename` (and its manifest) from the directory, whatever waits in the spool."""
         if self.manifest:
             remove_checkpoint(os.fspath(self.url), _check_plain_name(filename))
         else:

@@ -26,6 +26,7 @@ from tracktrain.loggers.base import Logger
 from tracktrain.loggers.bridge import LoggerBridge
 from tracktrain.loggers.csv_logger import CSVLogger
 from tracktrain.preemption import SignalWatch, Terminated
+from tracktrain.ranks import global_rank
 from tracktrain.rng import manual_seed
 from tracktrain.trainer import arguments
 from tracktrain.trainer.building import as_loop_module, configure_optimizers, model_engine_for
@@ -35,6 +36,7 @@ from tracktrain.trainer.metric_log import MetricLog, scalar_values, to_floats
 from tracktrain.trainer.module import LoopModule, checked_loss
 from tracktrain.trainer.nonfinite import NonFiniteWatch
 from tracktrain.trainer.optimizers import LRSchedulerConfig
+from tracktrain.handlers.spool import deliver_left_over
 from tracktrain.trainer.resume import RESUME_CHOICES, check_resume, load_newest, resume_candidates
 from tracktrain.trainer.settings import changed_settings, check_resumable, describe, run_settings
 from tracktrain.trainer.trainer_state import TrainerState
@@ -634,6 +636,10 @@ class Trainer:
         self.resume_changes = {}
         load = lambda url: self._load_checkpoint(url, module)  # noqa: E731
         if target is not None and os.fspath(target) in RESUME_CHOICES:
+            if global_rank() == 0:  # rank 0's spool: what an earlier run could not write goes first
+                for directory in self._checkpoint_dirs():
+                    deliver_left_over(directory, self.default_root_dir)
+            distributed.rank_zero_value(None)  # no rank lists the directory before that
             self.ckpt_path = load_newest(resume_candidates(self._checkpoint_dirs()), load)
             if self.ckpt_path is None and target == "last":
                 warnings.warn(f'fit(ckpt_path="last") found no complete checkpoint in {self._checkpoint_dirs()}; '

@@ -25,6 +25,10 @@ class TrainerState:
     `train_engine.state.checkpoint`, so hooks can add to it; loading fires `CHECKPOINT_LOADED` with it.
     """
 
+    # state_dict() gathers every rank's generators and fires on_save_checkpoint: `Checkpoint.load_objects` must not
+    # call it to keep a copy, and loads this entry after the objects it can restore
+    state_dict_has_side_effects = True
+
     def __init__(self, trainer: Trainer) -> None:
         self._trainer = trainer
         self.global_step = 0
