@@ -25,11 +25,15 @@ from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from tracktrain import storage
-from tracktrain.loggers.base import QueuedLogger, flatten_params
+from tracktrain.loggers.base import QueuedLogger, default_run_name, flatten_params
 from tracktrain.loggers.delivery import Record
 from tracktrain_integrations.mlflow_system_metrics import SystemMetricsSampler, mlflow_defaults
 
 __all__ = ["MLflowLogger"]
+
+# Read by MLflow 3's UI to open the experiment as model training (runs, metric charts, params, artifacts) rather than
+# in its GenAI view; older servers keep it as an ordinary tag.
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 
 _logger = logging.getLogger(__name__)
 
@@ -57,7 +61,7 @@ class MLflowLogger(QueuedLogger):
             `sqlite:///{root_dir}/mlflow.db`, with artifacts in `{root_dir}/mlartifacts` (in `./.tracktrain/` when
             root_dir is remote; view it with `mlflow ui --backend-store-uri sqlite:///{root_dir}/mlflow.db`).
         experiment_name: created when it does not exist.
-        run_name: the new run's name (MLflow picks one when None).
+        run_name: the new run's name; None: `<experiment>-<date>-<time>-<6 hex>`, which tells runs apart.
         run_id: continue this run instead of creating one (the Trainer does it with `resume` from a checkpoint).
         tags: the new run's tags (set again on a resumed run); a `tracktrain.version` tag is added.
         log_checkpoints: whether the Trainer uploads each checkpoint it saves as an artifact under `checkpoints/`.
@@ -131,7 +135,7 @@ class MLflowLogger(QueuedLogger):
                          delivery=delivery)
         self.tracking_uri = tracking_uri
         self.experiment_name = experiment_name
-        self.run_name = run_name
+        self.run_name = run_name if run_name is not None else default_run_name(experiment_name)
         self.tags = {str(key): str(value) for key, value in (tags or {}).items()}
         self.log_checkpoints = log_checkpoints
         self.log_model = log_model
@@ -378,12 +382,16 @@ class MLflowLogger(QueuedLogger):
         experiment = self._call(self._client.get_experiment_by_name, self.experiment_name)
         if experiment is None:
             try:
+                # MLflow 3's UI opens an experiment by its kind: this one is model training, not GenAI evaluation
                 return self._call(self._client.create_experiment, self.experiment_name,
-                                  artifact_location=self._artifact_location)
+                                  artifact_location=self._artifact_location, tags=EXPERIMENT_TAGS)
             except MlflowException as error:  # another process created it meanwhile
                 if error.error_code != "RESOURCE_ALREADY_EXISTS":
                     raise
                 experiment = self._call(self._client.get_experiment_by_name, self.experiment_name)
+        if experiment.lifecycle_stage != "deleted" and "mlflow.experimentKind" not in (experiment.tags or {}):
+            for key, value in EXPERIMENT_TAGS.items():  # made by an older version, or without tracktrain: no kind yet
+                self._call(self._client.set_experiment_tag, experiment.experiment_id, key, value)
         if experiment.lifecycle_stage == "deleted":
             raise ValueError(
                 f"MLflow experiment {self.experiment_name!r} at {self._uri} is deleted. Restore it with `mlflow "

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tracktrain import storage
-from tracktrain.loggers.base import QueuedLogger, flatten_params
+from tracktrain.loggers.base import QueuedLogger, default_run_name, flatten_params
 from tracktrain.loggers.delivery import Record
 
 __all__ = ["WandbLogger"]
@@ -52,7 +52,7 @@ class WandbLogger(QueuedLogger):
 
     Args:
         project: the W&B project.
-        name: the run's display name (W&B picks one when None). Kept as `run_name`: `name` is the logger's kind.
+        name: the run's display name; None: `<project>-<date>-<time>-<6 hex>`, which tells runs apart. Kept as `run_name`: `name` is the logger's kind.
         id: the id of a run to continue; a checkpoint's run id (given through `resume`) takes its place.
         resume: W&B's resume mode ("allow", "must", "never", "auto"); "allow" when a run id is known.
         mode: "online", "offline" (sync later with `wandb sync`) or "disabled"; None: W&B's default (WANDB_MODE).
@@ -116,7 +116,7 @@ class WandbLogger(QueuedLogger):
             raise TypeError(f"WandbLogger got arguments wandb.init does not take: {sorted(unknown)}; see "
                             f"help(wandb.init) for the ones it does.")
         self.project = project
-        self.run_name = name
+        self.run_name = name if name is not None else default_run_name(project or "tracktrain")
         self.resume_mode = resume
         self.mode = mode
         self.config = dict(config) if config is not None else None

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import threading
 import time
 import urllib.parse
 import urllib.request
+import uuid
 import warnings
 from pathlib import Path
 
@@ -110,6 +112,21 @@ def test_the_default_is_an_embedded_sqlite_file_in_the_root_dir_holding_the_whol
     # the artifacts sit next to the database, not in the working directory
     (uploaded,) = (root / "mlartifacts").rglob("config.yaml")
     assert uploaded.read_text() == "lr: 0.1\n" and not (tmp_path / "mlruns").exists()
+    # MLflow 3's UI opens the experiment as model training, not in its GenAI view
+    experiment = client.get_experiment(run.info.experiment_id)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+def test_an_experiment_made_without_a_kind_gets_the_training_kind_and_a_chosen_kind_is_kept(sqlite_uri, tmp_path):
+    client = tracking.MlflowClient(sqlite_uri)
+    plain = client.create_experiment(f"plain-{uuid.uuid4().hex[:8]}")
+    chosen = client.create_experiment(f"chosen-{uuid.uuid4().hex[:8]}", tags={"mlflow.experimentKind": "genai_development"})
+    for experiment_id in (plain, chosen):
+        logger = MLflowLogger(experiment_name=client.get_experiment(experiment_id).name, tracking_uri=sqlite_uri)
+        logger.start(str(tmp_path))
+        logger.finalize("FINISHED")
+    assert client.get_experiment(plain).tags["mlflow.experimentKind"] == "custom_model_development"
+    assert client.get_experiment(chosen).tags["mlflow.experimentKind"] == "genai_development"
 
 
 def test_a_second_logger_given_the_run_id_continues_the_same_run(sqlite_uri, experiment, tmp_path):
@@ -695,3 +712,19 @@ def test_a_resume_records_changed_settings_as_tags_and_a_finished_rerun_leaves_t
     assert again.info.end_time == finished.info.end_time and again.info.status == "FINISHED"
     assert steps_and_values(client, run_id, "train_loss") == history
     assert len(runs_of(client, experiment)) == 1
+
+
+def test_two_seeded_runs_get_names_that_tell_them_apart(sqlite_uri, tmp_path):
+    """MLflow's own name generator draws from Python's `random`, which a seeded run has set: same seed, same name."""
+    import random
+
+    client = tracking.MlflowClient(sqlite_uri)
+    names = []
+    for attempt in range(2):
+        random.seed(0)
+        logger = MLflowLogger(experiment_name="names", tracking_uri=sqlite_uri)
+        logger.start(str(tmp_path / str(attempt)))
+        logger.finalize("FINISHED")
+        names.append(client.get_run(logger.run_id).data.tags["mlflow.runName"])
+    assert names[0] != names[1]
+    assert all(re.fullmatch(r"names-\d{8}-\d{6}-[0-9a-f]{6}", name) for name in names), names

@@ -24,6 +24,7 @@ def test_main_job_generates_trains_and_says_how_to_open_the_run(tmp_path):
     assert accuracy > 0.6  # 2 epochs of an MLP on digits
     assert database.is_file()
     assert "100%" in result.stdout + result.stderr  # the progress bar was drawn
+    assert_the_printed_mlflow_command_works_when_pasted(result.stdout)
 
     # the same command again: the run is finished, nothing is trained, the MLflow run is left as it was
     tracking = pytest.importorskip("mlflow.tracking")
@@ -46,3 +47,40 @@ def test_main_job_generates_trains_and_says_how_to_open_the_run(tmp_path):
     assert continued.info.run_id == run.info.run_id
     epochs = [metric.value for metric in client.get_metric_history(run.info.run_id, "epoch")]
     assert epochs == sorted(epochs) and epochs[-1] == 2.0
+
+
+def assert_the_printed_mlflow_command_works_when_pasted(output: str) -> None:
+    """The main job's last line, pasted as it is in another directory, with a PATH that does not hold the virtual
+    environment (a new terminal), and a port of the test's: the MLflow UI answers and lists the run's experiment."""
+    import json
+    import shlex
+    import signal
+    import time
+    import urllib.request
+
+    from tests.integrations.conftest import free_port
+
+    command = re.search(r"open the run in the MLflow UI: (.*?)  \(then http", output).group(1)
+    port = free_port()
+    environment = {**os.environ, "PATH": "/usr/bin:/bin"}
+    server = subprocess.Popen([*shlex.split(command), "--host", "127.0.0.1", "--port", str(port)], cwd="/",
+                              env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              start_new_session=True)
+    try:
+        deadline, answer = time.monotonic() + 90, None
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                request = urllib.request.Request(f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/experiments/search",
+                                                 data=b'{"max_results": 10}', method="POST",
+                                                 headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    answer = json.loads(response.read())
+                break
+            except OSError:
+                time.sleep(0.5)
+        assert answer is not None, server.stderr.read().decode()[-3000:] if server.poll() is not None else "no answer"
+        assert "digits_classifier" in [experiment["name"] for experiment in answer["experiments"]]
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)  # its process group, by its PID: the UI's workers go with it
+            server.wait(timeout=30)

@@ -204,3 +204,14 @@ def test_an_on_exception_hook_that_fails_is_a_warning_and_the_run_s_error_is_rai
                                          r"ValueError: a hook's failure"):
         with pytest.raises(RuntimeError, match="the run's own error"):
             trainer.fit(Classifier(), make_loader())
+
+
+def test_lightnings_logger_spelling_means_what_it_means_there(tmp_path):
+    from tracktrain.loggers.csv_logger import CSVLogger
+
+    assert Trainer(logger=False, default_root_dir=tmp_path).loggers == []
+    single = CSVLogger()
+    assert Trainer(logger=single, default_root_dir=tmp_path).loggers == [single]
+    assert Trainer(logger=[single], default_root_dir=tmp_path).loggers == [single]
+    with pytest.raises(ValueError, match=r"both logger=False and loggers=\[\]; pass one of them"):
+        Trainer(logger=False, loggers=[], default_root_dir=tmp_path)

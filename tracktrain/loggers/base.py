@@ -5,6 +5,8 @@ tracker's client in this process or in a child process (`delivery="process"`, se
 from __future__ import annotations
 
 import os
+import time
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -14,7 +16,7 @@ from tracktrain.loggers.delivery import DeliveryQueue, Record
 if TYPE_CHECKING:
     from tracktrain.loggers.sender_process import SenderProcess
 
-__all__ = ["Logger", "QueuedLogger", "flatten_params"]
+__all__ = ["Logger", "QueuedLogger", "default_run_name", "flatten_params"]
 
 STATUSES = ("FINISHED", "FAILED", "KILLED")
 DELIVERIES = ("thread", "process")
@@ -237,6 +239,12 @@ class QueuedLogger(Logger):
 
     @abstractmethod
     def _close(self, status: str) -> None: ...
+
+
+def default_run_name(prefix: str) -> str:
+    """A run name that tells runs apart: `<prefix>-<local date and time>-<6 hex>`. (Trackers' own name generators
+    draw from Python's `random`, which a seeded run has set: every run of a seed got the same name.)"""
+    return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
 def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -68,6 +68,7 @@ class Trainer:
         callbacks: `Callback`s, run in order of their `priority`.
         loggers: trackers (`tracktrain_integrations.mlflow.MLflowLogger`, `...wandb.WandbLogger`, ...); None: a
             `CSVLogger` under `default_root_dir/logs`; False: none. Rank 0 only; runs resume with checkpoints.
+        logger: Lightning's name for `loggers` (one logger, a list, True or False); give one of the two.
         seed: seed python, numpy and torch at the start of each fit/validate/test/predict, and derive the data
             order from it. None: a fit draws a seed, records it in its checkpoints and with the loggers' params.
         deterministic: ask torch for deterministic algorithms (reproducible kernels). Resume is exact without it:
@@ -123,6 +124,7 @@ class Trainer:
         resume: str | os.PathLike | None = None,
         resume_with_changes: bool = False,
         nonfinite: str = "error",
+        logger: Logger | Sequence[Logger] | bool | None = None,
     ) -> None:
         self.max_steps = arguments.check_positive_int("max_steps", max_steps, allow_none=True)
         self.max_epochs = arguments.check_positive_int("max_epochs", max_epochs, allow_none=True)
@@ -178,6 +180,11 @@ class Trainer:
         self._distributed_loaders: dict[int, Iterable[Any]] = {}
         self._stop_requested = False
         self.device = arguments.device_of(accelerator)
+        if logger is not None:  # Lightning's spelling, the same meaning (one logger or several, True, False)
+            if loggers is not None:
+                raise ValueError(f"Trainer got both logger={logger!r} and loggers={loggers!r}; pass one of them "
+                                 "(loggers=[...] is tracktrain's name, logger= Lightning's).")
+            loggers = [logger] if isinstance(logger, Logger) else logger
         self.loggers: list[Logger] = _loggers_from(loggers)
         self._logger_bridge = LoggerBridge(self.loggers)
         self.callbacks = callbacks + self._default_callbacks(callbacks, enable_progress_bar, enable_checkpointing)

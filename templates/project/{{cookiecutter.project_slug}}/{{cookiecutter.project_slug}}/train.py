@@ -115,6 +115,13 @@ def fit(config: Config) -> FitResult:
     return FitResult(metrics, trainer.global_step, trainer.ckpt_path)
 
 
+def installed(command: str) -> str:
+    """`command` as it is installed beside this interpreter (a virtual environment's bin/ is rarely on PATH), so a
+    printed command works when pasted anywhere; the bare name when it is not there."""
+    path = os.path.join(os.path.dirname(sys.executable), command)
+    return path if os.path.exists(path) else command
+
+
 def how_to_view(config: Config) -> list[str]:
     """The commands that show this run."""
     from tracktrain import storage
@@ -123,17 +130,18 @@ def how_to_view(config: Config) -> list[str]:
     lines = []
     if config.tracking.tracker in ("mlflow", "both"):
         uri = config.tracking.mlflow_tracking_uri
-        if not uri:
-            uri = f"sqlite:///{storage.local_dir(root_dir)}/mlflow.db"  # where MLflowLogger puts it by default
+        if not uri:  # where MLflowLogger puts it by default; absolute, so the command works from any directory
+            uri = f"sqlite:///{os.path.abspath(storage.local_dir(root_dir))}/mlflow.db"
         if uri.startswith(("http://", "https://")):
             lines.append(f"open the run in the MLflow UI: {uri}")
         else:
-            lines.append(f"open the run in the MLflow UI: mlflow ui --backend-store-uri {uri}  (then http://127.0.0.1:5000)")
+            lines.append(f"open the run in the MLflow UI: {installed('mlflow')} ui --backend-store-uri {uri}  "
+                         "(then http://127.0.0.1:5000)")
     if config.tracking.tracker in ("wandb", "both") and config.tracking.wandb_mode == "offline":
         wandb_root = os.environ.get("WANDB_DIR") or storage.local_dir(root_dir)
         runs = sorted(glob.glob(os.path.join(wandb_root, "wandb", "offline-run-*")), key=os.path.getmtime)
         target = runs[-1] if runs else os.path.join(wandb_root, "wandb", "offline-run-*")
-        lines.append(f"upload the W&B run: wandb sync {target}")
+        lines.append(f"upload the W&B run: {installed('wandb')} sync {os.path.abspath(target)}")
     return lines
 
 
