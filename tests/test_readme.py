@@ -1,4 +1,4 @@
-"""The README's code runs as printed: its quickstart trains on the digits data and leaves its checkpoints."""
+"""The README's code runs as printed: its quickstart trains on the data it makes and leaves its checkpoints."""
 
 from __future__ import annotations
 
@@ -18,19 +18,12 @@ def _block(heading: str) -> str:
 
 
 def test_quickstart_trains_and_checkpoints(tmp_path):
-    # the README leaves the loaders to the reader; the digits loaders of the examples stand in for them
-    setup = (
-        f"import sys; sys.path.insert(0, {str(ROOT / 'examples')!r})\n"
-        "from digits_data import digits_loaders\n"
-        "train_loader, val_loader = digits_loaders(64, 0)\n"
-        "test_loader = val_loader\n"
-    )
     check = (
-        "\nassert trainer.callback_metrics['val_acc'] > 0.9, trainer.callback_metrics\n"
+        "\nassert trainer.callback_metrics['val_acc'] > 0.7, trainer.callback_metrics\n"
         "print('steps', trainer.global_step)\n"
     )
     script = tmp_path / "quickstart.py"
-    script.write_text(setup + _block("Quickstart") + check)
+    script.write_text(_block("Quickstart") + check)  # as printed: it makes its own data
     result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     checkpoints = sorted(p.name for p in (tmp_path / "runs" / "exp1" / "checkpoints").iterdir()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import glob
+import os
 import subprocess
 import sys
 import tomllib
@@ -88,3 +90,16 @@ def test_the_wandb_choice_writes_an_offline_run_whose_history_holds_the_metrics(
     assert 0.0 < history[-1]["val_accuracy"] <= 1.0
     train_steps = [row["_step"] for row in history if "train_loss_step" in row]
     assert train_steps and train_steps == sorted(set(train_steps)) and train_steps[-1] <= steps
+
+    # resumed for one more epoch: W&B writes a second offline folder for the same run id; the printed commands
+    # cover both folders of that id, and point `wandb leet` at them
+    again = subprocess.run([sys.executable, "-m", "digits_wandb_run.train", "--epochs", "3"], cwd=project,
+                           env=project_environment(project), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    run_dirs = sorted(project.glob("**/offline-run-*"))
+    assert len(run_dirs) == 2 and len({path.name.rsplit("-", 1)[1] for path in run_dirs}) == 1, run_dirs
+    sync = again.stdout.split("upload the W&B run: ")[1].splitlines()[0]
+    executable, command, pattern = sync.split(" ")
+    assert os.path.isabs(executable) and executable.endswith("wandb") and command == "sync"
+    assert sorted(glob.glob(pattern)) == [str(path) for path in run_dirs]
+    assert f"leet {run_dirs[0].parent}" in again.stdout

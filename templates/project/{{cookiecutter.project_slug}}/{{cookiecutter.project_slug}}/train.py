@@ -139,9 +139,12 @@ def how_to_view(config: Config) -> list[str]:
                          "(then http://127.0.0.1:5000)")
     if config.tracking.tracker in ("wandb", "both") and config.tracking.wandb_mode == "offline":
         wandb_root = os.environ.get("WANDB_DIR") or storage.local_dir(root_dir)
-        runs = sorted(glob.glob(os.path.join(wandb_root, "wandb", "offline-run-*")), key=os.path.getmtime)
-        target = runs[-1] if runs else os.path.join(wandb_root, "wandb", "offline-run-*")
-        lines.append(f"upload the W&B run: {installed('wandb')} sync {os.path.abspath(target)}")
+        folder = os.path.abspath(os.path.join(wandb_root, "wandb"))
+        runs = sorted(glob.glob(os.path.join(folder, "offline-run-*")), key=os.path.getmtime)
+        # each start of a resumed run writes a folder of its own, all named after the one run id: sync them all
+        run_id = runs[-1].rsplit("-", 1)[-1] if runs else ""
+        lines.append(f"look at the W&B run in this terminal: {installed('wandb')} leet {folder}")
+        lines.append(f"upload the W&B run: {installed('wandb')} sync {folder}/offline-run-*-{run_id or '*'}")
     return lines
 
 
