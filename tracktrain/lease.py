@@ -54,15 +54,8 @@ from typing import Any
 from tracktrain import storage
 
 __all__ = [
-    "HEARTBEAT_INTERVAL",
-    "LEASE_NAME",
-    "Lease",
-    "LeaseHeld",
-    "LeaseRecord",
-    "LeaseWarning",
-    "STALE_AFTER_BEATS",
-    "acquire",
-    "release",
+    "HEARTBEAT_INTERVAL", "LEASE_NAME", "Lease", "LeaseHeld", "LeaseRecord", "LeaseWarning", "STALE_AFTER_BEATS",
+    "acquire", "release", "status",
 ]
 
 LEASE_NAME = ".tracktrain-lease.json"  # hidden: checkpoint listings and retention skip it
@@ -286,6 +279,23 @@ def _take(url: str, interval: float, settle: float | None) -> Lease:
         return Lease(url, mine, interval)
     raise LeaseHeld(f"Could not take the checkpoint lease {url}: it kept changing while this run looked at it, so "
                     "another run is starting on this directory at the same time. Start one run per directory.", None, url)
+
+
+def status(directory: str | os.PathLike) -> str:
+    """One line on who writes to the checkpoint directory `directory`: nobody, a live run (host, pid, last
+    heartbeat), or a lease left by a run that is gone (and why it counts as gone)."""
+    url = storage.join(directory, LEASE_NAME)
+    try:
+        record = _read(url)
+    except _Damaged as error:
+        return f"a damaged lease file ({error}): the next run takes it over"
+    if record is None:
+        return "no run is writing here"
+    now = time.time()
+    stale = _stale_reason(record, now)
+    if stale is not None:
+        return f"left by {record.describe(now)}, which is gone ({stale})"
+    return f"being written by {record.describe(now)}"
 
 
 def _stale_reason(record: LeaseRecord, now: float) -> str | None:

@@ -175,8 +175,8 @@ def read_checkpoint(url: str | os.PathLike) -> Any:
         data, check = read_checked(url)
     except FileNotFoundError:
         raise FileNotFoundError(
-            f"Checkpoint file {os.fspath(url)} does not exist. Check the path; "
-            "Checkpoint.get_last_checkpoint(directory) finds the newest checkpoint in a directory."
+            f"Checkpoint file {os.fspath(url)} does not exist. Check the path: `tracktrain runs ROOT` lists the "
+            "checkpoints of the run under ROOT (resume=\"auto\" takes the newest complete one)."
         ) from None
     except IsADirectoryError:
         raise IsADirectoryError(

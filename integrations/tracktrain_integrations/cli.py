@@ -1,0 +1,202 @@
+"""`tracktrain`: the things users do around a run, from the terminal.
+
+    tracktrain runs [ROOT]      the run under ROOT (default: ./runs): its checkpoints, who writes them, what waits
+                                for an unreachable store, and its MLflow and W&B runs
+    tracktrain inspect CKPT     what a checkpoint holds: step, epoch, module and hyperparameters, sizes, and whether
+                                it is complete (its manifest and checksum)
+    tracktrain ui [ROOT]        the MLflow UI on the run's own store (or how to look at its W&B runs)
+
+ROOT and CKPT are local paths or any fsspec URL. Here rather than in the core: it reads the trackers' stores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from tracktrain import lease, storage
+from tracktrain.handlers.checkpoint_state import read_checkpoint
+from tracktrain.handlers.manifest import CheckpointCorrupted, committed_checkpoints, manifest_name, parse_manifest
+from tracktrain.handlers.spool import Spool, spool_dir_for
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tracktrain", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    runs = commands.add_parser("runs", help="a run's checkpoints, writer and tracker runs")
+    runs.add_argument("root", nargs="?", default="runs", help="the run's root directory or URL (default: runs)")
+    inspect = commands.add_parser("inspect", help="what a checkpoint holds, and whether it is complete")
+    inspect.add_argument("checkpoint", help="a checkpoint file's path or URL")
+    ui = commands.add_parser("ui", help="open the run's MLflow UI (or say how to look at its W&B runs)")
+    ui.add_argument("root", nargs="?", default="runs", help="the run's root directory (default: runs)")
+    ui.add_argument("--port", type=int, default=5000)
+    ui.add_argument("--host", default="127.0.0.1")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "runs":
+            return show_runs(args.root)
+        if args.command == "inspect":
+            return inspect_checkpoint(args.checkpoint)
+        return open_ui(args.root, args.host, args.port)
+    except (FileNotFoundError, CheckpointCorrupted, ValueError, OSError) as error:
+        print(f"tracktrain {args.command}: {error}", file=sys.stderr)
+        return 2
+
+
+# ------------------------------------------------------------------------------------------------------ runs
+def show_runs(root: str) -> int:
+    if not storage.exists(root):
+        raise FileNotFoundError(f"No run at {root}: give the run's root directory (Trainer(default_root_dir=...), "
+                                "the template's run.root_dir), e.g. `tracktrain runs runs`.")
+    directory = storage.join(root, "checkpoints")
+    found, problems = committed_checkpoints(directory)
+    print(f"checkpoints in {directory}:")
+    for checkpoint in found:
+        summary = checkpoint.manifest["summary"]
+        size = sum(entry["bytes"] for entry in checkpoint.manifest["files"].values())
+        created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(checkpoint.manifest["created"]))
+        print(f"  {checkpoint.data_filename:<40} step {summary.get('global_step', '?'):>7}  epoch "
+              f"{summary.get('epoch', '?'):>4}  {_size(size):>9}  {created}")
+    if not found:
+        print("  none complete: a fit here starts a new run")
+    for problem in problems:
+        print(f"  not complete (skipped by resume): {problem}")
+    if found:
+        print(f"  resume=\"auto\" continues from {found[0].data_filename}; "
+              f"`tracktrain inspect {found[0].url}` shows what it holds")
+    print(f"writer: {lease.status(directory)}")
+    spool = Spool(spool_dir_for(directory, root), directory)
+    if not spool.is_empty:
+        print(f"waiting for the store: {spool.behind()}")
+    _show_mlflow_runs(root)
+    _show_wandb_runs(root)
+    return 0
+
+
+def _show_mlflow_runs(root: str) -> None:
+    database = os.path.join(os.path.abspath(storage.local_dir(root)), "mlflow.db")
+    if not os.path.exists(database):
+        return
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{database}")
+    print(f"MLflow runs in sqlite:///{database} (open them: tracktrain ui {root}):")
+    for experiment in client.search_experiments():
+        for run in client.search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"]):
+            steps = [metric.step for name in run.data.metrics for metric in client.get_metric_history(
+                run.info.run_id, name)[-1:]]
+            print(f"  {experiment.name} / {run.info.run_name}  {run.info.status}  last step "
+                  f"{max(steps) if steps else '-'}  id {run.info.run_id}")
+
+
+def _show_wandb_runs(root: str) -> None:
+    folder = os.path.join(os.path.abspath(storage.local_dir(root)), "wandb")
+    folders = sorted(glob.glob(os.path.join(folder, "offline-run-*")))
+    if not folders:
+        return
+    by_id: dict[str, list[str]] = {}
+    for path in folders:
+        by_id.setdefault(path.rsplit("-", 1)[-1], []).append(path)
+    print(f"W&B offline runs in {folder} (look: wandb leet {folder}):")
+    for run_id, paths in by_id.items():
+        print(f"  run {run_id}: {len(paths)} folder{'s' if len(paths) > 1 else ''}; upload: wandb sync "
+              f"{folder}/offline-run-*-{run_id}")
+
+
+# --------------------------------------------------------------------------------------------------- inspect
+def inspect_checkpoint(url: str) -> int:
+    directory, _, name = url.replace(os.sep, "/").rpartition("/")
+    manifest_url = storage.join(directory or ".", manifest_name(name))
+    complete = True
+    try:
+        manifest = parse_manifest(storage.read_bytes(manifest_url), manifest_url)
+        files = ", ".join(f"{file} {_size(entry['bytes'])}" for file, entry in manifest["files"].items())
+        print(f"manifest: valid ({files})")
+    except FileNotFoundError:
+        if not storage.exists(url):
+            raise FileNotFoundError(f"No checkpoint at {url}. `tracktrain runs ROOT` lists the checkpoints of the "
+                                    "run under ROOT.") from None
+        complete = False
+        print("manifest: none — not a committed checkpoint (a save cut short, or one written without a manifest); "
+              "resume=\"auto\" never takes it")
+    except CheckpointCorrupted as error:
+        complete = False
+        print(f"manifest: not valid — {error}")
+    states = read_checkpoint(url)  # checks the content against the manifest's size and SHA-256
+    print(f"content: {'matches its manifest' if complete else 'read (nothing to check it against)'}")
+    trainer = states.get("trainer") or {} if isinstance(states, dict) else {}
+    engine = states.get("train_engine") or {} if isinstance(states, dict) else {}
+    if trainer:
+        print(f"step {trainer.get('global_step')}, iteration {engine.get('iteration')}, epoch length "
+              f"{engine.get('epoch_length')}, samples seen {trainer.get('samples_seen')}")
+        settings = trainer.get("settings") or {}
+        if settings:
+            print(f"module: {settings.get('module/class')}")
+            for label, section in (("hyperparameters", "module"), ("trainer", "trainer")):
+                values = settings.get(section) or {}
+                if values:
+                    print(f"{label}: " + ", ".join(f"{key}={value!r}" for key, value in values.items()))
+    if isinstance(states, dict):
+        print("objects:")
+        for key, value in states.items():
+            print(f"  {key}: {_describe_state(value)}")
+    return 0 if complete else 1
+
+
+def _describe_state(value: Any) -> str:
+    import torch
+
+    tensors = []
+
+    def collect(item: Any) -> None:
+        if isinstance(item, torch.Tensor):
+            tensors.append(item)
+        elif isinstance(item, dict):
+            for inner in item.values():
+                collect(inner)
+        elif isinstance(item, (list, tuple)):
+            for inner in item:
+                collect(inner)
+
+    collect(value)
+    if not tensors:
+        return f"{type(value).__name__} without tensors"
+    elements = sum(tensor.numel() for tensor in tensors)
+    size = sum(tensor.numel() * tensor.element_size() for tensor in tensors)
+    return f"{len(tensors)} tensors, {elements:,} values, {_size(size)}"
+
+
+# ------------------------------------------------------------------------------------------------------- ui
+def open_ui(root: str, host: str, port: int) -> int:
+    local = os.path.abspath(storage.local_dir(root))
+    database = os.path.join(local, "mlflow.db")
+    if os.path.exists(database):
+        mlflow = os.path.join(os.path.dirname(sys.executable), "mlflow")
+        command = [mlflow if os.path.exists(mlflow) else "mlflow", "ui", "--backend-store-uri",
+                   f"sqlite:///{database}", "--host", host, "--port", str(port)]
+        print(f"MLflow UI of {root}: http://{host}:{port}  (Ctrl-C stops it)", flush=True)
+        os.execvp(command[0], command)
+    wandb_folder = os.path.join(local, "wandb")
+    if os.path.isdir(wandb_folder):
+        print(f"{root} has W&B runs, no MLflow store: look at them with `wandb leet {wandb_folder}`, or upload them "
+              f"with `wandb sync {wandb_folder}/offline-run-*`.")
+        return 0
+    raise FileNotFoundError(f"No tracker store under {local} (no mlflow.db, no wandb folder): was the run tracked? "
+                            f"`tracktrain runs {root}` shows what it has.")
+
+
+def _size(size: int) -> str:
+    if size < 1000:
+        return f"{size} bytes"
+    return f"{size / 1e6:.1f} MB" if size >= 100_000 else f"{size / 1e3:.1f} kB"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

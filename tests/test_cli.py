@@ -1,0 +1,112 @@
+"""The `tracktrain` command as users type it (the console script the install puts beside the interpreter): runs,
+inspect and ui, on a real run with checkpoints and an MLflow store."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.integrations.conftest import free_port
+from tests.trainer._tasks import Classifier, make_loader
+from tracktrain import Trainer
+
+pytest.importorskip("mlflow")
+from tracktrain_integrations.mlflow import MLflowLogger  # noqa: E402
+
+TRACKTRAIN = str(Path(sys.executable).with_name("tracktrain"))
+
+
+def tracktrain(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([TRACKTRAIN, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+class Hparams(Classifier):
+    def __init__(self) -> None:
+        super().__init__(lr=0.1)
+        self.hparams = {"lr": 0.1, "width": 4}
+
+
+@pytest.fixture(scope="module")
+def run_root(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("cli")
+    root = folder / "runs"
+    trainer = Trainer(max_epochs=2, enable_progress_bar=False, default_root_dir=root, seed=3,
+                      loggers=[MLflowLogger(experiment_name="cli-test")])
+    trainer.fit(Hparams(), make_loader(), make_loader(n=16))
+    return root
+
+
+def test_runs_lists_checkpoints_writer_and_tracker_runs(run_root):
+    result = tracktrain("runs", "runs", cwd=run_root.parent)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "checkpoints in runs/checkpoints:"
+    assert lines[1].split()[:3] == ["checkpoint_16.pt", "step", "16"]
+    assert 'resume="auto" continues from checkpoint_16.pt' in result.stdout
+    assert "writer: no run is writing here" in result.stdout
+    assert "cli-test / cli-test-" in result.stdout and "FINISHED  last step 16" in result.stdout
+
+
+def test_inspect_says_what_a_checkpoint_holds_and_that_it_is_complete(run_root):
+    result = tracktrain("inspect", str(run_root / "checkpoints" / "checkpoint_16.pt"), cwd=run_root)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("manifest: valid (checkpoint_16.pt ")
+    assert "content: matches its manifest" in result.stdout
+    assert "step 16, iteration 16, epoch length 8" in result.stdout
+    assert "module: Hparams" in result.stdout and "hyperparameters: lr=0.1, width=4" in result.stdout
+    assert "seed=3" in result.stdout
+    assert "  model: 2 tensors, 10 values, 40 bytes" in result.stdout
+
+
+def test_inspect_refuses_a_damaged_checkpoint_and_names_a_missing_one(run_root, tmp_path):
+    damaged = tmp_path / "checkpoint_16.pt"
+    data = bytearray((run_root / "checkpoints" / "checkpoint_16.pt").read_bytes())
+    data[-100] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    (tmp_path / "checkpoint_16.pt.manifest.json").write_bytes(
+        (run_root / "checkpoints" / "checkpoint_16.pt.manifest.json").read_bytes())
+    result = tracktrain("inspect", str(damaged), cwd=tmp_path)
+    assert result.returncode == 2 and "SHA-256" in result.stderr, result.stdout + result.stderr
+
+    missing = tracktrain("inspect", "runs/checkpoints/checkpoint_99.pt", cwd=run_root.parent)
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == ("tracktrain inspect: No checkpoint at runs/checkpoints/checkpoint_99.pt. "
+                                      "`tracktrain runs ROOT` lists the checkpoints of the run under ROOT.")
+
+
+def test_ui_serves_the_runs_own_mlflow_store(run_root):
+    port = free_port()
+    server = subprocess.Popen([TRACKTRAIN, "ui", "runs", "--port", str(port)], cwd=run_root.parent,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        assert server.stdout.readline().startswith(f"MLflow UI of runs: http://127.0.0.1:{port}")
+        deadline, names = time.monotonic() + 90, None
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                request = urllib.request.Request(f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/experiments/search",
+                                                 data=b'{"max_results": 10}', method="POST",
+                                                 headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    names = [experiment["name"] for experiment in json.loads(response.read())["experiments"]]
+                break
+            except OSError:
+                time.sleep(0.5)
+        assert names is not None and "cli-test" in names
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)  # by its PID: the UI and its workers
+            server.wait(timeout=30)
+
+
+def test_ui_without_a_tracker_store_says_what_to_do(tmp_path):
+    (tmp_path / "runs").mkdir()
+    result = tracktrain("ui", "runs", cwd=tmp_path)
+    assert result.returncode == 2 and "No tracker store under" in result.stderr and "tracktrain runs runs" in result.stderr
