@@ -29,4 +29,4 @@ fi
 
 echo "== training $slug for $epochs epochs (python -m $slug.train)"
 cd "$scratch/$slug"
-"$python" -m "$slug.train" --epochs "$epochs" --set 'trainer.progress_bar="always"'
+"$python" -m "$slug.train" --epochs "$epochs"  # a bar on a terminal, plain progress lines in a log

@@ -62,6 +62,16 @@ class _StderrHandler(logging.StreamHandler):
     def stream(self):  # type: ignore[override]
         return sys.stderr
 
+    def emit(self, record: logging.LogRecord) -> None:
+        """Through any progress bar on the terminal: the bar is cleared, the line written, the bar drawn again
+        below it, so a line never lands in the middle of a bar's line."""
+        tqdm_module = sys.modules.get("tqdm")  # no tqdm imported: no bar to write around
+        if tqdm_module is None:
+            super().emit(record)
+            return
+        with tqdm_module.tqdm.external_write_mode(file=self.stream):
+            super().emit(record)
+
 
 class DistributedLogger:
     """A logger for training runs that decides per message which ranks log it.
