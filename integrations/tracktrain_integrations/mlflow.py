@@ -76,7 +76,8 @@ class MLflowLogger(QueuedLogger):
             (`system/...`), at the latest global step logged. None (default): as MLflow does, on when
             `mlflow.enable_system_metrics_logging()` was called or MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING is true.
             The samples travel with the other records (see `mlflow_system_metrics`). Needs psutil.
-        system_metrics_interval: seconds between samples; None: MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL, or 10.
+        system_metrics_interval: seconds between samples; None: MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL, or else
+            about 100 samples over the run so far (every second at first, every minute at most).
         on_unreachable: what `start` does when the tracker does not answer: "raise" (default) a ConnectionError
             naming the URI; or "queue": warn, train anyway and keep the records (in memory, then in the spill
             file); the run is created by the background thread as soon as the server answers, or by

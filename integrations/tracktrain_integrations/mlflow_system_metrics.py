@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 
 __all__ = ["SystemMetricsSampler", "mlflow_defaults"]
@@ -19,15 +20,24 @@ _logger = logging.getLogger(__name__)
 PREFIX = "system/"
 
 
-def mlflow_defaults() -> tuple[bool, float]:
+def mlflow_defaults() -> tuple[bool, float | None]:
     """What MLflow itself would do, and how often: `mlflow.enable_system_metrics_logging()` (or
-    MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING) and MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL (10 s when unset)."""
+    MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING) and MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL (None when unset: see
+    `adaptive_interval`)."""
     from mlflow.environment_variables import (
         MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING,
         MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL,
     )
 
-    return bool(MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING.get()), float(MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL.get() or 10)
+    interval = MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL.get()
+    return bool(MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING.get()), float(interval) if interval else None
+
+
+def adaptive_interval(elapsed: float) -> float:
+    """Seconds to the next sample when no interval is set: about 100 points over the run so far, every second at
+    first and every minute at most, so that a 10-second run and a day-long one both get a useful curve (MLflow's
+    fixed 10 s gave a short run 2 points)."""
+    return min(max(elapsed / 100, 1.0), 60.0)
 
 
 def _monitors() -> list:
@@ -49,13 +59,13 @@ def _monitors() -> list:
 
 
 class SystemMetricsSampler:
-    """Samples the machine every `interval` seconds on a daemon thread and hands each sample to `record(metrics,
-    step)`, at the global step `current_step()` reads (the latest training step logged, so the samples line up
-    with the training curves). Its cost to training is a few psutil calls per interval."""
+    """Samples the machine every `interval` seconds (None: `adaptive_interval`) on a daemon thread and hands each
+    sample to `record(metrics, step)`, at the global step `current_step()` reads (the latest training step logged,
+    so the samples line up with the training curves). Its cost to training is a few psutil calls per sample."""
 
     def __init__(self, record: Callable[[Mapping[str, float], int], None], current_step: Callable[[], int],
-                 interval: float = 10.0) -> None:
-        if not interval > 0:
+                 interval: float | None = None) -> None:
+        if interval is not None and not interval > 0:
             raise ValueError(f"MLflowLogger(system_metrics_interval=...) must be a positive number of seconds, got "
                              f"{interval!r}.")
         self._monitors = _monitors()
@@ -82,8 +92,10 @@ class SystemMetricsSampler:
         self._thread = None
 
     def _run(self) -> None:
+        started = time.monotonic()
         while True:
-            stopping = self._stopping.wait(self.interval)
+            wait = self.interval if self.interval is not None else adaptive_interval(time.monotonic() - started)
+            stopping = self._stopping.wait(wait)
             try:
                 self._record(self.sample(), self._current_step())
             except Exception as error:  # a failing monitor must never reach training

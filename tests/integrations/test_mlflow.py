@@ -728,3 +728,15 @@ def test_two_seeded_runs_get_names_that_tell_them_apart(sqlite_uri, tmp_path):
         names.append(client.get_run(logger.run_id).data.tags["mlflow.runName"])
     assert names[0] != names[1]
     assert all(re.fullmatch(r"names-\d{8}-\d{6}-[0-9a-f]{6}", name) for name in names), names
+
+
+def test_without_a_set_interval_a_short_run_gets_a_sample_every_second_and_a_long_one_about_100():
+    from tracktrain_integrations.mlflow_system_metrics import SystemMetricsSampler, adaptive_interval
+
+    assert [adaptive_interval(seconds) for seconds in (0, 50, 100, 1000, 6000, 86400)] == [1, 1, 1, 10, 60, 60]
+    samples: list[int] = []
+    sampler = SystemMetricsSampler(lambda metrics, step: samples.append(step), lambda: 7)  # no interval: adaptive
+    sampler.start()
+    time.sleep(3.5)
+    sampler.stop()
+    assert len(samples) >= 4 and set(samples) == {7}  # 3 in 3.5 s, and the last one at stop (10 s gave 1)
