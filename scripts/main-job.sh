@@ -13,10 +13,16 @@ epochs="${EPOCHS:-5}"
 slug=digits_classifier
 python="$repo/.venv/bin/python"
 
-echo "== installing tracktrain (MLflow, scikit-learn) and cookiecutter into $repo/.venv"
-[ -x "$python" ] || python3 -m venv "$repo/.venv"
-# torch is named with its pin in the same command as everything that depends on it
-"$python" -m pip install --quiet -c "$repo/constraints.txt" "torch==2.13.0" cookiecutter -e "$repo[mlflow,examples]"
+# installed once per version of the pins and the package list: a later run starts training at once
+stamp="$repo/.venv/.main-job-installed"
+wanted="$(cat "$repo/constraints.txt" "$repo/pyproject.toml" | sha256sum | cut -d' ' -f1)"
+if [ ! -x "$python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
+    echo "== installing tracktrain (MLflow, scikit-learn) and cookiecutter into $repo/.venv"
+    [ -x "$python" ] || python3 -m venv "$repo/.venv"
+    # torch is named with its pin in the same command as everything that depends on it
+    "$python" -m pip install --quiet -c "$repo/constraints.txt" "torch==2.13.0" cookiecutter -e "$repo[mlflow,examples]"
+    echo "$wanted" > "$stamp"
+fi
 
 if [ ! -d "$scratch/$slug" ]; then
     echo "== generating $scratch/$slug from $repo/templates/project"
