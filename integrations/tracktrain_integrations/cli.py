@@ -182,6 +182,12 @@ def open_ui(root: str, host: str, port: int) -> int:
         command = [mlflow if os.path.exists(mlflow) else "mlflow", "ui", "--backend-store-uri",
                    f"sqlite:///{database}", "--host", host, "--port", str(port)]
         print(f"MLflow UI of {root}: http://{host}:{port}  (Ctrl-C stops it)", flush=True)
+        from mlflow.tracking import MlflowClient
+
+        for experiment in MlflowClient(f"sqlite:///{database}").search_experiments():
+            if experiment.name != "Default":  # in its model-training view: MLflow 3's UI opens in its GenAI view
+                print(f"  {experiment.name}: http://{host}:{port}/#/experiments/{experiment.experiment_id}"
+                      "?workflowType=machine_learning", flush=True)
         os.execvp(command[0], command)
     wandb_folder = os.path.join(local, "wandb")
     if os.path.isdir(wandb_folder):

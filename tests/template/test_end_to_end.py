@@ -78,6 +78,7 @@ def test_generate_train_kill_resume_and_read_the_run_back(generate, tmp_path):
     assert "resumed from " in finished.stdout
     assert f"final metrics after {EPOCHS * STEPS_PER_EPOCH} steps" in finished.stdout
     assert f"mlflow ui --backend-store-uri sqlite:///{server_root}/mlflow.db" in finished.stdout
+    assert "(then http://127.0.0.1:5000/#/experiments/1?workflowType=machine_learning)" in finished.stdout
 
     server = MlflowServer(server_root)  # over the very database the two training commands wrote
     server.start()
@@ -124,17 +125,38 @@ def check_the_run_page_in_chromium(server: MlflowServer, experiment_id: str, run
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
              "--run-all-compositor-stages-before-draw", "--virtual-time-budget=20000", "--window-size=1400,1000",
              f"--user-data-dir={tmp_path / 'chromium-profile'}"]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+
+    def look(address: str, name: str) -> str:
+        """The page's text as rendered (and a screenshot of it among the CI artifacts)."""
+        screenshot = tmp_path / f"{name}.png"
+        subprocess.run([browser, *flags, f"--screenshot={screenshot}", address], capture_output=True, timeout=120)
+        if screenshot.exists():
+            shutil.copy(screenshot, ARTIFACTS / screenshot.name)
+        dom = subprocess.run([browser, *flags, "--dump-dom", address], capture_output=True, text=True,
+                             timeout=120).stdout
+        (ARTIFACTS / f"{name}.html").write_text(dom)
+        return dom
+
+    # the experiment as the printed link opens it: the model-training view, listing the run (not the GenAI view)
+    overview = look(f"{server.url}/#/experiments/{experiment_id}?workflowType=machine_learning", "mlflow-experiment")
+    assert "Runs - Experiment" in overview and "digits_classifier-" in overview, "not the training view"
+    assert "Evaluation runs" not in overview and "Token Usage" not in overview
+
     page = f"{server.url}/#/experiments/{experiment_id}/runs/{run_id}"
-    dom = subprocess.run([browser, *flags, "--dump-dom", page], capture_output=True, text=True, timeout=120).stdout
+    dom = look(page, "mlflow-run")
     for name in ("train_loss_step", "train_loss_epoch", "val_loss", "val_accuracy"):
         assert name in dom, f"{name} is not on the run page {page}"
+    for param in ("trainer/max_epochs", "module/lr", "module/hidden"):
+        assert param in dom, f"the parameter {param} is not on the run page {page}"
+    artifacts = look(f"{page}/artifacts", "mlflow-run-artifacts")
+    assert "checkpoints" in artifacts, "the run's checkpoints are not among its artifacts"
 
     charts = f"{page}/model-metrics"
     screenshot = tmp_path / "mlflow-run-metrics.png"
     subprocess.run([browser, *flags, f"--screenshot={screenshot}", charts], capture_output=True, timeout=120)
     chart_dom = subprocess.run([browser, *flags, "--dump-dom", charts], capture_output=True, text=True,
                                timeout=120).stdout
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "mlflow-run-metrics.html").write_text(chart_dom)
     assert screenshot.stat().st_size > 10_000  # a rendered page, not a blank one
     shutil.copy(screenshot, ARTIFACTS / screenshot.name)

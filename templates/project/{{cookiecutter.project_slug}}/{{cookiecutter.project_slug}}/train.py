@@ -55,7 +55,8 @@ def build_loggers(config: Config) -> list:
 
         loggers.append(MLflowLogger(tracking_uri=tracking.mlflow_tracking_uri or None,
                                     experiment_name=tracking.experiment, run_name=tracking.run_name or None,
-                                    log_system_metrics=tracking.mlflow_system_metrics))
+                                    log_system_metrics=tracking.mlflow_system_metrics,
+                                    log_checkpoints=True))  # the run's checkpoints, as artifacts of its MLflow run
     if tracking.tracker in ("wandb", "both"):
         from tracktrain_integrations.wandb import WandbLogger
 
@@ -122,6 +123,18 @@ def installed(command: str) -> str:
     return path if os.path.exists(path) else command
 
 
+def experiment_page(uri: str, config: Config) -> str:
+    """The UI's page of this run's experiment, in its model-training view (MLflow 3's UI opens in its GenAI view
+    unless the address asks for the other)."""
+    try:
+        from mlflow.tracking import MlflowClient
+
+        experiment = MlflowClient(uri).get_experiment_by_name(config.tracking.experiment)
+    except Exception:  # noqa: BLE001 - only a link: the UI's home page does too
+        experiment = None
+    return f"/#/experiments/{experiment.experiment_id}?workflowType=machine_learning" if experiment else "/"
+
+
 def how_to_view(config: Config) -> list[str]:
     """The commands that show this run."""
     from tracktrain import storage
@@ -133,10 +146,10 @@ def how_to_view(config: Config) -> list[str]:
         if not uri:  # where MLflowLogger puts it by default; absolute, so the command works from any directory
             uri = f"sqlite:///{os.path.abspath(storage.local_dir(root_dir))}/mlflow.db"
         if uri.startswith(("http://", "https://")):
-            lines.append(f"open the run in the MLflow UI: {uri}")
+            lines.append(f"open the run in the MLflow UI: {uri.rstrip('/')}{experiment_page(uri, config)}")
         else:
             lines.append(f"open the run in the MLflow UI: {installed('mlflow')} ui --backend-store-uri {uri}  "
-                         "(then http://127.0.0.1:5000)")
+                         f"(then http://127.0.0.1:5000{experiment_page(uri, config)})")
     if config.tracking.tracker in ("wandb", "both") and config.tracking.wandb_mode == "offline":
         wandb_root = os.environ.get("WANDB_DIR") or storage.local_dir(root_dir)
         folder = os.path.abspath(os.path.join(wandb_root, "wandb"))
