@@ -22,6 +22,8 @@ def test_main_job_generates_trains_and_says_how_to_open_the_run(tmp_path):
     assert f"mlflow ui --backend-store-uri sqlite:///{database}" in result.stdout
     accuracy = float(re.search(r"final metrics after 46 steps: .*val_accuracy (\S+)", result.stdout).group(1))
     assert accuracy > 0.6  # 2 epochs of an MLP on digits
+    best = re.search(r"best checkpoint \(val_accuracy\): (\S+)", result.stdout).group(1)
+    assert Path(best).is_file() and Path(best).parent == tmp_path / "digits_classifier" / "runs" / "checkpoints"
     assert database.is_file()
     assert "\r" not in result.stdout + result.stderr  # output to a log: no bar frames (plain lines instead)
     assert_the_printed_mlflow_command_works_when_pasted(result.stdout)

@@ -26,6 +26,7 @@ def test_bar_shows_progress_and_prog_bar_values(tmp_path):
     trainer.fit(ShowsValidation(), make_loader(), make_loader())
     text = out.getvalue()
     assert "8/8" in text and "Epoch [2/2]" in text
+    assert re.search(r"\[\d\d:\d\d<\d\d:\d\d, +[\d.]+(it/s|s/it)\]", text), text[-500:]  # time left and speed
     assert "train_loss=" in text and "val_loss=" in text  # validation values appear once validated
     trainer.fit(Classifier(), make_loader())
     assert sum(1 for h in trainer.train_engine._event_handlers.get("ITERATION_COMPLETED", [])) == 1  # not twice

@@ -17,7 +17,11 @@ if TYPE_CHECKING:
     from tracktrain.trainer.module import LoopModule
     from tracktrain.trainer.trainer import Trainer
 
-__all__ = ["TrainerProgressBar"]
+__all__ = ["BAR_FORMAT", "TrainerProgressBar"]
+
+# Ignite's bar (epoch, step, %, the values, elapsed<left) with the speed: `Epoch [2/5]: [30/100]  30%|███ ,
+# train_loss=0.123 [00:03<00:07, 9.81it/s]`
+BAR_FORMAT = "{desc}[{n_fmt}/{total_fmt}] {percentage:3.0f}%|{bar}{postfix} [{elapsed}<{remaining}, {rate_fmt}]"
 
 
 class TrainerProgressBar(Callback):
@@ -35,7 +39,7 @@ class TrainerProgressBar(Callback):
         if not isinstance(plain_every, (int, float)) or isinstance(plain_every, bool) or not plain_every > 0:
             raise ValueError(f"TrainerProgressBar(plain_every=...) must be a number of seconds > 0, got "
                              f"{plain_every!r}.")
-        self.bar = ProgressBar(persist=persist, **tqdm_kwargs)
+        self.bar = ProgressBar(persist=persist, **{"bar_format": BAR_FORMAT, **tqdm_kwargs})
         self.plain_every = float(plain_every)
         self._attached_to: Any = None
         self._epoch_started = (0.0, 0)  # time and iteration when the current epoch started

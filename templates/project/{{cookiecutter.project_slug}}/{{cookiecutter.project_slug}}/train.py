@@ -102,6 +102,7 @@ class FitResult:
     metrics: dict[str, float]  # the last value of everything logged
     global_step: int
     resumed_from: str | None  # the checkpoint this fit continued from, None when it started afresh
+    best_checkpoint: str | None = None  # the best by val_accuracy kept so far
 
 
 def fit(config: Config) -> FitResult:
@@ -113,7 +114,11 @@ def fit(config: Config) -> FitResult:
     trainer = build_trainer(config)
     trainer.fit(Classifier(config.model), data.train_dataloader(), data.val_dataloader())
     metrics = {name: float(value) for name, value in trainer.callback_metrics.items()}
-    return FitResult(metrics, trainer.global_step, trainer.ckpt_path)
+    from tracktrain.callbacks import ModelCheckpoint
+
+    best = next((callback.best_model_path for callback in trainer.callbacks if isinstance(callback, ModelCheckpoint)),
+                None)
+    return FitResult(metrics, trainer.global_step, trainer.ckpt_path, best)
 
 
 def installed(command: str) -> str:
@@ -178,6 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary = "  ".join(f"{name} {result.metrics[name]:.4f}" for name in shown if name in result.metrics)
         if result.metrics:  # none when the run had already finished (the Trainer said so): nothing was trained
             print(f"final metrics after {result.global_step} steps: {summary}", flush=True)
+        if result.best_checkpoint:
+            print(f"best checkpoint (val_accuracy): {result.best_checkpoint}", flush=True)
         for line in how_to_view(config):
             print(line, flush=True)
     return 0
