@@ -16,7 +16,8 @@ def xla_model() -> Any:
         return importlib.import_module("torch_xla.core.xla_model")
     except ImportError as e:
         raise ModuleNotFoundError(
-            "The TPU/XLA step needs torch_xla, which is not installed. Install the torch_xla release that matches "
+            "torch_xla cannot be imported, please install PyTorch XLA. The TPU/XLA step needs it: install the "
+            "torch_xla release that matches "
             f"your torch ({torch.__version__.split('+')[0]}): pip install 'torch_xla==<your torch version>' (torch_xla "
             "exists only for specific torch versions, e.g. torch==2.9.0 torch_xla==2.9.0); on a CPU host set "
             "PJRT_DEVICE=CPU to try it. scripts/test-xla.sh builds such an environment."

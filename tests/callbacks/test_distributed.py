@@ -4,7 +4,9 @@ over both ranks' data, and only rank 0 writes the printed lines."""
 from __future__ import annotations
 
 import json
+import os
 import socket
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -50,6 +52,11 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         dist.barrier()
     finally:
         dist.destroy_process_group()
+    # leave as tracktrain.distributed.spawn's ranks do: under load, torch's process-group threads can still be
+    # joinable at interpreter exit, which aborts a process whose work is done
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _free_port() -> int:

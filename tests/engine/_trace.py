@@ -27,6 +27,7 @@ except ImportError:  # pragma: no cover - the test module calls pytest.importors
 TRACKTRAIN = types.SimpleNamespace(
     name="tracktrain",
     Engine=_tt.Engine,
+    DeterministicEngine=_tt.DeterministicEngine,
     Events=_tt.Events,
     EventEnum=_tt.EventEnum,
     EventsList=_tt.EventsList,
@@ -38,6 +39,7 @@ IGNITE = (
     else types.SimpleNamespace(
         name="ignite",
         Engine=_ig.Engine,
+        DeterministicEngine=_ig.DeterministicEngine,
         Events=_ig.Events,
         EventEnum=_ig.EventEnum,
         EventsList=_ig.EventsList,

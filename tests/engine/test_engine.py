@@ -369,7 +369,8 @@ def test_load_state_dict_with_epoch_key_and_max_iters():
         ({"epoch_length": 3, "iteration": 1, "max_epochs": 2, "max_iters": 4}, ValueError, "exactly one of"),
         ({"epoch_length": 3, "iteration": -1, "max_epochs": 2}, ValueError, "integer >= 0, got -1"),
         ({"epoch_length": 0, "iteration": 1, "max_epochs": 2}, ValueError, "epoch_length in state_dict"),
-        ({"epoch_length": 3, "iteration": 12, "max_epochs": 2}, ValueError, "max_epochs=2 below its epoch=4"),
+        ({"epoch_length": 3, "iteration": 12, "max_epochs": 2}, ValueError,
+         "Argument max_epochs should be greater than or equal to the start epoch defined in the state: 2 vs 4"),
         ({"epoch_length": None, "epoch": 1, "max_epochs": 2}, ValueError, "epoch_length should not be None"),
     ],
 )

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import torch
 
 pytest.importorskip("ignite.engine")
 
@@ -1276,6 +1277,66 @@ def test_load_state_dict_errors_raise_the_same(case):
     assert tt is not None
 
 
+def test_the_state_of_an_engine_that_never_ran_round_trips():
+    def outcome(lib):
+        saved = lib.Engine(lambda e, b: None).state_dict()
+        engine = lib.Engine(lambda e, b: None)
+        engine.load_state_dict(saved)
+        engine.run(DATA3, max_epochs=2)  # a new run, as from a fresh engine
+        return dict(saved), engine.state.iteration
+
+    assert outcome(TRACKTRAIN) == outcome(IGNITE) == ({"epoch_length": None, "iteration": 0, "max_epochs": None}, 6)
+
+
+def test_the_state_of_a_trainer_that_never_ran_round_trips_through_checkpoint_load_objects():
+    def outcome(lib, checkpoint):
+        saved = {"trainer": lib.Engine(lambda e, b: None).state_dict()}
+        engine = lib.Engine(lambda e, b: None)
+        checkpoint.load_objects({"trainer": engine}, saved)
+        return engine.state.max_epochs, engine.state.iteration
+
+    from ignite.handlers import Checkpoint as IgniteCheckpoint
+
+    from tracktrain.handlers import Checkpoint
+
+    assert outcome(TRACKTRAIN, Checkpoint) == outcome(IGNITE, IgniteCheckpoint) == (None, 0)
+
+
+SWITCHES = {  # first run's limit, the next run's limit
+    "max_iters_after_a_finished_max_epochs_run": ({"max_epochs": 2}, {"max_iters": 10}),
+    "max_epochs_after_a_finished_max_iters_run": ({"max_iters": 4}, {"max_epochs": 5}),
+    "max_iters_after_an_interrupted_max_epochs_run": ({"max_epochs": 2, "interrupt_at": 2}, {"max_iters": 10}),
+    "a_lower_max_epochs_on_resume": ({"max_epochs": 3, "interrupt_at": 5}, {"max_epochs": 1}),
+    "a_lower_max_iters_on_resume": ({"max_iters": 8, "interrupt_at": 5}, {"max_iters": 3}),
+    "a_higher_max_iters_on_resume": ({"max_iters": 4, "interrupt_at": 2}, {"max_iters": 7}),
+}
+
+
+@pytest.mark.parametrize("case", list(SWITCHES))
+def test_a_new_limit_is_checked_against_the_state_as_ignite_does(case):
+    first, second = SWITCHES[case]
+
+    def outcome(lib):
+        first_run = dict(first)
+        interrupt_at = first_run.pop("interrupt_at", None)
+        engine = lib.Engine(lambda e, b: None)
+        if interrupt_at is not None:
+            engine.add_event_handler(lib.Events.ITERATION_COMPLETED(once=interrupt_at), lambda e: e.interrupt())
+        engine.run(DATA3, **first_run)
+        try:
+            engine.run(DATA3, **second)
+            error = None
+        except ValueError as caught:
+            error = str(caught)
+        return error, engine.state.iteration, engine.state.max_epochs, engine.state.max_iters
+
+    (tt_error, *tt_state), (ig_error, *ig_state) = outcome(TRACKTRAIN), outcome(IGNITE)
+    assert tt_state == ig_state
+    assert (tt_error is None) == (ig_error is None)
+    if ig_error is not None:
+        assert tt_error.startswith(ig_error.rstrip(".")), (tt_error, ig_error)  # Ignite's words first
+
+
 # ------------------------------------------------------------------------------------------------------ times
 def _times(h: Harness) -> list:
     return sorted((k, type(v).__name__) for k, v in h.engine.state.times.items())
@@ -1450,15 +1511,6 @@ class TestDocumentedDeviations:
         assert outcome(TRACKTRAIN) == (None, [2])
         assert outcome(IGNITE)[0] == "TypeError"
 
-    def test_switching_limits_after_a_finished_run(self):
-        def outcome(lib):
-            engine = lib.Engine(lambda e, b: None)
-            engine.run(DATA3, max_epochs=2)
-            return raises_type(lambda: engine.run(DATA3, max_iters=4)), engine.state.iteration
-
-        assert outcome(TRACKTRAIN) == (None, 4)
-        assert outcome(IGNITE)[0] == "ValueError"
-
     def test_removed_exception_handlers_do_not_swallow(self):
         def outcome(lib):
             engine = lib.Engine(failing_step({2}))
@@ -1558,3 +1610,32 @@ class TestUnlistedDeviations:
         for kwargs in (dict(every=True), dict(once=True)):
             assert raises_type(lambda: TRACKTRAIN.Events.ITERATION_COMPLETED(**kwargs)) == "ValueError"
             assert raises_type(lambda: IGNITE.Events.ITERATION_COMPLETED(**kwargs)) is None
+
+
+class _EndlessRandom:
+    """An endless stream of random numbers, drawn from the global generator as the engine asks."""
+
+    def __iter__(self):
+        while True:
+            yield round(torch.rand(1).item(), 6)
+
+
+@pytest.mark.parametrize("saved", [{"iteration": 5, "max_epochs": 2}, {"epoch": 1, "max_epochs": 2},
+                                   {"iteration": 15, "max_epochs": 3}])
+def test_deterministic_engine_resumed_from_an_ignite_state_over_an_endless_random_stream(saved):
+    """An Ignite-written state (counters only, no RNG states): both continue the stream where an uninterrupted
+    run would be (Ignite's rule: seed, then replay the data up to the iteration)."""
+    def batches(lib, state):
+        seen = []
+        engine = lib.DeterministicEngine(lambda e, batch: seen.append(batch))
+        if state is not None:
+            engine.load_state_dict({**state, "epoch_length": 10, "rng_states": None})
+        torch.manual_seed(123)  # the run's seed is drawn from it
+        engine.run(_EndlessRandom(), **({} if state is not None else {"max_epochs": 3, "epoch_length": 10}))
+        return seen
+
+    uninterrupted = batches(IGNITE, None)
+    assert batches(TRACKTRAIN, None) == uninterrupted
+    start = saved.get("iteration", saved.get("epoch", 0) * 10)
+    resumed = batches(TRACKTRAIN, saved)
+    assert resumed == batches(IGNITE, saved) == uninterrupted[start:start + len(resumed)]

@@ -261,7 +261,13 @@ def test_apex_step_points_to_native_amp():
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch_xla") is not None, reason="torch_xla is installed")
-def test_tpu_step_without_torch_xla_says_how_to_install_it():
+def test_tpu_step_without_torch_xla_says_how_to_install_it_in_ignites_words_first():
+    from ignite.engine import supervised_training_step_tpu as ignite_step
+
     model = _model()
-    with pytest.raises(ModuleNotFoundError, match="needs torch_xla.*pip install"):
-        supervised_training_step_tpu(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.MSELoss())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ModuleNotFoundError) as ignite_error:
+        ignite_step(model, optimizer, nn.MSELoss())
+    with pytest.raises(ModuleNotFoundError, match="needs it: install the torch_xla release.*pip install") as ours:
+        supervised_training_step_tpu(model, optimizer, nn.MSELoss())
+    assert str(ours.value).startswith(str(ignite_error.value))

@@ -205,7 +205,8 @@ def test_a_checkpoint_of_another_model_lists_the_mismatched_keys(tmp_path):
 
     with pytest.raises(ResumeMismatch, match=r"module/class: 'Classifier' -> '.*Wider'"):  # refused first
         Trainer(**quiet(tmp_path, max_epochs=2)).fit(Wider(), make_loader(), ckpt_path=checkpoint.last_model_path)
-    with pytest.raises(RuntimeError, match=r"last_checkpoint_8\.pt: Missing key\(s\) \['extra.weight', 'extra.bias'\]"):
+    with pytest.raises(RuntimeError, match=r'^Error\(s\) in loading state_dict for Wider:\n\tMissing key\(s\) in state_dict: '
+                                           r'"extra\.weight", "extra\.bias"\..*last_checkpoint_8\.pt: nothing was loaded'):
         Trainer(**quiet(tmp_path, max_epochs=2, resume_with_changes=True)).fit(
             Wider(), make_loader(), ckpt_path=checkpoint.last_model_path)
 

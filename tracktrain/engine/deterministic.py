@@ -237,6 +237,11 @@ class ResumableEngine(Engine):
             self._pass_index, self._pass_start = 0, 0
         elif isinstance(self._loaded_pass, tuple):
             self._pass_index, self._pass_start = self._loaded_pass
+        elif self._get_data_length(data) is None and (self._loaded_pass == "derive" or self._pass_start > iteration):
+            # a state dict without pass bookkeeping (Ignite's) over data without a length (an endless stream):
+            # Ignite's rule, the data replayed from its start up to the iteration (the passes it ran dry are
+            # found on the way)
+            self._pass_index, self._pass_start = 0, 0
         elif self._loaded_pass == "derive" or self._pass_start > iteration:
             # a state dict without pass bookkeeping (Ignite's): passes are assumed to have been full
             length = self._pass_length()
@@ -273,6 +278,7 @@ class ResumableEngine(Engine):
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(self._pass_index)
         manual_seed(pass_seed)  # what iter() draws (worker seeds, an unwrapped sampler's shuffle) follows the pass
+        replayed = False
         keeper = stateful_data(data) if data_state is not None else None
         if keeper is not None:  # its own position, also at a pass boundary (an iterable may count its passes)
             keeper.load_state_dict(data_state)
@@ -285,10 +291,18 @@ class ResumableEngine(Engine):
                 batch_sampler.start_iteration = None
         else:
             iterator = iter(data)
-            for _ in range(skip):  # data without index access: replay it up to the resume point
-                next(iterator)
-        # and again after it: the training step's randomness starts the same however many draws iter() made
-        manual_seed(pass_seed)
+            for skipped in range(skip):  # data without index access: replay it up to the resume point
+                try:
+                    next(iterator)
+                except StopIteration:  # it ran dry on the way: the next pass, as the run that saved it went on
+                    self._pass_index += 1
+                    self._pass_start += skipped
+                    return self._pass_iterator(skip - skipped)
+            replayed = skip > 0
+        # and again after it: the training step's randomness starts the same however many draws iter() made (not
+        # after a replay: the generators are then where the replayed batches left them, as in the run that saved)
+        if not replayed:
+            manual_seed(pass_seed)
         return iterator
 
 

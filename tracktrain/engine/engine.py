@@ -407,13 +407,16 @@ class Engine:
             epoch = int(state_dict["epoch"])
             iteration = epoch * epoch_length
         limit_name = limits[0]
-        limit = _positive_int(f"{limit_name} in state_dict", state_dict[limit_name])
-        progress_name, progress = ("epoch", epoch) if limit_name == "max_epochs" else ("iteration", iteration)
-        if limit < progress:
-            raise ValueError(
-                f"state_dict has {limit_name}={limit} below its {progress_name}={progress}; it is not a "
-                "consistent engine state."
-            )
+        limit = state_dict[limit_name]  # None: the state of an engine that never ran (Ignite round-trips it)
+        if limit is not None:
+            _positive_int(f"{limit_name} in state_dict", limit)
+            progress_name, progress = ("epoch", epoch) if limit_name == "max_epochs" else ("iteration", iteration)
+            if limit < progress:
+                raise ValueError(
+                    f"Argument {limit_name} should be greater than or equal to the start {progress_name} defined in "
+                    f"the state: {limit} vs {progress}. Please, set engine.state.{limit_name} = None before calling "
+                    "engine.run() in order to restart the training from the beginning."
+                )
 
         self.state.epoch_length = epoch_length
         self.state.iteration = iteration
@@ -428,6 +431,28 @@ class Engine:
         self._init_iter = None
 
     # ------------------------------------------------------------------------------------------------------ run
+    def _check_and_set_max_epochs(self, max_epochs: int | None = None) -> None:
+        """Validate a new `max_epochs` against the state (not below the epoch reached) and set it (Ignite's)."""
+        self._check_and_set_termination_param("max_epochs", max_epochs, "epoch", self.state.epoch)
+
+    def _check_and_set_max_iters(self, max_iters: int | None = None) -> None:
+        """Validate a new `max_iters` against the state (not below the iteration reached) and set it (Ignite's)."""
+        self._check_and_set_termination_param("max_iters", max_iters, "iteration", self.state.iteration)
+
+    def _check_and_set_termination_param(self, name: str, value: int | None, progress_name: str,
+                                         progress_value: int) -> None:
+        if value is None:
+            return
+        if value < 1:
+            raise ValueError(f"Argument {name} is invalid. Please, set a correct {name} positive value (got {value}).")
+        if value < progress_value:
+            raise ValueError(
+                f"Argument {name} should be greater than or equal to the start {progress_name} defined in the state: "
+                f"{value} vs {progress_value}. Please, set engine.state.{name} = None before calling engine.run() in "
+                "order to restart the training from the beginning."
+            )
+        setattr(self.state, name, value)
+
     @staticmethod
     def _is_done(state: State) -> bool:
         if state.max_iters is not None and state.iteration >= state.max_iters:
@@ -496,32 +521,23 @@ class Engine:
             raise TypeError(f"Argument seed must be an integer, got {seed!r}.")
 
         state = self.state
-        if max_iters is not None and state.max_epochs is not None and not self._is_done(state):
+        # Ignite's rule: a state with one kind of limit keeps it, finished or not, until it is reset
+        if max_iters is not None and state.max_epochs is not None:
             raise ValueError(
-                "This engine has an unfinished run limited by max_epochs; to switch it to max_iters, reset it first "
-                "with engine.state.max_epochs = None."
+                "To switch from max_epochs to max_iters mode during resume, you must first reset by setting "
+                f"'engine.state.max_epochs = None' before calling run(). (The state has max_epochs={state.max_epochs} "
+                f"at epoch {state.epoch}; max_iters={max_iters} was given.)"
             )
-        if max_epochs is not None and state.max_iters is not None and not self._is_done(state):
+        if max_epochs is not None and state.max_iters is not None:
             raise ValueError(
-                "This engine has an unfinished run limited by max_iters; to switch it to max_epochs, reset it first "
-                "with engine.state.max_iters = None."
+                "To switch from max_iters to max_epochs mode during resume, you must first reset by setting "
+                f"'engine.state.max_iters = None' before calling run(). (The state has max_iters={state.max_iters} "
+                f"at iteration {state.iteration}; max_epochs={max_epochs} was given.)"
             )
-        if max_epochs is not None and state.max_epochs is not None and max_epochs < state.epoch:
-            raise ValueError(
-                f"Argument max_epochs should be greater than or equal to the start epoch defined in the state: "
-                f"{max_epochs} vs {state.epoch}. Please, set engine.state.max_epochs = None before calling "
-                "engine.run() in order to restart the training from the beginning."
-            )
-        if max_iters is not None and state.max_iters is not None and max_iters < state.iteration:
-            raise ValueError(
-                f"Argument max_iters should be greater than or equal to the start iteration defined in the state: "
-                f"{max_iters} vs {state.iteration}. Please, set engine.state.max_iters = None before calling "
-                "engine.run() in order to restart the training from the beginning."
-            )
-        if state.max_epochs is not None and max_epochs is not None:
-            state.max_epochs = max_epochs
-        if state.max_iters is not None and max_iters is not None:
-            state.max_iters = max_iters
+        if state.max_epochs is not None:
+            self._check_and_set_max_epochs(max_epochs)
+        if state.max_iters is not None:
+            self._check_and_set_max_iters(max_iters)
 
         new_run = (state.max_epochs is None and state.max_iters is None) or (
             self._is_done(state) and self._internal_run_generator is None

@@ -440,7 +440,8 @@ class Checkpoint:
         """
         if not isinstance(checkpoint, (Mapping, str, os.PathLike)):
             raise TypeError(
-                f"Argument checkpoint should be a string or a dictionary, but given {type(checkpoint).__name__}."
+                f"Argument checkpoint should be a string or a dictionary, but given {type(checkpoint)}: a path, an "
+                "fsspec URL or a dict of state dicts."
             )
         if not isinstance(to_load, Mapping):
             raise TypeError(f"Argument to_load should be a dictionary, but given {type(to_load).__name__}.")
@@ -468,7 +469,8 @@ class Checkpoint:
         _match(to_load, states, "", source, plan, missing)
         if missing and strict:
             raise ValueError(
-                f"Checkpoint {source} has no state for {missing} (it holds {list(states)}). Nothing was loaded. "
+                f"Key {missing[0]!r} from to_load is not found in {source}: {states.keys()}. It has no state for "
+                f"{missing}. Nothing was loaded. "
                 "Load only the objects it holds, or pass strict=False to skip the missing ones."
             )
         _check_fits(plan, source, strict)

@@ -4,6 +4,7 @@ objects to load, checked in full before anything is applied."""
 from __future__ import annotations
 
 import io
+import errno
 import os
 import pickle
 from collections.abc import Mapping, Sequence
@@ -33,7 +34,7 @@ def _check_objects(objs: Any, method: str, where: str) -> None:
             _check_objects(obj, method, path)
         elif not callable(getattr(obj, method, None)):
             raise TypeError(
-                f"Object {type(obj).__name__} at {path} should have `{method}` method. Checkpoints hold objects "
+                f"Object {type(obj)} should have `{method}` method ({path}). Checkpoints hold objects "
                 "with state_dict()/load_state_dict() (modules, optimizers, LR schedulers, GradScaler, engines, "
                 "handlers); wrap other values in such an object, or leave them out."
             )
@@ -95,8 +96,9 @@ def _check_fits(plan: list, source: str, strict: bool) -> None:
         else:
             continue
         if problem is not None:
+            start = f"Error(s) in loading state_dict for {type(obj).__name__}:\n\t" if error is RuntimeError else ""
             raise error(
-                f"Cannot load {key_path} ({type(obj).__name__}) from {source}: {problem}. Nothing was loaded. "
+                f"{start}{problem}. Cannot load {key_path} ({type(obj).__name__}) from {source}: nothing was loaded. "
                 "Load a checkpoint written for this architecture, or leave this object out of to_load."
             )
 
@@ -109,8 +111,9 @@ def _module_misfit(module: nn.Module, state: Any, strict: bool) -> str | None:
         missing = [key for key in current if key not in state]
         unexpected = [key for key in state if key not in current]
         if missing or unexpected:
-            return (f"Missing key(s) {missing[:5]}, Unexpected key(s) {unexpected[:5]} in the checkpoint (pass "
-                    "strict=False to load the keys both have)")
+            listed = [f"{what} key(s) in state_dict: {', '.join(repr(key).replace(chr(39), chr(34)) for key in keys[:5])}."
+                      for what, keys in (("Missing", missing), ("Unexpected", unexpected)) if keys]
+            return " ".join(listed) + " (pass strict=False to load the keys both have)"
     for key, value in state.items():
         mine = current.get(key)
         if not (isinstance(value, torch.Tensor) and isinstance(mine, torch.Tensor)):
@@ -120,8 +123,8 @@ def _module_misfit(module: nn.Module, state: Any, strict: bool) -> str | None:
         if mine.dim() == 0 and tuple(value.shape) == (1,):  # torch loads a 1-element tensor into a scalar
             continue
         if value.shape != mine.shape:
-            return (f"size mismatch for {key!r}: shape {tuple(value.shape)} in the checkpoint, "
-                    f"{tuple(mine.shape)} in the model")
+            return (f"size mismatch for {key}: copying a param with shape {value.shape} from checkpoint, the shape in "
+                    f"current model is {mine.shape}")
     return None
 
 
@@ -129,12 +132,14 @@ def _optimizer_misfit(optimizer: torch.optim.Optimizer, state: Any) -> str | Non
     if not (isinstance(state, Mapping) and isinstance(state.get("param_groups"), Sequence)):
         return f"its state is not an optimizer state dict (it holds {_keys(state)})"
     groups = state["param_groups"]
-    if len(groups) != len(optimizer.param_groups):
-        return f"the checkpoint has {len(groups)} parameter groups, the optimizer {len(optimizer.param_groups)}"
+    if len(groups) != len(optimizer.param_groups):  # torch's words first, as loading would say it
+        return (f"loaded state dict has a different number of parameter groups: the checkpoint has {len(groups)}, "
+                f"the optimizer {len(optimizer.param_groups)}")
     for i, (saved, mine) in enumerate(zip(groups, optimizer.param_groups)):
         if not isinstance(saved, Mapping) or len(saved.get("params", ())) != len(mine["params"]):
             count = len(saved.get("params", ())) if isinstance(saved, Mapping) else "?"
-            return f"parameter group {i} has {count} parameters in the checkpoint, {len(mine['params'])} here"
+            return (f"loaded state dict contains a parameter group that doesn't match the size of optimizer's group: "
+                    f"parameter group {i} has {count} parameters in the checkpoint, {len(mine['params'])} here")
     # Where this optimizer already has state for a parameter (a resumed run), shapes must agree; comparing with
     # the parameters themselves would be wrong for optimizers whose state is factored (e.g. Adafactor).
     saved_state = state.get("state") or {}
@@ -175,7 +180,8 @@ def read_checkpoint(url: str | os.PathLike) -> Any:
         data, check = read_checked(url)
     except FileNotFoundError:
         raise FileNotFoundError(
-            f"Checkpoint file {os.fspath(url)} does not exist. Check the path: `tracktrain runs ROOT` lists the "
+            errno.ENOENT,
+            f"No such file or directory: {os.fspath(url)!r}. Check the path: `tracktrain runs ROOT` lists the "
             "checkpoints of the run under ROOT (resume=\"auto\" takes the newest complete one)."
         ) from None
     except IsADirectoryError:
