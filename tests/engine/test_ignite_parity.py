@@ -1639,3 +1639,23 @@ def test_deterministic_engine_resumed_from_an_ignite_state_over_an_endless_rando
     start = saved.get("iteration", saved.get("epoch", 0) * 10)
     resumed = batches(TRACKTRAIN, saved)
     assert resumed == batches(IGNITE, saved) == uninterrupted[start:start + len(resumed)]
+
+
+class _OldStyleLoader:
+    """A loader of the kind written before DataLoader: a length and an iterator, no `.dataset`, no sampler."""
+
+    def __len__(self):
+        return 3
+
+    def __iter__(self):
+        return iter([1, 2, 3])
+
+
+@pytest.mark.parametrize("engine_name", ["Engine", "DeterministicEngine"])
+def test_a_loader_without_dataset_runs_as_in_ignite(engine_name):
+    def batches(lib):
+        seen = []
+        getattr(lib, engine_name)(lambda e, batch: seen.append(batch)).run(_OldStyleLoader(), max_epochs=2)
+        return seen
+
+    assert batches(TRACKTRAIN) == batches(IGNITE) == [1, 2, 3, 1, 2, 3]

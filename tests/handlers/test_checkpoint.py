@@ -886,3 +886,53 @@ def test_load_objects_errors_are_ignites_type_and_start_with_its_words(case):
     # Ignite names the two dicts "x" and "y"; we name them
     expected = str(theirs).replace("from x is not found in y", "from to_load is not found in the checkpoint dict")
     assert str(ours).startswith(expected.rstrip(". ")), (str(ours), str(theirs))
+
+
+@pytest.mark.parametrize("with_metadata", [False, True])
+def test_a_plain_callable_save_handler_is_called_as_ignite_calls_it(with_metadata):
+    """Ignite accepts `(checkpoint, filename)` and `(checkpoint, filename, metadata)` callables."""
+    from ignite.engine import Engine as IgniteEngine
+    from ignite.engine import Events as IgniteEvents
+    from ignite.handlers import Checkpoint as IgniteCheckpoint
+
+    from tracktrain.engine import Engine, Events
+
+    def calls_of(checkpoint_class, engine_class, events):
+        calls = []
+        if with_metadata:
+            def handler(checkpoint, filename, metadata):
+                calls.append((filename, sorted(checkpoint), metadata))
+        else:
+            def handler(checkpoint, filename):
+                calls.append((filename, sorted(checkpoint)))
+        torch.manual_seed(0)
+        engine = engine_class(lambda e, b: None)
+        engine.add_event_handler(events.EPOCH_COMPLETED,
+                                 checkpoint_class({"model": nn.Linear(2, 2)}, handler, "run", n_saved=None))
+        engine.run([1, 2], max_epochs=2)
+        return calls
+
+    assert calls_of(Checkpoint, Engine, Events) == calls_of(IgniteCheckpoint, IgniteEngine, IgniteEvents)
+
+
+def test_positional_arguments_follow_ignites_order(tmp_path):
+    from ignite.handlers import Checkpoint as IgniteCheckpoint
+    from ignite.handlers import DiskSaver as IgniteDiskSaver
+    from ignite.handlers import ModelCheckpoint as IgniteModelCheckpoint
+
+    from tracktrain.handlers import ModelCheckpoint
+
+    def fields(checkpoint_class, saver_class, model_checkpoint_class, folder):
+        score = lambda engine: 1.0  # noqa: E731
+        checkpoint = checkpoint_class({"model": nn.Linear(2, 2)}, saver_class(folder / "a"), "pre", score, "acc")
+        model_checkpoint = model_checkpoint_class(folder / "b", "pfx")
+        return (checkpoint.filename_prefix, checkpoint.score_name, checkpoint.score_function is score,
+                model_checkpoint.filename_prefix)
+
+    assert fields(Checkpoint, DiskSaver, ModelCheckpoint, tmp_path / "ours") == \
+        fields(IgniteCheckpoint, IgniteDiskSaver, IgniteModelCheckpoint, tmp_path / "ignite") == ("pre", "acc", True, "pfx")
+
+
+def test_disk_saver_refuses_an_unknown_keyword_when_built_not_at_the_first_save(tmp_path):
+    with pytest.raises(TypeError, match="bogus"):
+        DiskSaver(tmp_path, bogus=1)
