@@ -936,3 +936,17 @@ def test_positional_arguments_follow_ignites_order(tmp_path):
 def test_disk_saver_refuses_an_unknown_keyword_when_built_not_at_the_first_save(tmp_path):
     with pytest.raises(TypeError, match="bogus"):
         DiskSaver(tmp_path, bogus=1)
+
+
+def test_an_atomic_write_of_a_new_file_leaves_what_ignites_leaves(tmp_path):
+    """The target does not exist yet: one file, readable as Ignite's is (its temporary file is 0600, then opened up
+    for group and others), and no temporary left."""
+    import stat
+
+    from ignite.handlers import DiskSaver as IgniteDiskSaver
+
+    def result(saver_class, folder):
+        saver_class(folder, atomic=True, require_empty=False)({"w": torch.ones(2)}, "model_1.pt")
+        return sorted(os.listdir(folder)), stat.S_IMODE(os.stat(folder / "model_1.pt").st_mode)
+
+    assert result(DiskSaver, tmp_path / "ours") == result(IgniteDiskSaver, tmp_path / "ignite")
