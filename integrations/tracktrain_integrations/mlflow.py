@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from tracktrain import storage
-from tracktrain.loggers.base import QueuedLogger, default_run_name, flatten_params
+from tracktrain.loggers.base import CHECKPOINT_ARTIFACTS, QueuedLogger, default_run_name, flatten_params
 from tracktrain.loggers.delivery import Record
 from tracktrain_integrations.mlflow_system_metrics import SystemMetricsSampler, mlflow_defaults
 
@@ -444,7 +444,10 @@ class MLflowLogger(QueuedLogger):
                    await_creation_for=0)  # a local or tracking-server registry makes it READY at once
 
     def _upload(self, run_id: str, local_path: str, artifact_path: str | None) -> None:
-        if not os.path.exists(local_path):  # e.g. a checkpoint deleted by retention before it was uploaded
+        if not os.path.exists(local_path):
+            if artifact_path == CHECKPOINT_ARTIFACTS:  # retention deleted it before its upload: not kept, as meant
+                _logger.debug("Checkpoint %s was deleted by retention before its upload; skipped.", local_path)
+                return
             self._refuse(("artifact", local_path), f"artifact {local_path} (the file no longer exists)")
             return
         self._call(self._client.get_run, run_id)  # fails fast when the server is down; the upload is not bounded

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tracktrain import storage
-from tracktrain.loggers.base import QueuedLogger, default_run_name, flatten_params
+from tracktrain.loggers.base import CHECKPOINT_ARTIFACTS, QueuedLogger, default_run_name, flatten_params
 from tracktrain.loggers.delivery import Record
 
 __all__ = ["WandbLogger"]
@@ -245,7 +245,10 @@ class WandbLogger(QueuedLogger):
         artifact_path = record.payload.get("artifact_path")
         is_url = "://" in local_path and not local_path.startswith("file://")
         if not is_url and not os.path.exists(local_path):
-            # e.g. a checkpoint that save_top_k evicted before this thread reached it: nothing left to upload
+            if artifact_path == CHECKPOINT_ARTIFACTS:  # retention deleted it before its upload: not kept, as meant
+                _logger.debug("W&B run %s: checkpoint %s was deleted by retention before its upload", run.id,
+                              local_path)
+                return
             _logger.warning("W&B run %s: artifact %s no longer exists; not uploaded", run.id, local_path)
             return
         filename = os.path.basename(local_path.rstrip("/"))

@@ -324,10 +324,19 @@ def test_a_deleted_experiment_fails_at_start_with_the_command_that_restores_it(s
 
 def test_an_artifact_deleted_before_its_upload_is_reported(sqlite_uri, experiment, tmp_path):
     logger = started(tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment)
-    logger.log_artifact(str(tmp_path / "gone.ckpt"), "checkpoints")
-    with pytest.warns(UserWarning, match=r"artifact .*gone\.ckpt \(the file no longer exists\)"):
+    logger.log_artifact(str(tmp_path / "gone.yaml"), "configs")
+    with pytest.warns(UserWarning, match=r"artifact .*gone\.yaml \(the file no longer exists\)"):
         logger.finalize("FINISHED")
     assert logger.rejected == 1 and logger.undelivered == 0
+
+
+def test_a_checkpoint_retention_deleted_before_its_upload_is_skipped_without_a_word(sqlite_uri, experiment, tmp_path):
+    logger = started(tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment)
+    logger.log_artifact(str(tmp_path / "checkpoint_4.pt"), "checkpoints")  # announced, then pruned by top-k
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        logger.finalize("FINISHED")
+    assert logger.rejected == 0 and logger.undelivered == 0
 
 
 def test_bad_on_unreachable_is_refused_at_construction():

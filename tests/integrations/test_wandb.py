@@ -210,6 +210,14 @@ def test_an_artifact_gone_before_upload_is_reported(tmp_path, caplog):
     assert read_run(logger.run_dir)["artifacts"] == []
 
 
+def test_a_checkpoint_retention_deleted_before_its_upload_is_skipped_without_a_word(tmp_path, caplog):
+    logger = started(tmp_path)
+    logger.log_artifact(str(tmp_path / "checkpoint_4.pt"), "checkpoints")
+    logger.finalize("FINISHED")
+    assert "no longer exists" not in caplog.text  # the warning a missing artifact of another kind gets
+    assert read_run(logger.run_dir)["artifacts"] == []
+
+
 def test_hyperparameters_w_and_b_cannot_store_are_kept_as_text(tmp_path):
     logger = started(tmp_path)
     logger.log_hyperparams({"dtype": torch.float16, "device": torch.device("cpu"), "sizes": (1, 2), "none": None})

@@ -16,7 +16,11 @@ from tracktrain.loggers.delivery import DeliveryQueue, Record
 if TYPE_CHECKING:
     from tracktrain.loggers.sender_process import SenderProcess
 
-__all__ = ["Logger", "QueuedLogger", "default_run_name", "flatten_params"]
+__all__ = ["CHECKPOINT_ARTIFACTS", "Logger", "QueuedLogger", "default_run_name", "flatten_params"]
+
+# The artifact path of the checkpoints a run announces (`log_checkpoints`). One retention deleted before its upload
+# is skipped without a word: retention decided it was not worth keeping.
+CHECKPOINT_ARTIFACTS = "checkpoints"
 
 STATUSES = ("FINISHED", "FAILED", "KILLED")
 DELIVERIES = ("thread", "process")

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tracktrain.callbacks.base import Callback
-from tracktrain.loggers.base import Logger
+from tracktrain.loggers.base import CHECKPOINT_ARTIFACTS, Logger
 from tracktrain.preemption import Terminated
 from tracktrain.ranks import global_rank
 
@@ -73,7 +73,7 @@ class LoggerBridge(Callback):
         if self.active:
             for logger in self.loggers:
                 if getattr(logger, "log_checkpoints", False):
-                    logger.log_artifact(path, "checkpoints", step=step)
+                    logger.log_artifact(path, CHECKPOINT_ARTIFACTS, step=step)
 
     def on_train_epoch_end(self, trainer: Trainer, module: LoopModule) -> None:
         if self.active:
