@@ -4,6 +4,7 @@ heartbeat, a store that fails under it, a lease lost to another holder, and a ra
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -67,17 +68,20 @@ def listing(directory: str) -> dict[str, tuple]:
             for entry in fs.ls(path, detail=True)}
 
 
-def settled_listing(directory: str) -> dict[str, tuple]:
-    """`listing` once it stops changing: a write() the stopped process was inside when SIGSTOP came still completes
-    (the stop takes effect when the call returns), growing its temporary file for a moment after the signal."""
-    previous = listing(directory)
-    for _ in range(50):
-        time.sleep(0.1)
-        current = listing(directory)
-        if current == previous:
-            return current
-        previous = current
-    return previous
+def wait_until_stopped(pid: int, timeout: float = 60.0) -> None:
+    """Until every thread of `pid` is stopped: SIGSTOP takes effect when a thread leaves the kernel, and a writer
+    thread inside a write() or an fsync() on a loaded machine can go on changing files for a while after the signal."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                with open(f"/proc/{pid}/task/{task}/stat") as stat:
+                    states.append(stat.read().rsplit(")", 1)[1].split()[0])
+        if states and all(state in ("T", "t") for state in states):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} did not stop within {timeout} s")
 
 
 def another_host(heartbeat_age: float) -> lease.LeaseRecord:
@@ -106,6 +110,7 @@ def test_a_second_run_on_a_live_root_fails_fast_and_the_first_finishes_unharmed(
     assert first.read_until(lambda line: line == "step 4") == "step 4"
     os.kill(first.process.pid, signal.SIGSTOP)  # alive, but holds still: nothing it does changes the directory
     try:
+        wait_until_stopped(first.process.pid)
         assert read_lease(root).pid == first.process.pid
         # what a save under way looks like: a start that swept the directory would delete it
         in_flight = storage.join(checkpoint_dir(root), ".checkpoint_6.pt.0123456789ab.tmp")

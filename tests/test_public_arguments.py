@@ -41,7 +41,7 @@ def check_call(call, argument: str, value) -> None:
     except (TypeError, ValueError) as error:
         assert argument in str(error), f"{argument}={value!r}: {type(error).__name__}: {error}"
     except FileNotFoundError as error:  # a checkpoint path that names nothing: said with the path
-        assert argument == "ckpt_path" and str(value) in str(error), f"{argument}={value!r}: {error}"
+        assert argument == "ckpt_path" and repr(str(value)) in str(error), f"{argument}={value!r}: {error}"
 
 
 def parameters(function, leave_out=()) -> list[str]:
