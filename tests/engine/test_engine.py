@@ -140,7 +140,7 @@ def test_terminate_epoch_can_skip_epoch_completed(record):
 def test_terminate_epoch_on_epoch_started_is_an_error():
     engine = Engine(lambda e, b: b)
     engine.add_event_handler(Events.EPOCH_STARTED, lambda e: e.terminate_epoch())
-    with pytest.raises(RuntimeError, match="cannot be called on Events.STARTED or Events.EPOCH_STARTED"):
+    with pytest.raises(RuntimeError, match="should not be called on Event.STARTED or Event.EPOCH_STARTED"):
         engine.run(range(3))
 
 
@@ -212,9 +212,9 @@ def test_rerun_same_max_epochs_restarts_larger_continues_smaller_fails():
     [
         ({"data": 5}, TypeError, "should be iterable.*int"),
         ({"data": [1], "max_epochs": 1, "max_iters": 2}, ValueError, "mutually exclusive"),
-        ({"data": [1], "epoch_length": 0}, ValueError, "epoch_length must be a positive integer, got 0"),
-        ({"data": [1], "max_epochs": -1}, ValueError, "max_epochs must be a positive integer, got -1"),
-        ({"data": [1], "max_iters": 0}, ValueError, "max_iters must be a positive integer"),
+        ({"data": [1], "epoch_length": 0}, ValueError, r"zero size.*epoch_length=0"),
+        ({"data": [1], "max_epochs": -1}, ValueError, r"Argument max_epochs is invalid.*\(got -1\)"),
+        ({"data": [1], "max_iters": 0}, ValueError, "Argument max_iters is invalid"),
         ({"data": None}, ValueError, "epoch_length should be provided if data is None"),
         ({"data": []}, ValueError, "zero size"),
         ({"data": [1], "seed": "7"}, TypeError, "seed must be an integer"),
@@ -265,7 +265,7 @@ def test_handler_signature_and_type_are_checked_when_added():
         Engine(lambda: None)
     with pytest.raises(ValueError, match="must be given a processing function"):
         Engine(None)
-    with pytest.raises(TypeError, match="callable process_function"):
+    with pytest.raises(TypeError, match="is not a callable object"):
         Engine(42)
 
 
@@ -282,9 +282,9 @@ def test_has_and_remove_event_handler_find_filtered_handlers():
     assert not engine.has_event_handler(handler, Events.EPOCH_COMPLETED)
     engine.remove_event_handler(handler, Events.ITERATION_COMPLETED(every=5))
     assert not engine.has_event_handler(handler)
-    with pytest.raises(ValueError, match="is not attached"):
+    with pytest.raises(ValueError, match="is not found among registered event handlers"):
         engine.remove_event_handler(handler, Events.ITERATION_COMPLETED)
-    with pytest.raises(ValueError, match="has no handlers"):
+    with pytest.raises(ValueError, match="does not exist"):
         engine.remove_event_handler(handler, Events.EPOCH_STARTED)
     engine.run(range(4))
     assert calls == []
@@ -361,17 +361,17 @@ def test_load_state_dict_with_epoch_key_and_max_iters():
 @pytest.mark.parametrize(
     ("state_dict", "error", "match"),
     [
-        ([("iteration", 1)], TypeError, "expects a dict"),
-        ({"iteration": 1, "max_epochs": 2}, ValueError, "'epoch_length' is absent"),
-        ({"epoch_length": 3, "max_epochs": 2}, ValueError, "needs 'iteration' or 'epoch'"),
+        ([("iteration", 1)], TypeError, "should be a dictionary"),
+        ({"iteration": 1, "max_epochs": 2}, ValueError, "epoch_length must be a positive integer to calculate"),
+        ({"epoch_length": 3, "max_epochs": 2}, ValueError, "Required state attribute 'iteration' is absent"),
         ({"epoch_length": 3, "iteration": 1, "epoch": 0, "max_epochs": 2}, ValueError, "only one of"),
         ({"epoch_length": 3, "iteration": 1}, ValueError, "exactly one of"),
         ({"epoch_length": 3, "iteration": 1, "max_epochs": 2, "max_iters": 4}, ValueError, "exactly one of"),
         ({"epoch_length": 3, "iteration": -1, "max_epochs": 2}, ValueError, "integer >= 0, got -1"),
-        ({"epoch_length": 0, "iteration": 1, "max_epochs": 2}, ValueError, "epoch_length in state_dict"),
+        ({"epoch_length": 0, "iteration": 1, "max_epochs": 2}, ValueError, "epoch_length must be a positive integer to calculate"),
         ({"epoch_length": 3, "iteration": 12, "max_epochs": 2}, ValueError,
          "Argument max_epochs should be greater than or equal to the start epoch defined in the state: 2 vs 4"),
-        ({"epoch_length": None, "epoch": 1, "max_epochs": 2}, ValueError, "epoch_length should not be None"),
+        ({"epoch_length": None, "epoch": 1, "max_epochs": 2}, ValueError, "epoch_length must be a positive integer to calculate"),
     ],
 )
 def test_malformed_state_dicts_are_rejected_with_the_reason(state_dict, error, match):
@@ -382,7 +382,7 @@ def test_malformed_state_dicts_are_rejected_with_the_reason(state_dict, error, m
 def test_missing_user_key_is_rejected():
     engine = Engine(lambda e, b: b)
     engine.state_dict_user_keys.append("alpha")
-    with pytest.raises(ValueError, match=r"\['alpha'\] are absent"):
+    with pytest.raises(ValueError, match="Required user state attribute 'alpha' is absent"):
         engine.load_state_dict({"epoch_length": 3, "iteration": 0, "max_epochs": 1})
 
 

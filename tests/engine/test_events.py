@@ -50,19 +50,20 @@ def test_every_one_returns_an_unfiltered_event():
     ("kwargs", "error", "match"),
     [
         ({}, ValueError, "without a filter"),
-        ({"every": 2, "once": 3}, ValueError, "either every"),
-        ({"once": 2, "before": 5}, ValueError, "cannot be combined with before/after"),
-        ({"event_filter": lambda e, i: True, "every": 2}, ValueError, "event_filter cannot be combined"),
-        ({"every": 0}, ValueError, r"every=\.\.\.\) must be a positive integer, got 0"),
+        ({"every": 2, "once": 3}, ValueError, "got every=2 and once=3; pass one"),
+        ({"once": 2, "before": 5}, ValueError, "got once=2 with before/after"),
+        ({"event_filter": lambda e, i: True, "every": 2}, ValueError,
+         "Only one of the input arguments.*cannot combine event_filter"),
+        ({"every": 0}, ValueError, r"Argument every should be integer and greater than zero.*got 0"),
         ({"every": -3}, ValueError, "got -3"),
         ({"every": 2.5}, ValueError, "got 2.5"),
         ({"every": True}, ValueError, "got True"),
-        ({"once": 0}, ValueError, "once="),
+        ({"once": 0}, ValueError, "Argument once should.*got 0"),
         ({"once": []}, ValueError, "once="),
         ({"once": [1, -2]}, ValueError, "once="),
         ({"before": -1}, ValueError, "before="),
         ({"after": "3"}, ValueError, "after="),
-        ({"event_filter": 3}, TypeError, "must be callable"),
+        ({"event_filter": 3}, TypeError, "Argument event_filter should be a callable.*got 3"),
         ({"event_filter": lambda only_one: True}, ValueError, "event_filter"),
     ],
 )
@@ -174,5 +175,5 @@ def test_bad_event_names(events, error, match):
 
 
 def test_register_events_rejects_a_non_mapping_event_to_attr():
-    with pytest.raises(ValueError, match="event_to_attr must be a dict"):
+    with pytest.raises(ValueError, match="Expected event_to_attr to be dictionary"):
         Engine(lambda e, b: None).register_events("x", event_to_attr=["x"])

@@ -31,6 +31,7 @@ from ._trace import (  # noqa: E402  (after the importorskip on purpose)
     assert_traces_equal,
     failing_iterable,
     plain,
+    raised,
     run_both,
 )
 
@@ -843,8 +844,8 @@ FILTER_ERRORS = {
 @pytest.mark.parametrize("spec", list(FILTER_ERRORS))
 def test_invalid_filters_raise_the_same(spec):
     kwargs = FILTER_ERRORS[spec]
-    tt = raises_type(lambda: TRACKTRAIN.Events.ITERATION_COMPLETED(**kwargs))
-    ig = raises_type(lambda: IGNITE.Events.ITERATION_COMPLETED(**kwargs))
+    tt = raised(lambda: TRACKTRAIN.Events.ITERATION_COMPLETED(**kwargs), TRACKTRAIN)
+    ig = raised(lambda: IGNITE.Events.ITERATION_COMPLETED(**kwargs), IGNITE)
     assert tt == ig
     assert tt is not None
 
@@ -982,9 +983,11 @@ def test_registration_errors_raise_the_same(action, expected):
     def outcome(lib):
         engine = lib.Engine(lambda e, b: None)
         engine.add_event_handler(lib.Events.STARTED, lambda engine: None)
-        return raises_type(lambda: action(lib, engine))
+        return raised(lambda: action(lib, engine), lib)
 
-    assert outcome(TRACKTRAIN) == outcome(IGNITE) == expected
+    tt, ig = outcome(TRACKTRAIN), outcome(IGNITE)
+    assert tt == ig
+    assert (tt and tt.type_name) == expected
 
 
 def test_handler_removal_and_has_event_handler():
@@ -1049,7 +1052,7 @@ def test_handler_removal_and_has_event_handler():
         # removal errors
         removals = (("remove_missing", E.ITERATION_COMPLETED), ("remove_no_handlers", E.TERMINATE_SINGLE_EPOCH))
         for label, event in removals:
-            h.trace.append((label, raises_type(lambda: engine.remove_event_handler(handlers["h1"], event))))
+            h.trace.append((label, raised(lambda: engine.remove_event_handler(handlers["h1"], event), lib)))
         engine.add_event_handler(E.ITERATION_COMPLETED(once=1), handlers["h8"])
         engine.add_event_handler(E.ITERATION_COMPLETED(once=2), handlers["h8"])
         snapshot("h8_twice")
@@ -1100,7 +1103,7 @@ def _custom_scenario(lib):
     h.trace.append(("count", engine.state.backward_count))
     h.run([10, 20, 30, 40], max_epochs=2)
     h.trace.append(("count", engine.state.backward_count))
-    h.trace.append(("fire_unregistered", raises_type(lambda: engine.fire_event("nope"))))
+    h.trace.append(("fire_unregistered", raised(lambda: engine.fire_event("nope"), lib)))
     return h
 
 
@@ -1261,6 +1264,11 @@ LOAD_ERRORS = {
     "epoch_with_none_epoch_length": {"epoch_length": None, "epoch": 1, "max_epochs": 3},
     "missing_user_key": {"epoch_length": 4, "iteration": 5, "max_epochs": 3},
     "not_a_mapping": [("epoch_length", 4)],
+    "zero_counter_without_epoch_length": {"iteration": 0, "max_epochs": 3},
+    "zero_epoch_length": {"epoch_length": 0, "iteration": 5, "max_epochs": 3},
+    "zero_max_epochs": {"epoch_length": 4, "iteration": 0, "max_epochs": 0},
+    "negative_max_iters": {"epoch_length": 4, "epoch": 1, "max_iters": -1},
+    "missing_user_key_with_epoch": {"epoch_length": 4, "epoch": 1, "max_epochs": 3},
 }
 
 
@@ -1268,9 +1276,9 @@ LOAD_ERRORS = {
 def test_load_state_dict_errors_raise_the_same(case):
     def outcome(lib):
         engine = lib.Engine(lambda e, b: None)
-        if case == "missing_user_key":
+        if case.startswith("missing_user_key"):
             engine.state_dict_user_keys.append("alpha")
-        return raises_type(lambda: engine.load_state_dict(LOAD_ERRORS[case]))
+        return raised(lambda: engine.load_state_dict(LOAD_ERRORS[case]), lib)
 
     tt, ig = outcome(TRACKTRAIN), outcome(IGNITE)
     assert tt == ig
@@ -1444,7 +1452,7 @@ def test_legacy_mode_run_after_an_exception():
         h.engine.interrupt_resume_enabled = False
         h.run(DATA3, max_epochs=2)
         h.run(DATA3, max_epochs=2)
-        h.trace.append(("interrupt", raises_type(h.engine.interrupt)))
+        h.trace.append(("interrupt", raised(h.engine.interrupt, lib)))
         return h
 
     assert_same(scenario)
@@ -1460,7 +1468,7 @@ def test_legacy_mode_plain_run_and_terminate():
         h.on(lib.Events.ITERATION_COMPLETED(once=8), "terminate_epoch", lambda e: e.terminate_epoch())
         h.run(DATA3, max_epochs=3, epoch_length=4)
         h.run(DATA3, max_epochs=3, epoch_length=4)
-        h.trace.append(("interrupt", raises_type(h.engine.interrupt)))
+        h.trace.append(("interrupt", raised(h.engine.interrupt, lib)))
         return h
 
     assert_same(scenario)
@@ -1470,9 +1478,11 @@ def test_interrupt_resume_enabled_class_attribute(monkeypatch):
     def outcome(lib):
         monkeypatch.setattr(lib.Engine, "interrupt_resume_enabled", False, raising=False)
         engine = lib.Engine(lambda e, b: None)
-        return engine.interrupt_resume_enabled, raises_type(engine.interrupt)
+        return engine.interrupt_resume_enabled, raised(engine.interrupt, lib)
 
-    assert outcome(TRACKTRAIN) == outcome(IGNITE) == (False, "RuntimeError")
+    tt, ig = outcome(TRACKTRAIN), outcome(IGNITE)
+    assert tt == ig
+    assert tt[0] is False and tt[1].type_name == "RuntimeError"
 
 
 # ------------------------------------------------------------------------- deviations listed in the Engine's brief

@@ -233,11 +233,11 @@ def test_deterministic_flag_builds_a_deterministic_engine():
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"gradient_accumulation_steps": 0}, ValueError, "positive integer .* got 0"),
+        ({"gradient_accumulation_steps": 0}, ValueError, "Gradient_accumulation_steps must be strictly positive.*Got 0"),
         ({"clip_grad_norm": -1.0}, ValueError, "clip_grad_norm must be a positive number"),
         ({"amp_mode": "fp8"}, ValueError, "amp_mode must be None or 'amp', got 'fp8'"),
         ({"amp_mode": "apex"}, ValueError, "apex is not supported.*amp_mode='amp'"),
-        ({"scaler": True}, ValueError, "needs amp_mode='amp'"),
+        ({"scaler": True}, ValueError, "scaler argument is True, but amp_mode is None. Consider using amp_mode='amp'"),
         ({"amp_mode": "amp", "amp_dtype": torch.float64}, ValueError, "amp_dtype must be"),
         ({"amp_mode": "amp", "scaler": "yes"}, TypeError, "scaler must be a torch.amp.GradScaler"),
     ],

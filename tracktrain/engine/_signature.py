@@ -20,19 +20,23 @@ def accepts(fn: Callable, *args: Any, **kwargs: Any) -> bool:
     return True
 
 
-def check_signature(fn: Callable, description: str, *args: Any, **kwargs: Any) -> None:
-    """Raise a ValueError naming `fn`, its parameters and the arguments it will get, if they do not bind."""
-    if accepts(fn, *args, **kwargs):
+def check_signature(
+    fn: Callable, description: str, args: tuple = (), kwargs: dict | None = None, hint: str = ""
+) -> None:
+    """Raise a ValueError naming `fn`, its parameters and the arguments it will get, if they do not bind.
+
+    The message starts with Ignite's words (users and their tests match on them), then says the fix.
+    """
+    kwargs = kwargs or {}
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
         return
-    params = list(inspect.signature(fn).parameters)
-    passed = [_describe(a) for a in args] + [f"{k}=" for k in kwargs]
-    raise ValueError(
-        f"The {description} {fn!r} takes parameters {params} but will be called with {passed}. Change its "
-        "signature to accept these arguments."
-    )
-
-
-def _describe(arg: Any) -> str:
-    if isinstance(arg, str):
-        return arg
-    return type(arg).__name__
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        passed = list(args) + list(kwargs)
+        raise ValueError(
+            f"Error adding {fn} '{description}': takes parameters {list(signature.parameters)} but will be "
+            f"called with {passed}({exc}). {hint or 'Change its signature to accept these arguments.'}"
+        ) from None

@@ -67,7 +67,7 @@ def _event_key(event: Any) -> str:
 
 def _positive_int(name: str, value: Any) -> int:
     if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0):
-        raise ValueError(f"Argument {name} must be a positive integer, got {value!r}.")
+        raise ValueError(f"Argument {name} is invalid. Please, set a correct {name} positive value (got {value!r}).")
     return int(value)
 
 
@@ -101,12 +101,15 @@ class Engine:
 
     def __init__(self, process_function: Callable[[Engine, Any], Any]) -> None:
         if process_function is None:
-            raise ValueError("Engine must be given a processing function process_function(engine, batch) to run.")
+            raise ValueError(
+                "Engine must be given a processing function in order to run: Engine(process_function), where "
+                "process_function(engine, batch) runs one iteration."
+            )
         if not callable(process_function):
             raise TypeError(
-                f"Engine needs a callable process_function(engine, batch), got {process_function!r}."
+                f"{process_function!r} is not a callable object: Engine needs a process_function(engine, batch)."
             )
-        check_signature(process_function, "process_function", self, None)
+        check_signature(process_function, "process_function", (self, None))
         self._process_function = process_function
         self.logger = logging.getLogger(f"{__name__}.{type(self).__name__}")
         self._event_handlers: dict[str, list[_Record]] = {}
@@ -176,7 +179,8 @@ class Engine:
         `run()` again resumes at the exact next batch without firing STARTED again."""
         if not self.interrupt_resume_enabled:
             raise RuntimeError(
-                "Engine.interrupt() needs interrupt_resume_enabled=True; set engine.interrupt_resume_enabled = True."
+                "Engine 'interrupt/resume' feature is disabled. Please, set Engine.interrupt_resume_enabled=True to "
+                "enable it (or engine.interrupt_resume_enabled = True for this engine only)."
             )
         self.logger.info("Interrupt signaled. Engine will interrupt the run after current iteration.")
         self.should_interrupt = True
@@ -195,12 +199,14 @@ class Engine:
         """
         if event_to_attr is not None and not isinstance(event_to_attr, Mapping):
             raise ValueError(
-                f"event_to_attr must be a dict mapping events to state attribute names, got {event_to_attr!r}."
+                f"Expected event_to_attr to be dictionary. Got {type(event_to_attr)}. Pass a dict mapping each "
+                f"event to the name of its counter on engine.state (got {event_to_attr!r})."
             )
         for index, event in enumerate(event_names):
             if not isinstance(event, (str, EventEnum)):
                 raise TypeError(
-                    f"Value at {index} of event_names should be a str or an EventEnum member, got {event!r}."
+                    f"Value at {index} of event_names should be a str or EventEnum, but given {event}. Pass the "
+                    "members of an EventEnum subclass, or their names."
                 )
             self._allowed_events[_event_key(event)] = event
             if event_to_attr and event in event_to_attr:
@@ -214,7 +220,7 @@ class Engine:
         key = _event_key(event)
         if not isinstance(key, str) or key not in self._allowed_events:
             raise ValueError(
-                f"Event {event!r} is not a valid event for this {type(self).__name__}. Use a member of Events, "
+                f"Event {event} is not a valid event for this {type(self).__name__}. Use a member of Events, "
                 "or register your own first with engine.register_events(...)."
             )
         return key
@@ -231,7 +237,7 @@ class Engine:
                 self.add_event_handler(event, handler, *args, **kwargs)
             return RemovableEventHandle(event_name, handler, self)
         if not callable(handler):
-            raise TypeError(f"Handler for {event_name!r} must be callable, got {handler!r}.")
+            raise TypeError(f"{handler!r} is not a callable object: a handler for {event_name!r} must be callable.")
         key = self._assert_allowed_event(event_name)
 
         event_filter = getattr(event_name, "filter", None)
@@ -267,7 +273,14 @@ class Engine:
             extra = event_kwargs if with_event_kwargs else {}
             if accepts(handler, *lead, *args, **kwargs, **extra):
                 return pass_engine, with_event_kwargs
-        check_signature(handler, "handler (with or without the engine first)", *event_args, *args, **kwargs)
+        check_signature(
+            handler,
+            "handler",
+            (*event_args, *args),
+            kwargs,
+            hint="A handler is called with the engine first when its signature allows it, else without; "
+            "change its signature to accept one of these.",
+        )
         raise AssertionError("unreachable")  # pragma: no cover
 
     def on(self, event_name: Any, *args: Any, **kwargs: Any) -> Callable[[Callable], Callable]:
@@ -288,11 +301,15 @@ class Engine:
         """Detach `handler` from `event_name`; raises ValueError if it was not attached there."""
         key = _event_key(event_name)
         if key not in self._event_handlers:
-            raise ValueError(f"Input event name {event_name!r} has no handlers on this engine.")
+            raise ValueError(
+                f"Input event name '{event_name}' does not exist: no handler is attached to it on this engine."
+            )
         records = self._event_handlers[key]
         kept = [record for record in records if record[0] != handler]
         if len(kept) == len(records):
-            raise ValueError(f"Handler {handler!r} is not attached to {event_name!r}.")
+            raise ValueError(
+                f"Input handler '{handler}' is not found among registered event handlers of {event_name!r}."
+            )
         # A new list, not an in-place edit: an event being fired right now still calls every handler it had.
         self._event_handlers[key] = kept
 
@@ -360,56 +377,74 @@ class Engine:
         Needs `epoch_length`, one of `iteration`/`epoch` and one of `max_epochs`/`max_iters`, plus every key in
         `state_dict_user_keys`.
         """
+        # Checked in Ignite's order and starting with Ignite's words (users and their tests match on them).
         if not isinstance(state_dict, Mapping):
             raise TypeError(
-                f"Engine.load_state_dict expects a dict as returned by engine.state_dict(), "
-                f"got {type(state_dict).__name__}."
+                f"Argument state_dict should be a dictionary, but given {type(state_dict)}: pass what "
+                "engine.state_dict() returned."
             )
-        state_dict = dict(state_dict)
-        if "epoch_length" not in state_dict:
-            raise ValueError(
-                f"Required state attribute 'epoch_length' is absent in provided state_dict {list(state_dict)}."
-            )
-        epoch_length = state_dict["epoch_length"]
-        if epoch_length is not None:
-            _positive_int("epoch_length in state_dict", epoch_length)
         if "iteration" in state_dict and "epoch" in state_dict:
             raise ValueError(
                 "State dictionary should contain only one of 'iteration' or 'epoch' keys. "
                 f"Found both: iteration={state_dict['iteration']}, epoch={state_dict['epoch']}."
             )
-        if "iteration" not in state_dict and "epoch" not in state_dict:
-            raise ValueError(f"state_dict needs 'iteration' or 'epoch', got keys {list(state_dict)}.")
+        state_dict = dict(state_dict)
+        if "iteration" in state_dict or "epoch" in state_dict:
+            epoch_length = state_dict.get("epoch_length")
+            if state_dict.get("epoch") == 0 or state_dict.get("iteration") == 0:
+                state_dict["epoch"] = state_dict["iteration"] = 0
+            elif "iteration" in state_dict and "epoch_length" in state_dict and epoch_length is None:
+                # Data without a length (saved mid-run by DeterministicEngine): Ignite refuses this state,
+                # we resume it by iteration, the epoch count unknown.
+                state_dict["epoch"] = 0
+            elif epoch_length is None or not (isinstance(epoch_length, numbers.Integral) and epoch_length > 0):
+                raise ValueError(
+                    "epoch_length must be a positive integer to calculate missing 'iteration' or 'epoch' key. "
+                    f"Input state_dict: {state_dict}"
+                )
+            elif "epoch" in state_dict:
+                state_dict["iteration"] = state_dict["epoch"] * epoch_length
+            else:
+                state_dict["epoch"] = state_dict["iteration"] // epoch_length
+        for key in self._state_dict_all_req_keys:
+            if key not in state_dict:
+                raise ValueError(
+                    f"Required state attribute '{key}' is absent in provided state_dict '{state_dict.keys()}': "
+                    "pass what engine.state_dict() returned."
+                )
+        limit_names = self._state_dict_one_of_opt_keys[0]
+        limits = [k for k in limit_names if k in state_dict]
+        if len(limits) != 1:
+            raise ValueError(
+                f"state_dict should contain exactly one of '{limit_names}' keys; got keys {list(state_dict)}."
+            )
+        for key in self._state_dict_user_keys:
+            if key not in state_dict:
+                raise ValueError(
+                    f"Required user state attribute '{key}' is absent in provided state_dict "
+                    f"'{state_dict.keys()}': save it with the state, or remove it from engine.state_dict_user_keys."
+                )
+        epoch_length = state_dict["epoch_length"]
+        if epoch_length is not None and not (
+            isinstance(epoch_length, numbers.Integral) and not isinstance(epoch_length, bool) and epoch_length > 0
+        ):
+            raise ValueError(f"state_dict['epoch_length'] must be a positive integer or None, got {epoch_length!r}.")
         for counter in ("iteration", "epoch"):
             value = state_dict.get(counter)
             if counter in state_dict and not (isinstance(value, numbers.Integral) and value >= 0):
                 raise ValueError(f"state_dict['{counter}'] must be an integer >= 0, got {value!r}.")
-        limits = [k for k in self._state_dict_one_of_opt_keys[0] if k in state_dict]
-        if len(limits) != 1:
-            raise ValueError(
-                f"state_dict should contain exactly one of {self._state_dict_one_of_opt_keys[0]}, "
-                f"got keys {list(state_dict)}."
-            )
-        missing = [k for k in self._state_dict_user_keys if k not in state_dict]
-        if missing:
-            raise ValueError(
-                f"Required user state attribute(s) {missing} are absent in provided state_dict {list(state_dict)}."
-            )
-        if "iteration" in state_dict:
-            iteration = int(state_dict["iteration"])
-            epoch = iteration // epoch_length if epoch_length is not None else 0
-        else:
-            if epoch_length is None:
-                raise ValueError(
-                    "If epoch is provided in the state dict, epoch_length should not be None. "
-                    f"Input state_dict: {state_dict}"
-                )
-            epoch = int(state_dict["epoch"])
-            iteration = epoch * epoch_length
+        iteration = int(state_dict["iteration"])
+        epoch = iteration // epoch_length if epoch_length is not None else 0
         limit_name = limits[0]
         limit = state_dict[limit_name]  # None: the state of an engine that never ran (Ignite round-trips it)
         if limit is not None:
-            _positive_int(f"{limit_name} in state_dict", limit)
+            if not isinstance(limit, numbers.Integral) or isinstance(limit, bool):
+                raise ValueError(f"state_dict['{limit_name}'] must be a positive integer or None, got {limit!r}.")
+            if limit < 1:
+                raise ValueError(
+                    f"Argument {limit_name} is invalid. Please, set a correct {limit_name} positive value "
+                    f"(state_dict['{limit_name}'] is {limit})."
+                )
             progress_name, progress = ("epoch", epoch) if limit_name == "max_epochs" else ("iteration", iteration)
             if limit < progress:
                 raise ValueError(
@@ -444,7 +479,9 @@ class Engine:
         if value is None:
             return
         if value < 1:
-            raise ValueError(f"Argument {name} is invalid. Please, set a correct {name} positive value (got {value}).")
+            raise ValueError(
+                f"Argument {name} is invalid. Please, set a correct {name} positive value (got {value})."
+            )
         if value < progress_value:
             raise ValueError(
                 f"Argument {name} should be greater than or equal to the start {progress_name} defined in the state: "
@@ -504,22 +541,16 @@ class Engine:
             max_iters: iterations to run in total (exclusive with `max_epochs`).
             seed: stored in `state.seed`; `DeterministicEngine` derives its per-epoch seeds from it.
         """
+        # Checked in Ignite's order, each message starting with Ignite's words.
         if data is not None and not isinstance(data, Iterable):
-            raise TypeError(f"Argument data should be iterable (a DataLoader, a list, ...), got {type(data).__name__}.")
+            raise TypeError(
+                f"Argument data should be iterable: got {type(data).__name__}; pass a DataLoader, a list, ..."
+            )
         if max_epochs is not None and max_iters is not None:
             raise ValueError(
-                f"Arguments max_iters and max_epochs are mutually exclusive, got max_epochs={max_epochs} and "
-                f"max_iters={max_iters}. Please provide only one."
+                "Arguments max_iters and max_epochs are mutually exclusive. Please provide only max_epochs or "
+                f"max_iters. (Got max_epochs={max_epochs} and max_iters={max_iters}.)"
             )
-        if max_epochs is not None:
-            _positive_int("max_epochs", max_epochs)
-        if max_iters is not None:
-            _positive_int("max_iters", max_iters)
-        if epoch_length is not None:
-            _positive_int("epoch_length", epoch_length)
-        if seed is not None and not isinstance(seed, numbers.Integral):
-            raise TypeError(f"Argument seed must be an integer, got {seed!r}.")
-
         state = self.state
         # Ignite's rule: a state with one kind of limit keeps it, finished or not, until it is reset
         if max_iters is not None and state.max_epochs is not None:
@@ -534,6 +565,20 @@ class Engine:
                 f"'engine.state.max_iters = None' before calling run(). (The state has max_iters={state.max_iters} "
                 f"at iteration {state.iteration}; max_epochs={max_epochs} was given.)"
             )
+        if max_epochs is not None:
+            _positive_int("max_epochs", max_epochs)
+        if max_iters is not None:
+            _positive_int("max_iters", max_iters)
+        if epoch_length is not None and not (
+            isinstance(epoch_length, numbers.Integral) and not isinstance(epoch_length, bool) and epoch_length > 0
+        ):
+            raise ValueError(
+                f"Input data has zero size. Please provide non-empty data (epoch_length={epoch_length!r}; it must "
+                "be a positive integer)."
+            )
+        if seed is not None and not isinstance(seed, numbers.Integral):
+            raise TypeError(f"Argument seed must be an integer, got {seed!r}.")
+
         if state.max_epochs is not None:
             self._check_and_set_max_epochs(max_epochs)
         if state.max_iters is not None:
@@ -680,9 +725,9 @@ class Engine:
 
             except _EngineTerminateSingleEpochException:
                 raise RuntimeError(
-                    "terminate_epoch() cannot be called on Events.STARTED or Events.EPOCH_STARTED: there is no "
-                    "epoch in progress to end. Call terminate() to stop the run, or call terminate_epoch() from an "
-                    "iteration event."
+                    "The method terminate_epoch() should not be called on Event.STARTED or Event.EPOCH_STARTED. "
+                    "There is no epoch in progress to end there: call terminate() to stop the run, or call "
+                    "terminate_epoch() from an iteration event."
                 )
 
             time_taken = time.perf_counter() - start_time

@@ -69,27 +69,33 @@ class CallableEventWithFilter:
         - `event_filter=f`: `f(engine, counter) -> bool`.
         """
         has_range = before is not None or after is not None
+        # Each message starts with Ignite's words (users and their tests match on them), then says ours.
+        only_one = "Only one of the input arguments should be specified, except before, after and every"
         if event_filter is not None and (every is not None or once is not None or has_range):
             raise ValueError(
-                f"{self.name}(...): event_filter cannot be combined with every/once/before/after; "
-                "fold the extra condition into the event_filter function."
+                f"{only_one}: {self.name}(...) cannot combine event_filter with every/once/before/after; fold "
+                "the extra condition into the event_filter function."
             )
         if every is not None and once is not None:
-            raise ValueError(f"{self.name}(...): pass either every={every!r} or once={once!r}, not both.")
+            raise ValueError(f"{only_one}: {self.name}(...) got every={every!r} and once={once!r}; pass one.")
         if once is not None and has_range:
             raise ValueError(
-                f"{self.name}(...): once={once!r} cannot be combined with before/after; once already names "
-                "the exact counter values."
+                f"{only_one}: {self.name}(...) got once={once!r} with before/after; once already names the "
+                "exact counter values."
             )
         if event_filter is None and every is None and once is None and not has_range:
             raise ValueError(
-                f"{self.name}() was called without a filter; pass one of every=, once=, before=/after= or "
-                f"event_filter=, or use {self.name} without calling it."
+                f"{only_one}: {self.name}() was called without a filter; pass one of every=, once=, "
+                f"before=/after= or event_filter=, or use {self.name} without calling it."
             )
         if event_filter is not None and not callable(event_filter):
-            raise TypeError(f"{self.name}(event_filter=...) must be callable, got {event_filter!r}.")
+            raise TypeError(
+                f"Argument event_filter should be a callable: {self.name}(event_filter=...) got {event_filter!r}."
+            )
         if every is not None and not (_is_int(every) and every > 0):
-            raise ValueError(f"{self.name}(every=...) must be a positive integer, got {every!r}.")
+            raise ValueError(
+                f"Argument every should be integer and greater than zero: {self.name}(every=...) got {every!r}."
+            )
         if once is not None:
             once_values = [once] if _is_int(once) else once
             if not (
@@ -98,11 +104,15 @@ class CallableEventWithFilter:
                 and all(_is_int(v) and v > 0 for v in once_values)
             ):
                 raise ValueError(
-                    f"{self.name}(once=...) must be a positive integer or a non-empty list of them, got {once!r}."
+                    "Argument once should either be a positive integer or a list of positive integers, "
+                    f"got {once}: pass {self.name}(once=n) or {self.name}(once=[n1, n2, ...]) with n >= 1."
                 )
         for arg_name, arg in (("before", before), ("after", after)):
             if arg is not None and not (_is_int(arg) and arg >= 0):
-                raise ValueError(f"{self.name}({arg_name}=...) must be an integer >= 0, got {arg!r}.")
+                raise ValueError(
+                    f"Argument {arg_name} should be integer and greater or equal to zero: "
+                    f"{self.name}({arg_name}=...) got {arg!r}."
+                )
 
         if once is not None:
             event_filter = _once_filter(frozenset(once_values))
@@ -113,7 +123,7 @@ class CallableEventWithFilter:
                 return CallableEventWithFilter(self.value, None, self.name)
             event_filter = _every_filter(every)
         else:
-            check_signature(event_filter, "event_filter", "engine", 0)
+            check_signature(event_filter, "event_filter", ("engine", "event"))
         return CallableEventWithFilter(self.value, event_filter, self.name)
 
     def __or__(self, other: Any) -> EventsList:

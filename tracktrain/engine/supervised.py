@@ -99,8 +99,8 @@ def _check_accumulation(gradient_accumulation_steps: Any) -> int:
         and gradient_accumulation_steps > 0
     ):
         raise ValueError(
-            "Gradient_accumulation_steps must be a positive integer (1 = no accumulation), "
-            f"got {gradient_accumulation_steps!r}."
+            "Gradient_accumulation_steps must be strictly positive. No gradient accumulation if the value set to "
+            f"one (default). Got {gradient_accumulation_steps!r}; pass a positive integer."
         )
     return int(gradient_accumulation_steps)
 
@@ -325,7 +325,10 @@ def _check_amp_mode(amp_mode: str | None, on_xla: bool, scaler: Any) -> str | No
     if on_xla and amp_mode is not None:
         raise ValueError("amp_mode is for CUDA/CPU autocast; on an XLA device leave it None (XLA uses bf16 natively).")
     if scaler not in (None, False) and amp_mode != "amp":
-        raise ValueError(f"scaler={scaler!r} needs amp_mode='amp'; a GradScaler only makes sense with autocast.")
+        raise ValueError(
+            f"scaler argument is {scaler}, but amp_mode is {amp_mode}. Consider using amp_mode='amp': a GradScaler "
+            "only makes sense with autocast."
+        )
     return amp_mode
 
 
