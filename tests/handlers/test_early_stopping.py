@@ -1,4 +1,4 @@
-"""EarlyStopping: counting, min_delta, cumulative_delta, stopping a real trainer, resuming, and Ignite parity."""
+"""EarlyStopping: counting, threshold (abs/rel), cumulative, mode, stopping a real trainer, resuming, Ignite parity."""
 
 from __future__ import annotations
 
@@ -35,12 +35,12 @@ def test_counts_evaluations_without_improvement_and_resets_on_improvement():
     assert handler.best_score == 0.6
 
 
-def test_min_delta_without_and_with_cumulative_delta():
+def test_threshold_without_and_with_cumulative():
     scores = [1.0, 1.05, 1.1, 1.15, 1.3]
-    plain = _feed(_identity_handler(10, min_delta=0.1), scores)
+    plain = _feed(_identity_handler(10, threshold=0.1), scores)
     # each small gain becomes the new best, so the next must beat it by min_delta again
     assert plain == [(0, 1.0, False), (1, 1.05, False), (2, 1.1, False), (3, 1.15, False), (0, 1.3, False)]
-    cumulative = _feed(_identity_handler(10, min_delta=0.1, cumulative_delta=True), scores)
+    cumulative = _feed(_identity_handler(10, threshold=0.1, cumulative=True), scores)
     # the best stays put, so the small gains add up: 1.15 beats 1.0 by more than 0.1
     assert cumulative == [(0, 1.0, False), (1, 1.0, False), (2, 1.0, False), (0, 1.15, False), (0, 1.3, False)]
 
@@ -72,7 +72,7 @@ def test_state_dict_resumes_the_counter_in_a_fresh_instance():
     first = _identity_handler(3)
     _feed(first, [0.9, 0.8, 0.85])
     saved = first.state_dict()
-    assert dict(saved) == {"counter": 2, "best_score": 0.9}
+    assert dict(saved) == {"counter": 2, "best_score": 0.9, "threshold_mode": "abs"}
 
     resumed = _identity_handler(3)
     resumed.load_state_dict(saved)
@@ -99,12 +99,14 @@ def test_same_counters_as_ignite():
         [1.0, 1.04, 1.08, 1.12, 1.16, 1.2, 1.0, 0.9],
         [5, 4, 3, 6, 6, 6.05, 7, 7.01, 7.02],
     ]
-    for scores, min_delta, cumulative, patience in itertools.product(sequences, [0.0, 0.05], [False, True], [1, 2, 4]):
-        ours = _identity_handler(patience, min_delta=min_delta, cumulative_delta=cumulative)
+    options = itertools.product([0.0, 0.05], [False, True], ["abs", "rel"], ["max", "min"])
+    for scores, (threshold, cumulative, threshold_mode, mode), patience in itertools.product(
+        sequences, options, [1, 2, 4]
+    ):
+        kwargs = dict(threshold=threshold, cumulative=cumulative, threshold_mode=threshold_mode, mode=mode)
+        ours = _identity_handler(patience, **kwargs)
         ignite_trainer = IgniteEngine(lambda e, b: None)
-        theirs = IgniteEarlyStopping(
-            patience, lambda score: score, ignite_trainer, threshold=min_delta, cumulative=cumulative
-        )
+        theirs = IgniteEarlyStopping(patience, lambda score: score, ignite_trainer, **kwargs)
         for score in scores:
             ours(score)
             theirs(score)
@@ -112,27 +114,31 @@ def test_same_counters_as_ignite():
                 theirs.counter,
                 theirs.best_score,
                 bool(ignite_trainer.should_terminate),
-            ), (scores, min_delta, cumulative, patience)
+            ), (scores, kwargs, patience)
 
 
 def test_invalid_arguments():
     trainer = _trainer()
-    with pytest.raises(ValueError, match="patience should be a positive integer.*got 0"):
+    with pytest.raises(ValueError, match="patience should be positive integer.*got 0"):
         EarlyStopping(0, lambda e: 0.0, trainer)
     with pytest.raises(ValueError, match="got -2"):
         EarlyStopping(-2, lambda e: 0.0, trainer)
     with pytest.raises(TypeError, match="patience"):
         EarlyStopping(1.5, lambda e: 0.0, trainer)
-    with pytest.raises(ValueError, match="min_delta should be a number >= 0.*-0.1"):
-        EarlyStopping(2, lambda e: 0.0, trainer, min_delta=-0.1)
+    with pytest.raises(ValueError, match="threshold should not be a negative number.*-0.1"):
+        EarlyStopping(2, lambda e: 0.0, trainer, threshold=-0.1)
+    with pytest.raises(ValueError, match="threshold_mode should be either 'abs' or 'rel'. Got 'relative'"):
+        EarlyStopping(2, lambda e: 0.0, trainer, threshold_mode="relative")
+    with pytest.raises(ValueError, match="mode should be either 'min' or 'max'. Got 'lower'"):
+        EarlyStopping(2, lambda e: 0.0, trainer, mode="lower")
     with pytest.raises(TypeError, match="score_function should be a function"):
         EarlyStopping(2, "accuracy", trainer)
-    with pytest.raises(TypeError, match="trainer should be the Engine.*str"):
+    with pytest.raises(TypeError, match="trainer should be an instance of Engine.*str"):
         EarlyStopping(2, lambda e: 0.0, "trainer")
     handler = EarlyStopping(2, lambda e: 0.0, trainer)
-    with pytest.raises(ValueError, match=r"\['best_score'\] are absent"):
+    with pytest.raises(ValueError, match="Required state attribute 'best_score' is absent"):
         handler.load_state_dict({"counter": 1})
-    with pytest.raises(TypeError, match="expects the dict"):
+    with pytest.raises(TypeError, match="should be a dictionary"):
         handler.load_state_dict([1, 2])
     with pytest.raises(ValueError, match="counter"):
         handler.load_state_dict({"counter": -1, "best_score": 0.0})
@@ -142,3 +148,46 @@ def test_loads_an_ignite_state_dict():
     handler = _identity_handler(3)
     handler.load_state_dict({"counter": 2, "best_score": 0.5, "threshold_mode": "abs"})
     assert _feed(handler, [0.4]) == [(3, 0.5, True)]
+
+
+def test_mode_min_and_a_relative_threshold():
+    # a loss: lower is better; an improvement must beat the best by 10 % of it
+    handler = _identity_handler(10, mode="min", threshold=0.1, threshold_mode="rel", cumulative=True)
+    assert _feed(handler, [1.0, 0.95, 0.89, 0.85, 0.7]) == [
+        (0, 1.0, False), (1, 1.0, False), (0, 0.89, False), (1, 0.89, False), (0, 0.7, False)]
+
+
+def test_ignites_deprecated_names_still_work_with_its_warning():
+    with pytest.warns(DeprecationWarning) as caught:
+        handler = _identity_handler(10, min_delta=0.1, cumulative_delta=True, min_delta_mode="abs")
+    assert [str(w.message).split(" is deprecated")[0] for w in caught] == [
+        "min_delta", "min_delta_mode", "cumulative_delta"]
+    assert "Please use 'threshold' instead" in str(caught[0].message)
+    assert (handler.threshold, handler.cumulative, handler.threshold_mode) == (0.1, True, "abs")
+    with pytest.warns(DeprecationWarning, match="cumulative_delta is deprecated"):
+        assert handler.cumulative_delta is True
+    with pytest.warns(DeprecationWarning, match="min_delta is deprecated"):
+        handler.min_delta = 0.2
+    assert handler.threshold == 0.2
+
+
+@pytest.mark.parametrize("with_reset_engine", [False, True])
+def test_attach_checks_on_the_evaluator_and_resets_on_the_trainer_as_ignite_does(with_reset_engine):
+    pytest.importorskip("ignite")
+    from ignite.engine import Engine as IgniteEngine
+    from ignite.engine import Events as IgniteEvents
+    from ignite.handlers import EarlyStopping as IgniteEarlyStopping
+
+    def trace(engine_class, events, handler_class):
+        scores = iter([0.5, 0.4, 0.3, 0.6, 0.2, 0.1, 0.05])
+        trainer, evaluator = engine_class(lambda e, b: None), engine_class(lambda e, b: None)
+        handler = handler_class(2, lambda e: next(scores), trainer)
+        handler.attach(evaluator, reset_engine=trainer if with_reset_engine else None)
+        seen = []
+        trainer.add_event_handler(events.EPOCH_COMPLETED, lambda: evaluator.run([0]))
+        trainer.add_event_handler(events.EPOCH_COMPLETED, lambda e: seen.append((e.state.epoch, handler.counter)))
+        trainer.run([0], max_epochs=3)
+        trainer.run([0], max_epochs=4)  # a new run (the last one finished): resets when attached to the trainer
+        return seen
+
+    assert trace(Engine, Events, EarlyStopping) == trace(IgniteEngine, IgniteEvents, IgniteEarlyStopping)
