@@ -218,7 +218,8 @@ def test_errors_are_raised_on_every_rank(rank_results):
     for result in rank_results:
         assert result["nothing"].startswith("NotComputableError: Accuracy must have at least one example")
         assert result["bad_binary"].startswith(
-            "ValueError: Accuracy got binary inputs whose y_pred held values other than 0 and 1 in 1 update")
+            "ValueError: For binary cases, y_pred must be comprised of 0's and 1's. Accuracy got binary inputs whose "
+            "y_pred held other values in 1 update")
 
 
 def test_running_average_averages_the_ranks_outputs_each_step(rank_results):

@@ -130,7 +130,7 @@ def test_events_of_each_usage_match_ignite():
 
 def test_unknown_usage_is_refused():
     metric = Average()
-    with pytest.raises(ValueError, match=r"Unknown metric usage 'per_batch'.*'batch_wise'"):
+    with pytest.raises(ValueError, match=r"Argument usage should be .*, got per_batch\. Use one of .*'batch_wise'"):
         metric.attach(echo_engine(), "avg", usage="per_batch")
     with pytest.raises(TypeError, match="usage must be a MetricUsage"):
         metric.attach(echo_engine(), "avg", usage=3)

@@ -161,11 +161,11 @@ def test_compute_before_update():
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"src": 3}, TypeError, "src must be a Metric or None, got 3"),
-        ({"src": Accuracy(), "alpha": 0.0}, ValueError, r"alpha must be a float in \(0, 1\], got 0.0"),
-        ({"src": Accuracy(), "alpha": 1.5}, ValueError, r"alpha must be a float in \(0, 1\], got 1.5"),
-        ({"src": Accuracy(), "output_transform": lambda x: x}, ValueError, "output_transform must be None"),
-        ({"src": Accuracy(), "device": "cpu"}, ValueError, "device must be None"),
+        ({"src": 3}, TypeError, "Argument src should be a Metric or None. RunningAverage got src=3"),
+        ({"src": Accuracy(), "alpha": 0.0}, ValueError, r"Argument alpha should be a float between 0.0 and 1.0. RunningAverage got alpha=0.0"),
+        ({"src": Accuracy(), "alpha": 1.5}, ValueError, r"alpha=1.5"),
+        ({"src": Accuracy(), "output_transform": lambda x: x}, ValueError, "Argument output_transform should be None if src is a Metric"),
+        ({"src": Accuracy(), "device": "cpu"}, ValueError, "Argument device should be None if src is a Metric"),
         ({}, ValueError, "needs src .* or output_transform"),
         ({"output_transform": lambda x: x, "epoch_bound": "yes"}, TypeError, "epoch_bound must be None, True or False"),
     ],

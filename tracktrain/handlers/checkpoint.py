@@ -115,11 +115,14 @@ class Checkpoint:
         save_on_rank: int = 0,
     ) -> None:
         if not isinstance(to_save, Mapping):
-            raise TypeError(f"Argument `to_save` should be a dictionary, but given {type(to_save).__name__}.")
+            raise TypeError(
+                f"Argument `to_save` should be a dictionary, but given {type(to_save)}: pass a dict that names "
+                "each object, e.g. {'model': model, 'optimizer': optimizer}."
+            )
         _check_objects(to_save, "state_dict", "to_save")
         if include_self and "checkpointer" in to_save:
             raise ValueError(
-                f"Cannot have key 'checkpointer' if `include_self` is True: {list(to_save)}. Rename that entry."
+                f"Cannot have key 'checkpointer' if `include_self` is True: {to_save}. Rename that entry."
             )
         if not isinstance(filename_prefix, str):
             raise TypeError(f"filename_prefix should be a str, got {filename_prefix!r}.")
@@ -133,7 +136,9 @@ class Checkpoint:
             raise ValueError(f"n_saved must be a positive integer or None, got {n_saved}. Use None to keep all.")
         if global_step_transform is not None and not callable(global_step_transform):
             raise TypeError(
-                f"global_step_transform should be a function (engine, event) -> int, got {global_step_transform!r}."
+                f"global_step_transform should be a function, got {type(global_step_transform)} instead: pass "
+                f"a function (engine, event) -> int such as global_step_from_engine(trainer) "
+                f"(got {global_step_transform!r})."
             )
         if filename_pattern is not None:
             _check_filename_pattern(filename_pattern)
@@ -584,7 +589,9 @@ class ModelCheckpoint(Checkpoint):
             raise RuntimeError(f"No objects to checkpoint found: pass a non-empty dict of objects, got {to_save!r}.")
         _check_objects(to_save, "state_dict", "to_save")
         if self.include_self and "checkpointer" in to_save:
-            raise ValueError(f"Cannot have key 'checkpointer' if `include_self` is True: {list(to_save)}.")
+            raise ValueError(
+                f"Cannot have key 'checkpointer' if `include_self` is True: {to_save}. Rename that entry."
+            )
         self.to_save = to_save
         super().__call__(engine)
 

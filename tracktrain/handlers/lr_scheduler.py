@@ -50,8 +50,8 @@ class LRScheduler:
             )
         if not isinstance(lr_scheduler, TorchLRScheduler):
             raise TypeError(
-                f"Argument lr_scheduler should be a torch.optim.lr_scheduler.LRScheduler (e.g. StepLR), "
-                f"got {lr_scheduler!r} of type {type(lr_scheduler).__name__}."
+                f"Argument lr_scheduler should be a subclass of torch.optim.lr_scheduler.LRScheduler, but given "
+                f"{type(lr_scheduler)}: pass a scheduler such as StepLR(optimizer, ...) (got {lr_scheduler!r})."
             )
         self.lr_scheduler = lr_scheduler
         self.optimizer = lr_scheduler.optimizer

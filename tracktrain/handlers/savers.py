@@ -119,7 +119,7 @@ class FsspecSaver(BaseSaveHandler):
         if create_dir:
             storage.makedirs(self.url)
         elif not storage.isdir(self.url):
-            raise ValueError(f"Directory path '{self.url}' is not found. Create it, or pass create_dir=True.")
+            raise ValueError(f"Directory path '{self.url}' is not found: create it, or pass create_dir=True.")
         if require_empty:
             try:
                 matched = [name for name in storage.listdir(self.url) if name.endswith(".pt")]
@@ -128,8 +128,8 @@ class FsspecSaver(BaseSaveHandler):
             if matched:
                 raise ValueError(
                     f"Files {matched} with extension '.pt' are already present in the directory {self.url}. "
-                    "A new run would mix its checkpoints with these. To resume from them or to use this directory "
-                    "anyway, pass `require_empty=False`; otherwise choose an empty directory."
+                    "If you want to use this directory anyway, pass `require_empty=False` (a new run would mix "
+                    "its checkpoints with these: to resume from them, or else choose an empty directory)."
                 )
 
     def path_of(self, filename: str) -> str | Path:

@@ -26,6 +26,10 @@ from tracktrain.metrics.metric import Metric, NotComputableError, _identity, _te
 
 __all__ = ["Accuracy", "TopKCategoricalAccuracy"]
 
+_MULTILABEL_SHAPES = (
+    "y and y_pred must have same shape of (batch_size, num_categories, ...) and num_categories > 1: multilabel "
+    "inputs hold 0/1."
+)
 _EXPECTED_SHAPES = (
     "expected y_pred (N, C, ...) class scores with y (N, ...) class indices (multiclass), or y_pred and y of "
     "the same shape holding 0/1 (binary; multilabel (N, C, ...) with is_multilabel=True)"
@@ -103,42 +107,43 @@ class Accuracy(Metric):
             expected_y = (y_pred.shape[0], *y_pred.shape[2:])
             if tuple(y.shape) != expected_y:
                 raise ValueError(
-                    f"Accuracy got {_shapes(y_pred, y)}: for class scores y_pred (N, C, ...) y must hold class "
-                    f"indices of shape (N, ...) = {expected_y}."
+                    f"y and y_pred must have compatible shapes. Accuracy got {_shapes(y_pred, y)}: for class scores "
+                    f"y_pred (N, C, ...) y must hold class indices of shape (N, ...) = {expected_y}."
                 )
             num_classes = y_pred.shape[1]
             kind = "binary" if num_classes == 1 else "multiclass"
             if self._is_multilabel:
-                raise ValueError(
-                    f"Accuracy(is_multilabel=True) got {_shapes(y_pred, y)}: multilabel inputs are y_pred and y "
-                    "of the same shape (N, C, ...) holding 0/1, with C > 1."
-                )
+                raise ValueError(f"{_MULTILABEL_SHAPES} Accuracy(is_multilabel=True) got {_shapes(y_pred, y)}.")
         elif y_pred.ndim == y.ndim and y_pred.ndim >= 1:
             if y_pred.shape != y.shape:
-                raise ValueError(f"Accuracy got {_shapes(y_pred, y)}: {_EXPECTED_SHAPES}.")
+                raise ValueError(
+                    f"y and y_pred must have compatible shapes. Accuracy got {_shapes(y_pred, y)}: "
+                    f"{_EXPECTED_SHAPES}."
+                )
             if self._is_multilabel:
                 if y.ndim < 2 or y.shape[1] < 2:
-                    raise ValueError(
-                        f"Accuracy(is_multilabel=True) got {_shapes(y_pred, y)}: multilabel inputs are y_pred and y "
-                        "of the same shape (N, C, ...) holding 0/1, with C > 1."
-                    )
+                    raise ValueError(f"{_MULTILABEL_SHAPES} Accuracy(is_multilabel=True) got {_shapes(y_pred, y)}.")
                 kind, num_classes = "multilabel", y.shape[1]
             else:
                 kind, num_classes = "binary", 1
         else:
-            raise ValueError(f"Accuracy got {_shapes(y_pred, y)}: {_EXPECTED_SHAPES}.")
+            raise ValueError(
+                "y must have shape of (batch_size, ...) and y_pred must have shape of (batch_size, num_categories, "
+                f"...) or (batch_size, ...), but given {y.shape} vs {y_pred.shape}. Accuracy got {_shapes(y_pred, y)}: "
+                f"{_EXPECTED_SHAPES}."
+            )
 
         if self._kind is None:
             self._kind, self._num_classes = kind, num_classes
         elif kind != self._kind:
             raise RuntimeError(
-                f"Accuracy's input changed from {self._kind} to {kind} ({_shapes(y_pred, y)}); the kind is fixed "
-                "by the first update() after reset(). Use one Accuracy per kind of input."
+                f"Input data type has changed from {self._kind} to {kind}. Accuracy got {_shapes(y_pred, y)}; the "
+                "kind is fixed by the first update() after reset(). Use one Accuracy per kind of input."
             )
         elif num_classes != self._num_classes:
             raise ValueError(
-                f"Accuracy's number of classes changed from {self._num_classes} to {num_classes} "
-                f"({_shapes(y_pred, y)}); every batch must have the same number of classes."
+                f"Input data number of classes has changed from {self._num_classes} to {num_classes}. Accuracy got "
+                f"{_shapes(y_pred, y)}; every batch must have the same number of classes."
             )
         return kind
 
@@ -154,8 +159,8 @@ class Accuracy(Metric):
         for name, count in (("y_pred", non_binary_y_pred), ("y", non_binary_y)):
             if count:
                 raise ValueError(
-                    f"Accuracy got {self._kind} inputs whose {name} held values other than 0 and 1 in {count} "
-                    "update(s) since reset(). Binary and multilabel inputs must be 0/1: threshold scores first, "
+                    f"For binary cases, {name} must be comprised of 0's and 1's. Accuracy got {self._kind} inputs "
+                    f"whose {name} held other values in {count} update(s) since reset(): threshold scores first, "
                     "e.g. output_transform=lambda out: ((out[0] > 0.5).long(), out[1]); for multiclass pass "
                     "y_pred as (N, C) scores and y as (N,) class indices."
                 )

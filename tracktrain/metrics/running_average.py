@@ -66,29 +66,33 @@ class RunningAverage(Metric):
         skip_unrolling: bool = False,
     ) -> None:
         if not (src is None or isinstance(src, Metric)):
-            raise TypeError(f"RunningAverage: src must be a Metric or None, got {src!r}.")
+            raise TypeError(f"Argument src should be a Metric or None. RunningAverage got src={src!r}.")
         if not (isinstance(alpha, numbers.Real) and 0.0 < alpha <= 1.0):
-            raise ValueError(f"RunningAverage: alpha must be a float in (0, 1], got {alpha!r}.")
+            raise ValueError(
+                f"Argument alpha should be a float between 0.0 and 1.0. RunningAverage got alpha={alpha!r} (the "
+                "weight of the newest value, in (0, 1])."
+            )
         if epoch_bound not in (None, True, False):
             raise TypeError(f"RunningAverage: epoch_bound must be None, True or False, got {epoch_bound!r}.")
         self._value_device: torch.device | None = None
         if src is not None:
             if output_transform is not None:
                 raise ValueError(
-                    "RunningAverage(src=...) averages the metric's values, so output_transform must be None; give "
-                    "the output_transform to the src metric instead."
+                    "Argument output_transform should be None if src is a Metric. RunningAverage(src=...) averages "
+                    "the metric's values: give the output_transform to the src metric instead."
                 )
             if device is not None:
                 raise ValueError(
-                    "RunningAverage(src=...) takes its device from src, so device must be None; create src on "
-                    f"{device!r} instead."
+                    "Argument device should be None if src is a Metric. RunningAverage(src=...) takes its device "
+                    f"from src: create src on {device!r} instead."
                 )
             output_transform, accumulation_device = _identity, src._requested_device
         else:
             if output_transform is None:
                 raise ValueError(
-                    "RunningAverage needs src (a Metric to average) or output_transform (which picks the value from "
-                    "the engine output), e.g. RunningAverage(output_transform=lambda loss: loss)."
+                    "Argument output_transform should not be None if src corresponds to the output of process "
+                    "function. RunningAverage needs src (a Metric to average) or output_transform (which picks the "
+                    "value from the engine output), e.g. RunningAverage(output_transform=lambda loss: loss)."
                 )
             if device is not None:
                 self._value_device = _as_device(device, "RunningAverage")

@@ -99,9 +99,16 @@ def _as_usage(usage: str | MetricUsage) -> MetricUsage:
     if isinstance(usage, str):
         usage_cls = _USAGES_BY_NAME.get(usage)
         if usage_cls is None:
-            raise ValueError(f"Unknown metric usage {usage!r}; use one of {sorted(_USAGES_BY_NAME)} or a MetricUsage.")
+            raise ValueError(
+                "Argument usage should be '(Running)EpochWise.usage_name' or "
+                f"'((SingleEpoch)Running)BatchWise.usage_name', got {usage}. Use one of {sorted(_USAGES_BY_NAME)} "
+                "or a MetricUsage."
+            )
         return usage_cls()
-    raise TypeError(f"usage must be a MetricUsage or one of {sorted(_USAGES_BY_NAME)}, got {usage!r}.")
+    raise TypeError(
+        f"Unhandled usage type {type(usage)}: usage must be a MetricUsage or one of {sorted(_USAGES_BY_NAME)}, "
+        f"got {usage!r}."
+    )
 
 
 # ------------------------------------------------------------------------------------------------- distributed
