@@ -950,3 +950,46 @@ def test_an_atomic_write_of_a_new_file_leaves_what_ignites_leaves(tmp_path):
         return sorted(os.listdir(folder)), stat.S_IMODE(os.stat(folder / "model_1.pt").st_mode)
 
     assert result(DiskSaver, tmp_path / "ours") == result(IgniteDiskSaver, tmp_path / "ignite")
+
+
+@pytest.mark.parametrize("objects", ["several", "one"])
+def test_a_run_checkpointed_by_ignite_resumes_here_and_retention_goes_on(tmp_path, objects):
+    """Ignite writes, tracktrain loads the same file and keeps deleting Ignite's old files (its `_saved` layout).
+
+    With one object Ignite puts "checkpointer" inside that object's state: loading the model takes the rest."""
+    pytest.importorskip("ignite")
+    from ignite.engine import Engine as IgniteEngine
+    from ignite.engine import Events as IgniteEvents
+    from ignite.handlers import Checkpoint as IgniteCheckpoint
+    from ignite.handlers import DiskSaver as IgniteDiskSaver
+
+    torch.manual_seed(0)
+    ignite_trainer, ignite_model = IgniteEngine(lambda e, b: None), nn.Linear(2, 1)
+    to_save = {"trainer": ignite_trainer, "model": ignite_model} if objects == "several" else {"model": ignite_model}
+    ignite_trainer.add_event_handler(
+        IgniteEvents.EPOCH_COMPLETED,
+        IgniteCheckpoint(to_save, IgniteDiskSaver(tmp_path, require_empty=False), n_saved=2, include_self=True,
+                         global_step_transform=lambda engine, event: engine.state.epoch),
+    )
+    ignite_trainer.run(range(3), max_epochs=3)
+    name = "checkpoint" if objects == "several" else "model"
+    assert sorted(os.listdir(tmp_path)) == [f"{name}_2.pt", f"{name}_3.pt"]
+
+    trainer, model = Engine(lambda e, b: None), nn.Linear(2, 1)
+    ours = {"trainer": trainer, "model": model} if objects == "several" else {"model": model}
+    checkpoint = Checkpoint(ours, DiskSaver(tmp_path, require_empty=False), n_saved=2, include_self=True,
+                            global_step_transform=lambda engine, event: engine.state.epoch)
+    state = torch.load(tmp_path / f"{name}_3.pt", weights_only=False)
+    if objects == "one":  # Ignite's layout: the checkpointer's state inside the model's
+        checkpoint.load_state_dict(state.pop("checkpointer"))
+        model.load_state_dict(state)
+    else:
+        Checkpoint.load_objects({**ours, "checkpointer": checkpoint}, state)
+    assert_same_tensors(model.state_dict(), ignite_model.state_dict())
+    if objects == "several":
+        assert trainer.state.epoch == 3
+    else:
+        trainer.load_state_dict({"epoch_length": 3, "epoch": 3, "max_epochs": 3})
+    trainer.add_event_handler(Events.EPOCH_COMPLETED, checkpoint)
+    trainer.run(range(3), max_epochs=5)
+    assert sorted(os.listdir(tmp_path)) == [f"{name}_4.pt", f"{name}_5.pt"]  # Ignite's files were retired
