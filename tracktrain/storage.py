@@ -36,6 +36,7 @@ import os
 import re
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Union
 
 import fsspec
@@ -277,18 +278,23 @@ def write_bytes_atomic(url: PathOrURL, data: BytesLike) -> None:
     write_file_atomic(*open_filesystem(url), data)
 
 
-def write_file_atomic(fs: AbstractFileSystem, path: str, data: BytesLike) -> None:
+def write_file_atomic(fs: AbstractFileSystem, path: str, data: BytesLike, *,
+                      before_commit: Callable[[], None] | None = None) -> None:
     """`write_bytes_atomic` for a file system object already at hand (for instance a `DirFileSystem`, whose
-    `dir::` URLs fsspec does not resolve)."""
+    `dir::` URLs fsspec does not resolve). `before_commit` is called once `data` is written, just before it replaces
+    what `path` names (on a store of single puts: before that put): there a checkpoint saved under the same name
+    stops being committed, so a crash never leaves its manifest over other data."""
     while isinstance(fs, DirFileSystem):  # commit on the viewed file system, so a local disk gets its fsyncs
         fs, path = fs.fs, fs._join(path)
     strategy = atomic_commit_strategy(fs)
     if strategy is AtomicCommit.REPLACE_LOCAL_FILE:
-        _replace_local_file(path, data)
+        _replace_local_file(path, data, before_commit)
     elif strategy is AtomicCommit.SINGLE_PUT:
+        if before_commit is not None:
+            before_commit()
         fs.pipe_file(path, bytes(data))
     else:
-        _move_temporary_into_place(fs, path, data)
+        _move_temporary_into_place(fs, path, data, before_commit)
 
 
 def write_bytes(url: PathOrURL, data: BytesLike) -> None:
@@ -389,11 +395,14 @@ def _temporary_name(name: str) -> str:
     return f".{name}.{uuid.uuid4().hex[:12]}.tmp"
 
 
-def _move_temporary_into_place(fs: AbstractFileSystem, path: str, data: BytesLike) -> None:
+def _move_temporary_into_place(fs: AbstractFileSystem, path: str, data: BytesLike,
+                               before_commit: Callable[[], None] | None = None) -> None:
     directory, separator, name = path.rpartition(fs.sep)
     temporary = directory + separator + _temporary_name(name)  # same directory: the mv is a rename, not a copy
     try:
         fs.pipe_file(temporary, bytes(data))
+        if before_commit is not None:
+            before_commit()
         fs.mv(temporary, path)
     except BaseException:
         with contextlib.suppress(Exception):  # the temporary may never have been created
@@ -401,7 +410,7 @@ def _move_temporary_into_place(fs: AbstractFileSystem, path: str, data: BytesLik
         raise
 
 
-def _replace_local_file(path: str, data: BytesLike) -> None:
+def _replace_local_file(path: str, data: BytesLike, before_commit: Callable[[], None] | None = None) -> None:
     directory, name = os.path.split(path)
     temporary = os.path.join(directory, _temporary_name(name))  # same directory: the rename stays on one disk
     try:
@@ -415,6 +424,8 @@ def _replace_local_file(path: str, data: BytesLike) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())  # the bytes are on disk before the name points at them
+        if before_commit is not None:
+            before_commit()
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from tracktrain import storage
-from tracktrain.handlers.manifest import _is_plain_name, remove_checkpoint, write_manifest
+from tracktrain.handlers.manifest import _is_plain_name, manifest_name, remove_checkpoint, write_manifest
 from tracktrain.handlers.spool import Spool
 from tracktrain.storage_check import is_unreachable
 
@@ -164,17 +164,29 @@ class FsspecSaver(BaseSaveHandler):
 
     def write_serialized(self, filename: str, data: bytes | memoryview, summary: Mapping[str, Any],
                          metadata: Mapping | None = None) -> None:
-        """Commit what `serialize` made under `filename`: the data, then its manifest."""
-        write = storage.write_bytes_atomic if self._atomic else storage.write_bytes
+        """Commit what `serialize` made under `filename`: the data, then its manifest. A checkpoint saved before
+        under the same name stops being committed (its manifest is deleted) just before its data file is replaced."""
         path = self.path_of(filename)
+
+        def uncommit_replaced() -> None:  # else a crash could leave its manifest over the new data
+            if self.manifest:
+                storage.remove(storage.join(self.url, manifest_name(filename)), missing_ok=True)
+
+        data_written = False
         try:
-            write(path, data)
+            if self._atomic:
+                storage.write_file_atomic(*storage.open_filesystem(path), data, before_commit=uncommit_replaced)
+            else:
+                uncommit_replaced()
+                storage.write_bytes(path, data)
+            data_written = True
             if self.manifest:  # last: only now is the checkpoint complete
                 write_manifest(os.fspath(self.url), {filename: data}, summary, metadata)
         except OSError as error:
-            # a checkpoint is complete or absent: what this save wrote is removed (an atomic write left nothing
-            # under the name; a data file without its manifest, or written in place, is not a checkpoint)
-            if self.manifest or not self._atomic:
+            # a checkpoint is complete or absent: what this save wrote is removed (a data file without its manifest,
+            # or written in place, is not a checkpoint); an atomic write that failed left the name as it was, and so
+            # a checkpoint saved before under it
+            if (self.manifest and data_written) or not self._atomic:
                 with contextlib.suppress(Exception):
                     storage.remove(path, missing_ok=True)
             raise CheckpointWriteError(error, filename, self.url, len(data)) from error
