@@ -35,6 +35,9 @@ class SingleDeviceStrategy:
     def distribute(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
         return loader
 
+    def reduce_gradients(self, module: nn.Module) -> None:
+        """Reduce gradients that backward left unreduced (see `DDPStrategy.reduce_gradients`): none here."""
+
     def finish(self) -> None:
         pass
 
@@ -92,6 +95,29 @@ class DDPStrategy:
     def no_sync(self) -> contextlib.AbstractContextManager:
         assert self._wrapped is not None, "train_forward() first"
         return self._wrapped.no_sync()
+
+    def reduce_gradients(self, module: nn.Module) -> None:
+        """Average the gradients over the ranks, as DDP does in backward. For an accumulation window whose every
+        batch ran under `no_sync`: the last one of an epoch over a loader without a length, whose end shows only
+        after its last batch. (A parameter without a gradient counts as zeros, and gets one if another rank's is
+        not zero: every rank makes the same collective, and the same step.)"""
+        parameters = [parameter for parameter in module.parameters() if parameter.requires_grad]
+        if not parameters:
+            return
+        flat = torch.cat([
+            (parameter.grad if parameter.grad is not None else torch.zeros_like(parameter)).reshape(-1)
+            for parameter in parameters
+        ])
+        flat.div_(torch.distributed.get_world_size())
+        torch.distributed.all_reduce(flat)
+        offset = 0
+        for parameter in parameters:
+            reduced = flat[offset:offset + parameter.numel()].view_as(parameter)
+            offset += parameter.numel()
+            if parameter.grad is not None:
+                parameter.grad.copy_(reduced)
+            elif reduced.any():
+                parameter.grad = reduced.to(parameter.dtype).clone()
 
     def finish(self) -> None:
         """Every rank ends the fit together (rank 0 may still be writing its last checkpoint)."""

@@ -505,8 +505,10 @@ class Trainer:
                 config.step(self.callback_metrics)
 
     def _flush_accumulation(self) -> None:
-        """A loader without a length ends an epoch in the middle of an accumulation window: step what it holds."""
+        """A loader without a length ends an epoch in the middle of an accumulation window: step what it holds
+        (every batch of it ran under DDP's `no_sync`, not knowing it was the last: reduce its gradients first)."""
         if self._pending_batches:
+            self._strategy.reduce_gradients(self.module)
             self._optimizer_step()
 
     def _manual_step_starting(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
