@@ -113,6 +113,7 @@ class QueuedLogger(Logger):
         self._queue: DeliveryQueue | None = None
         self.spill_path: str | None = None
         self.undelivered = 0
+        self.lost = 0  # records the delivery lost (a bug, reported when it happens): see `DeliveryQueue.lost`
         self._sender: SenderProcess | None = None  # with delivery="process"
         self._on_tracker_back: Callable[[], None] | None = None
 
@@ -176,6 +177,7 @@ class QueuedLogger(Logger):
             return
         queue, self._queue = self._queue, None
         self.undelivered = queue.close(self.close_timeout, final=Record("status", {"status": status}))
+        self.lost = queue.lost
         if self._sender is not None:  # whatever it still had in hand is in the spill file now
             self._sender.close()
         if self.undelivered:
@@ -187,6 +189,12 @@ class QueuedLogger(Logger):
                 f"{self.spill_path}",
                 stacklevel=2,
             )
+        if self.lost:
+            import warnings
+
+            warnings.warn(f"{self.lost} records for {self.name} run {self._run_id} were lost in delivery: neither "
+                          "delivered nor kept to be sent later. This is a bug in tracktrain; please report it.",
+                          stacklevel=2)
         try:
             self._close(status)
         except Exception as error:  # a tracker that is down cannot be told the run ended: say so, do not crash

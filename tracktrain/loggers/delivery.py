@@ -4,7 +4,9 @@
 fails (slow, down, rejecting), the batch is retried with exponential backoff while new records wait. Memory is
 bounded: past `max_pending` records, the oldest waiting ones are spilled to a local JSON-lines file, and replayed
 from it, in order, once the tracker answers again. Nothing is dropped silently: whatever is still undelivered at
-`close` stays in the spill file, whose location is reported, and `replay` sends it later.
+`close` stays in the spill file, whose location is reported, and `replay` sends it later. The queue counts every
+record it takes: `flush` reports success only when each one is delivered, and a record that is neither delivered nor
+waiting anywhere (a bug) is reported as lost (`lost`, an error logged), never passed over.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ class DeliveryQueue:
     """Sends `Record`s with `send(batch)` from a background thread; see the module's docstring.
 
     Args:
-        send: delivers a list of records, raising on failure (the whole batch is then retried).
+        send: delivers a list of records, raising on failure (the whole batch is then retried). It is given a copy:
+            a send that takes records off its list as it goes loses none of them when it fails.
         spill_path: the JSON-lines file for records that wait too long in memory or are undelivered at the end.
         header: written as the spill file's first line, so `replay` knows where the records belong.
         max_pending: records kept in memory before the oldest are spilled.
@@ -85,12 +88,14 @@ class DeliveryQueue:
         self._closing = False
         self.delivered = 0
         self.failures = 0
+        self.lost = 0  # records neither delivered nor waiting anywhere (see `flush`): 0 unless a bug drops some
         self.last_error: BaseException | None = None
         if self.spill_path.exists():  # left by an earlier attempt of this run: delivered first, in order
             with open(self.spill_path, "rb") as lines:
                 lines.readline()
                 self._spill_read_at = lines.tell()
                 self._spilled = sum(1 for line in lines if b'"kind": "status"' not in line)
+        self._accepted = self._spilled  # records this queue answers for: those of the file, and every `put`
         self._thread = threading.Thread(target=self._run, name=f"tracktrain-{name}-delivery", daemon=True)
         self._thread.start()
 
@@ -99,6 +104,7 @@ class DeliveryQueue:
         """Queue `record`; returns at once (at worst after appending a line to the spill file)."""
         with self._condition:
             self._pending.append(record)
+            self._accepted += 1
             if len(self._pending) > self.max_pending:
                 # half of the waiting records at once: one file write (and fsync) per max_pending / 2 records
                 self._spill([self._pending.popleft() for _ in range(len(self._pending) // 2)])
@@ -117,7 +123,8 @@ class DeliveryQueue:
             self._spill([self._pending.popleft() for _ in range(len(self._pending))])
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until everything queued so far is delivered, at most `timeout` seconds; whether it was."""
+        """Wait until everything queued so far is delivered, at most `timeout` seconds; whether it was. False too,
+        however long it waits, once a record was lost (neither delivered nor waiting: see `lost`)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._condition:
             self._hurry = True
@@ -128,7 +135,7 @@ class DeliveryQueue:
                     if remaining is not None and remaining <= 0:
                         return False
                     self._condition.wait(0.5 if remaining is None else min(remaining, 0.5))
-                return True
+                return self._check_lost(self._accepted - self.delivered) == 0
             finally:
                 self._hurry = False
 
@@ -157,6 +164,8 @@ class DeliveryQueue:
             self._pending.clear()
             self._spill(leftover)
             left = self._spilled
+            # everything not delivered is in the spill file now (a record there twice counts twice: never a loss)
+            self._check_lost(self._accepted - self.delivered - left)
             if left and final is not None:
                 self._spill([final], count=False)
         if left == 0 and self.spill_path.exists():
@@ -179,13 +188,17 @@ class DeliveryQueue:
                     continue
                 self._in_flight, self._in_flight_from_spill = batch, from_spill
             try:
-                self._send(batch)
+                self._send(list(batch))  # its own list: the batch stays whole for a retry
             except Exception as error:  # the tracker's own errors: keep the records, try again later
                 with self._condition:
                     self._in_flight = []
                     if self._in_flight_spilled_to is not None:  # persist moved them to the spill file
                         self._in_flight_spilled_to = None
-                    elif not from_spill:
+                    elif from_spill:
+                        pass  # still in the spill file, where the next batch is read
+                    elif self._spilled:  # newer records were spilled meanwhile: the batch goes ahead of them
+                        self._spill_ahead(batch)
+                    else:
                         self._pending.extendleft(reversed(batch))
                     self.failures += 1
                     if self.last_error is None:
@@ -212,6 +225,41 @@ class DeliveryQueue:
                 self.last_error = None
                 self._condition.notify_all()
             backoff = 0.5
+
+    def _spill_ahead(self, records: list[Record]) -> None:
+        """Put `records` in the spill file ahead of the undelivered records there (called with the lock held, with
+        nothing in flight): a batch taken from memory that failed is older than whatever was spilled while it was
+        out, and the file is sent first. The file is written anew (a rare path: a failure after an overflow)."""
+        lines = [json.dumps(asdict(record), default=str).encode() + b"\n" for record in records]
+        temporary = self.spill_path.with_name(self.spill_path.name + ".tmp")
+        try:
+            with open(self.spill_path, "rb") as spilled, open(temporary, "wb") as out:
+                out.write(spilled.readline())  # the header
+                start = out.tell()
+                out.writelines(lines)
+                spilled.seek(self._spill_read_at)
+                while chunk := spilled.read(1 << 20):
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temporary, self.spill_path)
+        except OSError as error:  # kept in memory then: delivered after the newer records, but delivered
+            _logger.warning("Could not put a retried batch ahead in %s (%s); it is sent after newer records",
+                            self.spill_path, error)
+            self._pending.extendleft(reversed(records))
+            return
+        self._spill_read_at = start
+        self._spilled += len(records)
+
+    def _check_lost(self, unaccounted: int) -> int:
+        """Takes the count of records neither delivered nor waiting (called with the lock held): reports a new loss
+        (an error naming the count) and returns it."""
+        if unaccounted > self.lost:
+            _logger.error("%d record(s) for %s were lost: taken by the delivery queue, then neither delivered nor "
+                          "kept (in memory or in %s). This is a bug in tracktrain; please report it.",
+                          unaccounted - self.lost, self.name, self.spill_path)
+            self.lost = unaccounted
+        return self.lost
 
     def _next_batch(self) -> tuple[list[Record], bool]:
         """The oldest records first: those in the spill file, then those in memory."""
