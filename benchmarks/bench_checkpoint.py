@@ -64,14 +64,15 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from _common import (
-    STATISTICS, environment, exit_status, format_cell, free_port, make_mlp, print_heading, quartiles,
-    silence_lightning, write_json,
+    STATISTICS, environment, exit_status, format_cell, make_mlp, print_heading, quartiles, silence_lightning,
+    write_json,
 )
 from tracktrain import LoopModule
 from tracktrain.callbacks import ModelCheckpoint
 from tracktrain.handlers.async_saver import AsyncSaver
 from tracktrain.handlers.manifest import committed_checkpoints, manifest_name, read_checked
 from tracktrain.trainer import Trainer
+from tracktrain_integrations.testing import free_port
 
 LOCAL, S3 = "local", "s3"
 TT_ASYNC, TT_BLOCKING, LIGHTNING = "tracktrain async", "tracktrain blocking", "lightning"

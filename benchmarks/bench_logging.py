@@ -58,12 +58,13 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from _common import (
-    STATISTICS, EngineClock, MlflowServer, environment, exit_status, format_cell, goal_line, make_mlp, print_heading, quartiles,
+    STATISTICS, EngineClock, environment, exit_status, format_cell, goal_line, make_mlp, print_heading, quartiles,
     silence_lightning, write_json,
 )
 from _modules import LEARNING_RATE
 from tracktrain import LoopModule
 from tracktrain.trainer import Trainer
+from tracktrain_integrations.testing import MlflowServer
 
 TRACKTRAIN, LIGHTNING = "tracktrain", "lightning"
 GOAL_RATIO = 0.95  # the "at least 0.95× the no-logger throughput at every-step logging"

@@ -54,11 +54,12 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from _common import (
-    STATISTICS, EngineClock, environment, exit_status, free_port, format_cell, goal_line, make_mlp, print_heading, quartiles, write_json,
+    STATISTICS, EngineClock, environment, exit_status, format_cell, goal_line, make_mlp, print_heading, quartiles, write_json,
 )
 from _modules import LEARNING_RATE, Classifier
 from tracktrain.distributed import spawn
 from tracktrain.trainer import Trainer
+from tracktrain_integrations.testing import free_port
 
 RAW, TRACKTRAIN = "raw", "tracktrain"
 DDP = "ddp"

@@ -6,15 +6,91 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+import warnings
 from collections.abc import Iterator
 
 import pytest
+
+from tests import _processes
 
 # Every process group a test starts (spawn, torchrun, in this process or its children) fails a collective that waits
 # this long, each rank with its own stack: a hang fails in a minute, not at CI's limit. Python's fault handler prints
 # every thread's stack if a process is aborted.
 os.environ.setdefault("TRACKTRAIN_DIST_TIMEOUT", "60")
 os.environ.setdefault("PYTHONFAULTHANDLER", "1")
+
+
+# ------------------------------------------------------------------------- no test waits for a hang, none leaves one
+# Every process a test starts (spawn's ranks, torchrun and its ranks, any subprocess) is the test's: when the test
+# fails (pytest-timeout's "Timeout" included) the ones still running print their Python stacks into the failure and
+# are killed; when it ends, whatever it left is killed. tests/_processes.py finds them through /proc, by parentage
+# and by the marker each inherits (TRACKTRAIN_TEST_ID), and runs commands with a deadline (`Command`, `run`).
+_WATCH = pytest.StashKey[_processes.Watch]()
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Notes the processes running before the test (set up after the session's and modules' fixtures, so their
+    servers are not the test's) and marks the environment its processes inherit; at its end (after the test's
+    other fixtures have stopped theirs), kills whatever the test started that still runs, with a warning."""
+    watch = _processes.Watch()
+    request.node.stash[_WATCH] = watch
+    before = os.environ.get(_processes.TEST_MARKER)
+    os.environ[_processes.TEST_MARKER] = watch.marker
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(_processes.TEST_MARKER, None)
+        else:
+            os.environ[_processes.TEST_MARKER] = before
+        left = sorted(watch.leftovers())
+        if left:
+            names = "; ".join(_processes.describe(pid) for pid in left)
+            watch.stop(dump=False)
+            warnings.warn(f"{request.node.nodeid} left {len(left)} process(es) running, killed: {names}",
+                          pytest.PytestWarning, stacklevel=1)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """A failed test's processes that still run (a rank stuck in a collective, a launcher waiting for it) print
+    their stacks into its report, then are killed: before the teardown, so no fixture waits on them."""
+    report = yield
+    watch = item.stash.get(_WATCH, None)
+    if call.when == "call" and report.failed and watch is not None and watch.leftovers():
+        capture = item.config.pluginmanager.getplugin("capturemanager")
+
+        def read_captured() -> str:  # a spawned rank writes its stack to the test's own (captured) stderr
+            try:
+                out, err = capture.read_global_capture()
+            except Exception:  # no capture (-s): the stacks went to the terminal
+                return ""
+            return out + err
+
+        stacks = watch.stop(read_captured if capture is not None else None)
+        title = "processes the test left running: each one's Python stack, then killed"
+        if hasattr(report.longrepr, "addsection"):
+            report.longrepr.addsection(title, stacks)
+        else:
+            report.sections.append((title, stacks))
+    return report
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """After the session's fixtures stopped their servers: nothing started by a test outlives pytest (a process
+    started by a module fixture, say, that hung). multiprocessing's own helpers end with this process."""
+    table = _processes.process_table()
+    left = {pid for pid in _processes.descendants(os.getpid(), table)
+            if table[pid][1] not in "ZX" and not _processes.shared_helper(pid)}
+    if left:
+        names = "; ".join(_processes.describe(pid) for pid in sorted(left))
+        _processes.stop(lambda: left, dump=False)
+        reporter = session.config.pluginmanager.getplugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"killed {len(left)} process(es) left running at the end of the session: {names}")
+
 
 # The fake credentials every test reaches moto with. Distinctive, so that a test can assert they appear nowhere.
 S3_ACCESS_KEY_ID = "tracktrain-test-key-id"

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integrations.conftest import free_port
 from tests.trainer._tasks import Classifier, make_loader
 from tracktrain import Trainer
+from tracktrain_integrations.testing import free_port
 
 pytest.importorskip("mlflow")
 from tracktrain_integrations.mlflow import MLflowLogger  # noqa: E402
@@ -82,6 +82,7 @@ def test_inspect_refuses_a_damaged_checkpoint_and_names_a_missing_one(run_root, 
                                       "`tracktrain runs ROOT` lists the checkpoints of the run under ROOT.")
 
 
+@pytest.mark.slow  # starts the MLflow UI (~13 s); CI's slow run keeps it
 def test_ui_serves_the_runs_own_mlflow_store(run_root):
     port = free_port()
     server = subprocess.Popen([TRACKTRAIN, "ui", "runs", "--port", str(port)], cwd=run_root.parent,

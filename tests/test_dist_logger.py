@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import socket
 import subprocess
 import sys
 from datetime import timedelta
@@ -14,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import _processes
+from tracktrain_integrations.testing import free_port
 from tracktrain.dist_logger import DistributedLogger, get_dist_logger
 from tracktrain.engine import Engine
 
@@ -264,17 +265,12 @@ def _rank_worker(rank: int, port: int, out_dir: str) -> None:
         sys.stderr = sys.__stderr__
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def two_rank_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     mp = pytest.importorskip("torch.multiprocessing")
     out = tmp_path_factory.mktemp("ranks")
-    mp.spawn(_rank_worker, args=(_free_port(), str(out)), nprocs=2, join=True)
+    with _processes.stopped_on_exit("the logger tests' ranks"):  # a rank that hangs: its stack, then killed
+        mp.spawn(_rank_worker, args=(free_port(), str(out)), nprocs=2, join=True)
     return out
 
 

@@ -85,8 +85,8 @@ CASES: dict[str, Callable[[Any, Path], Any]] = {
     "early_stopping_patience_zero": lambda lib, folder: lib.handlers.EarlyStopping(0, lambda e: 0.0, _engine(lib)),
     "early_stopping_score_function_not_callable": lambda lib, folder: lib.handlers.EarlyStopping(
         2, 3, _engine(lib)),
-    "early_stopping_negative_min_delta": lambda lib, folder: lib.handlers.EarlyStopping(
-        2, lambda e: 0.0, _engine(lib), min_delta=-1.0),
+    "early_stopping_negative_threshold": lambda lib, folder: lib.handlers.EarlyStopping(
+        2, lambda e: 0.0, _engine(lib), threshold=-1.0),
     "early_stopping_trainer_not_an_engine": lambda lib, folder: lib.handlers.EarlyStopping(2, lambda e: 0.0, 3),
     # LRScheduler
     "lr_scheduler_not_a_scheduler": lambda lib, folder: lib.handlers.LRScheduler(3),

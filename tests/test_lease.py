@@ -14,13 +14,11 @@ import warnings
 
 import pytest
 
+from tests.trainer._resume_run import STEPS, Run
 from tests.trainer._tasks import Classifier, make_loader
-from tests.trainer.test_kill_resume import Run
 from tracktrain import Callback, Trainer, lease, storage
 from tracktrain.callbacks import ModelCheckpoint
 from tracktrain.handlers.manifest import committed_checkpoints, read_checked
-
-STEPS = 48  # what the script trains: 4 epochs of 12 batches
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -42,9 +40,9 @@ def start(root):
 
     yield start
     for run in runs:
-        if run.process.poll() is None:
-            run.process.kill()
-            run.process.communicate()
+        if run.process.returncode is None:
+            run.kill()
+            run.finish()
 
 
 def checkpoint_dir(root: str) -> str:

@@ -19,10 +19,11 @@ NAP = 0.02  # seconds slept inside a timed interval
 
 def test_stop_returns_at_least_the_time_slept():
     timer = MultiTimer()
+    before = time.perf_counter()
     timer.start("step")
     time.sleep(NAP)
     elapsed = timer.stop("step", keep_in_history=True)
-    assert NAP <= elapsed < NAP + 2.0
+    assert NAP <= elapsed <= time.perf_counter() - before  # the nap, and no more than the wall time around it
     watch = timer.get_timer("step")
     assert isinstance(watch, StopWatch)
     assert watch.get_elapsed_time() == elapsed

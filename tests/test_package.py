@@ -52,6 +52,16 @@ def test_import_tracktrain_loads_neither_torch_nor_trackers():
     assert out.strip() == "[]"
 
 
+def test_the_testing_helpers_load_neither_torch_nor_trackers():
+    """tracktrain_integrations.testing (MlflowServer, free_port) serves the tests and the benchmark scripts alike: the
+    server runs as a child process, and importing the helpers costs no torch or tracker import."""
+    out = _python(
+        "import sys, tracktrain_integrations.testing\n"
+        "print(sorted(m for m in ('torch', 'mlflow', 'wandb', 'tracktrain') if m in sys.modules))"
+    )
+    assert out.strip() == "[]"
+
+
 def test_core_imports_with_integrations_blocked():
     """Every module of the core imports while mlflow, wandb, torch_xla and the integrations cannot."""
     code = """

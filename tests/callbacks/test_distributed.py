@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import torch
+
+from tests import _processes
+from tracktrain_integrations.testing import free_port
 
 from .conftest import TinyModule, batches, logged_messages
 
@@ -59,17 +61,12 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
     os._exit(0)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     mp = pytest.importorskip("torch.multiprocessing")
     out = tmp_path_factory.mktemp("ranks")
-    mp.spawn(_worker, args=(_free_port(), str(out)), nprocs=2, join=True)
+    with _processes.stopped_on_exit("the callback tests' ranks"):  # a rank that hangs: its stack, then killed
+        mp.spawn(_worker, args=(free_port(), str(out)), nprocs=2, join=True)
     return out
 
 

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from tracktrain.callbacks.lr_monitor import LearningRateMonitor
-from tracktrain.trainer.optimizers import LRSchedulerConfig
 
 from .conftest import TinyModule, batches
 
@@ -207,25 +206,46 @@ def test_duplicate_group_names_are_refused_before_training(make_trainer):
     assert trainer.global_step == 0
 
 
-def test_names_match_lightning_for_several_optimizers_and_schedulers():
+class FourOptimizers(TinyModule):
+    """Manual optimization with four optimizers: an SGD of one group, an SGD of two unnamed groups, an Adam whose
+    scheduler is named "custom" (each of the three scheduled), and an SGD of two named groups without a scheduler."""
+
+    automatic_optimization = False
+
+    def train_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self.net(x), y)
+        self.backward(loss)
+        for optimizer in self.optimizers():
+            optimizer.step()
+            optimizer.zero_grad()
+
+    def configure_optimizers(self) -> Any:
+        single = [self.net.weight]
+        sgd_a, sgd_b = torch.optim.SGD(single, lr=0.1), torch.optim.SGD(groups(self, (None, None)), lr=0.2)
+        adam, sgd_c = torch.optim.Adam(single, lr=0.3), torch.optim.SGD(groups(self, ("body", "head")), lr=0.4)
+        return [
+            {"optimizer": sgd_a, "lr_scheduler": step_lr(sgd_a)},
+            {"optimizer": sgd_b, "lr_scheduler": step_lr(sgd_b)},
+            {"optimizer": adam, "lr_scheduler": {"scheduler": step_lr(adam), "name": "custom"}},
+            {"optimizer": sgd_c},
+        ]
+
+
+def test_names_match_lightning_for_several_optimizers_and_schedulers(make_trainer):
     lightning = pytest.importorskip("pytorch_lightning.callbacks.lr_monitor")
-    module = TinyModule()
-    single = [module.net.weight]
-    sgd_a, sgd_b = torch.optim.SGD(single, lr=0.1), torch.optim.SGD(groups(module, (None, None)), lr=0.1)
-    sgd_c, adam = torch.optim.SGD(groups(module, ("body", "head")), lr=0.1), torch.optim.Adam(single, lr=0.1)
-    configs = [LRSchedulerConfig(step_lr(sgd_a)), LRSchedulerConfig(step_lr(sgd_b)),
-               LRSchedulerConfig(step_lr(adam), name="custom")]
+    monitor = LearningRateMonitor(logging_interval="epoch")
+    trainer = make_trainer(callbacks=[monitor])
+    trainer.fit(FourOptimizers(), batches(1))
 
-    class FakeTrainer:  # the two attributes the naming reads
-        lr_scheduler_configs = configs
-        optimizers = [sgd_a, sgd_b, adam, sgd_c]
-
-    ours = [name for names, _, _ in LearningRateMonitor._named_optimizers(FakeTrainer) for name in names]
+    ours = ["lr-SGD", "lr-SGD-1/pg1", "lr-SGD-1/pg2", "custom", "lr-SGD-2/body", "lr-SGD-2/head"]
+    assert monitor.lrs == dict(zip(ours, ([0.1], [0.2], [0.2], [0.3], [0.4], [0.4])))  # in this order
+    assert trainer.recorder.calls == [(0, dict(zip(ours, (0.1, 0.2, 0.2, 0.3, 0.4, 0.4))))]  # what the loggers got
+    # the names Lightning's monitor gives the same optimizers and schedulers, read from the Trainer that ran
     reference = lightning.LearningRateMonitor()
-    scheduler_names, seen, seen_types = reference._find_names_from_schedulers(configs)
-    optimizer_names, _ = reference._find_names_from_optimizers(FakeTrainer.optimizers, seen, seen_types)
+    scheduler_names, seen, seen_types = reference._find_names_from_schedulers(trainer.lr_scheduler_configs)
+    optimizer_names, _ = reference._find_names_from_optimizers(trainer.optimizers, seen, seen_types)
     assert ours == [name for names in scheduler_names + optimizer_names for name in names]
-    assert ours == ["lr-SGD", "lr-SGD-1/pg1", "lr-SGD-1/pg2", "custom", "lr-SGD-2/body", "lr-SGD-2/head"]
 
 
 def test_a_scheduler_without_an_optimizer_is_refused_clearly(make_trainer):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer import test_kill_resume as harness
+from tests.trainer import _resume_run as harness
 from tests.trainer._tasks import Classifier, make_loader, quiet
 from tracktrain import Callback, Trainer, storage
 from tracktrain.callbacks import ModelCheckpoint
@@ -176,7 +176,8 @@ def test_a_list_longer_than_n_saved_keeps_the_n_best_at_the_next_save(tmp_path):
 def _fit_with_lost_deletions_then_resume_from_an_older_one(out: str) -> None:
     """Under DDP (2 ranks): a run whose deletions are all lost dies at step 7; the next resumes from step 4, whose
     lists know steps 2 and 4 only. Each rank records its ModelCheckpoint lists once the fit has started."""
-    from tests.trainer.test_ddp import _save, _trainer
+    from tests.trainer._ddp import ddp_trainer as _trainer
+    from tests.trainer._ddp import save_per_rank as _save
 
     def fit(callbacks, **kwargs):
         checkpoint = ModelCheckpoint(dirpath=f"{out}/ckpt", every_n_train_steps=2, save_top_k=2, save_last=2)
@@ -211,7 +212,7 @@ def test_under_ddp_every_rank_takes_the_lists_rank_zero_adopted(tmp_path):
     take different keep-or-skip decisions at a save (which gathers from every rank)."""
     from tracktrain.distributed import spawn
 
-    from tests.trainer.test_ddp import _load
+    from tests.trainer._ddp import load_per_rank as _load
 
     spawn(_fit_with_lost_deletions_then_resume_from_an_older_one, 2, args=(str(tmp_path),))
     lists = _load(tmp_path, "lists")
@@ -224,7 +225,6 @@ def kill_and_restart(root: str, tmp_path: Path, cycles: int, seed: int, monkeypa
     """Start the resume script `cycles` times, each killed with SIGKILL at a random moment (often between a
     newer checkpoint's commit and an older one's deletion), then once more to the end; the checkpoint directory
     must then hold exactly the newest two of each kind, and never more than one extra of a kind in between."""
-    monkeypatch.setattr(harness, "SCRIPT", SCRIPT)  # the harness's script, with deletions announced
     directory = storage.join(root, "checkpoints")
     rng = random.Random(seed)
     out = tmp_path / "out.pt"
@@ -236,7 +236,7 @@ def kill_and_restart(root: str, tmp_path: Path, cycles: int, seed: int, monkeypa
             monkeypatch.setenv("RETENTION_TEST_HOLD", "60")
         else:
             monkeypatch.delenv("RETENTION_TEST_HOLD", raising=False)
-        run = harness.Run(root, out, 0)
+        run = harness.Run(root, out, 0, script=SCRIPT)  # the harness's script, with deletions announced
         target = "removing" if cycle == 0 else rng.choice(["removing", "removing", "saving", "step"])
         after = rng.randint(1, 3) if target != "step" else rng.randint(2, 9)
         after = 1 if cycle == 0 else after  # the held deletion blocks the saves after it: there is no second one
@@ -276,5 +276,6 @@ def test_many_sigkill_cycles_on_local_disk(tmp_path, monkeypatch, seed):
     kill_and_restart(str(tmp_path / "run"), tmp_path, cycles=8, seed=seed, monkeypatch=monkeypatch)
 
 
+@pytest.mark.slow  # the local-disk cycles prove the same in the default run; S3 in CI's slow run
 def test_sigkill_cycles_leave_exactly_what_retention_says_on_s3(tmp_path, s3_bucket, monkeypatch):
     kill_and_restart(f"{s3_bucket}/runs/exp", tmp_path, cycles=3, seed=7, monkeypatch=monkeypatch)

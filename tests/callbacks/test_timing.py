@@ -1,8 +1,12 @@
-"""Timing against a module whose steps sleep a known time."""
+"""Timing against a module whose steps sleep a known time.
+
+No assert depends on how fast the machine is: each reported time holds at least the sleeps inside it and at most the
+wall time that `Clock` measures around the same span (what must be left out of a span is then outside that wall)."""
 
 from __future__ import annotations
 
 import time
+from time import perf_counter
 from typing import Any
 
 import pytest
@@ -29,19 +33,51 @@ class SleepyModule(TinyModule):
         return super().eval_step(batch, batch_idx)
 
 
+class Clock:
+    """Wall time around Timing's spans: `Open` reads the clock before Timing starts an epoch or a validation, `Close`
+    after Timing stops it (Timing's priority is -250) and before the epoch's validation starts (-200). Their
+    differences are `epochs` and `validations`, the spans in which Timing's must fit."""
+
+    def __init__(self) -> None:
+        self.epochs: list[float] = []
+        self.validations: list[float] = []
+        clock = self
+
+        class Open(Callback):
+            priority = -10_000
+
+            def on_train_epoch_start(self, trainer, module):
+                clock._epoch = perf_counter()
+
+            def on_validation_start(self, trainer, module):
+                clock._validation = perf_counter()
+
+        class Close(Callback):
+            priority = -240
+
+            def on_train_epoch_end(self, trainer, module):
+                clock.epochs.append(perf_counter() - clock._epoch)
+
+            def on_validation_end(self, trainer, module):
+                clock.validations.append(perf_counter() - clock._validation)
+
+        self.callbacks = [Open(), Close()]
+
+
 def test_epoch_step_validation_seconds_and_throughput(make_trainer, dist_logger, tmp_path):
-    timer = MultiTimer()
-    trainer = make_trainer(max_epochs=2, callbacks=[Timing(dist_logger, timer)])
+    timer, clock = MultiTimer(), Clock()
+    trainer = make_trainer(max_epochs=2, callbacks=[Timing(dist_logger, timer), *clock.callbacks])
     trainer.fit(SleepyModule(), batches(4, batch_size=8), batches(2))
     recorded = trainer.recorder
     epochs, step_means = recorded.values_of("time/epoch"), recorded.values_of("time/step_mean")
     throughputs, validations = recorded.values_of("throughput/samples_per_sec"), recorded.values_of("time/validation")
-    assert len(epochs) == len(step_means) == len(throughputs) == len(validations) == 2
-    for epoch, step_mean, throughput in zip(epochs, step_means, throughputs):
-        assert 4 * TRAIN_SLEEP <= epoch < 4 * TRAIN_SLEEP + 2 * VAL_SLEEP  # the epoch's validation is not in it
+    assert len(epochs) == len(step_means) == len(throughputs) == len(validations) == len(clock.epochs) == 2
+    for epoch, step_mean, throughput, around in zip(epochs, step_means, throughputs, clock.epochs):
+        assert 4 * TRAIN_SLEEP <= epoch <= around  # the epoch's validation, after `around` ends, is not in it
         assert TRAIN_SLEEP <= step_mean <= epoch / 4
         assert throughput == pytest.approx(32 / epoch, rel=1e-12)  # 4 batches of 8 samples
-    assert all(2 * VAL_SLEEP <= seconds < 4 * VAL_SLEEP for seconds in validations)
+    assert len(clock.validations) == 2
+    assert all(2 * VAL_SLEEP <= seconds <= around for seconds, around in zip(validations, clock.validations))
 
     # the timer holds the same numbers: every step and epoch in its history
     step_watch, epoch_watch = timer.get_timer("train-step"), timer.get_timer("train-epoch")
@@ -59,12 +95,15 @@ def test_epoch_step_validation_seconds_and_throughput(make_trainer, dist_logger,
 
 
 def test_validations_within_the_epoch_are_not_epoch_time(make_trainer):
-    timing = Timing()
-    trainer = make_trainer(max_epochs=1, val_check_interval=2, callbacks=[timing])
+    timing, clock = Timing(), Clock()
+    trainer = make_trainer(max_epochs=1, val_check_interval=2, callbacks=[timing, *clock.callbacks])
     trainer.fit(SleepyModule(), batches(4), batches(1))
     [epoch], validations = trainer.recorder.values_of("time/epoch"), trainer.recorder.values_of("time/validation")
-    assert len(validations) == 2 and all(seconds >= VAL_SLEEP for seconds in validations)
-    assert 4 * TRAIN_SLEEP <= epoch < 4 * TRAIN_SLEEP + VAL_SLEEP
+    [around] = clock.epochs  # from before the epoch started to after it ended, its 2 validations included
+    assert len(validations) == 2 == len(clock.validations)
+    assert all(VAL_SLEEP <= seconds <= outer for seconds, outer in zip(validations, clock.validations))
+    # the epoch's 4 sleeps, and not the 2 validations' sleeps that ran inside its span
+    assert 4 * TRAIN_SLEEP <= epoch <= around - 2 * VAL_SLEEP
     assert timing.timer.get_timer("train-epoch").get_elapsed_time() == pytest.approx(epoch + sum(validations))
 
 

@@ -21,7 +21,7 @@ def test_seed_example_runs_as_written(tmp_path, monkeypatch):
     from tracktrain.colossal import MultiTimer, Trainer, get_dist_logger, hooks
     from tracktrain_integrations.tensorboard import TensorboardHook
 
-    hooks.TensorboardHook = TensorboardHook
+    monkeypatch.setattr(hooks, "TensorboardHook", TensorboardHook, raising=False)  # the seed's hooks.TensorboardHook
 
     features, labels = load_digits(return_X_y=True)
     dataset = TensorDataset(torch.tensor(features / 16.0, dtype=torch.float32), torch.tensor(labels))

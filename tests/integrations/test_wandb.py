@@ -18,6 +18,7 @@ from tracktrain.callbacks.base import Callback
 from tracktrain.callbacks.model_checkpoint import ModelCheckpoint
 
 from ..trainer._tasks import Classifier, make_loader, quiet
+from ._wandb_runs import read_run
 
 pytest.importorskip("wandb")
 from tracktrain_integrations.wandb import WandbLogger  # noqa: E402
@@ -42,31 +43,6 @@ def offline_wandb(wandb_sandbox, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # nothing listens there: no traffic leaves
-
-
-def _inspect(run_dir, *flags):
-    result = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", *flags, str(run_dir)],
-                            capture_output=True, text=True, timeout=60, check=True)
-    return result.stdout
-
-
-def read_run(run_dir) -> dict:
-    """What W&B recorded for one offline run: its run record, history rows (metrics only), artifacts, summary."""
-    records = [json.loads(line) for line in _inspect(run_dir).splitlines()]
-    runs = [record["run"] for record in records if record["type"] == "run"]
-    history = []
-    for record in records:
-        if record["type"] == "history":
-            item = record["history"]["item"]
-            history.append({key: value for key, value in item.items() if not key.startswith("_") or key == "_step"})
-    return {
-        "run": runs[-1],  # W&B rewrites the run record when tags change
-        "runs": runs,
-        "history": history,
-        "artifacts": [record["artifact"] for record in records if record["type"] == "artifact"],
-        "exit_code": next(record["exit"].get("exit_code", 0) for record in records if record["type"] == "exit"),
-        "state": json.loads(_inspect(run_dir, "--summary")),
-    }
 
 
 def started(tmp_path, **kwargs) -> WandbLogger:

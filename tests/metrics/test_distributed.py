@@ -7,7 +7,6 @@ torch.distributed and compares it with what both ranks computed.
 
 from __future__ import annotations
 
-import socket
 import traceback
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +18,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
+from tests import _processes
+from tracktrain_integrations.testing import free_port
 from tracktrain.engine import Engine, Events
 from tracktrain.metrics import (
     Accuracy,
@@ -149,16 +150,11 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
     torch.save(results, Path(out_dir) / f"rank{rank}.pt")
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def rank_results(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     out_dir = tmp_path_factory.mktemp("ddp")
-    mp.spawn(_worker, args=(free_port(), str(out_dir)), nprocs=WORLD_SIZE, join=True)
+    with _processes.stopped_on_exit("the metric tests' ranks"):  # a rank that hangs: its stack, then killed
+        mp.spawn(_worker, args=(free_port(), str(out_dir)), nprocs=WORLD_SIZE, join=True)
     results = [torch.load(out_dir / f"rank{rank}.pt") for rank in range(WORLD_SIZE)]
     for result in results:
         assert "crash" not in result, result.get("crash")

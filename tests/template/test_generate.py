@@ -10,6 +10,7 @@ import tomllib
 
 import pytest
 
+from tests.integrations._wandb_runs import read_run
 from tests.template.conftest import project_environment
 
 
@@ -74,8 +75,6 @@ def test_the_entry_point_rejects_a_bad_override_with_the_choices(generate):
 
 @pytest.mark.slow
 def test_the_wandb_choice_writes_an_offline_run_whose_history_holds_the_metrics(generate):
-    from tests.integrations.test_wandb import read_run
-
     project = generate(tracker="wandb", project_slug="digits_wandb_run")
     result = subprocess.run([sys.executable, "-m", "digits_wandb_run.train", "--epochs", "2"], cwd=project,
                             env=project_environment(project), capture_output=True, text=True, timeout=300)

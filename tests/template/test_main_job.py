@@ -60,7 +60,7 @@ def assert_the_printed_mlflow_command_works_when_pasted(output: str) -> None:
     import time
     import urllib.request
 
-    from tests.integrations.conftest import free_port
+    from tracktrain_integrations.testing import free_port
 
     command = re.search(r"open the run in the MLflow UI: (.*?)  \(then http", output).group(1)
     port = free_port()

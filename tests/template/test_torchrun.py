@@ -4,18 +4,14 @@ the same command again resumes both ranks from the newest checkpoint into the sa
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
-import psutil
 import pytest
 
-from tests.integrations.conftest import free_port
+from tests import _processes
 from tests.template.conftest import project_environment
 
 mlflow_tracking = pytest.importorskip("mlflow.tracking")
@@ -24,19 +20,18 @@ STEPS_PER_EPOCH = 23  # 1437 training images, 2 ranks, batches of 32 per rank: c
 
 
 def torchrun_command(epochs: int, *settings: str) -> list[str]:
-    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
-               "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-               "-m", "digits_classifier.train", "--epochs", str(epochs),
-               "--set", "data.batch_size=32", "--set", 'trainer.progress_bar="never"']
+    command = _processes.torchrun("-m", "digits_classifier.train", "--epochs", str(epochs),
+                                  "--set", "data.batch_size=32", "--set", 'trainer.progress_bar="never"')
     for setting in settings:
         command += ["--set", setting]
     return command
 
 
-def torchrun(project: Path, epochs: int, *settings: str, timeout: float = 150) -> subprocess.CompletedProcess:
+def torchrun(project: Path, epochs: int, *settings: str, timeout: float = 150) -> _processes.Command:
+    """The README's command, waited for (`.returncode`, `.stdout`, `.stderr`); past `timeout` seconds it fails with
+    every rank's stack."""
     environment = project_environment(project, OMP_NUM_THREADS="1")
-    return subprocess.run(torchrun_command(epochs, *settings), cwd=project, env=environment, capture_output=True,
-                          text=True, timeout=timeout)
+    return _processes.run(torchrun_command(epochs, *settings), timeout=timeout, cwd=project, env=environment)
 
 
 @pytest.mark.slow
@@ -77,17 +72,6 @@ def test_the_ddp_project_trains_under_torchrun_and_resumes_into_one_run(generate
     assert run.info.status == "FINISHED"
 
 
-def rank_processes(launcher: psutil.Process) -> dict[int, psutil.Process]:
-    """The training processes torchrun started, by their RANK."""
-    ranks = {}
-    for child in launcher.children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            rank = child.environ().get("RANK")
-            if rank is not None and "digits_classifier.train" in " ".join(child.cmdline()):
-                ranks[int(rank)] = child
-    return ranks
-
-
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_the_ddp_project_stops_early_together_and_a_sigterm_to_one_rank_stops_both(generate):
@@ -99,22 +83,13 @@ def test_the_ddp_project_stops_early_together_and_a_sigterm_to_one_rank_stops_bo
 
     # SIGTERM to rank 1 only, once rank 0 has reported its first epoch
     environment = project_environment(project, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    run = subprocess.Popen(torchrun_command(12, *patience), cwd=project, env=environment, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
-    try:
-        lines = []
-        for line in run.stdout:
-            lines.append(line)
-            if "] - Epoch 1/" in line:
-                break
-        ranks = rank_processes(psutil.Process(run.pid))
-        assert set(ranks) == {0, 1}, "".join(lines)[-3000:]
-        ranks[1].send_signal(signal.SIGTERM)
-        rest, _ = run.communicate(timeout=120)
-    finally:
-        if run.poll() is None:
-            run.kill()
-    output = "".join(lines) + rest
+    with _processes.Command(torchrun_command(12, *patience), cwd=project, env=environment, merge_stderr=True) as run:
+        assert run.wait_for(lambda line: "] - Epoch 1/" in line, timeout=300), run.tails()
+        ranks = run.ranks()  # the training processes torchrun started, by their RANK
+        assert set(ranks) == {0, 1}, run.tails()
+        os.kill(ranks[1], signal.SIGTERM)
+        run.wait(timeout=120)
+    output = run.stdout
     stopped = re.findall(r"Stopped by SIGTERM after step (\d+); (\S+) holds it", output)
     assert stopped, output[-3000:]
     step = int(stopped[0][0])

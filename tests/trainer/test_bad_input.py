@@ -11,7 +11,7 @@ from torch import nn
 from tracktrain import LoopModule, Trainer
 from tracktrain.trainer.optimizers import parse_optimizers
 
-from ._tasks import Classifier, make_loader, quiet
+from ._tasks import GAN, Classifier, make_loader, quiet
 
 
 @pytest.mark.parametrize(
@@ -164,8 +164,6 @@ def test_fit_arguments(tmp_path):
 
 
 def test_gradient_clip_val_with_manual_optimization(tmp_path):
-    from .test_optimization import GAN
-
     with pytest.raises(ValueError, match="call self.clip_gradients"):
         Trainer(**quiet(tmp_path, gradient_clip_val=1.0)).fit(GAN(), make_loader())
 

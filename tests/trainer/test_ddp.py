@@ -16,26 +16,16 @@ import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.utils.data import DataLoader, Dataset
 
+from tests import _processes
 from tracktrain import Callback, Trainer
 from tracktrain.distributed import spawn
 
+from ._ddp import ddp_trainer as _trainer
+from ._ddp import load_per_rank as _load
+from ._ddp import save_per_rank as _save
 from ._tasks import Classifier, checkpoint_files, make_loader
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(180)]
-
-
-def _trainer(root: str, **kwargs) -> Trainer:
-    options = {"max_epochs": 2, "enable_progress_bar": False, "enable_checkpointing": False,
-               "default_root_dir": root, "strategy": "ddp", **kwargs}
-    return Trainer(**options)
-
-
-def _save(out: str, name: str, value) -> None:
-    Path(out, f"{name}_rank{dist.get_rank()}.json").write_text(json.dumps(value))
-
-
-def _load(out: Path, name: str) -> list:
-    return [json.loads((out / f"{name}_rank{rank}.json").read_text()) for rank in range(2)]
 
 
 def _params(module) -> list:
@@ -210,19 +200,8 @@ def test_ddp_without_a_process_group_says_how_to_start_one(tmp_path, monkeypatch
 
 
 def test_torchrun_launches_a_ddp_fit(tmp_path):
-    import shutil
-    import socket
-    import subprocess
-    import sys
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    torchrun = Path(sys.executable).with_name("torchrun")
-    command = [str(torchrun) if torchrun.exists() else shutil.which("torchrun"), "--nnodes", "1", "--nproc_per_node",
-               "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-               str(Path(__file__).with_name("_torchrun_script.py")), str(tmp_path)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    # past the deadline, the test fails with the stack of every rank and of torchrun
+    result = _processes.run(_processes.torchrun(Path(__file__).with_name("_torchrun_script.py"), tmp_path), timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
     assert ranks[0] == ranks[1] and ranks[0]["step"] == 8

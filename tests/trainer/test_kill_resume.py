@@ -4,77 +4,16 @@ S3 (moto's server through s3fs)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.integrations.conftest import free_port
-
-SCRIPT = Path(__file__).with_name("_resume_script.py")
-STEPS = 48  # 4 epochs of 12 batches
-
-
-class Run:
-    """One start of the script: its output lines as they come, and a way to kill it at a chosen line."""
-
-    def __init__(self, root: str, out: Path, data: str | int, seed: int | None = None, ranks: int = 1) -> None:
-        launcher = [sys.executable]
-        if ranks > 1:  # torchrun, as users start DDP (gloo on this CPU)
-            launcher += ["-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(ranks),
-                         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}"]
-        self.process = subprocess.Popen(
-            [*launcher, str(SCRIPT), root, str(out), str(data), *([str(seed)] if seed is not None else [])],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        self.lines: list[str] = []
-
-    def read_until(self, predicate, timeout: float = 120.0) -> str | None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.process.stdout.readline()
-            if not line:
-                return None  # the process ended
-            self.lines.append(line.strip())
-            if predicate(line.strip()):
-                return line.strip()
-        raise AssertionError(f"no matching line within {timeout}s; got {self.lines[-5:]}")
-
-    def kill(self) -> None:
-        """SIGKILL every process of the run at once (torchrun, its ranks, their data-loader workers), as a node
-        failure would. (torchrun puts its workers in sessions of their own: a process-group kill misses them.)"""
-        try:
-            import psutil
-        except ImportError:  # the XLA environment (scripts/test-xla.sh) runs no torchrun test: the process alone
-            self.process.send_signal(signal.SIGKILL)
-            return
-        launcher = psutil.Process(self.process.pid)
-        for process in [launcher, *launcher.children(recursive=True)]:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                process.send_signal(signal.SIGKILL)
-
-    def finish(self, timeout: float = 180.0) -> int:
-        out, err = self.process.communicate(timeout=timeout)
-        self.lines += [line.strip() for line in out.splitlines()]
-        self.stderr = err
-        return self.process.returncode
-
-    def resumed_from(self) -> tuple[str, int]:
-        line = next(line for line in self.lines if line.startswith("resumed "))
-        _, path, step, _ = line.split(" ")
-        return path, int(step)
-
-    @property
-    def run_seed(self) -> int:
-        return int(next(line for line in self.lines if line.startswith("resumed ")).split(" ")[3])
-
+from tests.trainer._resume_run import STEPS, Run
 
 def reference_parameters(tmp_path: Path, data: str | int, seed: int | None = None, ranks: int = 1) -> dict[str, torch.Tensor]:
     run = Run(str(tmp_path / "reference"), tmp_path / "reference.pt", data, seed, ranks)
@@ -155,7 +94,7 @@ def test_sigkill_at_random_moments_on_s3(tmp_path, s3_bucket):
     kill_and_resume(f"{s3_bucket}/runs/exp", tmp_path, 0, seed=11)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
 def test_sigterm_or_ctrl_c_saves_a_checkpoint_says_so_in_one_line_and_the_run_continues(tmp_path, signum):
     root = tmp_path / "run"
     run = Run(str(root), tmp_path / "out.pt", 0)

@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tracktrain import LoopModule, Trainer
+from tracktrain import Trainer
 
-from ._tasks import Classifier, make_loader, quiet
+from ._tasks import GAN, Classifier, make_loader, quiet
 
 
 class MeanLoss(Classifier):
@@ -142,37 +142,6 @@ def test_max_steps_with_accumulation_counts_optimizer_steps(tmp_path):
     trainer.fit(Classifier(), make_loader())
     assert trainer.global_step == 5
     assert trainer.train_engine.state.iteration == 10
-
-
-class GAN(LoopModule):
-    """Two optimizers stepped by hand, as in a GAN: D then G each batch."""
-
-    automatic_optimization = False
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.generator = nn.Linear(2, 4)
-        self.discriminator = nn.Linear(4, 1)
-
-    def train_step(self, batch, batch_idx):
-        real, _ = batch
-        d_opt, g_opt = self.optimizers()
-        fake = self.generator(torch.randn(real.shape[0], 2))
-        d_loss = F.softplus(-self.discriminator(real)).mean() + F.softplus(self.discriminator(fake.detach())).mean()
-        d_opt.zero_grad()
-        self.backward(d_loss)
-        self.clip_gradients(d_opt, gradient_clip_val=1.0, gradient_clip_algorithm="norm")
-        d_opt.step()
-        g_loss = F.softplus(-self.discriminator(fake)).mean()
-        g_opt.zero_grad()
-        self.backward(g_loss)
-        g_opt.step()
-        self.log_dict({"d_loss": d_loss, "g_loss": g_loss})
-
-    def configure_optimizers(self):
-        return [torch.optim.SGD(self.discriminator.parameters(), lr=0.1),
-                torch.optim.SGD(self.generator.parameters(), lr=0.1)]
 
 
 def test_manual_optimization_with_two_optimizers(tmp_path):

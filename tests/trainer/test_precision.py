@@ -8,7 +8,7 @@ import torch
 
 from tracktrain import Trainer
 
-from ._tasks import Classifier, make_loader, quiet
+from ._tasks import GAN, Classifier, make_loader, quiet
 
 
 def _train(tmp_path, precision, module=None, **kwargs):
@@ -86,8 +86,6 @@ def test_grad_scaler_state_is_checkpointed(tmp_path):
 
 def test_fp16_with_manual_optimization_steps_through_the_scaler(tmp_path):
     from tracktrain.trainer.scaled_optimizer import ScaledOptimizer
-
-    from .test_optimization import GAN
 
     module = GAN()
     before = [p.detach().clone() for p in module.parameters()]

@@ -12,7 +12,7 @@ from tracktrain import Callback, Events, Trainer
 from tracktrain.callbacks import EarlyStopping, ModelCheckpoint
 from tracktrain.metrics import Metric
 
-from ._tasks import Classifier, make_loader, quiet
+from ._tasks import GAN, Classifier, make_loader, quiet
 
 
 def test_on_exception_runs_once_and_no_handler_swallows_the_error(tmp_path):
@@ -165,8 +165,6 @@ def test_gradient_clip_val_is_not_written_into_a_given_model_engine(tmp_path):
 
 
 def test_manual_optimization_fires_before_optimizer_step(tmp_path):
-    from .test_optimization import GAN
-
     optimizers = []
 
     class Watch(Callback):

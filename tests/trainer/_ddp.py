@@ -1,0 +1,28 @@
+"""What the DDP tests share (tests/trainer/test_ddp.py, tests/callbacks/test_retention_after_restarts.py): a quiet
+strategy="ddp" Trainer, and a value saved by each rank as JSON and read back by the test, rank by rank."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch.distributed as dist
+
+from tracktrain import Trainer
+
+
+def ddp_trainer(root: str, **kwargs) -> Trainer:
+    """strategy="ddp", 2 epochs, no progress bar or checkpoints, rooted in `root` (each option overridable)."""
+    options = {"max_epochs": 2, "enable_progress_bar": False, "enable_checkpointing": False,
+               "default_root_dir": root, "strategy": "ddp", **kwargs}
+    return Trainer(**options)
+
+
+def save_per_rank(out: str, name: str, value) -> None:
+    """In a rank: `value` as `<out>/<name>_rank<rank>.json`."""
+    Path(out, f"{name}_rank{dist.get_rank()}.json").write_text(json.dumps(value))
+
+
+def load_per_rank(out: Path, name: str, world_size: int = 2) -> list:
+    """In the test: what each rank saved under `name`, in rank order."""
+    return [json.loads((Path(out) / f"{name}_rank{rank}.json").read_text()) for rank in range(world_size)]
