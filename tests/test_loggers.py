@@ -176,6 +176,33 @@ def as_sent(record: Record) -> tuple:
     return record.kind, record.step, record.payload
 
 
+@pytest.mark.parametrize("send_then", ["killed", "succeeds", "fails"])
+def test_persist_keeps_the_batch_in_flight_ahead_of_newer_spilled_records(tmp_path, send_then):
+    """persist() (before a pre-emption) while a send from memory hangs and newer records were already spilled: the
+    file then holds everything undelivered, oldest first; a kill loses nothing, and a send that still succeeds or
+    fails afterwards delivers each record once, in order."""
+    tracker = Tracker("hung")
+    spill = tmp_path / "spill.jsonl"
+    queue = DeliveryQueue(tracker.send, spill, {"logger": "x"}, max_pending=10, max_backoff=0.2, linger=0.0)
+    queue.put(Record("metrics", {"loss": 0.0}, 0))
+    assert tracker.held.wait(30)  # step 0 is in flight, from memory
+    for step in range(1, 30):  # past max_pending: the oldest waiting ones go to the file, newer than step 0
+        queue.put(Record("metrics", {"loss": float(step)}, step))
+    assert spill.exists()
+    queue.persist()
+    _, kept = read_spill(spill)  # what the next attempt of the run reads if this process is killed now
+    assert [record.step for record in kept] == list(range(30))
+    if send_then == "killed":
+        return
+    tracker.switch("up" if send_then == "succeeds" else "down")
+    if send_then == "fails":
+        assert eventually(lambda: tracker.refused >= 1, 30)
+        tracker.switch("up")
+    assert queue.flush(timeout=60)
+    assert [record.step for record in tracker.received] == list(range(30))
+    assert queue.close(10) == 0 and not spill.exists()
+
+
 def test_puts_return_while_the_tracker_hangs_and_every_record_arrives_in_order_when_it_is_back(tmp_path):
     tracker = Tracker("hung")
     spill = tmp_path / "spill.jsonl"

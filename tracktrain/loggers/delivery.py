@@ -114,12 +114,14 @@ class DeliveryQueue:
     def persist(self) -> None:
         """Spill the records held in memory to the spill file (fsynced): from here on a killed process loses none
         of them; they are delivered from there, in order, like any spilled record (by this queue, the next attempt
-        of the run, or `replay`). A batch being sent right now is spilled too, ahead of the others, when nothing
-        older waits in the file; if its send then succeeds, the file's reader skips it."""
+        of the run, or `replay`). A batch being sent right now from memory is spilled too, ahead of the records the
+        file holds (they are newer); if its send then succeeds, the file's reader skips it."""
         with self._condition:
-            if self._in_flight and self._in_flight_spilled_to is None and not self._in_flight_from_spill \
-                    and not self._spilled:
-                self._in_flight_spilled_to = self._spill(self._in_flight)
+            if self._in_flight and self._in_flight_spilled_to is None and not self._in_flight_from_spill:
+                if self._spilled:
+                    self._in_flight_spilled_to = self._write_ahead(self._in_flight)
+                else:
+                    self._in_flight_spilled_to = self._spill(self._in_flight)
             self._spill([self._pending.popleft() for _ in range(len(self._pending))])
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -197,7 +199,8 @@ class DeliveryQueue:
                     elif from_spill:
                         pass  # still in the spill file, where the next batch is read
                     elif self._spilled:  # newer records were spilled meanwhile: the batch goes ahead of them
-                        self._spill_ahead(batch)
+                        if self._write_ahead(batch) is None:  # kept in memory: sent after the newer ones, but sent
+                            self._pending.extendleft(reversed(batch))
                     else:
                         self._pending.extendleft(reversed(batch))
                     self.failures += 1
@@ -226,10 +229,11 @@ class DeliveryQueue:
                 self._condition.notify_all()
             backoff = 0.5
 
-    def _spill_ahead(self, records: list[Record]) -> None:
-        """Put `records` in the spill file ahead of the undelivered records there (called with the lock held, with
-        nothing in flight): a batch taken from memory that failed is older than whatever was spilled while it was
-        out, and the file is sent first. The file is written anew (a rare path: a failure after an overflow)."""
+    def _write_ahead(self, records: list[Record]) -> int | None:
+        """Put `records` in the spill file ahead of the undelivered records there (called with the lock held) and
+        return the file's offset after them; None when the file could not be written. A batch taken from memory is
+        older than whatever was spilled while it was out, and the file is sent first. The file is written anew (a
+        rare path: a failed send, or `persist`, while the file holds records)."""
         lines = [json.dumps(asdict(record), default=str).encode() + b"\n" for record in records]
         temporary = self.spill_path.with_name(self.spill_path.name + ".tmp")
         try:
@@ -243,13 +247,12 @@ class DeliveryQueue:
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(temporary, self.spill_path)
-        except OSError as error:  # kept in memory then: delivered after the newer records, but delivered
-            _logger.warning("Could not put a retried batch ahead in %s (%s); it is sent after newer records",
-                            self.spill_path, error)
-            self._pending.extendleft(reversed(records))
-            return
+        except OSError as error:
+            _logger.warning("Could not put a batch ahead of newer records in %s (%s)", self.spill_path, error)
+            return None
         self._spill_read_at = start
         self._spilled += len(records)
+        return start + sum(len(line) for line in lines)
 
     def _check_lost(self, unaccounted: int) -> int:
         """Takes the count of records neither delivered nor waiting (called with the lock held): reports a new loss
