@@ -14,7 +14,6 @@ shuffles as the killed one did) and the progress bar.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import random
 import sys
@@ -93,14 +92,12 @@ def fit(root: str, ranks: int, extra_callbacks: tuple = ()) -> tuple[Noisy, Trai
         strategy="ddp" if ranks > 1 else "auto",
         callbacks=[ModelCheckpoint(every_n_train_steps=SAVE_EVERY), *extra_callbacks],
     )
-    if ranks > 1:
-        # the worker forked, as in a rank torchrun starts: in a rank that spawn started, python's default start
-        # method is spawn's, which starts a worker in 3 s, every pass (the Trainer's DistributedSampler loader
-        # does not keep a DataLoader's multiprocessing_context)
-        multiprocessing.set_start_method("fork", force=True)
     # loaded by a worker process: with num_workers=0 the Trainer reseeds this process's generators before each
-    # batch (tracktrain.engine.deterministic), and the model's draws then follow from the batch alone
-    data = DataLoader(make_loader(n=64).dataset, batch_size=8 // ranks, shuffle=True, num_workers=1)
+    # batch (tracktrain.engine.deterministic), and the model's draws then follow from the batch alone. The worker
+    # forked, as in a rank torchrun starts (in a rank that spawn started, the default start method is spawn's, which
+    # starts a worker in 3 s, every pass)
+    data = DataLoader(make_loader(n=64).dataset, batch_size=8 // ranks, shuffle=True, num_workers=1,
+                      multiprocessing_context="fork")
     trainer.fit(module, data)
     return module, trainer
 

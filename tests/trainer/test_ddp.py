@@ -297,3 +297,29 @@ def test_a_non_finite_loss_on_one_rank_is_acted_on_by_both_at_the_same_step(tmp_
     else:  # both skipped the step (rank 1 alone would have left rank 0 in backward's all-reduce)
         assert outcomes[0]["finite"] and outcomes[0]["params"] == outcomes[1]["params"]
         assert outcomes[0]["step"] == outcomes[1]["step"] == 8
+
+
+def test_the_shard_loader_keeps_every_option_of_the_users_loader():
+    """strategy='ddp' rebuilds a DataLoader around a DistributedSampler: nothing else of it may change (a dropped
+    multiprocessing_context started each pass's workers with spawn, seconds each)."""
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    from tracktrain.trainer.strategies import DDPStrategy
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        strategy = DDPStrategy()
+        strategy.seed = 3
+        options = dict(batch_size=4, num_workers=1, multiprocessing_context="fork", drop_last=True,
+                       persistent_workers=True, prefetch_factor=3, in_order=False, timeout=7.0)
+        loader = DataLoader(list(range(32)), shuffle=True, **options)
+        shard = strategy.distribute(loader, shuffle_default=False)
+    finally:
+        dist.destroy_process_group()
+    assert isinstance(shard.sampler, DistributedSampler) and shard.sampler.shuffle
+    for name, value in options.items():
+        if name == "multiprocessing_context":
+            assert shard.multiprocessing_context.get_start_method() == value
+        else:
+            assert getattr(shard, name) == value, name

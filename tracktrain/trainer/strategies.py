@@ -144,6 +144,8 @@ class DDPStrategy:
             collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, drop_last=loader.drop_last,
             timeout=loader.timeout, worker_init_fn=loader.worker_init_fn, generator=loader.generator,
             prefetch_factor=loader.prefetch_factor, persistent_workers=loader.persistent_workers,
+            multiprocessing_context=loader.multiprocessing_context, pin_memory_device=loader.pin_memory_device,
+            in_order=loader.in_order,
         )
 
 
