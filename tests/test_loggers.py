@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._waiting import eventually
 from tests._file_tracker import FileTracker
 from tracktrain.loggers import CSVLogger, QueuedLogger
 from tracktrain.loggers.delivery import DeliveryQueue, Record, read_spill
@@ -459,15 +460,6 @@ def process_state(pid: int) -> str | None:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (FileNotFoundError, ProcessLookupError):
         return None
-
-
-def eventually(condition, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 needs_proc = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states in /proc")

@@ -28,6 +28,7 @@ import pytest
 import torch
 
 import tracktrain
+from tests._waiting import eventually
 from tracktrain import Trainer
 from tracktrain.callbacks.model_checkpoint import ModelCheckpoint
 from tracktrain.loggers.delivery import read_spill
@@ -88,16 +89,6 @@ def rest_run(server, run_id: str) -> dict:
 
 def runs_of(client, experiment_name: str) -> list:
     return client.search_runs([client.get_experiment_by_name(experiment_name).experiment_id])
-
-
-def eventually(condition, timeout: float) -> bool:
-    """Whether `condition()` became true within `timeout` seconds (a liveness bound, not a measurement)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 class Expected:

@@ -15,6 +15,26 @@ from tracktrain.engine.events import Events
 __all__ = ["EarlyStopping"]
 
 
+class _DeprecatedName:
+    """An attribute that reads and writes another one, with Ignite's DeprecationWarning."""
+
+    def __init__(self, new: str) -> None:
+        self.new = new
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.old = name
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        _warn_deprecated(self.old, self.new)
+        return getattr(instance, self.new)
+
+    def __set__(self, instance: Any, value: Any) -> None:
+        _warn_deprecated(self.old, self.new)
+        setattr(instance, self.new, value)
+
+
 class EarlyStopping:
     """Calls `trainer.terminate()` after `patience` calls in a row without an improvement of the score.
 
@@ -107,36 +127,10 @@ class EarlyStopping:
         self.best_score: float | None = None
         self.logger = logging.getLogger(f"{__name__}.{type(self).__name__}")
 
-    # Ignite's deprecated names, kept readable and writable as in Ignite
-    @property
-    def min_delta(self) -> float:
-        _warn_deprecated("min_delta", "threshold")
-        return self.threshold
-
-    @min_delta.setter
-    def min_delta(self, value: float) -> None:
-        _warn_deprecated("min_delta", "threshold")
-        self.threshold = value
-
-    @property
-    def min_delta_mode(self) -> str:
-        _warn_deprecated("min_delta_mode", "threshold_mode")
-        return self.threshold_mode
-
-    @min_delta_mode.setter
-    def min_delta_mode(self, value: Literal["abs", "rel"]) -> None:
-        _warn_deprecated("min_delta_mode", "threshold_mode")
-        self.threshold_mode = value
-
-    @property
-    def cumulative_delta(self) -> bool:
-        _warn_deprecated("cumulative_delta", "cumulative")
-        return self.cumulative
-
-    @cumulative_delta.setter
-    def cumulative_delta(self, value: bool) -> None:
-        _warn_deprecated("cumulative_delta", "cumulative")
-        self.cumulative = value
+    # Ignite's deprecated names, kept readable and writable as in Ignite (with its warning)
+    min_delta = _DeprecatedName("threshold")
+    min_delta_mode = _DeprecatedName("threshold_mode")
+    cumulative_delta = _DeprecatedName("cumulative")
 
     def __call__(self, engine: Engine) -> None:
         score = self.score_function(engine)
