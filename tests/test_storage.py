@@ -21,6 +21,7 @@ import pytest
 from tests.conftest import S3_SECRET
 from tracktrain import storage
 from tracktrain.redaction import redact
+from tracktrain.storage_check import check_writable
 
 
 @pytest.fixture
@@ -234,7 +235,7 @@ def test_an_unknown_protocol_is_named_with_the_known_ones():
         assert f"Cannot open {url}: fsspec knows no protocol 's4'. Did you mean s3://?" in message
         assert "Known protocols include file, memory, s3, gs, az" in message
     with pytest.raises(ValueError, match="fsspec knows no protocol 's4'"):
-        storage.check_writable("s4://bucket/runs")  # before anything is attempted
+        check_writable("s4://bucket/runs")  # before anything is attempted
 
 
 def test_a_url_password_never_appears_in_an_error():
@@ -326,7 +327,7 @@ def test_check_writable_creates_the_directory_and_leaves_nothing_behind(where, t
         directory = f"{request.getfixturevalue('s3_bucket')}/runs/exp1"
     else:
         directory = f"{tmp_path if where == 'local' else memory_dir}/runs/exp1"
-    storage.check_writable(directory)
+    check_writable(directory)
     assert storage.isdir(directory) or where == "s3"  # object stores have no empty directories
     fs, path = storage.open_filesystem(directory)
     fs.invalidate_cache()
@@ -347,7 +348,7 @@ def test_a_missing_bucket_is_reported_and_not_created(wrapper, s3_bucket, s3_adm
     bucket = f"tracktrain-missing-{uuid.uuid4().hex[:12]}"
     url = f"{wrapper}s3://{bucket}/runs/exp1"
     with pytest.raises(FileNotFoundError) as failure:
-        storage.check_writable(url)
+        check_writable(url)
     assert str(failure.value) == (
         f"Cannot write to {url}: writing a probe file failed with FileNotFoundError: The specified bucket does not "
         f"exist. The bucket does not exist or is not visible. Create the bucket (aws s3 mb s3://{bucket}) or "
@@ -399,7 +400,7 @@ def test_rejected_credentials_are_reported_without_the_secret(s3_bucket, s3_endp
             monkeypatch.setitem(fsspec.config.conf, "s3", {"key": key_id, "secret": wrong_secret})
         S3FileSystem.clear_instance_cache()
         with pytest.raises(PermissionError) as failure:
-            storage.check_writable(url)
+            check_writable(url)
         text = _error_chain_text(failure.value)
         assert wrong_secret not in text and S3_SECRET not in text
         return failure.value
@@ -418,7 +419,7 @@ def test_rejected_credentials_are_reported_without_the_secret(s3_bucket, s3_endp
 
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)  # and with the right ones, the same check passes
         S3FileSystem.clear_instance_cache()
-        storage.check_writable(url)
+        check_writable(url)
 
 
 def test_missing_credentials_are_reported(s3_bucket, monkeypatch, tmp_path):
@@ -432,7 +433,7 @@ def test_missing_credentials_are_reported(s3_bucket, monkeypatch, tmp_path):
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance metadata lookup on a developer machine
     S3FileSystem.clear_instance_cache()
     with pytest.raises(PermissionError) as failure:
-        storage.check_writable(f"{s3_bucket}/runs")
+        check_writable(f"{s3_bucket}/runs")
     assert str(failure.value).startswith(
         f"Cannot write to {s3_bucket}/runs: writing a probe file failed with NoCredentialsError: Unable to locate "
         "credentials. Set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
@@ -455,7 +456,7 @@ def test_a_wrong_endpoint_fails_at_once(s3_bucket, closed_port, monkeypatch):
     S3FileSystem.clear_instance_cache()
     start = time.monotonic()
     with pytest.raises(ConnectionError) as failure:
-        storage.check_writable(f"{s3_bucket}/runs")
+        check_writable(f"{s3_bucket}/runs")
     assert time.monotonic() - start < 5
     message = str(failure.value)
     assert message.startswith(
@@ -477,7 +478,7 @@ def test_a_silent_endpoint_is_given_up_on_at_the_timeout(s3_bucket, monkeypatch)
         S3FileSystem.clear_instance_cache()
         start = time.monotonic()
         with pytest.raises(TimeoutError) as failure:
-            storage.check_writable(f"{s3_bucket}/runs", timeout=1.0)
+            check_writable(f"{s3_bucket}/runs", timeout=1.0)
         assert time.monotonic() - start < 5
     assert str(failure.value).startswith(
         f"Cannot write to {s3_bucket}/runs: writing a probe file failed with FSTimeoutError. No answer within 1 s. "
@@ -486,11 +487,11 @@ def test_a_silent_endpoint_is_given_up_on_at_the_timeout(s3_bucket, monkeypatch)
 
 
 def _check_writable_without_root(directory: str) -> tuple[str, str]:
-    """(exception name, message) of `storage.check_writable(directory)` in a process that may not write where
+    """(exception name, message) of `check_writable(directory)` in a process that may not write where
     it is not allowed to: this one, or a forked child with the `nobody` user's ids when this one runs as root."""
     def check() -> tuple[str, str]:
         try:
-            storage.check_writable(directory)
+            check_writable(directory)
         except OSError as error:
             return type(error).__name__, str(error)
         return "", ""

@@ -22,7 +22,7 @@ Its error messages leave them out too: URL passwords and the values of secret-na
 replaced by `***`.
 
 Bad input fails early and says what to do: `open_filesystem` names the package to install for a protocol whose
-driver is missing, and `check_writable` (called before training starts) turns a missing bucket, rejected
+driver is missing, and `storage_check.check_writable` (called before training starts) turns a missing bucket, rejected
 credentials, a read-only directory or a wrong endpoint into one error naming the URL, the failure and the fix.
 """
 
@@ -51,13 +51,14 @@ from tracktrain.redaction import redact
 __all__ = [
     "AtomicCommit",
     "atomic_commit_strategy",
-    "check_writable",
+    "OBJECT_STORE_PROTOCOLS",
     "create_exclusive",
     "exists",
     "is_local",
     "isdir",
     "join",
     "listdir",
+    "protocols_of",
     "makedirs",
     "open_filesystem",
     "read_bytes",
@@ -236,16 +237,17 @@ class AtomicCommit(enum.Enum):
 
 # Object stores: buckets of objects, no real directories. Each one's pipe_file publishes an object in one step,
 # so no reader ever sees a part of it:
-_OBJECT_STORE_PROTOCOLS = frozenset({
+OBJECT_STORE_PROTOCOLS = frozenset({
     "s3", "s3a",  # S3 PutObject / CompleteMultipartUpload make the object visible only once complete
     "gs", "gcs",  # a GCS (resumable) upload creates the object only when it is finalized
     "abfs", "abfss", "az",  # Azure block blobs: blocks are staged, then Put Block List commits them at once
 })
 # ... and fsspec's MemoryFileSystem, which stores the finished buffer under the name in one dict assignment.
-_SINGLE_PUT_PROTOCOLS = _OBJECT_STORE_PROTOCOLS | {"memory"}
+_SINGLE_PUT_PROTOCOLS = OBJECT_STORE_PROTOCOLS | {"memory"}
 
 
-def _protocols(fs: AbstractFileSystem) -> set[str]:
+def protocols_of(fs: AbstractFileSystem) -> set[str]:
+    """The protocols `fs` answers to (fsspec gives one name or a tuple)."""
     return {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
 
 
@@ -255,7 +257,7 @@ def atomic_commit_strategy(fs: AbstractFileSystem) -> AtomicCommit:
         return atomic_commit_strategy(fs.fs)  # a directory view commits as the file system it views does
     if isinstance(fs, LocalFileSystem):
         return AtomicCommit.REPLACE_LOCAL_FILE
-    if _protocols(fs) & _SINGLE_PUT_PROTOCOLS:
+    if protocols_of(fs) & _SINGLE_PUT_PROTOCOLS:
         return AtomicCommit.SINGLE_PUT
     # fsspec's default mv copies then deletes, which streams into the final name just like pipe_file does; a
     # file system that overrides it (SFTP, FTP, SMB, WebHDFS, Arrow/HDFS, local) renames on the server instead.
@@ -321,7 +323,7 @@ def create_exclusive(url: PathOrURL, data: BytesLike) -> bool:
         fs, path = fs.fs, fs._join(path)
     if isinstance(fs, LocalFileSystem):
         return _create_local_file(path, data)
-    if "memory" in _protocols(fs):
+    if "memory" in protocols_of(fs):
         with _MEMORY_CREATE_LOCK:
             if fs.exists(path):
                 return False
@@ -380,14 +382,6 @@ def listdir(url: PathOrURL) -> list[str]:
     except FileNotFoundError:
         raise FileNotFoundError(f"No directory at {os.fspath(url)}.") from None
     return sorted(entry["name"].rstrip("/").rsplit("/", 1)[-1] for entry in entries if entry["type"] == "file")
-
-
-def check_writable(url: PathOrURL, *, timeout: float = 30.0) -> None:
-    """Fail now, with the cause and the fix, if files cannot be written, read back and deleted under `url`; see
-    `tracktrain.storage_check.check_writable`."""
-    from tracktrain.storage_check import check_writable as check  # its module imports this one
-
-    check(url, timeout=timeout)
 
 
 def _temporary_name(name: str) -> str:

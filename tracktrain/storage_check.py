@@ -14,12 +14,12 @@ from fsspec.implementations.local import LocalFileSystem
 
 from tracktrain.redaction import is_secret_free, redact
 from tracktrain.storage import (
-    _OBJECT_STORE_PROTOCOLS,
     ATTEMPTS_VARIABLE,
     CONNECT_TIMEOUT_VARIABLE,
+    OBJECT_STORE_PROTOCOLS,
     READ_TIMEOUT_VARIABLE,
-    _protocols,
     open_filesystem,
+    protocols_of,
     storage_timeouts,
 )
 
@@ -51,7 +51,7 @@ def check_writable(url: str | os.PathLike, *, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     step, written = "creating the directory", False
     try:
-        if not _protocols(_innermost(fs)) & _OBJECT_STORE_PROTOCOLS:  # there makedirs would create the bucket
+        if not protocols_of(_innermost(fs)) & OBJECT_STORE_PROTOCOLS:  # there makedirs would create the bucket
             _call_before(deadline, fs, "makedirs", path, exist_ok=True)
         step = "writing a probe file"
         _call_before(deadline, fs, "pipe_file", probe, payload)
@@ -175,7 +175,7 @@ def raise_storage_failure(url: str | os.PathLike, step: str, error: Exception, a
 def _failure(url: str, fs: AbstractFileSystem, path: str, step: str, error: Exception, timed_out: str,
              action: str) -> OSError:
     target = _innermost(fs)
-    protocol = next((p for p in sorted(_protocols(target)) if p in _PROVIDERS), sorted(_protocols(target))[0])
+    protocol = next((p for p in sorted(protocols_of(target)) if p in _PROVIDERS), sorted(protocols_of(target))[0])
     fixes = _FIXES[_PROVIDERS.get(protocol)]
     context = {"bucket": path.split("/", 1)[0], "protocol": protocol, "endpoint": _s3_endpoint(target)}
     names = {cls.__name__ for cls in type(error).__mro__}
@@ -190,7 +190,7 @@ def _failure(url: str, fs: AbstractFileSystem, path: str, step: str, error: Exce
         kind, fix = PermissionError, "Choose a directory this user may write to, or change its permissions."
     elif getattr(error, "errno", None) == errno.EROFS:
         kind, fix = PermissionError, "The file system is mounted read-only: choose another directory."
-    elif isinstance(error, FileNotFoundError) and protocol in _OBJECT_STORE_PROTOCOLS:
+    elif isinstance(error, FileNotFoundError) and protocol in OBJECT_STORE_PROTOCOLS:
         kind, fix = FileNotFoundError, "The bucket does not exist or is not visible. " + fixes["bucket"]
     else:
         kind, fix = OSError, "Check the URL and the storage's configuration."

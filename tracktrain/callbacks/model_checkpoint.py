@@ -15,6 +15,7 @@ from tracktrain.handlers.async_saver import AsyncSaver
 from tracktrain.handlers.checkpoint import Checkpoint
 from tracktrain.handlers.manifest import committed_checkpoints, remove_uncommitted
 from tracktrain.handlers.savers import FsspecSaver, saver_for
+from tracktrain.storage_check import check_writable
 from tracktrain.handlers.spool import Spool, spool_dir_for
 from tracktrain.distributed import rank_zero_value
 from tracktrain.ranks import global_rank
@@ -121,7 +122,7 @@ class ModelCheckpoint(Callback):
         if self._checkpoint is None:
             self.dirpath = self.dirpath or storage.join(trainer.default_root_dir, "checkpoints")
             if global_rank() == 0:
-                storage.check_writable(self.dirpath)  # a missing bucket or credentials fail now, not after an epoch
+                check_writable(self.dirpath)  # a missing bucket or credentials fail now, not after an epoch
             # a resumed run writes next to the checkpoints it resumes from
             # a remote store that stops answering never stops training: checkpoints wait on local disk meanwhile
             spool = (None if storage.is_local(self.dirpath)
