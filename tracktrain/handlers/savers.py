@@ -15,11 +15,12 @@ from typing import Any
 import torch
 
 from tracktrain import storage
+from tracktrain.dist_logger import get_dist_logger
 from tracktrain.handlers.manifest import _is_plain_name, manifest_name, remove_checkpoint, write_manifest
-from tracktrain.handlers.spool import Spool
+from tracktrain.handlers.spool import Spool, spool_dir_for
 from tracktrain.storage_check import is_unreachable
 
-__all__ = ["BaseSaveHandler", "CheckpointWriteError", "DiskSaver", "FsspecSaver"]
+__all__ = ["BaseSaveHandler", "CheckpointWriteError", "DiskSaver", "FsspecSaver", "deliver_left_over"]
 
 
 class CheckpointWriteError(OSError):
@@ -284,3 +285,19 @@ def _check_torch_save_kwargs(owner: str, kwargs: dict[str, Any]) -> None:
         inspect.signature(torch.save).bind(None, None, **kwargs)
     except TypeError as e:
         raise TypeError(f"{owner} passes its keyword arguments to torch.save, which rejects them: {e}.") from None
+
+
+def deliver_left_over(url: str, root_dir: str) -> None:
+    """Before a run looks for a checkpoint to resume from at `url`: deliver what an earlier run left waiting for it
+    (rank 0's spool: call on rank 0). A store that still does not answer is left to the listing, which says so."""
+    if storage.is_local(url):
+        return
+    spool = Spool(spool_dir_for(url, root_dir), url)
+    if spool.is_empty:
+        return
+    get_dist_logger().info(f"Delivering what an earlier run could not write to {url}: {spool.behind()}")
+    try:
+        saver = FsspecSaver(url, require_empty=False, manifest=True)
+    except Exception:  # noqa: BLE001 - the store does not answer: the listing that follows says so, clearly
+        return
+    spool.deliver(saver.write_serialized, saver.remove_now, force=True)

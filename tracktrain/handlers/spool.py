@@ -11,7 +11,7 @@ needs). The run says how far behind it is: a warning at the first checkpoint kep
 megabytes and the oldest step at each later one, and a line when everything is delivered.
 
 A run that ends, or is killed, with checkpoints waiting leaves them in the spool: the next run with the same
-checkpoint directory and root delivers them before it looks for a checkpoint to resume from (`deliver_left_over`).
+checkpoint directory and root delivers them before it looks for a checkpoint to resume from (`savers.deliver_left_over`).
 
 Only errors that say the store did not answer (`storage_check.is_unreachable`) are spooled: an answer that refuses
 (credentials, a missing bucket) or a local fault is the user's to fix, and fails the save as before.
@@ -30,7 +30,7 @@ from typing import Any
 from tracktrain import storage
 from tracktrain.dist_logger import get_dist_logger
 
-__all__ = ["Spool", "deliver_left_over", "spool_dir_for"]
+__all__ = ["Spool", "spool_dir_for"]
 
 SPOOL_LIMIT = 4  # checkpoints kept waiting at most
 RETRY_EVERY = 60.0  # seconds between attempts to reach a store that did not answer
@@ -187,21 +187,3 @@ class Spool:
 
     def _data_path(self, entry: Mapping[str, Any]) -> str:
         return os.path.join(self.directory, f"{entry['seq']:08d}.data")
-
-
-def deliver_left_over(url: str, root_dir: str) -> None:
-    """Before a run looks for a checkpoint to resume from at `url`: deliver what an earlier run left waiting for it
-    (rank 0's spool: call on rank 0). A store that still does not answer is left to the listing, which says so."""
-    if storage.is_local(url):
-        return
-    spool = Spool(spool_dir_for(url, root_dir), url)
-    if spool.is_empty:
-        return
-    from tracktrain.handlers.savers import FsspecSaver  # its module imports this one
-
-    get_dist_logger().info(f"Delivering what an earlier run could not write to {url}: {spool.behind()}")
-    try:
-        saver = FsspecSaver(url, require_empty=False, manifest=True)
-    except Exception:  # noqa: BLE001 - the store does not answer: the listing that follows says so, clearly
-        return
-    spool.deliver(saver.write_serialized, saver.remove_now, force=True)

@@ -19,6 +19,7 @@ from tracktrain.engine.deterministic import ResumableEngine
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events, RemovableEventHandle
 from tracktrain.engine.model_engine import ModelEngine, StepEvents
+from tracktrain.handlers.savers import deliver_left_over
 from tracktrain import distributed
 from tracktrain.boundary import Boundary, Decision
 from tracktrain.dist_logger import get_dist_logger
@@ -36,7 +37,6 @@ from tracktrain.trainer.metric_log import MetricLog, scalar_values, to_floats
 from tracktrain.trainer.module import LoopModule, checked_loss
 from tracktrain.trainer.nonfinite import NonFiniteWatch
 from tracktrain.trainer.optimizers import LRSchedulerConfig
-from tracktrain.handlers.spool import deliver_left_over
 from tracktrain.trainer.resume import RESUME_CHOICES, check_resume, load_newest, resume_candidates
 from tracktrain.trainer.settings import changed_settings, check_resumable, describe, run_settings
 from tracktrain.trainer.trainer_state import TrainerState
