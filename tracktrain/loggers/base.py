@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tracktrain.loggers.delivery import DeliveryQueue, Record
+from tracktrain.params import flatten_params  # part of this module's interface too
 
 if TYPE_CHECKING:
     from tracktrain.loggers.sender_process import SenderProcess
@@ -258,17 +259,6 @@ def default_run_name(prefix: str) -> str:
     draw from Python's `random`, which a seeded run has set: every run of a seed got the same name.)"""
     return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
-
-def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dicts as `outer/inner` keys; values kept as they are (trackers stringify what they must)."""
-    flat: dict[str, Any] = {}
-    for key, value in params.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten_params(value, f"{name}/"))
-        else:
-            flat[name] = value
-    return flat
 
 
 def _check_rebuildable(logger_class: type[QueuedLogger]) -> None:

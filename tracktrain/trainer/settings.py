@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tracktrain.loggers.base import flatten_params
+from tracktrain.params import flatten_params
 
 if TYPE_CHECKING:
     from tracktrain.trainer.module import LoopModule

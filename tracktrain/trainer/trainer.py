@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tracktrain.callbacks.base import Callback, check_state_keys
+from tracktrain.trainer.callback import Callback, check_state_keys
 from tracktrain.engine.deterministic import ResumableEngine
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events, RemovableEventHandle

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tracktrain.boundary import Boundary, Decision, decide
-from tracktrain.callbacks.base import Callback
+from tracktrain.trainer.callback import Callback
 from tracktrain.engine.deterministic import ResumableEngine
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events, RemovableEventHandle

@@ -1,0 +1,154 @@
+"""`Callback`: code run at points of a Trainer's run, each hook an Engine event. The Trainer's extension protocol,
+so it lives with the Trainer (the layer that calls it); `tracktrain.callbacks` re-exports it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from tracktrain.boundary import Decision
+
+    from tracktrain.trainer.module import LoopModule
+    from tracktrain.trainer.trainer import Trainer
+
+__all__ = ["Callback", "check_state_keys"]
+
+
+class Callback:
+    """Override the hooks you need; each runs on one Engine event (`tracktrain.trainer.hooks.HOOK_EVENTS`).
+
+    Only overridden hooks are attached, so a callback costs nothing on events it does not use. Callbacks run
+    in order of `priority` (lower first; equal priorities in the order given to the Trainer), after the
+    module's own hook for the same event. For handlers with Ignite filters, return them from
+    `event_handlers`. A callback with state implements `state_dict`/`load_state_dict`; it is saved in the
+    Trainer's checkpoints under `state_key`.
+
+    .. code-block:: python
+
+        class PrintLoss(Callback):
+            def on_train_epoch_end(self, trainer, module):
+                print(trainer.current_epoch, trainer.callback_metrics.get("train_loss"))
+
+            def event_handlers(self, trainer):
+                return [("fit", Events.ITERATION_COMPLETED(every=100), lambda engine: print(engine.state.iteration))]
+    """
+
+    priority: int = 0
+
+    @property
+    def state_key(self) -> str:
+        """The key of this callback's state in checkpoints (the class name; override to tell two apart)."""
+        return type(self).__qualname__
+
+    def event_handlers(self, trainer: Trainer) -> Iterable[tuple[str, Any, Callable]]:
+        """Extra `(stage, event, handler)` to attach: stage "fit" (train engine), "validate", "test" or
+        "predict"; the event may carry a filter (`Events.ITERATION_COMPLETED(every=100)`)."""
+        return ()
+
+    def decisions(self, trainer: Trainer) -> Iterable[Decision]:
+        """Decisions every rank must take alike (stop, keep a checkpoint), declared here and agreed by the Trainer
+        at a boundary of the loop in one exchange, before anything acts on them (`tracktrain.boundary`). A callback
+        never issues a collective of its own to agree on something."""
+        return ()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        pass
+
+    # ------------------------------------------------------------------------------------------------ fit
+    def on_fit_start(self, trainer: Trainer, module: LoopModule) -> None: ...
+
+    def on_fit_end(self, trainer: Trainer, module: LoopModule) -> None: ...
+
+    def on_train_start(self, trainer: Trainer, module: LoopModule) -> None: ...
+
+    def on_train_end(self, trainer: Trainer, module: LoopModule) -> None: ...
+
+    def on_train_epoch_start(self, trainer: Trainer, module: LoopModule) -> None: ...
+
+    def on_train_epoch_end(self, trainer: Trainer, module: LoopModule) -> None: ...
+
+    def on_train_batch_start(self, trainer: Trainer, module: LoopModule, batch: Any, batch_idx: int) -> None: ...
+
+    def on_train_batch_end(
+        self, trainer: Trainer, module: LoopModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None: ...
+
+    def on_before_backward(self, trainer: Trainer, module: LoopModule, loss: torch.Tensor) -> None: ...
+
+    def on_after_backward(self, trainer: Trainer, module: LoopModule) -> None: ...
+
+    def on_before_optimizer_step(
+        self, trainer: Trainer, module: LoopModule, optimizer: torch.optim.Optimizer
+    ) -> None: ...
+
+    def on_save_checkpoint(self, trainer: Trainer, module: LoopModule, checkpoint: dict[str, Any]) -> None: ...
+
+    def on_load_checkpoint(self, trainer: Trainer, module: LoopModule, checkpoint: dict[str, Any]) -> None: ...
+
+    def on_exception(self, trainer: Trainer, module: LoopModule, exception: BaseException) -> None: ...
+
+    # ------------------------------------------------------------------------------------------ validation
+    def on_validation_start(self, trainer: Trainer, module: LoopModule) -> None: ...
+
+    def on_validation_end(self, trainer: Trainer, module: LoopModule) -> None: ...
+
+    def on_validation_epoch_start(self, trainer: Trainer, module: LoopModule) -> None: ...
+
+    def on_validation_epoch_end(self, trainer: Trainer, module: LoopModule) -> None: ...
+
+    def on_validation_batch_start(self, trainer: Trainer, module: LoopModule, batch: Any, batch_idx: int) -> None: ...
+
+    def on_validation_batch_end(
+        self, trainer: Trainer, module: LoopModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None: ...
+
+    # ------------------------------------------------------------------------------------------------ test
+    def on_test_start(self, trainer: Trainer, module: LoopModule) -> None: ...
+
+    def on_test_end(self, trainer: Trainer, module: LoopModule) -> None: ...
+
+    def on_test_epoch_start(self, trainer: Trainer, module: LoopModule) -> None: ...
+
+    def on_test_epoch_end(self, trainer: Trainer, module: LoopModule) -> None: ...
+
+    def on_test_batch_start(self, trainer: Trainer, module: LoopModule, batch: Any, batch_idx: int) -> None: ...
+
+    def on_test_batch_end(
+        self, trainer: Trainer, module: LoopModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None: ...
+
+    # --------------------------------------------------------------------------------------------- predict
+    def on_predict_start(self, trainer: Trainer, module: LoopModule) -> None: ...
+
+    def on_predict_end(self, trainer: Trainer, module: LoopModule) -> None: ...
+
+    def on_predict_epoch_start(self, trainer: Trainer, module: LoopModule) -> None: ...
+
+    def on_predict_epoch_end(self, trainer: Trainer, module: LoopModule) -> None: ...
+
+    def on_predict_batch_start(self, trainer: Trainer, module: LoopModule, batch: Any, batch_idx: int) -> None: ...
+
+    def on_predict_batch_end(
+        self, trainer: Trainer, module: LoopModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None: ...
+
+
+def check_state_keys(callbacks: Iterable[Callback]) -> None:
+    """Two callbacks with state under one key would overwrite each other's state in checkpoints: refuse them."""
+    seen: dict[str, Callback] = {}
+    for callback in callbacks:
+        if type(callback).state_dict is Callback.state_dict:
+            continue
+        key = callback.state_key
+        if key in seen:
+            raise ValueError(
+                f"Callbacks {seen[key]!r} and {callback!r} both save their state under state_key {key!r}; override "
+                "state_key in one of them (e.g. include its monitored metric) so checkpoints keep both."
+            )
+        seen[key] = callback
