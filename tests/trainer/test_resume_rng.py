@@ -93,3 +93,28 @@ def test_sigkill_of_ddp_ranks_mid_epoch_resumes_each_rank_from_its_own_generator
     spawn(_rng_resume.resume_then_uninterrupted, 2,
           args=(str(tmp_path / "run"), str(tmp_path / "reference"), str(tmp_path), 2))
     check_bit_identical(tmp_path, ranks=2)
+
+
+def test_two_fresh_runs_with_one_seed_are_identical_model_initialization_included(tmp_path):
+    """`Trainer(seed=...)` then `fit(Model())`, as the README and the template write it: the model is built after
+    the Trainer, so its initial weights follow the seed too, and two fresh runs end with the same weights."""
+    from tests.trainer._tasks import Classifier, make_loader, quiet
+    from tracktrain import LoopModule, Trainer
+
+    class Unseeded(Classifier):  # initialized from the global generators, as a user's module is
+        def __init__(self) -> None:
+            LoopModule.__init__(self)  # not Classifier's, which seeds itself
+            self.net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.2), torch.nn.Linear(8, 2))
+            self.lr = 0.1
+
+    def fresh_run(name: str) -> dict[str, torch.Tensor]:
+        trainer = Trainer(**quiet(tmp_path / name, max_epochs=2, seed=7))
+        module = Unseeded()
+        trainer.fit(module, make_loader(shuffle=True))
+        return {key: value.clone() for key, value in module.state_dict().items()}
+
+    torch.manual_seed(1)  # whatever the generators held before: the Trainer's seed decides
+    first = fresh_run("a")
+    torch.manual_seed(2)
+    second = fresh_run("b")
+    assert all(torch.equal(first[key], second[key]) for key in first)

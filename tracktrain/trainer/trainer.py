@@ -69,8 +69,9 @@ class Trainer:
         loggers: trackers (`tracktrain_integrations.mlflow.MLflowLogger`, `...wandb.WandbLogger`, ...); None: a
             `CSVLogger` under `default_root_dir/logs`; False: none. Rank 0 only; runs resume with checkpoints.
         logger: Lightning's name for `loggers` (one logger, a list, True or False); give one of the two.
-        seed: seed python, numpy and torch at the start of each fit/validate/test/predict, and derive the data
-            order from it. None: a fit draws a seed, records it in its checkpoints and with the loggers' params.
+        seed: seed python, numpy and torch when the Trainer is built (so a model built after it starts from the
+            same weights every run) and at the start of each fit/validate/test/predict, and derive the data order
+            from it. None: a fit draws a seed, records it in its checkpoints and with the loggers' params.
         deterministic: ask torch for deterministic algorithms (reproducible kernels). Resume is exact without it:
             the training engine is a `ResumableEngine` (data order by seed and pass, skipped by index on resume).
         enable_progress_bar: show a tqdm bar (when the output is a terminal).
@@ -156,6 +157,8 @@ class Trainer:
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
             raise TypeError(f"Trainer(seed=...) must be an int or None, got {seed!r}.")
         self.seed = seed
+        if seed is not None:  # `Trainer(seed=0)` then `fit(Model())`: the model's initial weights follow the seed
+            manual_seed(seed)
         self.deterministic = bool(deterministic)
         self.default_root_dir = (arguments.check_location("Trainer(default_root_dir=...)", default_root_dir)
                                  if default_root_dir is not None else os.getcwd())
