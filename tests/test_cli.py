@@ -3,20 +3,17 @@ inspect and ui, on a real run with checkpoints and an MLflow store."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.trainer._tasks import Classifier, make_loader
 from tracktrain import Trainer
-from tracktrain_integrations.testing import free_port
+from tracktrain_integrations.testing import experiment_names, free_port
 
 pytest.importorskip("mlflow")
 from tracktrain_integrations.mlflow import MLflowLogger  # noqa: E402
@@ -89,17 +86,7 @@ def test_ui_serves_the_runs_own_mlflow_store(run_root):
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
         assert server.stdout.readline().startswith(f"MLflow UI of runs: http://127.0.0.1:{port}")
-        deadline, names = time.monotonic() + 90, None
-        while time.monotonic() < deadline and server.poll() is None:
-            try:
-                request = urllib.request.Request(f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/experiments/search",
-                                                 data=b'{"max_results": 10}', method="POST",
-                                                 headers={"Content-Type": "application/json"})
-                with urllib.request.urlopen(request, timeout=5) as response:
-                    names = [experiment["name"] for experiment in json.loads(response.read())["experiments"]]
-                break
-            except OSError:
-                time.sleep(0.5)
+        names = experiment_names(port, 90, lambda: server.poll() is None)
         assert names is not None and "cli-test" in names
     finally:
         if server.poll() is None:

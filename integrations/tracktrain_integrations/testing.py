@@ -14,7 +14,9 @@ import socket
 import subprocess
 import sys
 import time
+import json
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["MlflowServer", "free_port"]
@@ -85,6 +87,22 @@ class MlflowServer:
     def _listening(self) -> bool:
         with socket.socket() as probe:
             return probe.connect_ex(("127.0.0.1", self.port)) == 0
+
+
+def experiment_names(port: int, timeout: float, running: Callable[[], bool]) -> list[str] | None:
+    """The experiments an MLflow server or UI on 127.0.0.1:`port` lists, through the REST API its web page calls,
+    once it answers (within `timeout` seconds, while `running()`); None if it never did."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and running():
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/experiments/search",
+                                         data=b'{"max_results": 100}', method="POST",
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return [experiment["name"] for experiment in json.loads(response.read())["experiments"]]
+        except OSError:
+            time.sleep(0.5)
+    return None
 
 
 def _signal_group(pid: int, signum: int) -> None:

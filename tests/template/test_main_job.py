@@ -54,13 +54,10 @@ def test_main_job_generates_trains_and_says_how_to_open_the_run(tmp_path):
 def assert_the_printed_mlflow_command_works_when_pasted(output: str) -> None:
     """The main job's last line, pasted as it is in another directory, with a PATH that does not hold the virtual
     environment (a new terminal), and a port of the test's: the MLflow UI answers and lists the run's experiment."""
-    import json
     import shlex
     import signal
-    import time
-    import urllib.request
 
-    from tracktrain_integrations.testing import free_port
+    from tracktrain_integrations.testing import experiment_names, free_port
 
     command = re.search(r"open the run in the MLflow UI: (.*?)  \(then http", output).group(1)
     port = free_port()
@@ -69,19 +66,9 @@ def assert_the_printed_mlflow_command_works_when_pasted(output: str) -> None:
                               env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                               start_new_session=True)
     try:
-        deadline, answer = time.monotonic() + 90, None
-        while time.monotonic() < deadline and server.poll() is None:
-            try:
-                request = urllib.request.Request(f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/experiments/search",
-                                                 data=b'{"max_results": 10}', method="POST",
-                                                 headers={"Content-Type": "application/json"})
-                with urllib.request.urlopen(request, timeout=5) as response:
-                    answer = json.loads(response.read())
-                break
-            except OSError:
-                time.sleep(0.5)
-        assert answer is not None, server.stderr.read().decode()[-3000:] if server.poll() is not None else "no answer"
-        assert "digits_classifier" in [experiment["name"] for experiment in answer["experiments"]]
+        names = experiment_names(port, 90, lambda: server.poll() is None)
+        assert names is not None, server.stderr.read().decode()[-3000:] if server.poll() is not None else "no answer"
+        assert "digits_classifier" in names
     finally:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGTERM)  # its process group, by its PID: the UI's workers go with it
