@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -534,3 +535,22 @@ def test_a_read_only_directory_is_reported():
     finally:
         os.chmod(directory, 0o755)
         shutil.rmtree(directory)
+
+
+@pytest.mark.parametrize("variable, text, words", [
+    ("TRACKTRAIN_STORAGE_CONNECT_TIMEOUT", "soon", "must be a positive number of seconds; unset it for the default"),
+    ("TRACKTRAIN_STORAGE_READ_TIMEOUT", "-3", "must be a positive number of seconds"),
+    ("TRACKTRAIN_STORAGE_ATTEMPTS", "2.5", "must be a positive whole number; unset it for the default (3)"),
+    ("TRACKTRAIN_STORAGE_ATTEMPTS", "nan", "must be a positive whole number"),
+])
+def test_a_bad_storage_setting_names_the_variable_its_value_and_the_default(monkeypatch, variable, text, words):
+    monkeypatch.setenv(variable, text)
+    with pytest.raises(ValueError, match=re.escape(f"{variable}={text!r} {words}")):
+        storage.storage_timeouts()
+
+
+def test_storage_settings_from_the_environment_are_used(monkeypatch):
+    monkeypatch.setenv("TRACKTRAIN_STORAGE_CONNECT_TIMEOUT", "2.5")
+    monkeypatch.setenv("TRACKTRAIN_STORAGE_ATTEMPTS", "7")
+    connect, _, attempts = storage.storage_timeouts()
+    assert (connect, attempts) == (2.5, 7)

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from tracktrain.env_settings import positive_setting
+
 __all__ = ["any_rank", "collective_device", "collective_timeout", "init_from_env", "is_distributed", "spawn"]
 
 _TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -34,17 +36,7 @@ def collective_timeout(timeout: timedelta | None = None) -> timedelta:
     checkpoint written to a slow store can take minutes; a test sets seconds, so a hang fails fast)."""
     if timeout is not None:
         return timeout
-    text = os.environ.get(TIMEOUT_VARIABLE)
-    if text is None:
-        return DEFAULT_TIMEOUT
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0 or seconds == float("inf"):
-        raise ValueError(f"{TIMEOUT_VARIABLE}={text!r} must be a positive number of seconds (e.g. 60), or unset "
-                         f"for the default of {int(DEFAULT_TIMEOUT.total_seconds())} s.")
-    return timedelta(seconds=seconds)
+    return timedelta(seconds=positive_setting(TIMEOUT_VARIABLE, DEFAULT_TIMEOUT.total_seconds(), float, "seconds"))
 
 
 def init_from_env(backend: str | None = None, timeout: timedelta | None = None) -> None:

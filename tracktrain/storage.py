@@ -46,6 +46,7 @@ from fsspec.implementations.dirfs import DirFileSystem
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.registry import known_implementations
 
+from tracktrain.env_settings import positive_setting
 from tracktrain.redaction import redact
 
 __all__ = [
@@ -106,24 +107,10 @@ _DEFAULT_CONNECT_TIMEOUT, _DEFAULT_READ_TIMEOUT, _DEFAULT_ATTEMPTS = 10.0, 30.0,
 
 def storage_timeouts() -> tuple[float, float, int]:
     """(connect timeout s, read timeout s, attempts) for object-store requests: the variables above, or defaults."""
-    connect = _positive_setting(CONNECT_TIMEOUT_VARIABLE, _DEFAULT_CONNECT_TIMEOUT, float)
-    read = _positive_setting(READ_TIMEOUT_VARIABLE, _DEFAULT_READ_TIMEOUT, float)
-    attempts = _positive_setting(ATTEMPTS_VARIABLE, _DEFAULT_ATTEMPTS, int)
+    connect = positive_setting(CONNECT_TIMEOUT_VARIABLE, _DEFAULT_CONNECT_TIMEOUT, float, "seconds")
+    read = positive_setting(READ_TIMEOUT_VARIABLE, _DEFAULT_READ_TIMEOUT, float, "seconds")
+    attempts = positive_setting(ATTEMPTS_VARIABLE, _DEFAULT_ATTEMPTS, int)
     return connect, read, attempts
-
-
-def _positive_setting(variable: str, default, kind):
-    text = os.environ.get(variable)
-    if text is None:
-        return default
-    try:
-        value = kind(text)
-    except ValueError:
-        value = 0
-    if not 0 < value < float("inf"):
-        raise ValueError(f"{variable}={text!r} must be a positive {'whole ' if kind is int else ''}number; unset it "
-                         f"for the default ({default}).")
-    return value
 
 
 def _bounded_client_options(url: str) -> dict:

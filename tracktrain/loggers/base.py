@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -182,8 +183,6 @@ class QueuedLogger(Logger):
         if self._sender is not None:  # whatever it still had in hand is in the spill file now
             self._sender.close()
         if self.undelivered:
-            import warnings
-
             warnings.warn(
                 f"{self.undelivered} records for {self.name} run {self._run_id} could not be delivered; they are kept "
                 f"in {self.spill_path}. Send them when the tracker is back with: python -m tracktrain.loggers.replay "
@@ -191,16 +190,12 @@ class QueuedLogger(Logger):
                 stacklevel=2,
             )
         if self.lost:
-            import warnings
-
             warnings.warn(f"{self.lost} records for {self.name} run {self._run_id} were lost in delivery: neither "
                           "delivered nor kept to be sent later. This is a bug in tracktrain; please report it.",
                           stacklevel=2)
         try:
             self._close(status)
         except Exception as error:  # a tracker that is down cannot be told the run ended: say so, do not crash
-            import warnings
-
             warnings.warn(f"Could not mark {self.name} run {self._run_id} as {status}: {error}", stacklevel=2)
 
     def _put(self, record: Record) -> None:
