@@ -27,7 +27,7 @@ import tempfile
 import time
 from importlib.util import find_spec
 
-from _common import write_json
+from harness import interleaved, markdown_table, write_json
 
 # label, statement, module that must be importable for the row to run
 STATEMENTS: list[tuple[str, str, str]] = [
@@ -136,14 +136,11 @@ def main(argv: list[str] | None = None) -> int:
                 missing.append((label, "import fails"))
         samples = {label: samples[label] for label, _ in available}
         walls = {label: walls[label] for label, _ in available}
-        for _ in range(args.repeats):
-            order = list(available)
-            rng.shuffle(order)
-            for label, statement in order:
-                seconds, torch_loaded, wall = run_child(statement, env, workdir)
-                samples[label].append(seconds)
-                walls[label].append(wall)
-                loads_torch[label] = torch_loaded
+        for _, (label, statement) in interleaved(available, args.repeats, rng):
+            seconds, torch_loaded, wall = run_child(statement, env, workdir)
+            samples[label].append(seconds)
+            walls[label].append(wall)
+            loads_torch[label] = torch_loaded
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -155,20 +152,16 @@ def main(argv: list[str] | None = None) -> int:
         f"python {sys.version.split()[0]} ({sys.executable}); {args.repeats} interleaved repeats after a warm-up; "
         f"bytecode {bytecode}\n"
     )
-    print(
-        "| statement | median ms | min ms | max ms | process wall ms (median) | loads torch | × import torch "
-        "| × import ignite.engine |"
-    )
-    print("|---|---:|---:|---:|---:|:---:|---:|---:|")
+    lines = [["statement", "median ms", "min ms", "max ms", "process wall ms (median)", "loads torch",
+              "× import torch", "× import ignite.engine"]]
     for label, _ in available:
         values = samples[label]
-        print(
-            f"| `{label}` | {ms(medians[label])} | {ms(min(values))} | {ms(max(values))} | "
-            f"{ms(statistics.median(walls[label]))} | {'yes' if loads_torch[label] else 'no'} | "
-            f"{ratio(medians[label], baseline)} | {ratio(medians[label], peer)} |"
-        )
-    for label, why in missing:
-        print(f"| `{label}` | {why} | | | | | | |")
+        lines.append([
+            f"`{label}`", ms(medians[label]), ms(min(values)), ms(max(values)), ms(statistics.median(walls[label])),
+            "yes" if loads_torch[label] else "no", ratio(medians[label], baseline), ratio(medians[label], peer),
+        ])
+    lines += [[f"`{label}`", why] + [""] * 6 for label, why in missing]
+    print(markdown_table(lines, "lrrrrlrr"))
     print(
         "\nmedian/min/max ms: time spent in the import statement only. process wall: the whole `python -c` run, "
         "interpreter start-up and exit included. × columns: median / the median of that reference row."

@@ -35,37 +35,29 @@ See benchmarks/README.md for how to read the table.
 from __future__ import annotations
 
 import argparse
-import atexit
 import cProfile
-import gc
 import os
-import pstats
 import random
 import re
-import shutil
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from torch import nn
-from torch.utils.data import DataLoader, Dataset
 
-from _common import (
-    STATISTICS, command_line, environment, exit_status, format_cell, interleaved, load_peer, make_mlp,
-    markdown_table, print_heading, quartiles, write_json,
+from harness import (
+    STATISTICS, command_line, environment, exit_status, finish_args, format_cell, freeze_garbage, interleaved,
+    iqr, make_parser, markdown_table, prepare, print_heading, print_profile, temporary_root, write_json,
 )
-from tracktrain import LoopModule
-from tracktrain.callbacks import ModelCheckpoint
-from tracktrain.engine import Events
-from tracktrain.trainer import Trainer
+from resume_frameworks import (
+    EXACT, IGNITE, LIGHTNING, LIGHTNING_SDL, TRACKTRAIN, FirstStep, Framework, Probe,
+    Workload, ignite_checkpoint, ignite_runner, lightning_checkpoint, lightning_runner, run_tracktrain, step_of,
+    tracktrain_checkpoint, verdict,
+)
+from workloads import load_peer
 
-TRACKTRAIN, IGNITE, LIGHTNING, LIGHTNING_SDL = "tracktrain", "ignite", "lightning", "lightning+sdl"
 LABELS = {
     TRACKTRAIN: "tracktrain",
     IGNITE: "Ignite DeterministicEngine",
@@ -74,278 +66,8 @@ LABELS = {
 }
 SHORT = {TRACKTRAIN: "tt", IGNITE: "Ignite", LIGHTNING: "L", LIGHTNING_SDL: "L+SDL"}
 POINTS = (0, 10, 50, 90)  # % of the epoch at the checkpoint; 0: a fit without one (the baseline)
-SIZES = (32, 64, 10)
-LEARNING_RATE = 0.01
 UNIT_BATCHES = 20  # batch loads timed per repeat for the unit
-# how a first resumed batch compares with the reference run's batches
-EXACT, REPLAYED, OTHER, WRONG_STEP = "exact", "epoch replayed from its 1st batch", "another order", "wrong step"
 RESUME_WORDS = re.compile(r"resum(ing|able)", re.IGNORECASE)  # the warnings about resuming that the report quotes
-
-
-# ------------------------------------------------------------------------------------------------- workload
-class CostlyDataset(Dataset):
-    """Sample `i` is (features, label, i) and costs `cost_s` of CPU to make: a small computation, then a spin until
-    the cost is reached, so that every load costs the same however fast the machine is. `loads` counts them."""
-
-    def __init__(self, samples: int, features: int, classes: int, cost_s: float) -> None:
-        self.samples, self.features, self.classes, self.cost_s = samples, features, classes, cost_s
-        self.loads = 0
-        self._frequencies = torch.arange(1, features + 1, dtype=torch.float32) / features
-
-    def __len__(self) -> int:
-        return self.samples
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int, int]:
-        deadline = time.perf_counter() + self.cost_s
-        self.loads += 1
-        features = torch.sin(self._frequencies * (index + 1))
-        while time.perf_counter() < deadline:
-            pass
-        return features, index % self.classes, index
-
-
-class Workload:
-    """The dataset, the MLP's initial weights and the seed shared by every run: each run of a framework trains a
-    fresh copy of the same weights on the same data."""
-
-    def __init__(self, batches: int, batch_size: int, sample_us: float, seed: int) -> None:
-        self.batches, self.batch_size, self.seed = batches, batch_size, seed
-        self.dataset = CostlyDataset(batches * batch_size, SIZES[0], SIZES[-1], sample_us * 1e-6)
-        torch.manual_seed(seed)
-        self._initial = {name: value.clone() for name, value in make_mlp(SIZES).state_dict().items()}
-
-    def net(self) -> nn.Sequential:
-        net = make_mlp(SIZES)
-        net.load_state_dict(self._initial)
-        return net
-
-    def loader(self, stateful: bool = False) -> DataLoader:
-        """The training loader as a user writes it: shuffled, in this process."""
-        if stateful:
-            from torchdata.stateful_dataloader import StatefulDataLoader
-
-            return StatefulDataLoader(self.dataset, batch_size=self.batch_size, shuffle=True)
-        return DataLoader(self.dataset, batch_size=self.batch_size, shuffle=True)
-
-    def time_batch_loads(self, count: int) -> list[float]:
-        """Seconds of `count` single batch loads (`next()` on a plain DataLoader: the samples and the collate)."""
-        iterator = iter(DataLoader(self.dataset, batch_size=self.batch_size))
-        samples = []
-        for _ in range(count):
-            started = time.perf_counter()
-            next(iterator)
-            samples.append(time.perf_counter() - started)
-        return samples
-
-    def describe(self) -> str:
-        return (f"one epoch of {self.batches:,} batches of {self.batch_size} samples (shuffled, num_workers=0), each "
-                f"sample {self.dataset.cost_s * 1e6:.0f} µs of CPU to make; MLP {'-'.join(map(str, SIZES))}, "
-                f"cross-entropy, SGD")
-
-
-def step_of(point: int, batches: int) -> int:
-    return point * batches // 100
-
-
-# ---------------------------------------------------------------------------------------------------- probe
-@dataclass
-class FirstStep:
-    """A resumed run's first training step: when it started (seconds after the call that resumed), the optimizer
-    steps done before it, its batch's sample indices, the samples loaded since the call, the warnings raised."""
-
-    seconds: float
-    step: int
-    indices: list[int]
-    loads: int
-    warnings: list[str] = field(default_factory=list)
-
-
-class Probe:
-    """Called by each framework's hook at the start of every training step, with the steps done before it and the
-    batch's sample indices; returns True when the run should stop after that step. Recording a reference run
-    (`stop_after` steps), it keeps every batch's indices; timing a resume, it reads the clock at the first step."""
-
-    def __init__(self, dataset: CostlyDataset, stop_after: int | None = None,
-                 profiler: cProfile.Profile | None = None) -> None:
-        self.dataset = dataset
-        self.stop_after = stop_after
-        self.profiler = profiler  # profiles the timed span, if given
-        self.batches: list[list[int]] = []
-        self.first: FirstStep | None = None
-        self._started = 0.0
-        self._loads = 0
-
-    def start(self) -> None:
-        gc.collect()
-        self._loads = self.dataset.loads
-        if self.profiler is not None:
-            self.profiler.enable()
-        self._started = time.perf_counter()
-
-    def step_starts(self, steps_done: int, indices: torch.Tensor) -> bool:
-        if self.stop_after is None:
-            now = time.perf_counter()
-            if self.profiler is not None:
-                self.profiler.disable()
-            self.first = FirstStep(now - self._started, steps_done, indices.tolist(),
-                                   self.dataset.loads - self._loads)
-            return True
-        self.batches.append(indices.tolist())
-        return steps_done + 1 >= self.stop_after
-
-
-# ------------------------------------------------------------------------------------------------- frameworks
-# A runner trains (or resumes) once: runner(workload, probe, checkpoint directory, run directory, steps between
-# checkpoints, checkpoint to resume or None). It builds everything, then calls probe.start() right before the call
-# that resumes; its hook calls probe.step_starts and stops the run when told to.
-Runner = Callable[[Workload, Probe, str, str, int, "str | None"], None]
-
-
-class Classifier(LoopModule):
-    """tracktrain's module: cross-entropy on the MLP, SGD (line for line the same as Ignite's step and Lightning's
-    module below)."""
-
-    def __init__(self, net: nn.Module) -> None:
-        super().__init__()
-        self.net = net
-
-    def train_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        x, y, _ = batch
-        return F.cross_entropy(self.net(x), y)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=LEARNING_RATE)
-
-
-def run_tracktrain(workload: Workload, probe: Probe, ckpt_dir: str, run_dir: str, every: int,
-                   ckpt_path: str | None) -> None:
-    trainer = Trainer(max_epochs=1, seed=workload.seed, loggers=False, enable_progress_bar=False,
-                      default_root_dir=run_dir,
-                      callbacks=[ModelCheckpoint(dirpath=ckpt_dir, save_top_k=None, every_n_train_steps=every)])
-
-    def step_started(engine: Any) -> None:
-        if probe.step_starts(trainer.global_step, engine.state.batch[2]):
-            trainer.stop()
-
-    trainer.train_engine.add_event_handler(Events.ITERATION_STARTED, step_started)
-    module, loader = Classifier(workload.net()), workload.loader()
-    probe.start()
-    trainer.fit(module, loader, ckpt_path=ckpt_path)
-
-
-def tracktrain_checkpoint(ckpt_dir: str, step: int) -> str:
-    return os.path.join(ckpt_dir, f"checkpoint_{step}.pt")
-
-
-def ignite_runner(ignite: Any) -> Runner:
-    DeterministicEngine, IgniteEvents = ignite.engine.DeterministicEngine, ignite.engine.Events
-    Checkpoint, DiskSaver = ignite.handlers.Checkpoint, ignite.handlers.DiskSaver
-
-    def run(workload: Workload, probe: Probe, ckpt_dir: str, run_dir: str, every: int, ckpt_path: str | None) -> None:
-        # Ignite's recipe: the same seed at the start of the first run and of a resumed one (DeterministicEngine
-        # draws its run's seed from torch's generator when the run starts; the seed is not in its state_dict)
-        ignite.utils.manual_seed(workload.seed)
-        net = workload.net()
-        optimizer = torch.optim.SGD(net.parameters(), lr=LEARNING_RATE)
-
-        def train_step(engine: Any, batch: Any) -> torch.Tensor:
-            net.train()
-            optimizer.zero_grad()
-            x, y, _ = batch
-            loss = F.cross_entropy(net(x), y)
-            loss.backward()
-            optimizer.step()
-            return loss.detach()
-
-        engine = DeterministicEngine(train_step)
-        objects = {"model": net, "optimizer": optimizer, "engine": engine}
-        saver = Checkpoint(objects, DiskSaver(ckpt_dir, require_empty=False), n_saved=None,
-                           global_step_transform=lambda engine, _: engine.state.iteration)
-        engine.add_event_handler(IgniteEvents.ITERATION_COMPLETED(every=every), saver)
-
-        def step_started(engine: Any) -> None:
-            if probe.step_starts(engine.state.iteration - 1, engine.state.batch[2]):
-                engine.terminate()
-
-        engine.add_event_handler(IgniteEvents.ITERATION_STARTED, step_started)
-        loader = workload.loader()
-        probe.start()
-        if ckpt_path is None:
-            engine.run(loader, max_epochs=1)
-            return
-        # weights_only=False: the engine's state holds numpy's generator state, which torch.load's default (since
-        # torch 2.6) refuses, and so does Checkpoint.load_objects(objects, <path>)
-        Checkpoint.load_objects(objects, torch.load(ckpt_path, weights_only=False))
-        engine.run(loader)
-
-    return run
-
-
-def ignite_checkpoint(ckpt_dir: str, step: int) -> str:
-    return os.path.join(ckpt_dir, f"checkpoint_{step}.pt")
-
-
-def lightning_runner(lightning: Any, stateful: bool) -> Runner:
-    pl = lightning.pytorch
-
-    class LightningClassifier(pl.LightningModule):
-        def __init__(self, net: nn.Module) -> None:
-            super().__init__()
-            self.net = net
-
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            x, y, _ = batch
-            return F.cross_entropy(self.net(x), y)
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=LEARNING_RATE)
-
-    class StepProbe(pl.Callback):
-        def __init__(self, probe: Probe) -> None:
-            self.probe = probe
-
-        def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
-            if self.probe.step_starts(trainer.global_step, batch[2]):
-                trainer.should_stop = True
-
-    def run(workload: Workload, probe: Probe, ckpt_dir: str, run_dir: str, every: int, ckpt_path: str | None) -> None:
-        pl.seed_everything(workload.seed, verbose=False)
-        checkpoints = pl.callbacks.ModelCheckpoint(dirpath=ckpt_dir, filename="{step}", save_top_k=-1,
-                                                   every_n_train_steps=every)
-        trainer = pl.Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                             accelerator="cpu", devices=1, default_root_dir=run_dir,
-                             callbacks=[checkpoints, StepProbe(probe)])
-        module, loader = LightningClassifier(workload.net()), workload.loader(stateful)
-        probe.start()
-        trainer.fit(module, loader, ckpt_path=ckpt_path)
-
-    return run
-
-
-def lightning_checkpoint(ckpt_dir: str, step: int) -> str:
-    return os.path.join(ckpt_dir, f"step={step}.ckpt")
-
-
-# ------------------------------------------------------------------------------------------------------- bench
-@dataclass
-class Framework:
-    key: str
-    run: Runner
-    checkpoint: Callable[[str, int], str]
-    ckpt_dir: str = ""  # where its reference run saved, and where its resumed runs save (none does, in one step)
-    run_dir: str = ""
-    reference: list[list[int]] = field(default_factory=list)  # the reference run's batches, by step
-    reference_s: float = 0.0
-
-
-def verdict(first: FirstStep, step: int, reference: list[list[int]]) -> str:
-    """How the first resumed batch compares with the reference run's: the batch it trained at `step` (exact), its
-    first batch (the epoch's order replayed from its start), or neither."""
-    if first.step != step:
-        return WRONG_STEP
-    if step < len(reference) and first.indices == reference[step]:
-        return EXACT
-    return REPLAYED if reference and first.indices == reference[0] else OTHER
 
 
 class Bench:
@@ -401,8 +123,8 @@ class Bench:
         """cProfile of one resume, from the call that resumes to the first step."""
         profiler = cProfile.Profile()
         first = self.resume_once(framework, point, profiler)
-        print(f"\n### cProfile: {LABELS[framework.key]} resumed at {point} % ({first.seconds * 1e3:.1f} ms profiled)\n")
-        pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(top)
+        print_profile(profiler, f"\n### cProfile: {LABELS[framework.key]} resumed at {point} % "
+                      f"({first.seconds * 1e3:.1f} ms profiled)\n", top, "cumulative")
 
     def warm_up(self) -> None:
         """One untimed resume per framework: lazy imports and first calls of the loading paths."""
@@ -452,11 +174,10 @@ def summarize(bench: Bench, stat: str) -> tuple[list[dict[str, Any]], float]:
         for framework in bench.frameworks:
             firsts = bench.samples.get((framework.key, point), [])
             ms = [first.seconds * 1e3 for first in firsts]
-            q1, q3 = quartiles(ms) if ms else (None, None)
             verdicts = sorted({verdict(first, step, framework.reference) for first in firsts})
             row["frameworks"][framework.key] = {
                 "ms": center(ms) if ms else None,
-                "iqr_ms": q3 - q1 if ms else None,
+                "iqr_ms": iqr(ms) if ms else None,
                 "batches": center(ms) / unit_ms if ms else None,
                 "verdicts": verdicts,
                 "exact": verdicts == [EXACT],
@@ -524,34 +245,18 @@ def report(bench: Bench, rows: list[dict[str, Any]], stat: str, notes: list[str]
 
 # ------------------------------------------------------------------------------------------------------- main
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = make_parser(__doc__, profile_top=25, root_dir="the checkpoints")
     add = parser.add_argument
-    add("--quick", action="store_true", help="a 200-batch epoch and 2 repeats: a smoke test, not a measurement")
     add("--batches", type=int, help="batches in the epoch, a multiple of 10 (default 10000; --quick 200)")
     add("--batch-size", type=int, default=8, help="samples per batch (default 8)")
     add("--sample-us", type=float, default=50.0, help="CPU time to make one sample, µs (default 50)")
     add("--repeats", type=int, help="timed resumes per framework and point (default 15; --quick 2)")
-    add("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
-    add("--stat", choices=sorted(STATISTICS), default="median",
-        help="statistic reported (default median; p25 or min resist interference from other processes)")
-    add("--no-lightning", action="store_true", help="leave Lightning out")
     add("--no-ignite", action="store_true", help="leave Ignite out")
-    add("--profile", action="store_true", help="afterwards, cProfile one resume at 90 %% of each framework")
-    add("--profile-top", type=int, default=25, help="functions listed per profile (default 25)")
-    add("--root-dir", help="where checkpoints go, in a temporary directory made and removed there")
-    add("--seed", type=int, default=0, help="seed of the weights, the data order and the shuffled repeats")
-    add("--json", metavar="PATH", help="also write all results (with every sample) to PATH")
-    args = parser.parse_args(argv)
-    if args.batches is None:
-        args.batches = 200 if args.quick else 10_000
-    if args.repeats is None:
-        args.repeats = 2 if args.quick else 15
+    args = finish_args(parser, argv, {"batches": (10_000, 200), "repeats": (15, 2)},
+                       positive=["batch_size", "repeats", "threads"])
     if args.batches < 20 or args.batches % 10:
         parser.error("--batches must be a multiple of 10, at least 20 (checkpoints every 10 % of the epoch, and a "
                      "resumed run's one step must not be a saving one)")
-    for name in ("batch_size", "repeats", "threads"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be positive")
     if args.sample_us < 0:
         parser.error("--sample-us must not be negative")
     return args
@@ -559,8 +264,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    torch.set_flush_denormal(True)
+    rng = prepare(args)
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata, on every iter()
     ignite, ignite_status = load_peer("ignite", "ignite.engine", "ignite.handlers", "ignite.utils",
                                       skip=args.no_ignite)
@@ -578,8 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         if torchdata is not None:
             frameworks.append(Framework(LIGHTNING_SDL, lightning_runner(lightning, stateful=True),
                                         lightning_checkpoint))
-    root_dir = tempfile.mkdtemp(prefix="tracktrain-bench-resume-", dir=args.root_dir)
-    atexit.register(shutil.rmtree, root_dir, True)
+    root_dir = temporary_root("tracktrain-bench-resume-", args.root_dir)
     bench = Bench(workload, frameworks, root_dir)
 
     env = environment(args.threads, ignite=ignite_status, lightning=lightning_status, torchdata=torchdata_status)
@@ -598,10 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.warm_up()
     # what lives until the end (the reference runs' batches among it) leaves the collector's sight: a full collection
     # that lands in a timed window then costs as little in one framework's run as in another's
-    gc.collect()
-    gc.freeze()
+    freeze_garbage()
     progress("warm-up done")
-    bench.measure(args.repeats, random.Random(args.seed), progress)
+    bench.measure(args.repeats, rng, progress)
     rows, unit_ms = summarize(bench, args.stat)
     report(bench, rows, args.stat, notes)
     if args.profile:

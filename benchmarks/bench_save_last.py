@@ -25,10 +25,10 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from tracktrain import LoopModule, Trainer  # noqa: E402
-from tracktrain.callbacks import ModelCheckpoint  # noqa: E402
+from harness import markdown_table
+from tracktrain import LoopModule, Trainer
+from tracktrain.callbacks import ModelCheckpoint
+from workloads import load_peer
 
 STEPS, EVERY, STEP_SECONDS = 40, 5, 0.15
 
@@ -82,9 +82,8 @@ def tracktrain_stall(directory: str, save_last: bool) -> float:
 
 
 def lightning_stall(directory: str) -> float | None:
-    try:
-        import lightning
-    except ImportError:
+    lightning, _ = load_peer("lightning", "lightning.pytorch.callbacks")
+    if lightning is None:
         return None
 
     class Module(lightning.LightningModule):
@@ -127,10 +126,9 @@ def main() -> None:
             directory = tempfile.mkdtemp(dir=root)
             stall = measure(directory)
             rows.append((name, stall))
-    print(f"| checkpoint callback ({STEPS} steps, a save every {EVERY}) | loop stall per save (median) |")
-    print("|---|---:|")
-    for name, stall in rows:
-        print(f"| {name} | {'n/a (not installed)' if stall is None else f'{stall * 1000:.0f} ms'} |")
+    lines = [[f"checkpoint callback ({STEPS} steps, a save every {EVERY})", "loop stall per save (median)"]]
+    lines += [[name, "n/a (not installed)" if stall is None else f"{stall * 1000:.0f} ms"] for name, stall in rows]
+    print(markdown_table(lines, "lr"))
 
 
 if __name__ == "__main__":

@@ -26,14 +26,11 @@ See benchmarks/README.md for how to read the tables.
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import cProfile
 import functools
-import gc
 import io
 import os
-import pstats
 import random
 import shutil
 import statistics
@@ -47,15 +44,17 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
 
-from _common import (
-    STATISTICS, environment, exit_status, format_cell, goal_line, make_mlp, print_heading, quartiles,
-    silence_lightning, write_json,
+from harness import (
+    STATISTICS, before_run, environment, exit_status, finish_args, format_cell, freeze_garbage, goal_line,
+    interleaved, iqr, make_parser, markdown_table, prepare, print_heading, print_profile, temporary_root, verdict,
+    write_json,
 )
-from _modules import LEARNING_RATE, Classifier
 from tracktrain.callbacks import TrainerProgressBar
 from tracktrain.trainer import Trainer
+from workloads import (
+    LEARNING_RATE, Classifier, ClassifierData, lightning_classifier_class, load_peer, weights, weights_match,
+)
 
 RAW = "raw"
 TRACKTRAIN, LIGHTNING = "tracktrain", "lightning"
@@ -65,33 +64,7 @@ GOAL_RATIO = {OFF: 1 / 3, DEFAULTS: 1.0}
 
 
 # ------------------------------------------------------------------------------------------------------ setup
-class Workload:
-    """One classifier's initial weights and one DataLoader over a synthetic in-memory TensorDataset, shared by
-    every variant of a case. Each fit trains a fresh copy of the same initial weights on the same batches in the
-    same order (no shuffling), so every variant does exactly the same arithmetic."""
-
-    def __init__(self, sizes: tuple[int, ...], batch_size: int, batches_per_epoch: int, seed: int) -> None:
-        generator = torch.Generator().manual_seed(seed)
-        samples = batch_size * batches_per_epoch
-        inputs = torch.randn(samples, sizes[0], generator=generator)
-        targets = torch.randint(0, sizes[-1], (samples,), generator=generator)
-        self.sizes = sizes
-        self.batch_size = batch_size
-        self.batches_per_epoch = batches_per_epoch
-        self.loader = DataLoader(TensorDataset(inputs, targets), batch_size=batch_size)
-        torch.manual_seed(seed)
-        self._initial = {name: value.clone() for name, value in make_mlp(sizes).state_dict().items()}
-
-    def fresh_net(self) -> nn.Sequential:
-        net = make_mlp(self.sizes)
-        net.load_state_dict(self._initial)
-        return net
-
-    def describe(self) -> str:
-        return (
-            f"MLP {'-'.join(map(str, self.sizes))}, cross-entropy, SGD, batch {self.batch_size}, "
-            f"DataLoader over a TensorDataset, {self.batches_per_epoch} batches/epoch"
-        )
+Workload = ClassifierData
 
 
 class FirstForward:
@@ -119,37 +92,6 @@ class CountingSink(io.TextIOBase):
     def write(self, text: str) -> int:
         self.characters += len(text)
         return len(text)
-
-
-def lightning_classifier_class(lightning: Any) -> type:
-    """Lightning's module, line for line the same as `Classifier` (defined once Lightning is imported)."""
-
-    class LightningClassifier(lightning.LightningModule):
-        def __init__(self, net: nn.Module) -> None:
-            super().__init__()
-            self.net = net
-
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            x, y = batch
-            loss = F.cross_entropy(self.net(x), y)
-            self.log("loss", loss)
-            return loss
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=LEARNING_RATE)
-
-    return LightningClassifier
-
-
-def load_lightning() -> tuple[Any, str]:
-    """`import lightning as L`, with its info logs and warnings (GPU availability, few DataLoader workers, ...)
-    silenced: they would go to the console in every fit."""
-    try:
-        import lightning
-    except Exception as error:  # not installed, or an install that fails to import
-        return None, f"not installed ({type(error).__name__}: {error})"
-    silence_lightning()
-    return lightning, lightning.__version__
 
 
 # ------------------------------------------------------------------------------------------------- variants
@@ -275,10 +217,6 @@ class Case:
         return (self.long_epochs - self.short_epochs) * self.workload.batches_per_epoch
 
 
-def weights(net: nn.Module) -> list[torch.Tensor]:
-    return [value.detach().clone() for value in net.state_dict().values()]
-
-
 def check_run(case: Case, variant: Variant, epochs: int, run: Run, run_dir: str, problems: list[str]) -> None:
     """After every fit, outside the timing: the right number of iterations, the raw loop's weights (the same
     arithmetic in the same order: bit for bit with one thread; the tolerance is for other thread counts), and the
@@ -289,7 +227,7 @@ def check_run(case: Case, variant: Variant, epochs: int, run: Run, run_dir: str,
         problems.append(f"{where}: ran {run.iterations} iterations, expected {expected}")
     reference = case.reference.get(epochs)
     if reference is not None:
-        if not all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(weights(run.net), reference)):
+        if not weights_match(weights(run.net), reference):
             problems.append(f"{where}: the trained weights differ from the hand-written loop's")
     written = [os.path.relpath(os.path.join(root, name), run_dir)
                for root, _, names in os.walk(run_dir) for name in names]
@@ -308,8 +246,7 @@ def run_once(
     checkpoint directory left by an earlier fit would change what the next one does."""
     run_dir = tempfile.mkdtemp(prefix="run-", dir=root_dir)
     try:
-        torch.set_num_threads(threads)  # in case a library changed it
-        gc.collect()
+        before_run(threads)
         run = variant.fit(case.workload, epochs, run_dir, sink)
         check_run(case, variant, epochs, run, run_dir, problems)
     finally:
@@ -340,16 +277,13 @@ def measure_case(
     first_startups = warm_up(case, variants, root_dir, threads, problems)
     per_iteration: dict[str, list[float]] = {variant.name: [] for variant in variants}
     startups: dict[str, list[float]] = {variant.name: [] for variant in variants}
-    for _ in range(repeats):
-        order = list(variants)
-        rng.shuffle(order)  # slow drifts of the machine hit every variant alike
-        for variant in order:
-            lengths = [case.short_epochs, case.long_epochs]
-            rng.shuffle(lengths)
-            runs = {epochs: run_once(case, variant, epochs, root_dir, threads, sink, problems) for epochs in lengths}
-            extra = runs[case.long_epochs].seconds - runs[case.short_epochs].seconds
-            per_iteration[variant.name].append(extra / case.measured_iterations * 1e6)
-            startups[variant.name] += [run.startup_s for run in runs.values()]
+    for _, variant in interleaved(variants, repeats, rng):
+        lengths = [case.short_epochs, case.long_epochs]
+        rng.shuffle(lengths)
+        runs = {epochs: run_once(case, variant, epochs, root_dir, threads, sink, problems) for epochs in lengths}
+        extra = runs[case.long_epochs].seconds - runs[case.short_epochs].seconds
+        per_iteration[variant.name].append(extra / case.measured_iterations * 1e6)
+        startups[variant.name] += [run.startup_s for run in runs.values()]
     return per_iteration, startups, first_startups
 
 
@@ -360,7 +294,7 @@ def summarize(
 ) -> dict[str, Any]:
     center = STATISTICS[statistic]
     us_per_iter = {name: center(values) for name, values in per_iteration.items()}
-    iqr = {name: q3 - q1 for name, (q1, q3) in ((name, quartiles(values)) for name, values in per_iteration.items())}
+    spread = {name: iqr(values) for name, values in per_iteration.items()}
     startup_ms = {name: statistics.median(values) * 1e3 for name, values in startups.items()}
     first_ms = {name: seconds * 1e3 for name, seconds in first_startups.items()}
     raw = us_per_iter[RAW]
@@ -370,15 +304,12 @@ def summarize(
         overhead = {library: us_per_iter[name] - raw for library, name in ((TRACKTRAIN, ours), (LIGHTNING, theirs))
                     if name in us_per_iter}
         # what a difference of medians has to beat to mean something: the widest spread among the compared runs
-        noise = max(iqr[name] for name in (RAW, ours, theirs) if name in iqr)
+        noise = max(spread[name] for name in (RAW, ours, theirs) if name in spread)
         ratio, goal = None, "n/a"
         if LIGHTNING in overhead:
             if overhead[LIGHTNING] > noise:
                 ratio = overhead[TRACKTRAIN] / overhead[LIGHTNING]
-            margin = GOAL_RATIO[mode] * overhead[LIGHTNING] - overhead[TRACKTRAIN]
-            goal = "yes" if margin >= 0 else "NO"
-            if abs(margin) <= noise:
-                goal += " (within noise)"
+            goal = verdict(GOAL_RATIO[mode] * overhead[LIGHTNING] - overhead[TRACKTRAIN], noise)
         rows.append({
             "mode": mode,
             "us_per_iter": {RAW: raw, TRACKTRAIN: us_per_iter[ours], LIGHTNING: us_per_iter.get(theirs)},
@@ -401,7 +332,7 @@ def summarize(
         "statistic": statistic,
         "rows": rows,
         "us_per_iter": us_per_iter,
-        "iqr_us_per_iter": iqr,
+        "iqr_us_per_iter": spread,
         "startup_ms": startup_ms,
         "warmup_startup_ms": first_ms,
         "loggers": dict(case.loggers),
@@ -412,12 +343,6 @@ def summarize(
 
 # ------------------------------------------------------------------------------------------------- reporting
 fmt = functools.partial(format_cell, decimals=1)  # a fit's µs per iteration: its noise is whole µs
-
-
-def table(lines: list[list[str]], align: str) -> str:
-    """A markdown table: the first line is the header; `align` has one of l / r per column."""
-    rule = "|" + "|".join(":---" if side == "l" else "---:" for side in align) + "|"
-    return "\n".join(["| " + " | ".join(lines[0]) + " |", rule] + ["| " + " | ".join(line) + " |" for line in lines[1:]])
 
 
 def overhead_table(results: list[dict[str, Any]]) -> str:
@@ -443,7 +368,7 @@ def overhead_table(results: list[dict[str, Any]]) -> str:
                 "—" if ratio is None else f"{ratio:.3f}",
                 f"≤ {row['goal_ratio']:.2g}×: {row['goal_met']}",
             ])
-    return table(lines, "llrrrrrrrrl")
+    return markdown_table(lines, "llrrrrrrrrl")
 
 
 def startup_table(results: list[dict[str, Any]]) -> str:
@@ -459,7 +384,7 @@ def startup_table(results: list[dict[str, Any]]) -> str:
                 for values, libraries in ((startup, (RAW, TRACKTRAIN, LIGHTNING)), (first, (TRACKTRAIN, LIGHTNING)))
                 for library in libraries
             ])
-    return table(lines, "llrrrrr")
+    return markdown_table(lines, "llrrrrr")
 
 
 def report(results: list[dict[str, Any]], stat: str, lightning_status: str, has_lightning: bool) -> None:
@@ -502,57 +427,31 @@ def profile_case(case: Case, variants: list[Variant], root_dir: str, threads: in
         if variant.library != TRACKTRAIN:
             continue
         run_dir = tempfile.mkdtemp(prefix="profile-", dir=root_dir)
-        torch.set_num_threads(threads)
-        gc.collect()
+        before_run(threads)
         profiler = cProfile.Profile()
         profiler.enable()
         variant.fit(case.workload, case.long_epochs, run_dir, sink)
         profiler.disable()
         shutil.rmtree(run_dir, ignore_errors=True)
         iterations = case.long_epochs * case.workload.batches_per_epoch
-        stats = pstats.Stats(profiler, stream=sys.stdout)
-        print(f"\n### cProfile: {case.key} / {variant.name} ({iterations} iterations, start-up included), top {top} "
-              "by own time\n\n```")
-        stats.sort_stats("tottime").print_stats(top)
-        print("```\n\ntracktrain's functions by cumulative time:\n\n```")
-        stats.sort_stats("cumulative").print_stats(r"[/\\]tracktrain[/\\]", top)
-        print("```")
+        print_profile(profiler, f"\n### cProfile: {case.key} / {variant.name} ({iterations} iterations, start-up "
+                      f"included), top {top} by own time\n", top)
+        print_profile(profiler, "\ntracktrain's functions by cumulative time:", top, "cumulative",
+                      r"[/\\]tracktrain[/\\]")
 
 
 # ------------------------------------------------------------------------------------------------------ main
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = make_parser(__doc__, profile_top=25, root_dir="the fits write (checkpoints, Lightning's logs)")
     add = parser.add_argument
-    add("--quick", action="store_true", help="small counts: a smoke test, not a measurement")
     add("--repeats", type=int, help="timed (short, long) pairs per variant (default 9; --quick 3)")
     add("--tiny-epochs", type=int, help="epochs of the tiny model's long fit, the short one being 1 (default 11; "
         "--quick 3)")
     add("--medium-epochs", type=int, help="the same for the medium model (default 5; --quick 3)")
     add("--cases", default="tiny,medium", help="comma-separated: tiny, medium (default both)")
-    add("--threads", type=int, default=1, help="torch.set_num_threads for every fit (default 1)")
-    add("--stat", choices=sorted(STATISTICS), default="median",
-        help="statistic of the repeats to report (default median; p25 or min resist interference from other processes)")
-    add("--no-lightning", action="store_true", help="leave Lightning out")
-    add("--profile", action="store_true", help="after timing, cProfile one long fit of each tracktrain variant")
-    add("--profile-top", type=int, default=25, help="rows of each profile (default 25)")
-    add("--root-dir", help="where the fits write (checkpoints, Lightning's logs), in a temporary directory made and "
-        "removed there (default: the system's temporary directory); a tmpfs such as /dev/shm leaves the disk out")
-    add("--seed", type=int, default=0, help="seed of the data, the weights and the shuffled orders")
-    add("--json", metavar="PATH", help="also write all results (with every sample) to PATH")
-    args = parser.parse_args(argv)
     defaults = {"repeats": (9, 3), "tiny_epochs": (11, 3), "medium_epochs": (5, 3)}
-    for name, (full, small) in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, small if args.quick else full)
-    if args.repeats < 1:
-        parser.error("--repeats must be positive")
-    for name in ("tiny_epochs", "medium_epochs"):
-        if getattr(args, name) < 2:
-            parser.error(f"--{name.replace('_', '-')} must be at least 2 (the short fit has 1 epoch)")
-    unknown = set(args.cases.split(",")) - {"tiny", "medium"}
-    if unknown:
-        parser.error(f"--cases: unknown case(s) {sorted(unknown)}; use tiny, medium")
-    return args
+    return finish_args(parser, argv, defaults, positive=["repeats"], at_least_two=["tiny_epochs", "medium_epochs"],
+                       cases=["tiny", "medium"])
 
 
 def make_cases(args: argparse.Namespace) -> list[Case]:
@@ -569,20 +468,13 @@ def make_cases(args: argparse.Namespace) -> list[Case]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    torch.set_flush_denormal(True)
-    rng = random.Random(args.seed)
-    lightning, lightning_status = (None, "left out (--no-lightning)") if args.no_lightning else load_lightning()
+    rng = prepare(args)
+    lightning, lightning_status = load_peer("lightning", skip=args.no_lightning)
     variants = make_variants(lightning)
     cases = make_cases(args)
     devnull = open(os.devnull, "w", encoding="utf-8")  # where the bars draw in timed fits
-    root_dir = tempfile.mkdtemp(prefix="tracktrain-bench-trainer-", dir=args.root_dir)
-    atexit.register(shutil.rmtree, root_dir, True)
-
-    # Everything built so far (torch, the libraries, the data) lives until the end: move it out of the collector's
-    # sight, so that the gc.collect() before each fit and any collection during one stay cheap.
-    gc.collect()
-    gc.freeze()
+    root_dir = temporary_root("tracktrain-bench-trainer-", args.root_dir)
+    freeze_garbage()
 
     env = environment(args.threads, lightning=lightning_status)
     print_heading(

@@ -17,16 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmark_scripts import load_benchmark, positive
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "bench_logging.py"
 HAS = {name: importlib.util.find_spec(name) is not None for name in ("mlflow", "wandb", "lightning")}
 
 
 @pytest.fixture
-def bench(monkeypatch):
-    return load_benchmark(monkeypatch, "bench_logging")
+def bench(load_benchmark):
+    return load_benchmark("bench_logging", "logging_variants", "logging_trackers")
 
 
 def _expected_keys() -> list[str]:
@@ -44,7 +43,7 @@ def _expected_keys() -> list[str]:
 
 @pytest.mark.slow  # ~30 s: the mlflow server's start, 16 short fits, W&B's service, the read-back of 12 runs
 @pytest.mark.timeout(300)
-def test_quick_run_reports_every_variant_reads_every_run_back_and_stops_its_server(tmp_path):
+def test_quick_run_reports_every_variant_reads_every_run_back_and_stops_its_server(tmp_path, positive):
     out = tmp_path / "logging.json"
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--json", str(out)],
@@ -92,7 +91,8 @@ def test_quick_run_reports_every_variant_reads_every_run_back_and_stops_its_serv
 def test_a_real_fit_is_timed_from_its_second_epoch_and_read_back_complete(bench, tmp_path):
     """A Trainer fit with the CSVLogger: the clock spans the epochs after the first, the fit's end is timed apart,
     and the read-back finds the 5 metrics at every step; a fit with no logger trains the same weights."""
-    measurement = bench.Measurement(bench.Workload(batch_size=4, batches_per_epoch=3, seed=0), epochs=3)
+    data = bench.ClassifierData(bench.MODEL, batch_size=4, batches_per_epoch=3, seed=0)
+    measurement = bench.Measurement(data, epochs=3)
     from tracktrain.loggers import CSVLogger
 
     problems: list[str] = []
@@ -103,7 +103,7 @@ def test_a_real_fit_is_timed_from_its_second_epoch_and_read_back_complete(bench,
     for fit in fits:
         assert fit.steps == 9 and fit.timed_steps == 6 and fit.seconds > 0 and fit.tail_seconds >= 0
     assert fits[0].delivery is None and fits[1].delivery.kind == "csv"
-    assert bench.verify_deliveries(measurement, problems) == {
+    assert bench.verify_deliveries(measurement.deliveries, measurement.steps, problems) == {
         "tracktrain/csv": {"runs": 1, "complete_runs": 1, "values_per_metric": 9}}
     assert problems == []
 
@@ -111,7 +111,8 @@ def test_a_real_fit_is_timed_from_its_second_epoch_and_read_back_complete(bench,
 def test_the_read_back_reports_a_missing_value_and_an_unfinished_run(bench, tmp_path):
     from tracktrain.loggers import CSVLogger
 
-    measurement = bench.Measurement(bench.Workload(batch_size=4, batches_per_epoch=2, seed=0), epochs=2)
+    data = bench.ClassifierData(bench.MODEL, batch_size=4, batches_per_epoch=2, seed=0)
+    measurement = bench.Measurement(data, epochs=2)
     deliveries = []
     for index, (skip, status) in enumerate([(None, "FINISHED"), (3, "FINISHED"), (None, "FAILED")]):
         logger = CSVLogger(tmp_path / f"run{index}")
@@ -125,7 +126,7 @@ def test_the_read_back_reports_a_missing_value_and_an_unfinished_run(bench, tmp_
         deliveries.append(bench.tracktrain_delivery(logger))
     measurement.deliveries["tracktrain/csv"] = deliveries
     problems: list[str] = []
-    verified = bench.verify_deliveries(measurement, problems)
+    verified = bench.verify_deliveries(measurement.deliveries, measurement.steps, problems)
     assert verified == {"tracktrain/csv": {"runs": 3, "complete_runs": 1, "values_per_metric": 4}}
     assert len(problems) == 2
     assert "(fit 2 of 3): expected each of" in problems[0] and "'logit_std': 3" in problems[0]

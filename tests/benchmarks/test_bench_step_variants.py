@@ -15,22 +15,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmark_scripts import load_benchmark, positive
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "bench_step_variants.py"
 VARIANTS = ["fp32", "bf16", "fp16", "ddp"]
 
 
 @pytest.fixture
-def bench(monkeypatch):
-    return load_benchmark(monkeypatch, "bench_step_variants")
+def bench(load_benchmark):
+    return load_benchmark("bench_step_variants", "step_fits", "workloads")
 
 
 @pytest.mark.slow  # ~20 s: 24 short fits in this process, then 10 in each of 2 DDP processes
 @pytest.mark.distributed
 @pytest.mark.timeout(240)
-def test_quick_run_reports_every_variant_with_consistent_rows(tmp_path):
+def test_quick_run_reports_every_variant_with_consistent_rows(tmp_path, positive):
     out = tmp_path / "variants.json"
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--json", str(out)],
@@ -75,7 +74,7 @@ def test_quick_run_reports_every_variant_with_consistent_rows(tmp_path):
 def test_sanity_checks_catch_a_fit_that_differs_from_the_raw_loop(bench, tmp_path):
     """The checks are what makes the script exit 1: a fit that skips a batch, trains elsewhere, loses the logged
     loss or ends with another GradScaler scale is reported; the real Trainer fit is not."""
-    case = bench.Case(bench.PRECISIONS["fp16"], bench.Workload(2, seed=0), 2)
+    case = bench.Case(bench.PRECISIONS["fp16"], bench.medium_data(2, seed=0), 2)
     problems: list[str] = []
     bench.run_fit(case, "raw", str(tmp_path), 1, problems)  # the first fit of a case is the reference
     scale = case.reference.scale
@@ -86,7 +85,7 @@ def test_sanity_checks_catch_a_fit_that_differs_from_the_raw_loop(bench, tmp_pat
     assert good.steps == 4 and good.timed_steps == 2  # the first epoch is not timed
     assert case.max_weight_diff == {"raw": 0.0, "tracktrain": 0.0}
 
-    other = bench.Workload(2, seed=1)  # other initial weights
+    other = bench.medium_data(2, seed=1)  # other initial weights
     bad = bench.Fit(good.seconds, 1, 3, other.fresh_net(), logged_loss=False, scale=scale / 2)
     bench.check_fit(case, "bad", bad, problems)
     text = "\n".join(problems)
@@ -100,7 +99,7 @@ def test_sanity_checks_catch_a_fit_that_differs_from_the_raw_loop(bench, tmp_pat
 def test_the_raw_loop_and_the_trainer_time_the_same_span(bench, tmp_path):
     """Both clocks start at the second epoch and stop at the end of the run: the same steps are timed, within
     the fit, and both end on the same weights."""
-    workload = bench.Workload(3, seed=0)
+    workload = bench.medium_data(3, seed=0)
     precision = bench.PRECISIONS["bf16"]
     fits, walls = [], []
     for fitter in (bench.fit_raw, bench.fit_tracktrain):

@@ -14,15 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmark_scripts import load_benchmark, positive
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "bench_trainer_overhead.py"
 HAS_LIGHTNING = importlib.util.find_spec("lightning") is not None
 
 
 @pytest.mark.slow  # ~15 s: about 70 short fits, a third of them Lightning's
-def test_quick_run_reports_every_row_with_positive_times(tmp_path):
+def test_quick_run_reports_every_row_with_positive_times(tmp_path, positive):
     out = tmp_path / "trainer.json"
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--json", str(out)],
@@ -63,10 +62,10 @@ def test_quick_run_reports_every_row_with_positive_times(tmp_path):
             assert case["loggers"], "Lightning's defaults should have a logger"
 
 
-def test_sanity_checks_catch_a_fit_that_differs_from_the_raw_loop(tmp_path, monkeypatch):
+def test_sanity_checks_catch_a_fit_that_differs_from_the_raw_loop(tmp_path, load_benchmark):
     """The checks are what makes the script exit 1: a fit that skips batches, or trains differently, or writes
     files with everything off, or saves no checkpoint with the defaults, is reported."""
-    bench = load_benchmark(monkeypatch, "bench_trainer_overhead")
+    bench = load_benchmark("bench_trainer_overhead", "workloads")
     workload = bench.Workload((4, 8, 3), 4, 5, seed=0)
     case = bench.Case("small", "small", workload, 1, 2)
     case.reference[1] = bench.weights(bench.fit_raw(workload, 1, "", None).net)

@@ -14,17 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmark_scripts import load_benchmark, positive
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "bench_checkpoint.py"
 HAS_LIGHTNING = importlib.util.find_spec("lightning") is not None
 HAS_S3 = all(importlib.util.find_spec(name) is not None for name in ("moto", "s3fs"))
 
 
 @pytest.mark.slow  # ~20 s: about 30 short fits, a third of them Lightning's, a moto server
-def test_quick_run_reports_every_case(tmp_path):
+def test_quick_run_reports_every_case(tmp_path, positive):
     out = tmp_path / "checkpoint.json"
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--json", str(out), "--root-dir", str(tmp_path)],
@@ -72,10 +71,10 @@ def test_quick_run_reports_every_case(tmp_path):
         assert (row["load_ms"] is None) == (key[2] == "from scratch"), key
 
 
-def test_checks_catch_incomplete_stray_and_different_checkpoints(tmp_path, monkeypatch):
+def test_checks_catch_incomplete_stray_and_different_checkpoints(tmp_path, load_benchmark):
     """The checks are what makes the script exit 1: a truncated checkpoint, one whose manifest is gone, and
     tensors that differ from the reference are each reported."""
-    bench = load_benchmark(monkeypatch, "bench_checkpoint")
+    bench = load_benchmark("bench_checkpoint", "checkpoint_fits", "checkpoint_storage")
     workload = bench.Workload((8, 16, 4), 2, 8, seed=0)
     directory = tmp_path / "checkpoints"
     fit = bench.fit_tracktrain(workload, 5, str(tmp_path), str(directory), 2, async_save=True)
@@ -104,10 +103,10 @@ def test_checks_catch_incomplete_stray_and_different_checkpoints(tmp_path, monke
     assert "checkpoints of steps [] were written and load, expected [2, 4]" in text
 
 
-def test_a_save_sample_is_the_gap_and_window_beyond_the_baseline(monkeypatch):
+def test_a_save_sample_is_the_gap_and_window_beyond_the_baseline(load_benchmark):
     """The arithmetic of one sample, on made-up clock readings: steps of 10 s whose gaps are 1 s, except after
     the saving step 2, where the gap is 6 s and the write ends 8 s after the step."""
-    bench = load_benchmark(monkeypatch, "bench_checkpoint")
+    bench = load_benchmark("bench_checkpoint", "checkpoint_fits", "checkpoint_storage")
     clock = bench.StepClock(torch.nn.Linear(1, 1))
     moment = 0.0
     for step in range(1, 6):

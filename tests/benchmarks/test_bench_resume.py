@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmark_scripts import load_benchmark, positive
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "bench_resume.py"
 HAS_IGNITE = importlib.util.find_spec("ignite") is not None
 HAS_LIGHTNING = importlib.util.find_spec("lightning") is not None
@@ -24,7 +23,7 @@ HAS_TORCHDATA = importlib.util.find_spec("torchdata") is not None
 
 
 @pytest.mark.slow  # ~6 s: a 200-batch epoch trained to 90 % by each framework, then 32 short resumes
-def test_quick_run_reports_every_framework_and_point(tmp_path):
+def test_quick_run_reports_every_framework_and_point(tmp_path, positive):
     out = tmp_path / "resume.json"
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--json", str(out), "--root-dir", str(tmp_path)],
@@ -62,10 +61,10 @@ def test_quick_run_reports_every_framework_and_point(tmp_path):
     assert ours["loads"] == [batch_size]  # its first batch only: none of the 180 skipped was loaded
 
 
-def test_resume_loads_no_skipped_sample_and_the_checks_catch_what_is_not_exact(tmp_path, monkeypatch):
+def test_resume_loads_no_skipped_sample_and_the_checks_catch_what_is_not_exact(tmp_path, load_benchmark):
     """In-process, tracktrain alone: the resume at 90 % is exact and loads one batch; the verdicts tell a replayed
     epoch, another order and a wrong step apart; and a resume that loaded skipped samples is a problem."""
-    bench_module = load_benchmark(monkeypatch, "bench_resume")
+    bench_module = load_benchmark("bench_resume", "resume_frameworks")
     workload = bench_module.Workload(batches=20, batch_size=4, sample_us=0, seed=0)
     framework = bench_module.Framework(bench_module.TRACKTRAIN, bench_module.run_tracktrain,
                                        bench_module.tracktrain_checkpoint)

@@ -1,0 +1,288 @@
+"""The benchmarks' shared harness: the command line, the set-up of a timed process, the interleaved order of the
+repeats, statistics and goal verdicts, cProfile listings, markdown tables and the report's frame (heading, goal
+line, JSON file, exit status). The models, data and peers are in `workloads.py`.
+
+The scripts run as `python benchmarks/<script>.py`, which puts this folder first on sys.path, so they import this
+module as `harness`. It imports torch and tracktrain only inside the functions that need them: the import-time
+benchmark uses it too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import cProfile
+import gc
+import json
+import os
+import platform
+import pstats
+import random
+import shlex
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------------------------------------- command line
+def make_parser(
+    doc: str, *, lightning: bool = True, profile_top: int | None = None, root_dir: str | None = None,
+    stat_of: str = "the repeats",
+) -> argparse.ArgumentParser:
+    """A parser with the options every benchmark has (--quick, --threads, --stat, --seed, --json), and on request
+    --no-lightning, --profile / --profile-top (`profile_top` rows by default) and --root-dir (`root_dir`: what goes
+    there). The script adds its own options, then calls `finish_args`."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    add = parser.add_argument
+    add("--quick", action="store_true", help="small counts: a smoke test, not a measurement")
+    add("--threads", type=int, default=1, help="torch.set_num_threads for every run (default 1)")
+    add("--stat", choices=sorted(STATISTICS), default="median",
+        help=f"statistic of {stat_of} to report (default median; p25 or min resist interference from other "
+        "processes)")
+    add("--seed", type=int, default=0, help="seed of the data, the weights and the shuffled orders")
+    add("--json", metavar="PATH", help="also write all results (with every sample) to PATH")
+    if lightning:
+        add("--no-lightning", action="store_true", help="leave Lightning out")
+    if profile_top is not None:
+        add("--profile", action="store_true", help="after timing, cProfile the runs the script names")
+        add("--profile-top", type=int, default=profile_top, help=f"rows of each profile (default {profile_top})")
+    if root_dir is not None:
+        add("--root-dir", help=f"where {root_dir} go, in a temporary directory made and removed there (default: "
+            "the system's temporary directory); a tmpfs such as /dev/shm leaves the disk out")
+    return parser
+
+
+def finish_args(
+    parser: argparse.ArgumentParser, argv: list[str] | None, defaults: dict[str, tuple[int, int]],
+    positive: Sequence[str] = (), at_least_two: Sequence[str] = (), cases: Sequence[str] = (),
+) -> argparse.Namespace:
+    """Parses `argv`; an option left unset takes its (full, --quick) default from `defaults`. The options named in
+    `positive` must be ≥ 1, those in `at_least_two` ≥ 2 (their first epoch, or fit, is not timed), and with `cases`
+    every --cases item must be one of them."""
+    args = parser.parse_args(argv)
+    for name, (full, quick) in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
+    for name in positive:
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    for name in at_least_two:
+        if getattr(args, name) < 2:
+            parser.error(f"--{name.replace('_', '-')} must be at least 2 (the first is not timed), got "
+                         f"{getattr(args, name)}")
+    unknown = set(args.cases.split(",")) - set(cases) if cases else set()
+    if unknown:
+        parser.error(f"--cases: unknown case(s) {sorted(unknown)}; use {', '.join(cases)}")
+    return args
+
+
+# ------------------------------------------------------------------------------------------------- the process
+def prepare(args: argparse.Namespace) -> random.Random:
+    """The torch settings of every timed process (a fixed thread count: the intra-op pool adds no noise; no
+    denormals), and the generator of the shuffled orders."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)
+    return random.Random(args.seed)
+
+
+def temporary_root(prefix: str, parent: str | None = None) -> str:
+    """A temporary directory under `parent` (default: the system's), removed when the process exits."""
+    root = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    atexit.register(shutil.rmtree, root, True)
+    return root
+
+
+def freeze_garbage() -> None:
+    """Everything built so far (torch, the libraries, the data) lives until the end: out of the collector's sight,
+    so that the gc.collect() before each run, and any collection during one, stay cheap."""
+    gc.collect()
+    gc.freeze()
+
+
+def before_run(threads: int) -> None:
+    """Outside the timing, before every run: the thread count again (a library may have changed it), and a
+    collection now rather than inside the run."""
+    import torch
+
+    torch.set_num_threads(threads)
+    gc.collect()
+
+
+def interleaved(keys: Sequence[T], repeats: int, rng: random.Random) -> Iterator[tuple[int, T]]:
+    """(repeat, key) for `repeats` rounds that each run every key once, in an order shuffled per round by `rng`: slow
+    drifts of a shared machine then hit every variant alike."""
+    for repeat in range(repeats):
+        order = list(keys)
+        rng.shuffle(order)
+        for key in order:
+            yield repeat, key
+
+
+# -------------------------------------------------------------------------------------------------- statistics
+def quartiles(values: list[float]) -> tuple[float, float]:
+    """(first, third) quartile; a single value is both."""
+    if len(values) < 2:
+        return values[0], values[0]
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q3
+
+
+def iqr(values: list[float]) -> float:
+    """The interquartile range: differences of medians smaller than it are not meaningful."""
+    q1, q3 = quartiles(values)
+    return q3 - q1
+
+
+# --stat's choices: the figure reported for a variant, over its repeats
+STATISTICS: dict[str, Callable[[list[float]], float]] = {
+    "median": statistics.median,
+    "p25": lambda values: quartiles(values)[0],
+    "min": min,
+}
+
+
+def verdict(margin: float, noise: float) -> str:
+    """A goal's verdict from the measured margin (≥ 0: met): `yes` or `NO`, with "(within noise)" when the margin,
+    either way, is smaller than the noise, so another run may well say otherwise."""
+    goal = "yes" if margin >= 0 else "NO"
+    return goal + " (within noise)" if abs(margin) <= noise else goal
+
+
+# ---------------------------------------------------------------------------------------------------- profiles
+def print_profile(
+    profile: cProfile.Profile | pstats.Stats, title: str, top: int, sort: str = "tottime", only: str | None = None
+) -> None:
+    """`title`, then the `top` rows of the profile sorted by `sort`, only the functions whose path matches `only`
+    when given, in a code block."""
+    stats = profile if isinstance(profile, pstats.Stats) else pstats.Stats(profile, stream=sys.stdout)
+    print(f"{title}\n\n```")
+    stats.sort_stats(sort).print_stats(*([only] if only else []), top)
+    print("```")
+
+
+class ThreadProfiles:
+    """cProfile of every thread started while it is installed (e.g. the loggers' delivery threads; a child
+    process's work is not here), grouped by thread name; the calling thread is profiled apart."""
+
+    def __init__(self) -> None:
+        self.by_thread: dict[str, list[cProfile.Profile]] = {}
+
+    def __enter__(self) -> ThreadProfiles:
+        threading.setprofile(self._start)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        threading.setprofile(None)
+
+    def _start(self, frame: Any, event: str, arg: Any) -> None:
+        sys.setprofile(None)
+        profiler = cProfile.Profile()
+        name = threading.current_thread().name.rstrip("0123456789-_ ") or "thread"
+        self.by_thread.setdefault(name, []).append(profiler)
+        profiler.enable()  # from here this thread's calls are counted (enable() sets this thread's hook only)
+
+    def stats(self) -> dict[str, pstats.Stats]:
+        merged = {}
+        for name, profilers in self.by_thread.items():
+            stats = pstats.Stats(profilers[0], stream=sys.stdout)
+            for profiler in profilers[1:]:
+                stats.add(profiler)
+            merged[name] = stats
+        return merged
+
+
+# --------------------------------------------------------------------------------------------------- reporting
+def format_cell(value: float | None, signed: bool = False, *, decimals: int) -> str:
+    """A table cell: "—" for None, thousands without decimals, smaller values with `decimals` decimals."""
+    if value is None:
+        return "—"
+    if abs(value) >= 1000:
+        return f"{value:+,.0f}" if signed else f"{value:,.0f}"
+    return f"{value:+.{decimals}f}" if signed else f"{value:.{decimals}f}"
+
+
+def markdown_table(lines: list[list[str]], align: str) -> str:
+    """A markdown table: the first line is the header; `align` has one of l / r per column."""
+    rule = "|" + "|".join(":---" if side == "l" else "---:" for side in align) + "|"
+    rows = ["| " + " | ".join(line) + " |" for line in lines]
+    return "\n".join([rows[0], rule, *rows[1:]])
+
+
+def command_line() -> str:
+    """The command that is running, as it would be typed from the repository root: printed above a table so that
+    the numbers can be traced to their options."""
+    return shlex.join([os.path.relpath(sys.executable)] + sys.argv)
+
+
+def environment(torch_threads: int, **peers: str) -> dict[str, Any]:
+    """Where the numbers come from: Python, the machine, torch, tracktrain, then `peers` (library -> version or
+    why it is missing) and the torch thread count."""
+    import torch
+
+    import tracktrain
+
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "tracktrain": getattr(tracktrain, "__version__", "?"),
+        **peers,
+        "torch_threads": torch_threads,
+    }
+
+
+def print_heading(
+    title: str, env: dict[str, Any], threads: int, peers: str, repeats: str, stat: str, quick: bool
+) -> None:
+    """The report's title, then one line on what ran where: versions, `peers` (already worded), the machine,
+    `repeats` (already worded) and the statistic."""
+    print(f"# {title}\n")
+    print(
+        f"python {env['python']}, torch {env['torch']} ({threads} thread(s)), tracktrain {env['tracktrain']}, "
+        f"{peers}; {env['processor']}, {env['cpu_count']} CPUs; {repeats}, statistic: {stat}"
+        f"{' (--quick: counts too small to trust)' if quick else ''}\n"
+    )
+
+
+def goal_line(
+    goal: str, verdicts: list[tuple[str, str]], unit: str = "", unclear: str = "(within noise)",
+    unclear_label: str = "margin within noise in",
+) -> str:
+    """The goal's verdict line, `<goal>: met in M of N <unit>; NOT met in: ...; <unclear_label>: ...`, from (name,
+    verdict) pairs whose verdict starts with "yes" or "NO", or ends with `unclear`. It says that timing never fails."""
+    met = [name for name, verdict in verdicts if verdict.startswith("yes")]
+    missed = [name for name, verdict in verdicts if verdict.startswith("NO")]
+    uncertain = [name for name, verdict in verdicts if verdict.endswith(unclear)]
+    return (
+        f"\n{goal}: met in {len(met)} of {len(verdicts)}{f' {unit}' if unit else ''}"
+        + (f"; NOT met in: {', '.join(missed)}" if missed else "")
+        + (f"; {unclear_label}: {', '.join(uncertain)}" if uncertain else "")
+        + ". (Informational only: timing never fails this script.)"
+    )
+
+
+def write_json(path: str, payload: dict[str, Any]) -> None:
+    """Writes `payload` (the results with every sample) to `path` and says so."""
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(payload, handle, indent=2)
+    print(f"\nWrote {path}")
+
+
+def exit_status(problems: list[str]) -> int:
+    """0, or 1 after listing the failed sanity checks (each once) on stderr: only correctness fails a benchmark."""
+    if not problems:
+        return 0
+    print("\nSANITY CHECKS FAILED (these are correctness problems, not timing):", file=sys.stderr)
+    for problem in dict.fromkeys(problems):
+        print(f"  {problem}", file=sys.stderr)
+    return 1

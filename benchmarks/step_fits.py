@@ -1,0 +1,220 @@
+"""The fits `bench_step_variants.py` times: the hand-written loops and `Trainer.fit` of each precision in this
+process, and of DDP in the two processes `tracktrain.distributed.spawn` starts (a module of its own, so that the
+spawned processes import it by name). Each fit reads its clock from its second epoch's start to the run's end.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler
+
+from harness import before_run, freeze_garbage, interleaved
+from tracktrain.trainer import Trainer
+from workloads import LEARNING_RATE, Classifier, ClassifierData, EngineClock, weights
+
+RAW, TRACKTRAIN = "raw", "tracktrain"
+MEDIUM = (256, 512, 512, 10)
+BATCH_SIZE = 64
+WORLD_SIZE = 2
+
+
+def medium_data(batches_per_epoch: int, seed: int) -> ClassifierData:
+    """The medium MLP's initial weights and its data, the same in every process built with the same seed."""
+    return ClassifierData(MEDIUM, BATCH_SIZE, batches_per_epoch, seed)
+
+
+@dataclass
+class Fit:
+    """One fit: `seconds` and `timed_steps` from the start of its second epoch to the end of the run."""
+
+    seconds: float
+    timed_steps: int
+    steps: int
+    net: nn.Module
+    logged_loss: bool = True  # the module's self.log reached callback_metrics (the raw loop logs nothing)
+    scale: float | None = None  # the GradScaler's scale at the end (fp16)
+
+    @property
+    def us_per_step(self) -> float:
+        return self.seconds / self.timed_steps * 1e6
+
+
+def fit_raw(workload: ClassifierData, precision: Any, epochs: int, root_dir: str) -> Fit:
+    """The hand-written loop of `precision`, written out as a user would (no context manager or scaler where the
+    precision needs none). No logging."""
+    net = workload.fresh_net()
+    optimizer = torch.optim.SGD(net.parameters(), lr=LEARNING_RATE)
+    scaler = torch.amp.GradScaler("cpu") if precision.grad_scaler else None
+    dtype = precision.autocast_dtype
+    net.train()
+    steps = steps_before = 0
+    start = 0.0
+    for epoch in range(epochs):
+        if epoch == 1:
+            start, steps_before = time.perf_counter(), steps
+        if scaler is not None:
+            for x, y in workload.loader:
+                optimizer.zero_grad()
+                with torch.autocast("cpu", dtype=dtype):
+                    loss = F.cross_entropy(net(x), y)
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+                steps += 1
+        elif dtype is not None:
+            for x, y in workload.loader:
+                optimizer.zero_grad()
+                with torch.autocast("cpu", dtype=dtype):
+                    loss = F.cross_entropy(net(x), y)
+                loss.backward()
+                optimizer.step()
+                steps += 1
+        else:
+            for x, y in workload.loader:
+                optimizer.zero_grad()
+                loss = F.cross_entropy(net(x), y)
+                loss.backward()
+                optimizer.step()
+                steps += 1
+    end = time.perf_counter()
+    return Fit(end - start, steps - steps_before, steps, net, scale=scaler.get_scale() if scaler is not None else None)
+
+
+def fit_tracktrain(workload: ClassifierData, precision: Any, epochs: int, root_dir: str) -> Fit:
+    net = workload.fresh_net()
+    trainer = Trainer(
+        max_epochs=epochs, precision=precision.trainer_precision, enable_progress_bar=False,
+        enable_checkpointing=False, loggers=False, default_root_dir=root_dir, accelerator="cpu",
+    )
+    clock = EngineClock(trainer)
+    trainer.fit(Classifier(net), workload.loader)
+    scaler = trainer.model_engine.scaler
+    return Fit(clock.end - clock.start, trainer.global_step - clock.start_iteration, trainer.global_step, net,
+               "loss" in trainer.callback_metrics, scaler.get_scale() if scaler is not None else None)
+
+
+FITTERS: dict[str, Callable[[ClassifierData, Any, int, str], Fit]] = {RAW: fit_raw, TRACKTRAIN: fit_tracktrain}
+
+
+
+@dataclass(frozen=True)
+class DDPConfig:
+    """What the launched processes need (picklable: it travels to them). `batches_per_epoch` counts the whole
+    dataset's batches; each rank reads its share."""
+
+    batches_per_epoch: int
+    epochs: int
+    repeats: int
+    seed: int
+    threads: int
+    port: int  # where the processes join the group, as a hand-written script would
+    out_dir: str
+    root_dir: str
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Batches per epoch on each rank: a DistributedSampler gives each ceil(samples / ranks) samples."""
+        return math.ceil(math.ceil(self.batches_per_epoch * BATCH_SIZE / WORLD_SIZE) / BATCH_SIZE)
+
+    @property
+    def timed_steps(self) -> int:
+        return (self.epochs - 1) * self.steps_per_epoch
+
+
+def fit_raw_ddp(workload: ClassifierData, epochs: int, root_dir: str) -> Fit:
+    """The hand-written DDP loop: DistributedDataParallel, this rank's shard through a DistributedSampler (in
+    order, as the Trainer's is for a loader that does not shuffle), set_epoch each epoch. No logging."""
+    net = workload.fresh_net()
+    model = nn.parallel.DistributedDataParallel(net)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
+    sampler = DistributedSampler(workload.dataset, shuffle=False)
+    loader = DataLoader(workload.dataset, batch_size=BATCH_SIZE, sampler=sampler)
+    model.train()
+    steps = steps_before = 0
+    start = 0.0
+    for epoch in range(epochs):
+        if epoch == 1:
+            start, steps_before = time.perf_counter(), steps
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            steps += 1
+    end = time.perf_counter()
+    return Fit(end - start, steps - steps_before, steps, net)
+
+
+def fit_tracktrain_ddp(workload: ClassifierData, epochs: int, root_dir: str) -> Fit:
+    """`Trainer(strategy="ddp")` on the unsharded loader: it finds the process group running and shards the data."""
+    net = workload.fresh_net()
+    trainer = Trainer(
+        max_epochs=epochs, strategy="ddp", enable_progress_bar=False, enable_checkpointing=False, loggers=False,
+        default_root_dir=root_dir, accelerator="cpu",
+    )
+    clock = EngineClock(trainer)
+    trainer.fit(Classifier(net), workload.loader)
+    return Fit(clock.end - clock.start, trainer.global_step - clock.start_iteration, trainer.global_step, net,
+               "loss" in trainer.callback_metrics)
+
+
+DDP_FITTERS: dict[str, Callable[[ClassifierData, int, str], Fit]] = {RAW: fit_raw_ddp, TRACKTRAIN: fit_tracktrain_ddp}
+
+
+def rank_file(config: DDPConfig, rank: int) -> str:
+    return os.path.join(config.out_dir, f"rank{rank}.pt")
+
+
+def ddp_process(config: DDPConfig) -> None:
+    """One of the processes `tracktrain.distributed.spawn` starts. It joins the group as a hand-written script
+    does (gloo, 127.0.0.1, a free port; the Trainer finds it running, so its own joining, start-up only, is not
+    compared), warms each variant up with one fit, then runs `repeats` rounds of one fit of each, in an order
+    shuffled alike on every rank (they run the same collectives). Every rank writes its samples, the weights of
+    each variant's first fit and any problem to its file; rank 0's samples are the ones reported."""
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{config.port}", rank=rank,
+                            world_size=WORLD_SIZE, timeout=timedelta(minutes=5))
+    torch.set_num_threads(config.threads)
+    torch.set_flush_denormal(True)
+    workload = medium_data(config.batches_per_epoch, config.seed)
+    rng = random.Random(config.seed)
+    freeze_garbage()
+    problems: list[str] = []
+    first: dict[str, list[torch.Tensor]] = {}
+    samples: dict[str, list[float]] = {variant: [] for variant in DDP_FITTERS}
+    # the same seed on every rank: the same shuffled order, so the ranks run the same collectives
+    for repeat, variant in interleaved(list(DDP_FITTERS), config.repeats + 1, rng):  # round 0 warms up
+        before_run(config.threads)
+        dist.barrier()  # the ranks start each fit together
+        fit = DDP_FITTERS[variant](workload, config.epochs, config.root_dir)
+        where = f"[ddp] {variant} rank {rank}"
+        expected = config.epochs * config.steps_per_epoch
+        if fit.steps != expected or fit.timed_steps != config.timed_steps:
+            problems.append(f"{where}: took {fit.steps} optimizer steps ({fit.timed_steps} timed), expected "
+                            f"{expected} ({config.timed_steps} timed)")
+        if not fit.logged_loss:
+            problems.append(f"{where}: the module's self.log('loss', ...) is not in trainer.callback_metrics")
+        trained = weights(fit.net)
+        if variant not in first:
+            first[variant] = trained
+        elif not all(torch.equal(a, b) for a, b in zip(trained, first[variant])):
+            problems.append(f"{where}: the same fit ended with other weights than its first time")
+        if repeat:
+            samples[variant].append(fit.us_per_step)
+    torch.save({"samples_us": samples, "weights": first, "problems": problems, "threads": torch.get_num_threads()},
+               rank_file(config, rank))
+
+

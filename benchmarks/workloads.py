@@ -1,0 +1,175 @@
+"""What the benchmarks train and next to whom: the MLPs, a classifier's data and its initial weights, the
+`LoopModule` the Trainer benchmarks fit (and Lightning's line-for-line twin), the clock on a Trainer's train
+engine, comparisons of trained weights, and loading the peer libraries (Ignite, Lightning, ...).
+
+Imported as `workloads` by the scripts (benchmarks/ is first on sys.path); it imports torch, so the import-time
+benchmark does not use it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+import warnings
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from tracktrain import LoopModule
+
+if TYPE_CHECKING:
+    from tracktrain.trainer import Trainer
+
+LEARNING_RATE = 0.01  # every variant's SGD, the hand-written loops' included
+
+
+# ---------------------------------------------------------------------------------------------------- models
+def make_mlp(sizes: tuple[int, ...]) -> nn.Sequential:
+    """Linear layers of the given widths with ReLU between them (none after the last)."""
+    layers: list[nn.Module] = []
+    for index, (width_in, width_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        if index:
+            layers.append(nn.ReLU())
+        layers.append(nn.Linear(width_in, width_out))
+    return nn.Sequential(*layers)
+
+
+def mlp_name(sizes: tuple[int, ...]) -> str:
+    return f"MLP {'-'.join(map(str, sizes))}"
+
+
+class ClassifierData:
+    """A classifier's initial weights and one DataLoader over a synthetic in-memory TensorDataset (in order, no
+    workers), the same in every process built with the same seed. Each fit trains a fresh copy of the same weights
+    on the same batches, so every variant does exactly the same arithmetic."""
+
+    def __init__(self, sizes: tuple[int, ...], batch_size: int, batches_per_epoch: int, seed: int) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        samples = batch_size * batches_per_epoch
+        inputs = torch.randn(samples, sizes[0], generator=generator)
+        targets = torch.randint(0, sizes[-1], (samples,), generator=generator)
+        self.sizes = sizes
+        self.batch_size = batch_size
+        self.batches_per_epoch = batches_per_epoch
+        self.dataset = TensorDataset(inputs, targets)
+        self.loader = DataLoader(self.dataset, batch_size=batch_size)
+        torch.manual_seed(seed)
+        self._initial = {name: value.clone() for name, value in make_mlp(sizes).state_dict().items()}
+        self.parameters = sum(value.numel() for value in self._initial.values())
+
+    def fresh_net(self) -> nn.Sequential:
+        net = make_mlp(self.sizes)
+        net.load_state_dict(self._initial)
+        return net
+
+    def describe(self) -> str:
+        return (f"{mlp_name(self.sizes)}, cross-entropy, SGD, batch {self.batch_size}, DataLoader over a "
+                f"TensorDataset, {self.batches_per_epoch} batches/epoch")
+
+
+def weights(net: nn.Module) -> list[torch.Tensor]:
+    return [value.detach().clone() for value in net.state_dict().values()]
+
+
+def max_difference(ours: list[torch.Tensor], reference: list[torch.Tensor]) -> float:
+    return max(float((a - b).abs().max()) for a, b in zip(ours, reference))
+
+
+def weights_match(ours: list[torch.Tensor], reference: list[torch.Tensor], rtol: float = 1e-5,
+                  atol: float = 1e-7) -> bool:
+    """Within the tolerance: bit for bit with one thread (the same arithmetic in the same order); the tolerance is
+    for other thread counts and mixed precision."""
+    return all(torch.allclose(a, b, rtol=rtol, atol=atol) for a, b in zip(ours, reference))
+
+
+# ------------------------------------------------------------------------------------------ the Trainer's module
+class Classifier(LoopModule):
+    """tracktrain's module: the hand-written step, plus `self.log` of the loss."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def train_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = F.cross_entropy(self.net(x), y)
+        self.log("loss", loss)
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=LEARNING_RATE)
+
+
+def lightning_classifier_class(lightning: Any) -> type:
+    """Lightning's module, line for line the same as `Classifier` (defined once Lightning is imported)."""
+
+    class LightningClassifier(lightning.LightningModule):
+        def __init__(self, net: nn.Module) -> None:
+            super().__init__()
+            self.net = net
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            loss = F.cross_entropy(self.net(x), y)
+            self.log("loss", loss)
+            return loss
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=LEARNING_RATE)
+
+    return LightningClassifier
+
+
+class EngineClock:
+    """Handlers on a Trainer's train engine that read the clock and the iteration when the second epoch starts,
+    and the clock when the run completes. Attached before `fit`, they run before the Trainer's own handlers of each
+    event, so the Trainer's work at every epoch's start and end (the loggers' epoch-end flushes included) falls
+    inside the timed span, and the fit's end (loggers finalized) outside."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        from tracktrain.engine import Events
+
+        self.start = self.end = 0.0
+        self.start_iteration = 0
+        trainer.train_engine.add_event_handler(Events.EPOCH_STARTED, self._epoch_started)
+        trainer.train_engine.add_event_handler(Events.COMPLETED, self._completed)
+
+    def _epoch_started(self, engine: Any) -> None:
+        if engine.state.epoch == 2:
+            self.start = time.perf_counter()
+            self.start_iteration = engine.state.iteration
+
+    def _completed(self) -> None:
+        self.end = time.perf_counter()
+
+
+# ------------------------------------------------------------------------------------------------------ peers
+def silence_lightning() -> None:
+    """Keeps Lightning's info logs and warnings (GPU availability, few DataLoader workers, ...) off the console,
+    where they would come in every fit."""
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "lightning_fabric"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module=r"lightning(\..*)?")
+    warnings.filterwarnings("ignore", module=r"lightning_fabric(\..*)?")
+
+
+def load_peer(name: str, *submodules: str, skip: bool = False) -> tuple[ModuleType | None, str]:
+    """Imports the peer library `name` (and its `submodules`, e.g. "lightning.pytorch.callbacks") for a side-by-side
+    run: (the module, its version), or (None, why it is missing) when it is left out (`skip`: by its --no-<name>
+    option), not installed, or fails to import. Lightning's console noise is silenced when it loads."""
+    if skip:
+        return None, f"left out (--no-{name.split('.')[0]})"
+    try:
+        module = importlib.import_module(name)
+        for submodule in submodules:
+            importlib.import_module(submodule)
+    except Exception as error:  # not installed, or an install that fails to import
+        return None, f"not installed ({type(error).__name__}: {error})"
+    if name.split(".")[0] == "lightning":
+        silence_lightning()
+    return module, str(getattr(module, "__version__", "?"))
