@@ -12,15 +12,16 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from checkpoint_storage import Storage
+from torch import nn
+from workloads import ClassifierData, mlp_name
+
 from tracktrain import LoopModule
 from tracktrain.callbacks import ModelCheckpoint
 from tracktrain.handlers.async_saver import AsyncSaver
-from tracktrain.handlers.manifest import committed_checkpoints, manifest_name, read_checked
+from tracktrain.storage.discovery import committed_checkpoints
+from tracktrain.storage.manifest import manifest_name, read_checked
 from tracktrain.trainer import Trainer
-from workloads import ClassifierData, mlp_name
 
 TRACKTRAIN, LIGHTNING = "tracktrain", "lightning"
 LEARNING_RATE = 1e-3

@@ -102,6 +102,12 @@ _AWS_OVERRIDES = ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_SESSION_TOKEN", "AW
 
 
 @pytest.fixture(scope="session")
+def s3_secret() -> str:
+    """The secret key of the fake credentials, for tests that assert it appears nowhere."""
+    return S3_SECRET
+
+
+@pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """`http://127.0.0.1:<port>` of moto's S3 server, started once per session and stopped at its end (importing
     moto.server takes 0.3-1 s, starting and stopping its thread milliseconds and 0.5 s). Skips the test when s3fs

@@ -19,10 +19,9 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from tests.conftest import S3_SECRET
 from tracktrain import storage
 from tracktrain.redaction import redact
-from tracktrain.storage_check import check_writable
+from tracktrain.storage.check import check_writable
 
 
 @pytest.fixture
@@ -345,7 +344,7 @@ def _error_chain_text(error: BaseException) -> str:
 
 
 @pytest.mark.parametrize("wrapper", ["", "simplecache::"])  # (through a wrapper too: its makedirs would create it)
-def test_a_missing_bucket_is_reported_and_not_created(wrapper, s3_bucket, s3_admin):
+def test_a_missing_bucket_is_reported_and_not_created(wrapper, s3_bucket, s3_admin, s3_secret):
     bucket = f"tracktrain-missing-{uuid.uuid4().hex[:12]}"
     url = f"{wrapper}s3://{bucket}/runs/exp1"
     with pytest.raises(FileNotFoundError) as failure:
@@ -356,7 +355,7 @@ def test_a_missing_bucket_is_reported_and_not_created(wrapper, s3_bucket, s3_adm
         "correct its name."
     )
     assert not s3_admin.exists(bucket)
-    assert S3_SECRET not in _error_chain_text(failure.value)
+    assert s3_secret not in _error_chain_text(failure.value)
 
 
 @contextlib.contextmanager
@@ -388,7 +387,7 @@ def moto_checks_credentials(endpoint: str):
         check_after(float("inf"))
 
 
-def test_rejected_credentials_are_reported_without_the_secret(s3_bucket, s3_endpoint, monkeypatch):
+def test_rejected_credentials_are_reported_without_the_secret(s3_bucket, s3_endpoint, s3_secret, monkeypatch):
     from s3fs import S3FileSystem
 
     wrong_secret = "wrong-secret-must-not-be-shown"
@@ -403,7 +402,7 @@ def test_rejected_credentials_are_reported_without_the_secret(s3_bucket, s3_endp
         with pytest.raises(PermissionError) as failure:
             check_writable(url)
         text = _error_chain_text(failure.value)
-        assert wrong_secret not in text and S3_SECRET not in text
+        assert wrong_secret not in text and s3_secret not in text
         return failure.value
 
     with moto_checks_credentials(s3_endpoint) as (key_id, secret):
@@ -449,7 +448,7 @@ def closed_port():
         yield sock.getsockname()[1]
 
 
-def test_a_wrong_endpoint_fails_at_once(s3_bucket, closed_port, monkeypatch):
+def test_a_wrong_endpoint_fails_at_once(s3_bucket, closed_port, s3_secret, monkeypatch):
     from s3fs import S3FileSystem
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{closed_port}")
@@ -465,7 +464,7 @@ def test_a_wrong_endpoint_fails_at_once(s3_bucket, closed_port, monkeypatch):
         f'connect to the endpoint URL: "http://127.0.0.1:{closed_port}/'
     )
     assert f"Check AWS_ENDPOINT_URL (AWS_ENDPOINT_URL is http://127.0.0.1:{closed_port}) and that the server" in message
-    assert S3_SECRET not in _error_chain_text(failure.value)
+    assert s3_secret not in _error_chain_text(failure.value)
 
 
 def test_a_silent_endpoint_is_given_up_on_at_the_timeout(s3_bucket, monkeypatch):

@@ -19,10 +19,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from tracktrain import lease, storage
+from tracktrain import storage
 from tracktrain.handlers.checkpoint_state import read_checkpoint
-from tracktrain.handlers.manifest import CheckpointCorrupted, committed_checkpoints, manifest_name, parse_manifest
 from tracktrain.handlers.spool import Spool, spool_dir_for
+from tracktrain.storage import lease
+from tracktrain.storage.discovery import committed_checkpoints
+from tracktrain.storage.manifest import CheckpointCorrupted, manifest_name, parse_manifest
 
 __all__ = ["main"]
 

@@ -19,8 +19,8 @@ from tests.trainer import _resume_run as harness
 from tests.trainer._tasks import Classifier, make_loader, quiet
 from tracktrain import Callback, Trainer, storage
 from tracktrain.callbacks import ModelCheckpoint
-from tracktrain.handlers.manifest import committed_checkpoints
 from tracktrain.handlers.savers import FsspecSaver
+from tracktrain.storage.discovery import committed_checkpoints
 
 SCRIPT = Path(__file__).with_name("_retention_script.py")
 
@@ -210,9 +210,8 @@ def _fit_with_lost_deletions_then_resume_from_an_older_one(out: str) -> None:
 def test_under_ddp_every_rank_takes_the_lists_rank_zero_adopted(tmp_path):
     """Rank 0 reads the directory; rank 1 must not keep the lists of the checkpoint it loaded, or the ranks would
     take different keep-or-skip decisions at a save (which gathers from every rank)."""
-    from tracktrain.distributed import spawn
-
     from tests.trainer._ddp import load_per_rank as _load
+    from tracktrain.distributed import spawn
 
     spawn(_fit_with_lost_deletions_then_resume_from_an_older_one, 2, args=(str(tmp_path),))
     lists = _load(tmp_path, "lists")

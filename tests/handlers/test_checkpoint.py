@@ -23,8 +23,6 @@ from tracktrain.handlers import Checkpoint, DiskSaver, FsspecSaver, ModelCheckpo
 from tracktrain.handlers.checkpoint import BaseSaveHandler, CheckpointEvents
 from tracktrain.rng import get_rng_states
 
-from tests.conftest import S3_SECRET
-
 
 # ------------------------------------------------------------------------------------------------------ helpers
 class Net(nn.Module):
@@ -735,7 +733,7 @@ def test_string_save_handlers_pick_the_saver(tmp_path, memory_dir):
     assert remote.last_checkpoint == f"{memory_dir}/m_2.pt"
 
 
-def test_checkpoints_to_s3(s3_bucket):  # noqa: F811
+def test_checkpoints_to_s3(s3_bucket, s3_secret):  # noqa: F811
     url = f"{s3_bucket}/run-{uuid.uuid4().hex[:8]}"
     model = nn.Linear(2, 1)
     checkpoint = Checkpoint({"model": model, "counter": PatienceCounter()}, url, n_saved=2)
@@ -750,8 +748,8 @@ def test_checkpoints_to_s3(s3_bucket):  # noqa: F811
         FsspecSaver(url)
     # credentials come from fsspec's configuration and end up in no checkpoint, nor in the handler's state
     for name in storage.listdir(url):
-        assert S3_SECRET.encode() not in storage.read_bytes(f"{url}/{name}")
-    assert S3_SECRET not in repr(vars(checkpoint)) + repr(vars(checkpoint.save_handler))
+        assert s3_secret.encode() not in storage.read_bytes(f"{url}/{name}")
+    assert s3_secret not in repr(vars(checkpoint)) + repr(vars(checkpoint.save_handler))
 
 
 @pytest.mark.parametrize("where", ["local", "memory"])

@@ -34,9 +34,10 @@ import torch
 
 from tracktrain import storage
 from tracktrain.handlers import Checkpoint, DiskSaver
-from tracktrain.handlers.manifest import MANIFEST_SUFFIX, committed_checkpoints, remove_uncommitted
 from tracktrain.handlers.savers import CheckpointWriteError
-from tracktrain.trainer.resume import load_newest, resume_candidates
+from tracktrain.storage.discovery import committed_checkpoints, resume_candidates
+from tracktrain.storage.manifest import MANIFEST_SUFFIX, remove_uncommitted
+from tracktrain.trainer.resume import load_newest
 
 from ._commit_kill_script import objects_at, summarize
 
@@ -298,10 +299,9 @@ def test_a_saver_fsyncs_the_data_and_its_directory_before_the_manifest_and_the_m
 def test_the_trainers_checkpoints_are_fsynced_in_commit_order(tmp_path, monkeypatch):
     """The Trainer's default ModelCheckpoint (async_save: the writes happen in a background thread) commits each
     checkpoint in the same durable order."""
+    from tests.trainer._tasks import Classifier, make_loader
     from tracktrain import Trainer
     from tracktrain.callbacks import ModelCheckpoint
-
-    from tests.trainer._tasks import Classifier, make_loader
 
     directory = tmp_path / "checkpoints"
     directory.mkdir()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,15 +21,9 @@ from tests.trainer._tasks import Classifier, make_loader, quiet
 from tracktrain import Trainer, storage
 from tracktrain.callbacks import ModelCheckpoint
 from tracktrain.handlers.checkpoint import Checkpoint
-from tracktrain.handlers.manifest import (
-    CheckpointCorrupted,
-    committed_checkpoints,
-    manifest_name,
-    parse_manifest,
-    write_manifest,
-)
 from tracktrain.handlers.savers import FsspecSaver
-from tracktrain.trainer.resume import resume_candidates
+from tracktrain.storage.discovery import committed_checkpoints, resume_candidates
+from tracktrain.storage.manifest import CheckpointCorrupted, manifest_name, parse_manifest, write_manifest
 
 NEWEST = ("checkpoint_8.pt", "last_checkpoint_8.pt")  # what the template run wrote last, at step 8
 

@@ -12,7 +12,7 @@ import torch
 
 from tracktrain import Callback, Trainer
 from tracktrain.callbacks import ModelCheckpoint
-from tracktrain.handlers.manifest import CheckpointCorrupted
+from tracktrain.storage.manifest import CheckpointCorrupted
 from tracktrain.trainer.settings import ResumeMismatch
 
 from ._tasks import Classifier, checkpoint_files, make_loader, quiet

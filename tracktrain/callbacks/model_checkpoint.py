@@ -8,17 +8,19 @@ import warnings
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tracktrain import lease, storage
+from tracktrain import storage
 from tracktrain.boundary import Boundary, Decision
 from tracktrain.callbacks.base import Callback
+from tracktrain.distributed import rank_zero_value
 from tracktrain.handlers.async_saver import AsyncSaver
 from tracktrain.handlers.checkpoint import Checkpoint
-from tracktrain.handlers.manifest import committed_checkpoints, remove_uncommitted
 from tracktrain.handlers.savers import FsspecSaver, saver_for
-from tracktrain.storage_check import check_writable
 from tracktrain.handlers.spool import Spool, spool_dir_for
-from tracktrain.distributed import rank_zero_value
 from tracktrain.ranks import global_rank
+from tracktrain.storage import lease
+from tracktrain.storage.check import check_writable
+from tracktrain.storage.discovery import committed_checkpoints
+from tracktrain.storage.manifest import remove_uncommitted
 from tracktrain.trainer.arguments import check_location
 from tracktrain.trainer.monitor import monitored_value
 from tracktrain.trainer.trainer_state import summarize_checkpoint
@@ -36,7 +38,7 @@ class ModelCheckpoint(Callback):
     `Trainer(resume="auto")` or `fit(ckpt_path="last")`.
 
     Every checkpoint is committed with a manifest (sizes, SHA-256, step, epoch, tracker run ids; see
-    `tracktrain.handlers.manifest`): one that a crash cut short is never loaded. With `async_save` the training
+    `tracktrain.storage.manifest`): one that a crash cut short is never loaded. With `async_save` the training
     loop only waits for a CPU snapshot of the state; the write happens in the background, and the next save and
     the end of fit wait for it. Retention deletes a checkpoint only after the newer one is committed, and only
     files of this directory. A resumed run counts every committed checkpoint of the directory named as this
@@ -117,6 +119,11 @@ class ModelCheckpoint(Callback):
         last = self._last.last_checkpoint if self._last is not None else None
         return os.fspath(last) if last is not None else None
 
+    @property
+    def _directory(self) -> str:
+        assert self.dirpath is not None  # chosen when the fit starts (on_fit_start)
+        return self.dirpath
+
     # ------------------------------------------------------------------------------------------------- hooks
     def on_fit_start(self, trainer: Trainer, module: LoopModule) -> None:
         if self._checkpoint is None:
@@ -150,7 +157,7 @@ class ModelCheckpoint(Callback):
         refused: lease.LeaseHeld | None = None
         if global_rank() == 0:  # one writer per directory: held before anything in it is deleted or written
             try:
-                lease.acquire(self.dirpath, self)
+                lease.acquire(self._directory, self)
             except lease.LeaseHeld as error:
                 refused = error
         refused = rank_zero_value(refused)  # every rank stops, none waits in a collective for a rank 0 that did
@@ -164,7 +171,7 @@ class ModelCheckpoint(Callback):
     def _remove_what_killed_saves_left(self) -> None:
         assert self._saver is not None and self._checkpoint is not None and self._last is not None
         handlers = (self._checkpoint, self._last)
-        removed = remove_uncommitted(self.dirpath, keep=self._saver.protected,
+        removed = remove_uncommitted(self._directory, keep=self._saver.protected,
                                      owned=lambda name: any(handler.writes_filename(name) for handler in handlers))
         orphans = [name for name in removed if not name.endswith(".tmp")]
         if orphans:
@@ -181,7 +188,7 @@ class ModelCheckpoint(Callback):
         assert self._saver is not None and self._checkpoint is not None and self._last is not None
         handlers = (self._checkpoint, self._last)
         if global_rank() == 0:
-            committed, _ = committed_checkpoints(self.dirpath)  # those that are not were reported when resuming
+            committed, _ = committed_checkpoints(self._directory)  # those that are not were reported when resuming
             for handler in handlers:
                 handler.adopt(committed, keep=self._saver.protected)
         states = rank_zero_value([handler.state_dict() for handler in handlers])
@@ -193,8 +200,8 @@ class ModelCheckpoint(Callback):
         its handler saves again: what that save pushes out is deleted only once the save is committed."""
         if ckpt_path is None or self._saver is None:
             return
-        directory, _, name = ckpt_path.replace(os.sep, "/").rpartition("/")
-        if directory.rstrip("/") == os.fspath(self.dirpath).replace(os.sep, "/").rstrip("/"):
+        directory, name = storage.split(ckpt_path)
+        if directory.rstrip("/\\") == self._directory.rstrip("/\\"):
             self._saver.protected.add(name)
 
     def on_train_end(self, trainer: Trainer, module: LoopModule) -> None:
@@ -206,14 +213,15 @@ class ModelCheckpoint(Callback):
             self.wait()
             self._deliver_what_waits()
         finally:
-            lease.release(self.dirpath, self)
+            lease.release(self._directory, self)
 
     def _deliver_what_waits(self) -> None:
         """At the end of fit, one more try for checkpoints still waiting for the store; what still waits is said."""
-        spool = getattr(self._saver, "spool", None)
-        if spool is None or spool.is_empty or global_rank() != 0:
+        saver = self._saver
+        spool = getattr(saver, "spool", None)
+        if saver is None or spool is None or spool.is_empty or global_rank() != 0:
             return
-        if not spool.deliver(self._saver.write_serialized, self._saver.remove_now, force=True):
+        if not spool.deliver(saver.write_serialized, saver.remove_now, force=True):
             warnings.warn(f"The run ends with checkpoints not yet written to {self.dirpath}: {spool.behind()} They "
                           f"are kept in {spool.directory}; the next run with this checkpoint directory and root "
                           "directory delivers them before it resumes.", stacklevel=2)
@@ -250,12 +258,13 @@ class ModelCheckpoint(Callback):
         """With a monitor, every rank must take the same keep-or-skip decision (a save gathers every rank's RNG
         state: a rank that skipped it would leave the others waiting in that collective forever), but a value
         logged without sync_dist differs between ranks: rank 0's score is everyone's."""
-        if self.monitor is None:
+        monitor = self.monitor
+        if monitor is None:
             return []
         boundary, due = ((Boundary.TRAIN_STEP_END, self._due_at_step_end) if self.every_n_train_steps is not None
                          else (Boundary.TRAIN_EPOCH_END, self._due_at_epoch_end))
         return [Decision(boundary, f"ModelCheckpoint({self.monitor}) score", agree="rank_zero",
-                         propose=lambda: monitored_value(trainer.callback_metrics, self.monitor, "ModelCheckpoint"),
+                         propose=lambda: monitored_value(trainer.callback_metrics, monitor, "ModelCheckpoint"),
                          act=self._take_score, due=lambda: due(trainer))]
 
     def _take_score(self, agreed: float) -> None:

@@ -138,7 +138,7 @@ def cpu_snapshot(state: Any, copies: dict[tuple, tuple[torch.Tensor, torch.Tenso
     if isinstance(state, Mapping):
         items = [(key, cpu_snapshot(value, copies)) for key, value in state.items()]
         try:
-            rebuilt = type(state)(items)  # an OrderedDict stays one
+            rebuilt = type(state)(items)  # type: ignore[call-arg]  # an OrderedDict stays one (a Mapping may not)
         except TypeError:
             rebuilt = dict(items)
         metadata = getattr(state, "_metadata", None)

@@ -25,7 +25,6 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from tracktrain import storage
 from tracktrain.engine import Engine, EventEnum, Events
 from tracktrain.engine._signature import accepts
 from tracktrain.handlers.checkpoint_state import (
@@ -35,18 +34,19 @@ from tracktrain.handlers.checkpoint_state import (
     _is_container,
     _looks_like_objects,
     _match,
-    read_checkpoint,
     _state_of,
+    read_checkpoint,
 )
-from tracktrain.handlers.manifest import CommittedCheckpoint
 from tracktrain.handlers.savers import (
     BaseSaveHandler,
     DiskSaver,
     FsspecSaver,
-    _is_plain_name,
     _make_save_handler,
     saver_for,
 )
+from tracktrain.number_checks import is_real
+from tracktrain.storage.discovery import CommittedCheckpoint, newest_named
+from tracktrain.storage.manifest import is_plain_name
 
 __all__ = ["BaseSaveHandler", "Checkpoint", "CheckpointEvents", "DiskSaver", "FsspecSaver", "ModelCheckpoint"]
 
@@ -296,7 +296,7 @@ class Checkpoint:
             if checkpoint.data_filename in known:
                 continue
             priority = checkpoint.manifest["metadata"].get("priority")
-            if not isinstance(priority, numbers.Real) or isinstance(priority, bool):
+            if not is_real(priority) or isinstance(priority, bool):
                 warnings.warn(
                     f"Checkpoint {checkpoint.url} records no priority in its manifest, so retention cannot rank it "
                     "and leaves it alone; delete it yourself if it is not wanted.", stacklevel=2,
@@ -401,11 +401,11 @@ class Checkpoint:
         items = []
         for entry in state_dict["_saved"]:
             if not (
-                isinstance(entry, Sequence) and len(entry) == 2 and isinstance(entry[0], numbers.Number)
+                isinstance(entry, Sequence) and len(entry) == 2 and is_real(entry[0])
                 and isinstance(entry[1], str)
             ):
                 raise ValueError(f"Each entry of state_dict['_saved'] must be (priority, filename), got {entry!r}.")
-            if not _is_plain_name(entry[1]):
+            if not is_plain_name(entry[1]):
                 raise ValueError(
                     f"state_dict['_saved'] names the file {entry[1]!r}, which is not a plain file name in the save "
                     "directory (it is absolute, or has a path separator or '..'); retention would delete it. Pass "
@@ -479,7 +479,7 @@ class Checkpoint:
                 "Load only the objects it holds, or pass strict=False to skip the missing ones."
             )
         _check_fits(plan, source, strict)
-        for key_path, obj, state in plan:
+        for _key_path, obj, state in plan:
             if isinstance(obj, Checkpoint) and isinstance(state, Mapping) and "_saved" in state:
                 Checkpoint._items_of(state)  # refused here rather than after other objects were loaded
         if missing:
@@ -520,21 +520,12 @@ class Checkpoint:
         single objects saved under names with "_" (such as "lr_scheduler"): save several objects together, or
         pass the file to `load_objects` yourself. When several handlers save into the same directory, give
         each a prefix and pass it here.
+
+        Complete: where the savers keep manifests (`manifest=True`), only committed checkpoints count, as for
+        `Trainer(resume="auto")` (see `tracktrain.storage.discovery`, the one search for the newest checkpoint).
         """
         lead = re.escape(f"{filename_prefix}_") if filename_prefix else ""
-        named = re.compile(rf"{lead}[^_=/\\]+_(\d+)\.pt")
-        try:
-            names = storage.listdir(dirname)
-        except FileNotFoundError:
-            return None
-        steps = {}
-        for name in names:
-            match = named.fullmatch(name)
-            if match is not None:
-                steps[name] = int(match.group(1))
-        if not steps:
-            return None
-        return storage.join(dirname, max(steps, key=lambda name: steps[name]))
+        return newest_named(dirname, re.compile(rf"{lead}[^_=/\\]+_(\d+)\.pt"))
 
 
 class ModelCheckpoint(Checkpoint):
@@ -584,7 +575,7 @@ class ModelCheckpoint(Checkpoint):
             save_on_rank=save_on_rank,
         )
 
-    def __call__(self, engine: Engine, to_save: Mapping) -> None:  # type: ignore[override]
+    def __call__(self, engine: Engine, to_save: Mapping) -> None:
         if not isinstance(to_save, Mapping) or len(to_save) == 0:
             raise RuntimeError(f"No objects to checkpoint found: pass a non-empty dict of objects, got {to_save!r}.")
         _check_objects(to_save, "state_dict", "to_save")

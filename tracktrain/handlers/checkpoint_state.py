@@ -3,8 +3,8 @@ objects to load, checked in full before anything is applied."""
 
 from __future__ import annotations
 
-import io
 import errno
+import io
 import os
 import pickle
 from collections.abc import Mapping, Sequence
@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tracktrain.handlers.manifest import CheckpointCorrupted, read_checked
+from tracktrain.storage.manifest import CheckpointCorrupted, read_checked
 
 _WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
 
@@ -89,6 +89,7 @@ def _check_fits(plan: list, source: str, strict: bool) -> None:
     for key_path, obj, state in plan:
         if isinstance(obj, _WRAPPERS):
             obj = obj.module
+        error: type[Exception]
         if isinstance(obj, nn.Module):
             problem, error = _module_misfit(obj, state, strict), RuntimeError
         elif isinstance(obj, torch.optim.Optimizer):
@@ -118,7 +119,8 @@ def _module_misfit(module: nn.Module, state: Any, strict: bool) -> str | None:
         mine = current.get(key)
         if not (isinstance(value, torch.Tensor) and isinstance(mine, torch.Tensor)):
             continue
-        if isinstance(mine, nn.parameter.UninitializedTensorMixin):  # lazy modules take any shape
+        # lazy modules take any shape (torch does not export the mixin's name)
+        if isinstance(mine, nn.parameter.UninitializedTensorMixin):  # type: ignore[attr-defined]
             continue
         if mine.dim() == 0 and tuple(value.shape) == (1,):  # torch loads a 1-element tensor into a scalar
             continue

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import numbers
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -11,6 +10,7 @@ from typing import Any, Literal
 
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events
+from tracktrain.number_checks import is_integral, is_real
 
 __all__ = ["EarlyStopping"]
 
@@ -87,7 +87,7 @@ class EarlyStopping:
                 f"Argument score_function should be a function: score_function(engine) -> float, "
                 f"got {score_function!r}."
             )
-        if not isinstance(patience, numbers.Integral) or isinstance(patience, bool):
+        if not is_integral(patience) or isinstance(patience, bool):
             raise TypeError(f"Argument patience should be positive integer: got {patience!r}.")
         if patience < 1:
             raise ValueError(
@@ -107,7 +107,7 @@ class EarlyStopping:
         if cumulative_delta is not None:
             _warn_deprecated("cumulative_delta", "cumulative")
             cumulative = cumulative_delta
-        if not isinstance(threshold, numbers.Real) or threshold < 0.0:
+        if not is_real(threshold) or threshold < 0.0:
             raise ValueError(
                 f"Argument threshold should not be a negative number: it is the smallest gain that counts, got "
                 f"{threshold!r}; for a score where lower is better, pass mode='min'."
@@ -196,7 +196,7 @@ class EarlyStopping:
                     "pass the dict returned by EarlyStopping.state_dict()."
                 )
         counter = state_dict["counter"]
-        if not isinstance(counter, numbers.Integral) or counter < 0:
+        if not is_integral(counter) or counter < 0:
             raise ValueError(f"state_dict['counter'] must be an integer >= 0, got {counter!r}.")
         self.counter = int(counter)
         self.best_score = state_dict["best_score"]

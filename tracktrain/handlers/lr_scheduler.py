@@ -6,6 +6,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+from torch import Tensor
 from torch.optim.lr_scheduler import LRScheduler as TorchLRScheduler
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
@@ -87,8 +88,9 @@ class LRScheduler:
             )
         self._event_checked = True
 
-    def get_param(self) -> float | list[float]:
-        """The learning rate(s) the next iteration will use: one value, or one per param group."""
+    def get_param(self) -> float | Tensor | list[float | Tensor]:
+        """The learning rate(s) the next iteration will use: one value, or one per param group (a tensor where
+        the optimizer was given a tensor learning rate)."""
         lrs = self.lr_scheduler.get_last_lr()
         return lrs[0] if len(lrs) == 1 else list(lrs)
 

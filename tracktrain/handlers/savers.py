@@ -1,4 +1,7 @@
-"""Where checkpoints go: save handlers over `tracktrain.storage` (one code path for every fsspec URL)."""
+"""Where checkpoints go: save handlers over `tracktrain.storage` (one code path for every fsspec URL).
+
+Only the rank `save_on_rank` writes and deletes, as `tracktrain.ranks` tells the rank: from the process group, or
+before it exists from torchrun's RANK, so that no other rank of a starting run creates or checks the directory."""
 
 from __future__ import annotations
 
@@ -16,9 +19,10 @@ import torch
 
 from tracktrain import storage
 from tracktrain.dist_logger import get_dist_logger
-from tracktrain.handlers.manifest import _is_plain_name, manifest_name, remove_checkpoint, write_manifest
 from tracktrain.handlers.spool import Spool, spool_dir_for
-from tracktrain.storage_check import is_unreachable
+from tracktrain.ranks import global_rank
+from tracktrain.storage.check import is_unreachable
+from tracktrain.storage.manifest import is_plain_name, manifest_name, remove_checkpoint, write_manifest
 
 __all__ = ["BaseSaveHandler", "CheckpointWriteError", "DiskSaver", "FsspecSaver", "deliver_left_over"]
 
@@ -28,8 +32,12 @@ class CheckpointWriteError(OSError):
     it is left, and the checkpoints written before are untouched. The message names the file, the directory, the
     space left there (on a local disk) and what to do; `errno` is the original error's."""
 
+    reason: str
+    directory: str
+    size: int
+
     def __init__(self, error: OSError, filename: str, directory: str, size: int, when: str = "") -> None:
-        reason = error.strerror or str(error) or type(error).__name__
+        reason: str = error.strerror or str(error) or type(error).__name__
         if isinstance(error, CheckpointWriteError):
             reason = error.reason
         free = _free_space(directory)
@@ -83,7 +91,7 @@ class FsspecSaver(BaseSaveHandler):
             checkpoints with an old run's). Pass False to resume into it.
         save_on_rank: in a torch.distributed run, the only rank that writes and deletes.
         manifest: after each file, write its manifest (size, SHA-256, `summarize(checkpoint)`), which makes it a
-            committed checkpoint (see `tracktrain.handlers.manifest`); `remove` then deletes the manifest first.
+            committed checkpoint (see `tracktrain.storage.manifest`); `remove` then deletes the manifest first.
         summarize: `checkpoint -> dict` of JSON values for the manifest's summary (step, epoch, run ids).
         spool: where checkpoints wait while the store does not answer, so that training goes on (see
             `tracktrain.handlers.spool`); None: a save the store does not take fails.
@@ -113,7 +121,7 @@ class FsspecSaver(BaseSaveHandler):
         self._summarize = summarize
         self.protected: set[str] = set()
         self.kwargs = kwargs
-        if _rank() == save_on_rank:
+        if global_rank() == save_on_rank:
             self._check_and_setup(create_dir, require_empty)
 
     def _check_and_setup(self, create_dir: bool, require_empty: bool) -> None:
@@ -139,7 +147,7 @@ class FsspecSaver(BaseSaveHandler):
         return storage.join(self.url, _check_plain_name(filename))
 
     def __call__(self, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None:
-        if _rank() != self.save_on_rank:
+        if global_rank() != self.save_on_rank:
             return
         data, summary = self.serialize(checkpoint)
         if self.spool is None:
@@ -193,7 +201,7 @@ class FsspecSaver(BaseSaveHandler):
             raise CheckpointWriteError(error, filename, self.url, len(data)) from error
 
     def remove(self, filename: str) -> None:
-        if _rank() != self.save_on_rank or filename in self.protected:
+        if global_rank() != self.save_on_rank or filename in self.protected:
             return
         if self.spool is None:
             self.remove_now(filename)
@@ -232,14 +240,13 @@ class DiskSaver(FsspecSaver):
         summarize: Callable[[Mapping], Mapping[str, Any]] | None = None,
         **kwargs: Any,
     ) -> None:
-        if not storage.is_local(dirname):
+        local = storage.local_path(dirname)  # a file:// URL as its path
+        if local is None:
             raise ValueError(
                 f"DiskSaver writes to a local directory, got the URL {os.fspath(dirname)!r}. Use "
                 "FsspecSaver(url) for other storage, or pass the URL to Checkpoint as save_handler."
             )
-        if "://" in os.fspath(dirname):  # file://...
-            dirname = storage.open_filesystem(dirname)[1]
-        self.dirname = Path(dirname).expanduser()
+        self.dirname = Path(local).expanduser()
         super().__init__(self.dirname, atomic, create_dir, require_empty, save_on_rank, manifest, summarize, **kwargs)
 
     def path_of(self, filename: str) -> Path:
@@ -249,18 +256,13 @@ class DiskSaver(FsspecSaver):
 def _check_plain_name(filename: str) -> str:
     """`filename` itself if it is a plain name; ValueError otherwise, since savers write and delete what it
     names."""
-    if not _is_plain_name(filename):
+    if not is_plain_name(filename):
         raise ValueError(
             f"Checkpoint file name {filename!r} is not a plain file name: savers only write and delete files "
             "directly inside their directory. Use a name without '/', '..' or a leading root (check "
             "filename_prefix and filename_pattern)."
         )
     return filename
-
-
-def _rank() -> int:
-    distributed = torch.distributed
-    return distributed.get_rank() if distributed.is_available() and distributed.is_initialized() else 0
 
 
 def saver_for(dirname: str | os.PathLike, **kwargs: Any) -> FsspecSaver:

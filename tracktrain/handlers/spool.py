@@ -13,7 +13,7 @@ megabytes and the oldest step at each later one, and a line when everything is d
 A run that ends, or is killed, with checkpoints waiting leaves them in the spool: the next run with the same
 checkpoint directory and root delivers them before it looks for a checkpoint to resume from (`savers.deliver_left_over`).
 
-Only errors that say the store did not answer (`storage_check.is_unreachable`) are spooled: an answer that refuses
+Only errors that say the store did not answer (`tracktrain.storage.check.is_unreachable`) are spooled: an answer that refuses
 (credentials, a missing bucket) or a local fault is the user's to fix, and fails the save as before.
 """
 

@@ -1,23 +1,24 @@
 """Which checkpoint a fit resumes from: `Trainer(resume="auto")`, `fit(ckpt_path="last")`, or a named file.
 
-The newest committed checkpoint under the run's checkpoint directories is loaded: the one with the highest step
-its manifest records (see `tracktrain.handlers.manifest`), never chosen by file name. An incomplete one (no
-manifest: the writer was killed) is never considered; one whose manifest is not valid (a field missing, of the
-wrong type or out of range), or whose files do not match it, is skipped with a warning naming the file and what is
-wrong, for the next newest. A checkpoint named explicitly is loaded or refused with that message.
+The newest committed checkpoint under the run's checkpoint directories is loaded, as
+`tracktrain.storage.discovery.resume_candidates` finds them: the one with the highest step its manifest records,
+never chosen by file name. An incomplete one (no manifest: the writer was killed) is never considered; one whose
+manifest is not valid (a field missing, of the wrong type or out of range), or whose files do not match it, is
+skipped with a warning naming the file and what is wrong, for the next newest. A checkpoint named explicitly is
+loaded or refused with that message.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-from tracktrain.handlers.manifest import CheckpointCorrupted, CommittedCheckpoint, committed_checkpoints
-from tracktrain.storage_check import raise_storage_failure
+from tracktrain.storage.discovery import CommittedCheckpoint
+from tracktrain.storage.manifest import CheckpointCorrupted
 
-__all__ = ["RESUME_CHOICES", "check_resume", "resume_candidates", "load_newest"]
+__all__ = ["RESUME_CHOICES", "check_resume", "load_newest"]
 
 RESUME_CHOICES = ("auto", "last")
 
@@ -36,22 +37,6 @@ def check_resume(resume: Any) -> str | None:
     )
 
 
-def resume_candidates(directories: Iterable[str]) -> list[CommittedCheckpoint]:
-    """The committed checkpoints of all `directories`, newest first; those that are not (incomplete, or with a
-    manifest that is not valid) are reported in a warning each and left out."""
-    found: list[CommittedCheckpoint] = []
-    for directory in dict.fromkeys(directories):
-        try:
-            checkpoints, problems = committed_checkpoints(directory)
-        except Exception as error:  # noqa: BLE001 - a store that is down, misconfigured or refuses: said clearly
-            raise_storage_failure(directory, "listing its checkpoints", error, action="resume from")
-        for problem in problems:
-            warnings.warn(f"Skipping a checkpoint that is not committed: {problem}", stacklevel=3)
-        found += checkpoints
-    found.sort(key=lambda checkpoint: checkpoint.order, reverse=True)
-    return found
-
-
 def load_newest(candidates: list[CommittedCheckpoint], load: Callable[[str], None]) -> str | None:
     """`load(url)` the newest candidate that loads; those that turn out corrupted are skipped with a warning.
     Returns the URL loaded, or None when there was none to load."""
@@ -63,4 +48,3 @@ def load_newest(candidates: list[CommittedCheckpoint], load: Callable[[str], Non
             continue
         return candidate.url
     return None
-

@@ -39,19 +39,15 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import datetime
-import json
-import math
 import os
-import socket
 import threading
 import time
 import uuid
 import warnings
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from dataclasses import replace
 
-from tracktrain import storage
+from tracktrain import storage  # its public names, so a replaced one (a test's outage) reaches the lease too
+from tracktrain.storage.lease_record import LeaseRecord, is_finite, stale_reason, this_machine
 
 __all__ = [
     "HEARTBEAT_INTERVAL", "LEASE_NAME", "Lease", "LeaseHeld", "LeaseRecord", "LeaseWarning", "STALE_AFTER_BEATS",
@@ -59,7 +55,6 @@ __all__ = [
 ]
 
 LEASE_NAME = ".tracktrain-lease.json"  # hidden: checkpoint listings and retention skip it
-FORMAT = "tracktrain-lease/1"
 HEARTBEAT_INTERVAL = 30.0  # seconds between heartbeats, unless `acquire` is given another
 STALE_AFTER_BEATS = 4  # a lease whose last heartbeat is this many intervals old is stale
 SETTLE_LOCAL = 0.2  # seconds between writing a lease and reading it back: longer than a rival's read-to-write
@@ -77,51 +72,6 @@ class LeaseHeld(RuntimeError):
 
 class LeaseWarning(UserWarning):
     """A lease taken over from a stale holder, lost to another, or whose heartbeat cannot be written."""
-
-
-@dataclass(frozen=True)
-class LeaseRecord:
-    """What a lease file holds."""
-
-    holder: str  # random, one per process
-    host: str
-    pid: int
-    boot_id: str | None  # Linux: this boot of the machine
-    pid_namespace: str | None  # Linux: the namespace the pid is in (containers have their own)
-    started: float
-    heartbeat: float
-    stale_after: float
-
-    def to_bytes(self) -> bytes:
-        return json.dumps({"format": FORMAT, **asdict(self)}, indent=1, sort_keys=True).encode()
-
-    @classmethod
-    def parse(cls, data: bytes) -> LeaseRecord:
-        """The record in `data`; ValueError naming the field that is not as `to_bytes` writes it."""
-        try:
-            fields = json.loads(data)
-        except (ValueError, RecursionError) as error:
-            raise ValueError(f"not JSON ({error})") from None
-        if not isinstance(fields, dict) or fields.get("format") != FORMAT:
-            raise ValueError(f"not a {FORMAT} lease")
-        checks = {
-            "holder": lambda v: isinstance(v, str) and v != "",
-            "host": lambda v: isinstance(v, str),
-            "pid": lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,  # os.kill(0 or -1) is no pid
-            "boot_id": lambda v: v is None or isinstance(v, str),
-            "pid_namespace": lambda v: v is None or isinstance(v, str),
-            "started": _is_finite,
-            "heartbeat": _is_finite,
-            "stale_after": lambda v: _is_finite(v) and v > 0,
-        }
-        for name, check in checks.items():
-            if not check(fields.get(name)):
-                raise ValueError(f"field {name!r} is {fields.get(name)!r}")
-        return cls(**{name: fields[name] for name in checks})
-
-    def describe(self, now: float) -> str:
-        return (f"pid {self.pid} on host {self.host} (started {_utc(self.started)}, last heartbeat "
-                f"{now - self.heartbeat:.0f} s ago)")
 
 
 class Lease:
@@ -209,7 +159,7 @@ def acquire(directory: str | os.PathLike, user: object, *, heartbeat_interval: f
         `SETTLE_LOCAL` on local disks, `SETTLE_REMOTE` elsewhere).
     """
     interval = HEARTBEAT_INTERVAL if heartbeat_interval is None else heartbeat_interval
-    if not (_is_finite(interval) and interval > 0):
+    if not (is_finite(interval) and interval > 0):
         raise ValueError(f"heartbeat_interval must be a positive number of seconds, got {heartbeat_interval!r}.")
     key = _key(directory)
     with _LOCK:
@@ -256,7 +206,7 @@ def _take(url: str, interval: float, settle: float | None) -> Lease:
                 pass  # an object store: write, then read back
         reason = None
         if current is not None and current.holder != mine.holder:
-            reason = _stale_reason(current, now)
+            reason = stale_reason(current, now)
             if reason is None:
                 raise LeaseHeld(_held_message(url, current, now), current, url)
         storage.write_bytes_atomic(url, mine.to_bytes())
@@ -292,27 +242,15 @@ def status(directory: str | os.PathLike) -> str:
     if record is None:
         return "no run is writing here"
     now = time.time()
-    stale = _stale_reason(record, now)
+    stale = stale_reason(record, now)
     if stale is not None:
         return f"left by {record.describe(now)}, which is gone ({stale})"
     return f"being written by {record.describe(now)}"
 
 
-def _stale_reason(record: LeaseRecord, now: float) -> str | None:
-    """Why the lease of another holder is stale, or None when its holder may be alive."""
-    if (record.host, record.boot_id, record.pid_namespace) == _machine():
-        if record.pid == os.getpid():  # pids are unique among live processes: that one is gone, this one reused it
-            return f"its pid {record.pid} is now this process's"
-        if _pid_alive(record.pid) is False:
-            return f"process {record.pid} is no longer running on this host"
-    if now - record.heartbeat > record.stale_after:
-        return f"its last heartbeat is more than {record.stale_after:g} s old"
-    return None
-
-
 def _held_message(url: str, record: LeaseRecord, now: float) -> str:
     directory = url[: -len(LEASE_NAME)].rstrip("/" + os.sep)
-    if (record.host, record.boot_id, record.pid_namespace) == _machine():
+    if (record.host, record.boot_id, record.pid_namespace) == this_machine():
         why = "that process is running"
     else:
         why = (f"it counts as gone once its heartbeat is more than {record.stale_after:g} s old, in about "
@@ -342,54 +280,15 @@ def _read(url: str) -> LeaseRecord | None:
 
 
 def _new_record(now: float, interval: float) -> LeaseRecord:
-    host, boot_id, pid_namespace = _machine()
+    host, boot_id, pid_namespace = this_machine()
     return LeaseRecord(holder=_HOLDER, host=host, pid=os.getpid(), boot_id=boot_id, pid_namespace=pid_namespace,
                        started=now, heartbeat=now, stale_after=STALE_AFTER_BEATS * interval)
-
-
-def _machine() -> tuple[str, str | None, str | None]:
-    """What makes a pid meaningful: the host's name, this boot of it, and the pid namespace (Linux: else None)."""
-    boot_id = None
-    with contextlib.suppress(OSError):
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot_id = f.read().strip()
-    namespace = None
-    with contextlib.suppress(OSError, AttributeError):
-        namespace = os.readlink("/proc/self/ns/pid")
-    return socket.gethostname(), boot_id, namespace
-
-
-def _pid_alive(pid: int) -> bool | None:
-    """Whether process `pid` of this machine is running; None when that cannot be told (not POSIX)."""
-    if os.name != "posix":
-        return None  # on Windows os.kill terminates the process instead of probing it
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    except OSError:
-        return None
-    # a zombie (killed, not yet reaped by its parent) keeps its pid but runs no more
-    with contextlib.suppress(OSError, IndexError):
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    return True
 
 
 def _key(directory: str | os.PathLike) -> str:
     """One name per directory, however it is spelled (`/a/b`, `file:///a/b/`)."""
     fs, path = storage.open_filesystem(directory)
     return fs.unstrip_protocol(path.rstrip("/") or "/")
-
-
-def _is_finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _utc(seconds: float) -> str:
-    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 _HOLDER = uuid.uuid4().hex

@@ -1,4 +1,6 @@
-"""`check_writable`: before a run writes anything, prove that it can, or fail with the cause and the fix."""
+"""Storage that fails says why: `check_writable` proves, before a run writes anything, that it can (or fails with
+the cause and the fix); `storage_failure` turns a failed call into such an error; `is_unreachable` tells a store
+that did not answer from one that refused."""
 
 from __future__ import annotations
 
@@ -7,23 +9,25 @@ import errno
 import os
 import time
 import uuid
+from typing import Any, NoReturn
 
 from fsspec import AbstractFileSystem
 from fsspec.asyn import AsyncFileSystem, sync
 from fsspec.implementations.local import LocalFileSystem
 
 from tracktrain.redaction import is_secret_free, redact
-from tracktrain.storage import (
+from tracktrain.storage.filesystems import (
     ATTEMPTS_VARIABLE,
     CONNECT_TIMEOUT_VARIABLE,
     OBJECT_STORE_PROTOCOLS,
     READ_TIMEOUT_VARIABLE,
+    innermost,
     open_filesystem,
     protocols_of,
     storage_timeouts,
 )
 
-__all__ = ["check_writable", "is_unreachable", "raise_storage_failure", "storage_failure"]
+__all__ = ["PROBE_PREFIX", "check_writable", "is_unreachable", "raise_storage_failure", "storage_failure"]
 
 PROBE_PREFIX = ".tracktrain-write-probe-"  # + 12 hex digits; one a kill left is removed by the next run's checkpointer
 
@@ -51,7 +55,7 @@ def check_writable(url: str | os.PathLike, *, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     step, written = "creating the directory", False
     try:
-        if not protocols_of(_innermost(fs)) & OBJECT_STORE_PROTOCOLS:  # there makedirs would create the bucket
+        if not protocols_of(innermost(fs)) & OBJECT_STORE_PROTOCOLS:  # there makedirs would create the bucket
             _call_before(deadline, fs, "makedirs", path, exist_ok=True)
         step = "writing a probe file"
         _call_before(deadline, fs, "pipe_file", probe, payload)
@@ -72,7 +76,7 @@ def check_writable(url: str | os.PathLike, *, timeout: float = 30.0) -> None:
         ))
 
 
-def _call_before(deadline: float, fs: AbstractFileSystem, method: str, *args, **kwargs):
+def _call_before(deadline: float, fs: AbstractFileSystem, method: str, *args: Any, **kwargs: Any) -> Any:
     """`fs.<method>(*args, **kwargs)`; on an asyncio file system, cancelled by fsspec when `deadline` passes."""
     remaining = deadline - time.monotonic()
     if remaining <= 0:
@@ -147,13 +151,6 @@ _FIXES = {
 _PROVIDERS = {"s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "az": "az", "abfs": "az", "abfss": "az"}
 
 
-def _innermost(fs: AbstractFileSystem) -> AbstractFileSystem:
-    """The file system that a wrapper (`simplecache::`, `dir::`, ...) ultimately reads and writes."""
-    while isinstance(getattr(fs, "fs", None), AbstractFileSystem):
-        fs = fs.fs
-    return fs
-
-
 def storage_failure(url: str | os.PathLike, step: str, error: Exception, action: str = "read") -> OSError:
     """The error to raise, chained to `error`, when a storage call under `url` failed while `step` ("listing the
     checkpoints"): of the kind of failure (TimeoutError, ConnectionError, PermissionError, FileNotFoundError for a
@@ -166,7 +163,7 @@ def storage_failure(url: str | os.PathLike, step: str, error: Exception, action:
     return _failure(os.fspath(url), fs, path, step, error, tried, action)
 
 
-def raise_storage_failure(url: str | os.PathLike, step: str, error: Exception, action: str = "read"):
+def raise_storage_failure(url: str | os.PathLike, step: str, error: Exception, action: str = "read") -> NoReturn:
     """Raise `storage_failure(...)`, chained to `error` unless `error` would show a secret."""
     fs, _ = open_filesystem(url)
     raise storage_failure(url, step, error, action) from (error if is_secret_free(error, fs) else None)
@@ -174,12 +171,13 @@ def raise_storage_failure(url: str | os.PathLike, step: str, error: Exception, a
 
 def _failure(url: str, fs: AbstractFileSystem, path: str, step: str, error: Exception, timed_out: str,
              action: str) -> OSError:
-    target = _innermost(fs)
+    target = innermost(fs)
     protocol = next((p for p in sorted(protocols_of(target)) if p in _PROVIDERS), sorted(protocols_of(target))[0])
     fixes = _FIXES[_PROVIDERS.get(protocol)]
     context = {"bucket": path.split("/", 1)[0], "protocol": protocol, "endpoint": _s3_endpoint(target)}
     names = {cls.__name__ for cls in type(error).__mro__}
     local = isinstance(target, LocalFileSystem)
+    kind: type[OSError]
     if names & _TIMEOUT_ERRORS:  # before connections: botocore's ConnectTimeoutError is both
         kind, fix = TimeoutError, f"{timed_out} " + fixes["endpoint"]
     elif names & _CONNECTION_ERRORS:
@@ -208,6 +206,3 @@ def _s3_endpoint(fs: AbstractFileSystem) -> str:
             return f"{variable} is {os.environ[variable]}"
     return "unset: AWS's endpoint for the region is used"
 
-
-# Names of variables and storage options whose values are secrets (AWS_SECRET_ACCESS_KEY, HF_TOKEN, s3fs's
-# `key`/`secret`, AZURE_STORAGE_CONNECTION_STRING, ...).

@@ -11,6 +11,8 @@ SHA-256, and a summary of the run at that point (global step, epoch, iteration, 
 - a manifest is trusted only once every field has been checked (`parse_manifest`, the one place that reads one):
   one edited by hand, written by another version, or damaged in a way that still parses as JSON counts as not
   committed, and is refused with a message naming the manifest, the field, its value and what it should be.
+
+Which checkpoints of a directory are committed, and which is the newest: `tracktrain.storage.discovery`.
 """
 
 from __future__ import annotations
@@ -24,22 +26,22 @@ import re
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from tracktrain import storage
-from tracktrain.storage_check import PROBE_PREFIX
+from tracktrain import storage  # its public names, so a replaced one (a test's full disk) reaches the manifest too
+from tracktrain.storage.check import PROBE_PREFIX
+from tracktrain.storage.url import split
 
 __all__ = [
     "MANIFEST_SUFFIX",
     "CheckpointCorrupted",
-    "CommittedCheckpoint",
-    "committed_checkpoints",
+    "is_plain_name",
     "manifest_name",
     "parse_manifest",
     "read_checked",
     "remove_checkpoint",
     "remove_uncommitted",
+    "size_mismatch",
     "write_manifest",
 ]
 
@@ -87,75 +89,20 @@ def write_manifest(directory: str, files: Mapping[str, bytes | bytearray | memor
     storage.write_bytes_atomic(url, text)
 
 
-@dataclass
-class CommittedCheckpoint:
-    """A checkpoint whose manifest exists and is valid, as listed (sizes checked against the listing; checksums on
-    read). `manifest` is what `parse_manifest` returned, every field checked: `order` relies on their types."""
-
-    directory: str
-    data_filename: str
-    manifest: dict[str, Any] = field(repr=False)
-
-    @property
-    def url(self) -> str:
-        """The data file, as `Checkpoint.load_objects` and `fit(ckpt_path=...)` take it."""
-        return storage.join(self.directory, self.data_filename)
-
-    @property
-    def summary(self) -> dict[str, Any]:
-        return self.manifest["summary"]
-
-    @property
-    def order(self) -> tuple[int, int, float]:
-        """Newer sorts higher: by global step, then engine iteration, then creation time."""
-        summary = self.summary
-        return summary.get("global_step", -1), summary.get("iteration", -1), self.manifest["created"]
-
-
-def committed_checkpoints(directory: str | os.PathLike) -> tuple[list[CommittedCheckpoint], list[str]]:
-    """The committed checkpoints in `directory`, newest first (by the step their manifests record, never by file
-    name), and one line per checkpoint that is not: a manifest that cannot be read or is not valid (see
-    `parse_manifest`), or whose files are missing or of the wrong size. A missing directory has none.
-    """
-    directory = os.fspath(directory)
-    try:
-        sizes = _file_sizes(directory)
-    except FileNotFoundError:
-        return [], []
-    found: list[CommittedCheckpoint] = []
-    problems: list[str] = []
-    for name in sorted(sizes):
-        if not name.endswith(MANIFEST_SUFFIX) or name.startswith("."):
-            continue
-        data_filename = name[: -len(MANIFEST_SUFFIX)]
-        try:
-            manifest = parse_manifest(storage.read_bytes(storage.join(directory, name)), storage.join(directory, name))
-        except (CheckpointCorrupted, FileNotFoundError) as error:
-            problems.append(str(error))
-            continue
-        mismatch = _size_mismatch(manifest, sizes)
-        if mismatch:
-            problems.append(f"{storage.join(directory, data_filename)}: {mismatch}")
-            continue
-        found.append(CommittedCheckpoint(directory, data_filename, manifest))
-    found.sort(key=lambda checkpoint: checkpoint.order, reverse=True)
-    return found, problems
-
-
 def read_checked(url: str | os.PathLike) -> tuple[bytes, Callable[[], None]]:
     """The bytes of the checkpoint file at `url`, and a `check()` that raises CheckpointCorrupted, saying what
     does not match, unless they match the file's manifest. The SHA-256 is computed in a thread meanwhile, so the
     caller can deserialize while it runs; it must call `check()` before it uses anything read. A file without a
     manifest (not written by a manifest-keeping saver) has nothing to check."""
     url = os.fspath(url)
-    directory, data_filename = _split(url)
+    directory, data_filename = split(url)
     manifest_url = storage.join(directory, manifest_name(data_filename))
     try:
         manifest = parse_manifest(storage.read_bytes(manifest_url), manifest_url)  # it lists data_filename
     except FileNotFoundError:
         return storage.read_bytes(url), lambda: None
     # every file of the checkpoint, not only the one read here, is there with the size its manifest records
-    mismatch = _size_mismatch(manifest, _file_sizes(directory))
+    mismatch = size_mismatch(manifest, storage.file_sizes(directory))
     if mismatch:
         raise CheckpointCorrupted(
             f"Checkpoint {url} is incomplete: {mismatch} (its manifest {manifest_url} lists every file of the "
@@ -202,8 +149,8 @@ def remove_uncommitted(directory: str | os.PathLike, owned: Callable[[str], bool
                        keep: Collection[str] = ()) -> list[str]:
     """Delete what saves killed part-way left in `directory`; returns the names deleted. That is:
 
-    - the hidden temporary files of writes cut short (named by `tracktrain.storage` `.<name>.<12 hex>.tmp`), and
-      the write-probe files of `tracktrain.storage_check` that a kill during the probe left;
+    - the hidden temporary files of writes cut short (named by `tracktrain.storage.files` `.<name>.<12 hex>.tmp`),
+      and the write-probe files of `tracktrain.storage.check` that a kill during the probe left;
     - data files without a manifest whose names the caller `owned` (its handlers' file names): a kill after the
       data file was committed but before its manifest, or in the middle of a deletion (manifest gone first).
       Such a file is never loaded, but retention no longer knows it, so it would stay forever.
@@ -212,7 +159,7 @@ def remove_uncommitted(directory: str | os.PathLike, owned: Callable[[str], bool
     files, and those in `keep` (the checkpoint a run was told to resume from), are never touched."""
     directory = os.fspath(directory)
     try:
-        names = _file_sizes(directory)
+        names = storage.file_sizes(directory)
     except FileNotFoundError:
         return []
     stale = [
@@ -231,15 +178,6 @@ _TEMPORARY = re.compile(r"\..+\.[0-9a-f]{12}\.tmp")
 _PROBE = re.compile(re.escape(PROBE_PREFIX) + r"[0-9a-f]{12}")
 
 
-def _file_sizes(directory: str) -> dict[str, int]:
-    """Name -> size of the files directly in `directory`, from one listing (one request on an object store)."""
-    fs, path = storage.open_filesystem(directory)
-    fs.invalidate_cache(path)  # another process (the run before a crash) wrote here
-    entries = fs.ls(path, detail=True)
-    return {entry["name"].rstrip("/").rsplit("/", 1)[-1]: int(entry.get("size") or 0)
-            for entry in entries if entry["type"] == "file"}
-
-
 def parse_manifest(text: bytes, url: str) -> dict[str, Any]:
     """The manifest at `url` (`text`: its bytes), every field checked; CheckpointCorrupted naming the manifest, the
     field, its value and what it should be, when one is missing, of the wrong type or out of range."""
@@ -249,7 +187,7 @@ def parse_manifest(text: bytes, url: str) -> dict[str, Any]:
         raise CheckpointCorrupted(
             f"Checkpoint manifest {url} is not valid JSON ({error}): it was cut short or damaged. {_FIX}"
         ) from None
-    name = _split(url)[1]
+    name = split(url)[1]
     problem = _manifest_problem(manifest, name[: -len(MANIFEST_SUFFIX)] if name.endswith(MANIFEST_SUFFIX) else None)
     if problem is not None:
         field_name, value, expected = problem
@@ -283,7 +221,7 @@ def _manifest_problem(manifest: Any, data_filename: str | None) -> tuple[str, An
     if not isinstance(files, dict) or not files:
         return "field 'files'", files, "a non-empty object: file name -> {bytes, sha256}"
     for name, entry in files.items():
-        if not _is_plain_name(name):
+        if not is_plain_name(name):
             return ("a name in field 'files'", name,
                     "a plain file name beside the manifest (no path separator, not '..')")
         if not isinstance(entry, dict):
@@ -315,7 +253,9 @@ def _manifest_problem(manifest: Any, data_filename: str | None) -> tuple[str, An
     return None
 
 
-def _size_mismatch(manifest: Mapping[str, Any], sizes: Mapping[str, int]) -> str | None:
+def size_mismatch(manifest: Mapping[str, Any], sizes: Mapping[str, int]) -> str | None:
+    """What is wrong with the files a valid `manifest` lists, given the sizes of a listing (`storage.file_sizes`); None
+    when every one is there with the size the manifest records."""
     for name, expected in manifest["files"].items():
         if name not in sizes:
             return f"{name} is missing"
@@ -323,14 +263,6 @@ def _size_mismatch(manifest: Mapping[str, Any], sizes: Mapping[str, int]) -> str
             change = "truncated" if sizes[name] < expected["bytes"] else "appended to"
             return f"{name} is {sizes[name]} bytes, its manifest says {expected['bytes']} ({change} after its commit?)"
     return None
-
-
-def _split(url: str) -> tuple[str, str]:
-    separator = "/" if "://" in url else os.sep
-    directory, _, name = url.rpartition(separator)
-    if "://" not in url and os.altsep and os.altsep in name:
-        directory, _, name = url.rpartition(os.altsep)
-    return directory or ".", name
 
 
 def _is_json_scalar(value: Any) -> bool:
@@ -352,7 +284,7 @@ def _plain_scalar(value: Any) -> Any:
     return int(value) if isinstance(value, numbers.Integral) else float(value)
 
 
-def _is_plain_name(filename: Any) -> bool:
+def is_plain_name(filename: Any) -> bool:
     """Whether `filename` names a file directly inside a directory: not absolute, no path separator, not "..".
     ("a..b" is a plain name: without a separator ".." can only be the whole name.) The savers write and delete
     only such names, and a manifest lists only such names."""

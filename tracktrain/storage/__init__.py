@@ -1,0 +1,75 @@
+"""Where runs and checkpoints live: one place for every fsspec URL (a local path, `file://`, `memory://`, `s3://`,
+`gs://`, ...).
+
+- `url`: locations as text (join, split, local or remote) — the one place that reads how a location is written;
+- `filesystems`: the fsspec file system of a URL, with bounded request times on object stores;
+- `files`: reading, listing and crash-consistent writing (this package re-exports them: `storage.join(...)`);
+- `check`: the write probe before a run, and storage errors that say the cause and the fix;
+- `lease`: one writing run per checkpoint directory;
+- `manifest`: the commit marker that makes a checkpoint complete;
+- `discovery`: the one way to find the newest complete checkpoint.
+
+Error messages leave credentials out: URL passwords and the values of secret-named variables and options are
+replaced by `***` (`tracktrain.redaction`).
+"""
+
+from tracktrain.storage.files import (
+    AtomicCommit,
+    atomic_commit_strategy,
+    create_exclusive,
+    exists,
+    file_sizes,
+    isdir,
+    listdir,
+    makedirs,
+    read_bytes,
+    remove,
+    write_bytes,
+    write_bytes_atomic,
+    write_file_atomic,
+)
+from tracktrain.storage.filesystems import (
+    ATTEMPTS_VARIABLE,
+    CONNECT_TIMEOUT_VARIABLE,
+    OBJECT_STORE_PROTOCOLS,
+    READ_TIMEOUT_VARIABLE,
+    is_local,
+    local_dir,
+    local_path,
+    open_filesystem,
+    protocols_of,
+    storage_timeouts,
+)
+from tracktrain.storage.url import PathOrURL, basename, is_remote, is_url, join, split
+
+__all__ = [
+    "ATTEMPTS_VARIABLE",
+    "AtomicCommit",
+    "CONNECT_TIMEOUT_VARIABLE",
+    "OBJECT_STORE_PROTOCOLS",
+    "PathOrURL",
+    "READ_TIMEOUT_VARIABLE",
+    "atomic_commit_strategy",
+    "basename",
+    "create_exclusive",
+    "exists",
+    "file_sizes",
+    "is_local",
+    "is_remote",
+    "is_url",
+    "isdir",
+    "join",
+    "listdir",
+    "local_dir",
+    "local_path",
+    "makedirs",
+    "open_filesystem",
+    "protocols_of",
+    "read_bytes",
+    "remove",
+    "split",
+    "storage_timeouts",
+    "write_bytes",
+    "write_bytes_atomic",
+    "write_file_atomic",
+]
