@@ -417,7 +417,9 @@ def test_interrupt_and_resume(point, config):
 
     def scenario(lib):
         h = Harness(lib)
-        action = (lambda e: e.interrupt())
+        def action(e):
+            e.interrupt()
+
         h.on(INTERRUPT_POINTS[point](lib.Events), "interrupt", once_only(action) if one_shot else action)
         calls = h.run_until_completed(data, **kwargs)
         h.trace.append(("calls", calls))

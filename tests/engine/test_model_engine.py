@@ -159,7 +159,7 @@ def test_execute_schedule_returns_output_label_and_loss():
     assert all(p.grad is not None for p in model.parameters())
     output, label, loss = engine.execute_schedule(iter(batches[1:]), forward_only=True, return_loss=False)
     assert loss is None
-    with pytest.raises(ValueError, match=r"expects \(inputs, label\) batches"):
+    with pytest.raises(ValueError, match=r"expects \(inputs, targets\) batches"):
         engine.execute_schedule(iter([torch.ones(3)]))
 
 

@@ -251,7 +251,7 @@ def test_bad_trainer_arguments(kwargs, error, match):
 def test_bad_batch_layout_says_how_to_fix_it():
     model = _model()
     trainer = create_supervised_trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.MSELoss())
-    with pytest.raises(ValueError, match="expects batches of \\(inputs, targets\\).*length 3.*prepare_batch"):
+    with pytest.raises(ValueError, match="expects \\(inputs, targets\\) batches.*length 3.*prepare_batch"):
         trainer.run([(torch.ones(1, 8), torch.ones(1, 1), "extra")])
 
 

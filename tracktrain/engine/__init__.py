@@ -9,14 +9,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tracktrain._lazy import lazy_attributes
-
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import CallableEventWithFilter, EventEnum, Events, EventsList, RemovableEventHandle
 from tracktrain.engine.state import State
 
 if TYPE_CHECKING:
-    from tracktrain.engine.model_engine import BaseOpHook, ModelEngine, StepEvents, initialize
     from tracktrain.engine.deterministic import DeterministicEngine, ReproducibleBatchSampler
+    from tracktrain.engine.model_engine import BaseOpHook, ModelEngine, StepEvents, initialize
     from tracktrain.engine.supervised import (
         create_supervised_evaluator,
         create_supervised_trainer,

@@ -53,6 +53,12 @@ class ReproducibleBatchSampler(BatchSampler):
         start_iteration: batches of the next pass to skip (set by the engine on resume).
     """
 
+    # Copied from the wrapped batch sampler: `Sampler | Iterable[int] | None` and `int | None`, None where it has
+    # none (any batch sampler can be wrapped). Any, because BatchSampler declares both as always set and a
+    # subclass may not widen an attribute's type.
+    sampler: Any
+    batch_size: Any
+
     def __init__(self, batch_sampler: Any, start_iteration: int | None = None) -> None:
         # BatchSampler.__init__ would demand a batch size; this wraps any batch sampler instead.
         self.batch_sampler = batch_sampler
@@ -210,6 +216,7 @@ class ResumableEngine(Engine):
         self._loaded_data_state = state_dict.get("data_state")
 
     def _pass_length(self) -> int:
+        assert self.state.dataloader is not None  # only called by _setup_engine, which rejects data=None
         length = self._get_data_length(self.state.dataloader)
         return length or self.state.epoch_length or 1
 
@@ -267,15 +274,17 @@ class ResumableEngine(Engine):
     def _pass_iterator(self, skip: int, data_state: Any = None) -> Iterator[Any]:
         """An iterator over the current pass, `skip` batches in, with every generator seeded for the pass. Data
         that keeps its own position is set to `data_state` (saved `skip` batches in) rather than skipped."""
-        data = self.state.dataloader
-        pass_seed = self.state.seed + self._pass_index
+        data, seed = self.state.dataloader, self.state.seed
+        # _setup_engine rejects data=None and draws a seed before any pass; set_data() only takes iterables
+        assert data is not None and seed is not None
+        pass_seed = seed + self._pass_index
         batch_sampler = getattr(data, "batch_sampler", None)
         # the sampler that orders the data: inside our batch sampler when the loader was made reproducible
         sampler = getattr(batch_sampler, "sampler", None) or getattr(data, "sampler", None)
         own_generators = (getattr(sampler, "generator", None), getattr(data, "generator", None))
         for generator in dict.fromkeys(g for g in own_generators if isinstance(g, torch.Generator)):
             generator.manual_seed(pass_seed)  # a sampler or loader with its own generator ignores the global seed
-        if hasattr(sampler, "set_epoch"):
+        if sampler is not None and hasattr(sampler, "set_epoch"):
             sampler.set_epoch(self._pass_index)
         manual_seed(pass_seed)  # what iter() draws (worker seeds, an unwrapped sampler's shuffle) follows the pass
         replayed = False

@@ -30,21 +30,27 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import numbers
 import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from tracktrain.engine._signature import accepts, check_signature
 from tracktrain.engine.events import CallableEventWithFilter, EventEnum, Events, EventsList, RemovableEventHandle
 from tracktrain.engine.state import State
+from tracktrain.number_checks import is_integral
 
 __all__ = ["Engine"]
 
-# Handler record: (handler, pass_engine, args, kwargs, event_filter, counter_attr, takes_event_kwargs)
-_Record = tuple[Callable, bool, tuple, dict, Any, Any, bool]
+class _Record(NamedTuple):  # one attached handler; a tuple, so the hot path unpacks it as fast as a plain one
+    handler: Callable
+    pass_engine: bool  # the handler takes the engine as its first argument
+    args: tuple
+    kwargs: dict
+    event_filter: Any  # an event filter, or None
+    counter_attr: Any  # the State attribute the filter reads (e.g. "iteration"), with the filter
+    takes_event_kwargs: bool  # the handler accepts the keyword arguments fire_event passes
 
 _STARTED, _EPOCH_STARTED, _EPOCH_COMPLETED = Events.STARTED, Events.EPOCH_STARTED, Events.EPOCH_COMPLETED
 _GET_BATCH_STARTED, _GET_BATCH_COMPLETED = Events.GET_BATCH_STARTED, Events.GET_BATCH_COMPLETED
@@ -66,7 +72,7 @@ def _event_key(event: Any) -> str:
 
 
 def _positive_int(name: str, value: Any) -> int:
-    if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0):
+    if not (is_integral(value) and not isinstance(value, bool) and value > 0):
         raise ValueError(f"Argument {name} is invalid. Please, set a correct {name} positive value (got {value!r}).")
     return int(value)
 
@@ -210,6 +216,8 @@ class Engine:
                 )
             self._allowed_events[_event_key(event)] = event
             if event_to_attr and event in event_to_attr:
+                # State.__init__ gives each state its own dict; the class-level Mapping is Ignite's shared default.
+                assert isinstance(self.state.event_to_attr, dict)
                 self.state.event_to_attr[event] = event_to_attr[event]
         self.state._update_attrs()
 
@@ -252,7 +260,7 @@ class Engine:
                 )
 
         pass_engine, takes_event_kwargs = self._call_convention(key, handler, args, kwargs)
-        record: _Record = (handler, pass_engine, args, kwargs, event_filter, counter_attr, takes_event_kwargs)
+        record = _Record(handler, pass_engine, args, kwargs, event_filter, counter_attr, takes_event_kwargs)
         self._event_handlers.setdefault(key, []).append(record)
         return RemovableEventHandle(event_name, handler, self)
 
@@ -295,7 +303,7 @@ class Engine:
     def has_event_handler(self, handler: Callable, event_name: Any | None = None) -> bool:
         """Whether `handler` is attached to `event_name` (to any event when None), filtered or not."""
         keys = [_event_key(event_name)] if event_name is not None else list(self._event_handlers)
-        return any(record[0] == handler for key in keys for record in self._event_handlers.get(key, ()))
+        return any(record.handler == handler for key in keys for record in self._event_handlers.get(key, ()))
 
     def remove_event_handler(self, handler: Callable, event_name: Any) -> None:
         """Detach `handler` from `event_name`; raises ValueError if it was not attached there."""
@@ -305,7 +313,7 @@ class Engine:
                 f"Input event name '{event_name}' does not exist: no handler is attached to it on this engine."
             )
         records = self._event_handlers[key]
-        kept = [record for record in records if record[0] != handler]
+        kept = [record for record in records if record.handler != handler]
         if len(kept) == len(records):
             raise ValueError(
                 f"Input handler '{handler}' is not found among registered event handlers of {event_name!r}."
@@ -397,7 +405,7 @@ class Engine:
                 # Data without a length (saved mid-run by DeterministicEngine): Ignite refuses this state,
                 # we resume it by iteration, the epoch count unknown.
                 state_dict["epoch"] = 0
-            elif epoch_length is None or not (isinstance(epoch_length, numbers.Integral) and epoch_length > 0):
+            elif epoch_length is None or not (is_integral(epoch_length) and epoch_length > 0):
                 raise ValueError(
                     "epoch_length must be a positive integer to calculate missing 'iteration' or 'epoch' key. "
                     f"Input state_dict: {state_dict}"
@@ -426,19 +434,21 @@ class Engine:
                 )
         epoch_length = state_dict["epoch_length"]
         if epoch_length is not None and not (
-            isinstance(epoch_length, numbers.Integral) and not isinstance(epoch_length, bool) and epoch_length > 0
+            is_integral(epoch_length) and not isinstance(epoch_length, bool) and epoch_length > 0
         ):
             raise ValueError(f"state_dict['epoch_length'] must be a positive integer or None, got {epoch_length!r}.")
         for counter in ("iteration", "epoch"):
-            value = state_dict.get(counter)
-            if counter in state_dict and not (isinstance(value, numbers.Integral) and value >= 0):
+            if counter not in state_dict:
+                continue
+            value = state_dict[counter]
+            if not (is_integral(value) and value >= 0):
                 raise ValueError(f"state_dict['{counter}'] must be an integer >= 0, got {value!r}.")
         iteration = int(state_dict["iteration"])
         epoch = iteration // epoch_length if epoch_length is not None else 0
         limit_name = limits[0]
         limit = state_dict[limit_name]  # None: the state of an engine that never ran (Ignite round-trips it)
         if limit is not None:
-            if not isinstance(limit, numbers.Integral) or isinstance(limit, bool):
+            if not is_integral(limit) or isinstance(limit, bool):
                 raise ValueError(f"state_dict['{limit_name}'] must be a positive integer or None, got {limit!r}.")
             if limit < 1:
                 raise ValueError(
@@ -570,13 +580,13 @@ class Engine:
         if max_iters is not None:
             _positive_int("max_iters", max_iters)
         if epoch_length is not None and not (
-            isinstance(epoch_length, numbers.Integral) and not isinstance(epoch_length, bool) and epoch_length > 0
+            is_integral(epoch_length) and not isinstance(epoch_length, bool) and epoch_length > 0
         ):
             raise ValueError(
                 f"Input data has zero size. Please provide non-empty data (epoch_length={epoch_length!r}; it must "
                 "be a positive integer)."
             )
-        if seed is not None and not isinstance(seed, numbers.Integral):
+        if seed is not None and not is_integral(seed):
             raise TypeError(f"Argument seed must be an integer, got {seed!r}.")
 
         if state.max_epochs is not None:
@@ -724,11 +734,12 @@ class Engine:
                 self._fire_event(Events.TERMINATE)
 
             except _EngineTerminateSingleEpochException:
+                # from None: the internal control-flow exception says nothing to the user
                 raise RuntimeError(
                     "The method terminate_epoch() should not be called on Event.STARTED or Event.EPOCH_STARTED. "
                     "There is no epoch in progress to end there: call terminate() to stop the run, or call "
                     "terminate_epoch() from an iteration event."
-                )
+                ) from None
 
             time_taken = time.perf_counter() - start_time
             state.times[Events.COMPLETED.name] = time_taken

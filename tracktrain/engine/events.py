@@ -96,17 +96,20 @@ class CallableEventWithFilter:
             raise ValueError(
                 f"Argument every should be integer and greater than zero: {self.name}(every=...) got {every!r}."
             )
+        once_values: frozenset[int] | None = None
         if once is not None:
-            once_values = [once] if _is_int(once) else once
+            # `object`: callers may pass anything here; the check below narrows it to a sequence of ints.
+            once_given: object = [once] if _is_int(once) else once
             if not (
-                isinstance(once_values, Sequence)
-                and len(once_values) > 0
-                and all(_is_int(v) and v > 0 for v in once_values)
+                isinstance(once_given, Sequence)
+                and len(once_given) > 0
+                and all(_is_int(v) and v > 0 for v in once_given)
             ):
                 raise ValueError(
                     "Argument once should either be a positive integer or a list of positive integers, "
                     f"got {once}: pass {self.name}(once=n) or {self.name}(once=[n1, n2, ...]) with n >= 1."
                 )
+            once_values = frozenset(once_given)
         for arg_name, arg in (("before", before), ("after", after)):
             if arg is not None and not (_is_int(arg) and arg >= 0):
                 raise ValueError(
@@ -114,8 +117,8 @@ class CallableEventWithFilter:
                     f"{self.name}({arg_name}=...) got {arg!r}."
                 )
 
-        if once is not None:
-            event_filter = _once_filter(frozenset(once_values))
+        if once_values is not None:
+            event_filter = _once_filter(once_values)
         elif has_range:
             event_filter = _range_filter(every, before, after)
         elif every is not None:
@@ -123,6 +126,7 @@ class CallableEventWithFilter:
                 return CallableEventWithFilter(self.value, None, self.name)
             event_filter = _every_filter(every)
         else:
+            assert event_filter is not None  # the call with no filter at all raised above
             check_signature(event_filter, "event_filter", ("engine", "event"))
         return CallableEventWithFilter(self.value, event_filter, self.name)
 

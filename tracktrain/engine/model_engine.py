@@ -9,14 +9,14 @@ that mixed precision and distributed training need::
     model_engine.backward(loss)                     # scaled by the GradScaler when there is one
     model_engine.step()                             # gradient handlers -> unscale + clip -> optimizer step -> scaler update
 
-`create_supervised_trainer`'s step is built on it; precision (autocast dtype, GradScaler) and strategy (gradient
-handlers such as an all-reduce, an optimizer step such as XLA's) are its parameters, never copies of the loop.
+`TrainingStep` (`tracktrain.engine.training_step`) drives it for `create_supervised_trainer` and the Trainer;
+precision (autocast dtype, GradScaler), strategy (gradient handlers such as an all-reduce, an optimizer step such
+as XLA's) and schedule (how a batch goes through the model) are its parameters, never copies of the loop.
 """
 
 from __future__ import annotations
 
 import contextlib
-import numbers
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -24,6 +24,8 @@ import torch
 from torch import nn
 
 from tracktrain.engine.events import EventEnum
+from tracktrain.engine.schedule import BaseSchedule, NonPipelineSchedule
+from tracktrain.number_checks import is_real
 
 __all__ = ["BaseOpHook", "ModelEngine", "StepEvents", "initialize"]
 
@@ -95,6 +97,8 @@ class ModelEngine:
         autocast_dtype: run forward and loss under `torch.autocast` with this dtype (None: full precision).
         device_type: autocast's device type; by default that of the model's first parameter.
         optimizer_step: how the optimizer steps (default `optimizer.step()`; XLA marks the step too).
+        schedule: how a batch goes through the model (`tracktrain.engine.schedule`); default: the whole batch at
+            once (`NonPipelineSchedule`).
     """
 
     def __init__(
@@ -111,6 +115,7 @@ class ModelEngine:
         autocast_dtype: torch.dtype | None = None,
         device_type: str | None = None,
         optimizer_step: Callable[[torch.optim.Optimizer], None] = _optimizer_step,
+        schedule: BaseSchedule | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"ModelEngine needs a torch.nn.Module as model, got {type(model).__name__}.")
@@ -119,7 +124,7 @@ class ModelEngine:
         if criterion is not None and not callable(criterion):
             raise TypeError(f"criterion must be callable (e.g. nn.CrossEntropyLoss()), got {criterion!r}.")
         for name, value in (("clip_grad_norm", clip_grad_norm), ("clip_grad_value", clip_grad_value)):
-            if value is not None and not (isinstance(value, numbers.Real) and value >= 0):
+            if value is not None and not (is_real(value) and value >= 0):
                 raise ValueError(f"{name} must be a number >= 0 or None, got {value!r}.")
         if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
             raise TypeError(f"scaler must be a torch.amp.GradScaler or None, got {scaler!r}.")
@@ -138,6 +143,7 @@ class ModelEngine:
             device_type = parameter.device.type if parameter is not None else "cpu"
         self.device_type = device_type
         self._optimizer_step = optimizer_step
+        self._schedule: BaseSchedule = schedule if schedule is not None else NonPipelineSchedule()
         self._ophooks: list[BaseOpHook] = []
         self._ophook_handles: dict[int, list[Any]] = {}
         for ophook in ophook_list or ():
@@ -175,6 +181,16 @@ class ModelEngine:
         return _AutocastCriterion(self._criterion, self)
 
     @property
+    def schedule(self) -> BaseSchedule:
+        """How a batch goes through the model (forward, loss, backward)."""
+        return self._schedule
+
+    @property
+    def uses_pipeline(self) -> bool:
+        """Whether the schedule is a pipeline over stages on several ranks."""
+        return self._schedule.uses_pipeline
+
+    @property
     def ophooks(self) -> list[BaseOpHook]:
         return list(self._ophooks)
 
@@ -192,8 +208,7 @@ class ModelEngine:
             return self._model(*args, **kwargs)
 
     def zero_grad(self) -> None:
-        self._require_optimizer("zero_grad")
-        self._optimizer.zero_grad()
+        self._require_optimizer("zero_grad").zero_grad()
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backpropagate `loss` (scaled first when there is a GradScaler)."""
@@ -285,28 +300,10 @@ class ModelEngine:
     def eval(self) -> None:
         self._model.eval()
 
-    def execute_schedule(
-        self, data_iter: Iterator[Any], forward_only: bool = False, return_loss: bool = True
-    ) -> tuple[Any, Any, torch.Tensor | None]:
-        """Take the next `(inputs, label)` batch from `data_iter`, run forward, the loss and (unless
-        `forward_only`) backward; returns `(output, label, loss)`."""
-        batch = next(data_iter)
-        try:
-            inputs, label = batch
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"execute_schedule expects (inputs, label) batches, got {type(batch).__name__}; split other "
-                "layouts yourself and call model_engine(inputs) and model_engine.criterion(output, label)."
-            ) from None
-        output = self(inputs)
-        loss = None
-        if return_loss or not forward_only:
-            if self._criterion is None:
-                raise ValueError("execute_schedule needs a criterion to compute the loss; pass criterion= to ModelEngine.")
-            loss = self.criterion(output, label)
-        if not forward_only:
-            self.backward(loss)
-        return output, label, loss
+    def execute_schedule(self, data_iter: Iterator[Any], **kwargs: Any) -> tuple[Any, Any, torch.Tensor | None]:
+        """Run the schedule on the next batch of `data_iter`: forward, the loss and (unless `forward_only=True`)
+        backward; returns `(output, label, loss)`. Options: `forward_only`, `return_loss`, `return_output_label`."""
+        return self._schedule.forward_backward_step(self, data_iter, **kwargs)
 
     def _require_optimizer(self, method: str) -> torch.optim.Optimizer:
         if self._optimizer is None:

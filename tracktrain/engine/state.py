@@ -41,6 +41,13 @@ class State:
     dataloader: Iterable[Any] | None
     seed: int | None
     times: dict[str, float | None]
+    # added by the parts that use them, absent otherwise (declared for the type checker only, no default):
+    scaler: Any  # create_supervised_trainer's GradScaler with amp_mode="amp"
+    rng_states: Any  # DeterministicEngine's and the Trainer's saved RNG states
+    param_history: dict[str, list[Any]]  # the LR-scheduler handler's values
+    checkpoint: Any  # the Trainer: the checkpoint being restored
+    step_loss: Any  # the Trainer: the loss of the current step, for hooks
+    step_optimizer: Any  # the Trainer: the optimizer being stepped, for hooks
 
     # Kept for code written against Ignite, which reads State.event_to_attr; per-engine additions made by
     # register_events live on the state instance, not here, so engines never see each other's events.

@@ -1,7 +1,8 @@
 """Supervised training and evaluation steps, and engines built from them.
 
-There is one training step (`_training_step`) and one evaluation step (`_evaluation_step`); precision and
-device are small parameters of them: an autocast dtype, an optional GradScaler, and how the optimizer steps
+The training steps are the one `TrainingStep` (with Ignite's accumulation windows, counted over the run's
+iterations) on a `ModelEngine`; there is one evaluation step (`_evaluation_step`). Precision and device are
+small parameters of them: an autocast dtype, an optional GradScaler, and how the optimizer steps
 (`optimizer.step()` or torch_xla's `optimizer_step`). The public factories only choose those parameters.
 
 By default the training step returns `loss.detach()`, a tensor: nothing in the step waits for the device.
@@ -10,15 +11,17 @@ Ignite returns `loss.item()`; pass `output_transform=lambda x, y, y_pred, loss: 
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
+from tracktrain.engine.batches import convert_tensor, split_batch
 from tracktrain.engine.deterministic import DeterministicEngine
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.model_engine import ModelEngine
+from tracktrain.engine.training_step import IterationWindows, TrainingStep
+from tracktrain.number_checks import is_integral, is_real
 from tracktrain.xla import mark_step, xla_model
 
 __all__ = [
@@ -41,32 +44,15 @@ _APEX_MESSAGE = (
 )
 
 
-def convert_tensor(value: Any, device: Device = None, non_blocking: bool = False) -> Any:
-    """Move tensors, also inside lists, tuples and dicts, to `device`; other values pass through."""
-    if device is None:
-        return value
-    if isinstance(value, torch.Tensor):
-        return value.to(device=device, non_blocking=non_blocking)
-    if isinstance(value, Mapping):
-        return type(value)({k: convert_tensor(v, device, non_blocking) for k, v in value.items()})
-    if isinstance(value, tuple) and hasattr(value, "_fields"):  # namedtuple
-        return type(value)(*(convert_tensor(v, device, non_blocking) for v in value))
-    if isinstance(value, (list, tuple)):
-        return type(value)(convert_tensor(v, device, non_blocking) for v in value)
-    return value
-
-
 def _prepare_batch(batch: Sequence[Any], device: Device = None, non_blocking: bool = False) -> tuple[Any, Any]:
     """Split a `(x, y)` batch and move both parts to `device`."""
-    try:
-        x, y = batch
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"The default prepare_batch expects batches of (inputs, targets), got {type(batch).__name__}"
-            f"{f' of length {len(batch)}' if hasattr(batch, '__len__') else ''}. Pass prepare_batch=fn(batch, "
-            "device, non_blocking) -> (x, y) for other batch layouts."
-        ) from None
+    x, y = split_batch(batch, "The default prepare_batch",
+                       "Pass prepare_batch=fn(batch, device, non_blocking) -> (x, y) for other batch layouts.")
     return convert_tensor(x, device, non_blocking), convert_tensor(y, device, non_blocking)
+
+
+def _loss_of(step_output: tuple[Any, Any, Any, torch.Tensor]) -> torch.Tensor:
+    return step_output[3]
 
 
 def _identity(output: Any) -> Any:
@@ -94,7 +80,7 @@ def _device_type(device: Device, model: torch.nn.Module) -> str:
 
 def _check_accumulation(gradient_accumulation_steps: Any) -> int:
     if not (
-        isinstance(gradient_accumulation_steps, numbers.Integral)
+        is_integral(gradient_accumulation_steps)
         and not isinstance(gradient_accumulation_steps, bool)
         and gradient_accumulation_steps > 0
     ):
@@ -128,28 +114,25 @@ def _training_step(
     their concatenated batch.
     """
     accumulation = _check_accumulation(gradient_accumulation_steps)
-    if clip_grad_norm is not None and not (isinstance(clip_grad_norm, numbers.Real) and clip_grad_norm > 0):
+    if clip_grad_norm is not None and not (is_real(clip_grad_norm) and clip_grad_norm > 0):
         raise ValueError(f"clip_grad_norm must be a positive number or None, got {clip_grad_norm!r}.")
-    step_kwargs = {} if optimizer_step is None else {"optimizer_step": optimizer_step}
+    step_kwargs: dict[str, Any] = {} if optimizer_step is None else {"optimizer_step": optimizer_step}
     model_engine = ModelEngine(
         model, optimizer, loss_fn, gradient_handlers=gradient_handlers, clip_grad_norm=clip_grad_norm,
         scaler=scaler, autocast_dtype=autocast_dtype, device_type=_device_type(device, model), **step_kwargs,
     )
 
-    def update(engine: Engine, batch: Any) -> Any:
-        iteration = engine.state.iteration
-        if (iteration - 1) % accumulation == 0:
-            model_engine.zero_grad()
+    def forward(engine: Engine, batch: Any) -> tuple[Any, Any, Any, torch.Tensor]:
         if not model.training:  # an evaluator may have switched it to eval mode
             model_engine.train()
         x, y = prepare_batch(batch, device=device, non_blocking=non_blocking)
-        with model_engine.autocast():
-            y_pred = model_transform(model_fn(model, x))
-            loss = loss_fn(y_pred, y)
-        model_engine.backward(loss / accumulation if accumulation > 1 else loss)
-        if iteration % accumulation == 0:
-            model_engine.step()
-        return output_transform(x, y, y_pred, loss)
+        y_pred = model_transform(model_fn(model, x))
+        return x, y, y_pred, loss_fn(y_pred, y)
+
+    step = TrainingStep(model_engine, forward, loss_of=_loss_of, windows=IterationWindows(accumulation))
+
+    def update(engine: Engine, batch: Any) -> Any:
+        return output_transform(*step(engine, batch))
 
     update.model_engine = model_engine  # type: ignore[attr-defined]  # for handlers that need the step's parts
     return update
@@ -364,7 +347,7 @@ def create_supervised_trainer(
     """
     on_xla = device is not None and "xla" in torch.device(device).type
     amp_mode = _check_amp_mode(amp_mode, on_xla, scaler)
-    common = dict(
+    common: dict[str, Any] = dict(  # the arguments every step variant takes
         device=device, non_blocking=non_blocking, prepare_batch=prepare_batch, model_transform=model_transform,
         output_transform=output_transform, gradient_accumulation_steps=gradient_accumulation_steps,
         model_fn=model_fn, clip_grad_norm=clip_grad_norm,
@@ -401,7 +384,7 @@ def create_supervised_evaluator(
     """
     on_xla = device is not None and "xla" in torch.device(device).type
     amp_mode = _check_amp_mode(amp_mode, on_xla, None)
-    common = dict(
+    common: dict[str, Any] = dict(  # the arguments every step variant takes
         device=device, non_blocking=non_blocking, prepare_batch=prepare_batch, model_transform=model_transform,
         output_transform=output_transform, model_fn=model_fn,
     )
