@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from tracktrain import distributed
+from tracktrain.ranks import global_rank
 
 __all__ = ["AGREEMENTS", "Boundary", "Decision", "decide"]
 
@@ -89,7 +90,7 @@ def decide(decisions: Sequence[Decision]) -> None:
     if any(row[0] != signature for row in rows):
         raise RuntimeError(
             f"The ranks disagree on which decisions are due at the {due[0].boundary.value} boundary (this rank, "
-            f"{_rank()}: {[decision.name for decision in due]}). A decision's `due` must depend only on what every "
+            f"{global_rank()}: {[decision.name for decision in due]}). A decision's `due` must depend only on what every "
             "rank shares (steps, epochs), and every rank must have the same callbacks."
         )
     if failure is not None:
@@ -110,10 +111,6 @@ def _signature(due: Sequence[Decision]) -> float:
     (instead of reading each other's values as the wrong decisions)."""
     digest = hashlib.blake2b(repr([(d.boundary.value, d.name) for d in due]).encode(), digest_size=6).digest()
     return float(int.from_bytes(digest, "big"))
-
-
-def _rank() -> int:
-    return torch.distributed.get_rank() if distributed.is_distributed() else 0
 
 
 def _exchange(proposals: list[float], failed: int) -> list[list[float]]:

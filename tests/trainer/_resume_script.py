@@ -24,7 +24,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
-
 from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
 
 from tests.trainer._tasks import make_loader  # noqa: E402

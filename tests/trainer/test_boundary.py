@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 import torch.distributed as dist
 
 from tracktrain import Callback, Trainer

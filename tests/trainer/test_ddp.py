@@ -64,7 +64,7 @@ class CountAllReduces(Callback):
             self.calls += 1
             return default_hooks.allreduce_hook(None, bucket)
 
-        trainer._strategy._wrapped.register_comm_hook(None, counting_hook)
+        trainer.strategy.wrapped_model.register_comm_hook(None, counting_hook)
 
 
 def _fit_counting(out: str) -> None:

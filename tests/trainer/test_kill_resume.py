@@ -15,6 +15,7 @@ import torch
 
 from tests.trainer._resume_run import STEPS, Run
 
+
 def reference_parameters(tmp_path: Path, data: str | int, seed: int | None = None, ranks: int = 1) -> dict[str, torch.Tensor]:
     run = Run(str(tmp_path / "reference"), tmp_path / "reference.pt", data, seed, ranks)
     assert run.finish() == 0, run.stderr[-3000:]
@@ -28,7 +29,7 @@ def kill_and_resume(root: str, tmp_path: Path, data: str | int, seed: int, ranks
     out = tmp_path / "resumed.pt"
     resumed_steps = []
     run_seeds = set()
-    for attempt in range(3):
+    for _attempt in range(3):
         run = Run(root, out, data, ranks=ranks)
         # mid-epoch, or right after a save began: the background write (or S3 upload) is then under way
         target = rng.choice(["step", "saving"])

@@ -72,7 +72,7 @@ def test_skip_step_skips_those_steps_and_the_parameters_stay_finite(tmp_path):
     module = GoesNaN(at=(3, 11))
     with pytest.warns(UserWarning, match=r"Skipped 1 training step\(s\) whose loss was not finite"):
         trainer = fit(tmp_path, module, nonfinite="skip_step", callbacks=[], enable_checkpointing=False)
-    assert trainer.global_step == 16 and trainer._nonfinite.skipped_steps == 2
+    assert trainer.global_step == 16 and trainer.nonfinite_watch.skipped_steps == 2
     assert all(torch.isfinite(p).all() for p in module.parameters())
     # two of the 16 SGD steps did not happen: the result differs from the reference, but not by much
     assert not all(torch.equal(a, b) for a, b in zip(module.parameters(), reference.parameters()))

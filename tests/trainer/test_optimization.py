@@ -59,7 +59,7 @@ def test_gradient_clipping_matches_a_hand_written_loop(tmp_path, algorithm):
     _raw_steps(reference, make_loader(), 2, clip=algorithm)
     unclipped = Classifier(lr=1.0)
     _raw_steps(unclipped, make_loader(), 2)
-    for a, b, c in zip(_params(trained), _params(reference), _params(unclipped)):
+    for a, b, _c in zip(_params(trained), _params(reference), _params(unclipped)):
         torch.testing.assert_close(a, b)
     assert not all(torch.allclose(a, c) for a, c in zip(_params(trained), _params(unclipped)))
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tracktrain.distributed import spawn
-from tracktrain.lease import LeaseWarning
+from tracktrain.storage.lease import LeaseWarning
 
 from . import _rng_resume
 from ._rng_resume import HOLD_AT, SAVE_EVERY, STEPS, resume_then_uninterrupted

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-import numbers
 import os
 from collections.abc import Hashable, Iterable, Mapping
-from typing import Any
+from typing import Any, overload
 
 import torch
+
+from tracktrain.number_checks import is_integral, is_real
 
 __all__ = [
     "as_list",
@@ -17,7 +18,6 @@ __all__ = [
     "check_limit",
     "check_non_negative_number",
     "check_positive_int",
-    "check_strategy",
     "device_of",
 ]
 
@@ -28,13 +28,20 @@ _PRECISIONS = {
     "bf16-mixed": torch.bfloat16,
     "16-mixed": torch.float16,
 }
-_STRATEGIES = ("auto", "single_device", "ddp", "xla")
+
+
+@overload
+def check_positive_int(name: str, value: Any) -> int: ...
+
+
+@overload
+def check_positive_int(name: str, value: Any, allow_none: bool) -> int | None: ...
 
 
 def check_positive_int(name: str, value: Any, allow_none: bool = False) -> int | None:
     if value is None and allow_none:
         return None
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+    if not is_integral(value) or isinstance(value, bool) or value < 1:
         accepted = "a positive integer" + (" or None" if allow_none else "")
         raise ValueError(f"Trainer({name}=...) must be {accepted}, got {value!r}.")
     return int(value)
@@ -44,7 +51,7 @@ def check_non_negative_number(name: str, value: Any, allow_infinite: bool = Fals
     """A number >= 0 (NaN never: every comparison with it is false, so it would pass any check later), 0 as None."""
     if value is None:
         return None
-    if (not isinstance(value, numbers.Real) or isinstance(value, bool) or math.isnan(value) or value < 0
+    if (not is_real(value) or isinstance(value, bool) or math.isnan(value) or value < 0
             or (math.isinf(value) and not allow_infinite)):
         bound = "a number >= 0" if allow_infinite else "a finite number >= 0"
         raise ValueError(f"Trainer({name}=...) must be {bound} or None, got {value!r}.")
@@ -55,9 +62,9 @@ def check_limit(name: str, value: Any) -> int | float | None:
     """`limit_*_batches`: None (all), a number of batches (int >= 0), or a fraction of the loader (0.0 to 1.0)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if isinstance(value, bool) or not is_real(value):
         raise TypeError(f"Trainer({name}=...) must be an int (batches), a float in [0, 1] (fraction) or None, got {value!r}.")
-    if isinstance(value, numbers.Integral):
+    if is_integral(value):
         if value < 0:
             raise ValueError(f"Trainer({name}=...) must be >= 0 batches, got {value}.")
         return int(value)
@@ -93,12 +100,6 @@ def autocast_dtype_of(precision: Any) -> torch.dtype | None:
     return _PRECISIONS[precision]
 
 
-def check_strategy(strategy: Any) -> str:
-    if not isinstance(strategy, Hashable) or strategy not in _STRATEGIES:
-        raise ValueError(f"Trainer(strategy=...) must be one of {list(_STRATEGIES)}, got {strategy!r}.")
-    return strategy
-
-
 def device_of(accelerator: Any) -> torch.device:
     if accelerator == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -111,3 +112,46 @@ def device_of(accelerator: Any) -> torch.device:
             )
         return torch.device("cuda", torch.cuda.current_device())
     raise ValueError(f"Trainer(accelerator=...) must be 'auto', 'cpu' or 'cuda', got {accelerator!r}.")
+
+
+def check_loader(name: str, loader: Any, required: bool = False) -> None:
+    if loader is None:
+        if required:
+            raise ValueError(f"{name} is required: pass a DataLoader or another iterable of batches.")
+        return
+    if not isinstance(loader, Iterable) or isinstance(loader, (str, bytes, Mapping)):
+        raise TypeError(f"{name} must be a DataLoader or another iterable of batches, got {type(loader).__name__}: "
+                        f"{loader!r:.80}.")
+
+
+def require_override(module: Any, method: str, purpose: str) -> None:
+    from tracktrain.trainer.module import LoopModule  # the base whose methods raise "not implemented"
+
+    if getattr(type(module), method) is getattr(LoopModule, method):
+        raise NotImplementedError(
+            f"To {purpose}, {type(module).__name__} must define {method}(self, batch, batch_idx)."
+        )
+
+
+def check_callbacks(callbacks: Any, callback_type: type) -> list[Any]:
+    callbacks = as_list("Trainer(callbacks=...)", callbacks, "tracktrain.callbacks.Callback instances")
+    for callback in callbacks:
+        if not isinstance(callback, callback_type):
+            raise TypeError(
+                f"Trainer(callbacks=...) takes tracktrain.callbacks.Callback instances, got {callback!r}. "
+                "Attach plain Engine handlers to trainer.train_engine instead."
+            )
+    return callbacks
+
+
+def check_seed(seed: Any) -> int | None:
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise TypeError(f"Trainer(seed=...) must be an int or None, got {seed!r}.")
+    return seed
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, Hashable) or value not in choices:
+        raise ValueError(f"Trainer({name}=...) must be {' or '.join(repr(c).replace(chr(39), chr(34)) for c in choices)}, "
+                         f"got {value!r}.")
+    return value

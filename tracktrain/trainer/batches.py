@@ -1,4 +1,4 @@
-"""Batches and loaders as the Trainer sees them: device placement, batch size, epoch length."""
+"""Batches and loaders as the Trainer counts them: batch size, epoch length. (Device moves: `tracktrain.engine.batches`.)"""
 
 from __future__ import annotations
 
@@ -7,20 +7,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["batch_size_of", "epoch_length_of", "loader_length", "move_to_device"]
-
-
-def move_to_device(batch: Any, device: torch.device) -> Any:
-    """`batch` with every tensor in it (in tuples, lists, dicts, named tuples) moved to `device`."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, Mapping):
-        return type(batch)({key: move_to_device(value, device) for key, value in batch.items()})  # type: ignore[call-arg]
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
-        return type(batch)(*(move_to_device(value, device) for value in batch))
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(move_to_device(value, device) for value in batch)
-    return batch
+__all__ = ["batch_size_of", "epoch_length_of", "loader_length"]
 
 
 def batch_size_of(batch: Any) -> int:

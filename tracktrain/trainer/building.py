@@ -56,7 +56,7 @@ def model_engine_for(trainer: Trainer, module: LoopModule) -> ModelEngine:
                 "manual optimization call self.clip_gradients(optimizer, gradient_clip_val=...) in train_step."
             )
         return ModelEngine(module, autocast_dtype=trainer.autocast_dtype, device_type=trainer.device.type,
-                           scaler=_grad_scaler(trainer), **trainer._strategy.model_engine_options(None))
+                           scaler=_grad_scaler(trainer), **trainer.strategy.model_engine_options(None))
     given = getattr(module, "model_engine", None)
     if isinstance(module, SupervisedModule) and given is not None:
         if trainer.gradient_clip_val is not None:
@@ -71,7 +71,7 @@ def model_engine_for(trainer: Trainer, module: LoopModule) -> ModelEngine:
         clip_grad_norm=clip if trainer.gradient_clip_algorithm == "norm" else None,
         clip_grad_value=clip if trainer.gradient_clip_algorithm == "value" else None,
         scaler=_grad_scaler(trainer), autocast_dtype=trainer.autocast_dtype, device_type=trainer.device.type,
-        **trainer._strategy.model_engine_options(trainer.optimizers[0]),
+        **trainer.strategy.model_engine_options(trainer.optimizers[0]),
     )
 
 

@@ -10,7 +10,6 @@ if TYPE_CHECKING:
     import torch
 
     from tracktrain.boundary import Decision
-
     from tracktrain.trainer.module import LoopModule
     from tracktrain.trainer.trainer import Trainer
 

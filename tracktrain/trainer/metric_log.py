@@ -7,13 +7,13 @@ reduced once at the epoch's end, across processes too when asked (`sync_dist`).
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 from tracktrain.metrics.distributed import _world_size, all_reduce_sum
+from tracktrain.number_checks import is_integral, is_real
 
 __all__ = ["MetricLog", "scalar_values", "to_floats"]
 
@@ -173,6 +173,7 @@ class MetricLog:
             if entry.step_fresh:
                 entry.step_fresh = False
                 value = entry.step_value
+                assert value is not None  # fresh: a step value was logged
                 if entry.sync_dist and _world_size() > 1:
                     value = _reduce_across_ranks(value, "mean")
                 values[f"{name}_step" if entry.on_epoch else name] = value
@@ -207,6 +208,7 @@ class MetricLog:
 def _aggregate(entry: _Logged, total: torch.Tensor | None = None, weight: float | None = None) -> torch.Tensor:
     total = entry.total if total is None else total
     weight = entry.weight if weight is None else weight
+    assert total is not None  # aggregated only once something was logged
     return total / weight if entry.reduce == "mean" else total
 
 
@@ -218,13 +220,13 @@ def _as_scalar_tensor(name: str, value: Any) -> torch.Tensor:
                 "(e.g. value.mean()) or log a metric."
             )
         return value.detach()
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+    if is_real(value) and not isinstance(value, bool):
         return torch.tensor(float(value))
     raise TypeError(f"self.log({name!r}) needs a number or a one-element tensor, got {type(value).__name__} {value!r}.")
 
 
 def _checked_batch_size(batch_size: Any) -> int:
-    if not isinstance(batch_size, numbers.Integral) or isinstance(batch_size, bool) or batch_size < 1:
+    if not is_integral(batch_size) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"self.log(..., batch_size=) must be a positive integer, got {batch_size!r}.")
     return int(batch_size)
 
@@ -263,5 +265,5 @@ def scalar_values(values: Mapping[str, Any]) -> dict[str, Any]:
     return {
         name: value for name, value in values.items()
         if (isinstance(value, torch.Tensor) and value.numel() == 1)
-        or (isinstance(value, numbers.Real) and not isinstance(value, bool))
+        or (is_real(value) and not isinstance(value, bool))
     }

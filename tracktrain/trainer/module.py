@@ -173,7 +173,7 @@ class LoopModule(nn.Module):
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backpropagate `loss` the way the Trainer's precision and strategy need (scaled under fp16)."""
-        self.trainer.model_engine.backward(loss)
+        self.trainer.running_model_engine.backward(loss)
 
     def clip_gradients(
         self,
@@ -187,11 +187,12 @@ class LoopModule(nn.Module):
         if gradient_clip_val is None or gradient_clip_val == 0:
             return
         optimizer = getattr(optimizer, "optimizer", optimizer)  # a ScaledOptimizer's own optimizer
-        self.trainer.model_engine.unscale_gradients(optimizer)
+        model_engine = self.trainer.running_model_engine
+        model_engine.unscale_gradients(optimizer)
         if gradient_clip_algorithm == "norm":
-            self.trainer.model_engine.clip_gradients(optimizer, max_norm=gradient_clip_val)
+            model_engine.clip_gradients(optimizer, max_norm=gradient_clip_val)
         else:
-            self.trainer.model_engine.clip_gradients(optimizer, max_value=gradient_clip_val)
+            model_engine.clip_gradients(optimizer, max_value=gradient_clip_val)
 
     # ------------------------------------------------------------------ lifecycle hooks (override as needed)
     def on_fit_start(self) -> None: ...

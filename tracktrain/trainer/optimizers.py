@@ -3,13 +3,13 @@ those schedulers by step or by epoch."""
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from tracktrain.number_checks import is_integral
 from tracktrain.trainer.monitor import monitored_value
 
 __all__ = ["LRSchedulerConfig", "parse_optimizers"]
@@ -42,7 +42,7 @@ class LRSchedulerConfig:
             raise TypeError(f"{_FORMS}. The scheduler {self.scheduler!r} has no step() method.")
         if self.interval not in ("step", "epoch"):
             raise ValueError(f'A scheduler\'s "interval" must be "step" or "epoch", got {self.interval!r}.')
-        if not isinstance(self.frequency, numbers.Integral) or isinstance(self.frequency, bool) or self.frequency < 1:
+        if not is_integral(self.frequency) or isinstance(self.frequency, bool) or self.frequency < 1:
             raise ValueError(f'A scheduler\'s "frequency" must be a positive integer, got {self.frequency!r}.')
         if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau) and self.monitor is None:
             raise ValueError(

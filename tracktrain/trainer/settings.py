@@ -37,7 +37,7 @@ def run_settings(trainer: Trainer, module: LoopModule) -> dict[str, Any]:
     settings["trainer"] = {
         "max_epochs": trainer.max_epochs, "max_steps": trainer.max_steps,
         "accumulate_grad_batches": trainer.accumulate_grad_batches, "gradient_clip_val": trainer.gradient_clip_val,
-        "precision": trainer.precision, "strategy": trainer.strategy, "seed": trainer.run_seed,
+        "precision": trainer.precision, "strategy": trainer.strategy_name, "seed": trainer.run_seed,
         "log_every_n_steps": trainer.log_every_n_steps,
     }
     return _plain(settings)

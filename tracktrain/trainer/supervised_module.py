@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tracktrain.engine.batches import split_batch
 from tracktrain.engine.model_engine import ModelEngine
 from tracktrain.trainer.module import LoopModule
 
@@ -86,11 +87,4 @@ class SupervisedModule(LoopModule):
 
 
 def _split(batch: Any) -> tuple[Any, Any]:
-    try:
-        inputs, targets = batch
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"A plain model is trained on (inputs, targets) batches, got {type(batch).__name__}. Write a LoopModule "
-            "for other batch layouts."
-        ) from None
-    return inputs, targets
+    return split_batch(batch, "A plain model trained by the Trainer", "Write a LoopModule for other batch layouts.")

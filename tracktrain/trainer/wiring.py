@@ -13,10 +13,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tracktrain.boundary import Boundary, Decision, decide
-from tracktrain.trainer.callback import Callback
 from tracktrain.engine.deterministic import ResumableEngine
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events, RemovableEventHandle
+from tracktrain.trainer.callback import Callback
 from tracktrain.trainer.hooks import batch_index, hook_handlers
 from tracktrain.trainer.module import LoopModule
 
@@ -83,10 +83,11 @@ def attach_handlers(
         planned += _fit_handlers(trainer, val_loader)
         planned += _boundary_handlers(trainer)
     if "predict" in stages:
-        planned.append((REDUCE_EPOCH, "predict", Events.ITERATION_COMPLETED, trainer._keep_prediction))
+        planned.append((REDUCE_EPOCH, "predict", Events.ITERATION_COMPLETED, trainer.evaluation.keep_prediction))
     on_exception: list[tuple[int, Callable]] = []
-    targets = [(trainer.module, LoopModule, (), 0)]
-    targets += [(callback, Callback, (trainer, trainer.module), callback.priority) for callback in trainer.callbacks]
+    module = trainer.running_module
+    targets: list[tuple[Any, type, tuple, int]] = [(module, LoopModule, (), 0)]
+    targets += [(callback, Callback, (trainer, module), callback.priority) for callback in trainer.callbacks]
     for target, base, leading, priority in targets:
         for stage, event, handler in hook_handlers(target, base, leading, stages | {"outermost"}):
             if stage == "outermost":
@@ -116,37 +117,38 @@ def _stage_handlers(trainer: Trainer, stage: str) -> list[tuple[int, str, Any, C
     # evaluation logs from on_validation_start on; training's logs are per epoch
     period_start = Events.EPOCH_STARTED if stage == "fit" else Events.STARTED
     return [
-        (REDUCE_EPOCH, stage, period_start, lambda: trainer._enter_stage(stage)),
+        (REDUCE_EPOCH, stage, period_start, lambda: trainer.metrics.enter_stage(stage)),
         (ENTER_STEPS, stage, Events.EPOCH_STARTED, log.enter_steps),
-        (REDUCE_EPOCH, stage, Events.EPOCH_COMPLETED, lambda engine: trainer._reduce_epoch(stage, engine)),
-        (PUBLISH_EPOCH, stage, Events.EPOCH_COMPLETED, lambda engine: trainer._publish_epoch(stage, engine)),
+        (REDUCE_EPOCH, stage, Events.EPOCH_COMPLETED, lambda engine: trainer.reduce_epoch(stage, engine)),
+        (PUBLISH_EPOCH, stage, Events.EPOCH_COMPLETED, lambda: trainer.metrics.publish_epoch(stage)),
     ]
 
 
 def _fit_handlers(trainer: Trainer, val_loader: Any) -> list[tuple[int, str, Any, Callable]]:
     handlers: list[tuple[int, str, Any, Callable]] = []
     if val_loader is not None:
+        event: Any
         if trainer.val_check_interval is not None:
             every = trainer.val_check_interval  # batches within each epoch, as Lightning counts them
             event = Events.ITERATION_COMPLETED(event_filter=lambda engine, _: (batch_index(engine) + 1) % every == 0)
             priority = VALIDATE_IN_EPOCH
         else:
             event, priority = Events.EPOCH_COMPLETED(every=trainer.val_every_n_epochs), VALIDATE
-        handlers.append((priority, "fit", event, lambda: trainer._run_stage("validate", val_loader)))
+        handlers.append((priority, "fit", event, lambda: trainer.run_stage("validate", val_loader)))
     handlers.append((SET_SAMPLER_EPOCH, "fit", Events.EPOCH_STARTED, _set_sampler_epoch))
-    if trainer.strategy == "ddp":
+    if trainer.strategy.steps_in_lockstep:
         # a signal on any rank stops every rank at the same step: every few steps the ranks exchange the flag, and
         # act on the previous exchange (reading it is a host sync on CUDA, hence not every step). Without DDP the
         # check is attached by the signal itself, and steps carry nothing until then.
-        every = Events.ITERATION_COMPLETED(every=PREEMPTION_EXCHANGE_EVERY)
-        handlers.append((PREEMPTION, "fit", every, trainer._check_preemption))
+        exchange = Events.ITERATION_COMPLETED(every=PREEMPTION_EXCHANGE_EVERY)
+        handlers.append((PREEMPTION, "fit", exchange, trainer.preemption.check))
         if val_loader is not None:  # a long validation is no reason to miss a pre-emption deadline
-            handlers.append((PREEMPTION, "validate", every, trainer._check_preemption))
-    automatic = trainer.module.automatic_optimization
+            handlers.append((PREEMPTION, "validate", exchange, trainer.preemption.check))
+    automatic = trainer.running_module.automatic_optimization
     if automatic and trainer.accumulate_grad_batches > 1:
-        handlers.append((FLUSH_ACCUMULATION, "fit", Events.EPOCH_COMPLETED, trainer._flush_accumulation))
+        handlers.append((FLUSH_ACCUMULATION, "fit", Events.EPOCH_COMPLETED, trainer.fit_step.flush))
     if automatic and any(config.interval == "epoch" for config in trainer.lr_scheduler_configs):
-        handlers.append((EPOCH_SCHEDULERS, "fit", Events.EPOCH_COMPLETED, trainer._step_epoch_schedulers))
+        handlers.append((EPOCH_SCHEDULERS, "fit", Events.EPOCH_COMPLETED, trainer.fit_step.step_epoch_schedulers))
     return handlers
 
 
@@ -181,6 +183,6 @@ def _decider(trainer: Trainer, decisions: list[Decision]) -> Callable[[], None]:
 def _set_sampler_epoch(engine: Engine) -> None:
     """A sampler with `set_epoch` (DistributedSampler) shuffles each epoch differently, the same on every rank.
     (A ResumableEngine sets it itself, per pass over the data.)"""
-    sampler = getattr(engine.state.dataloader, "sampler", None)
-    if callable(getattr(sampler, "set_epoch", None)) and not isinstance(engine, ResumableEngine):
-        sampler.set_epoch(engine.state.epoch - 1)
+    set_epoch = getattr(getattr(engine.state.dataloader, "sampler", None), "set_epoch", None)
+    if callable(set_epoch) and not isinstance(engine, ResumableEngine):
+        set_epoch(engine.state.epoch - 1)

@@ -1,0 +1,63 @@
+"""What a Trainer gets when it is not told otherwise: a progress bar, a `ModelCheckpoint` under
+`default_root_dir/checkpoints`, a `CSVLogger`, and the bridge to the loggers.
+
+The one module of the trainer layer that names parts of the layers above it (callbacks, loggers): those are the
+product's defaults, chosen here; everything else in the Trainer reaches them through the `Callback`,
+`Checkpointer` and `Logger` seams.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tracktrain import storage
+from tracktrain.callbacks.model_checkpoint import ModelCheckpoint
+from tracktrain.callbacks.progress import TrainerProgressBar
+from tracktrain.loggers.base import Logger
+from tracktrain.loggers.bridge import LoggerBridge
+from tracktrain.loggers.csv_logger import CSVLogger
+from tracktrain.trainer import arguments
+from tracktrain.trainer.callback import Callback
+
+__all__ = ["default_callbacks", "logger_bridge", "loggers_from"]
+
+
+def default_callbacks(given: list[Callback], root_dir: str, progress_bar: bool, checkpointing: bool) -> list[Callback]:
+    """The callbacks to add to `given`: a progress bar and a checkpoint callback, unless given or switched off."""
+    defaults: list[Callback] = []
+    if progress_bar and not any(isinstance(c, TrainerProgressBar) for c in given):
+        defaults.append(TrainerProgressBar())
+    if checkpointing and not any(isinstance(c, ModelCheckpoint) for c in given):
+        defaults.append(ModelCheckpoint(dirpath=storage.join(root_dir, "checkpoints")))
+    return defaults
+
+
+def logger_bridge(loggers: list[Logger]) -> LoggerBridge:
+    """The callback that carries a fit's values, params and checkpoints to `loggers`."""
+    return LoggerBridge(loggers)
+
+
+def loggers_from(loggers: Sequence[Logger] | bool | None, logger: Logger | Sequence[Logger] | bool | None = None
+                 ) -> list[Logger]:
+    """`Trainer(loggers=...)` (or Lightning's `logger=`, one logger or several) as a list: None or True, a
+    `CSVLogger`; False, none; else the loggers, checked."""
+    if logger is not None:  # Lightning's spelling, the same meaning (one logger or several, True, False)
+        if loggers is not None:
+            raise ValueError(f"Trainer got both logger={logger!r} and loggers={loggers!r}; pass one of them "
+                             "(loggers=[...] is tracktrain's name, logger= Lightning's).")
+        loggers = [logger] if isinstance(logger, Logger) else logger
+    if loggers is None or loggers is True:
+        return [CSVLogger()]
+    if loggers is False:
+        return []
+    loggers = arguments.as_list("Trainer(loggers=...)", loggers, "tracktrain.loggers.Logger instances")
+    for logger in loggers:
+        if not isinstance(logger, Logger):
+            raise TypeError(
+                f"Trainer(loggers=...) takes tracktrain.loggers.Logger instances (MLflowLogger, WandbLogger, "
+                f"CSVLogger, ...), got {logger!r}."
+            )
+    names = [logger.name for logger in loggers]
+    if len(set(names)) != len(names):
+        raise ValueError(f"Trainer(loggers=...) has two loggers of one kind {names}; their run ids would collide.")
+    return loggers

@@ -1,0 +1,128 @@
+"""`FitStep`: a Trainer's training iteration — the batch counted and logged against, then the one `TrainingStep`
+(automatic optimization) or the module's own `train_step` (manual), and what follows each optimizer step."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from tracktrain.engine.batches import move_to_device
+from tracktrain.engine.engine import Engine
+from tracktrain.engine.model_engine import ModelEngine, StepEvents
+from tracktrain.engine.training_step import EpochWindows, TrainingStep
+from tracktrain.trainer.batches import batch_size_of
+from tracktrain.trainer.hooks import batch_index
+from tracktrain.trainer.module import LoopModule, checked_loss
+
+if TYPE_CHECKING:
+    from tracktrain.trainer.trainer import Trainer
+
+__all__ = ["FitStep"]
+
+
+class FitStep:
+    """The process function of a Trainer's training engine, set up for one fit (`setup`).
+
+    Under automatic optimization the step is `TrainingStep` with Lightning's accumulation windows (counted per
+    epoch, the last one flushed at an epoch's end); a loss the Trainer's `nonfinite` policy refuses skips its
+    window's optimizer step. Under manual optimization the module steps its optimizers itself; the steps are
+    followed through the optimizers' step hooks, so that they count the same.
+    """
+
+    def __init__(self, trainer: Trainer) -> None:
+        self._trainer = trainer
+        self._step_hooks: list[Any] = []
+        # set by `setup` for each fit
+        self._training_step: TrainingStep
+        self._module: LoopModule
+        self._model_engine: ModelEngine
+        self._train_forward: Callable[[Any, int], Any]
+
+    def setup(self, train_forward: Callable[[Any, int], Any]) -> None:
+        """Build the step for the fit starting (the module, its optimizers and model engine are set up)."""
+        trainer = self._trainer
+        module, model_engine, strategy = trainer.running_module, trainer.running_model_engine, trainer.strategy
+        self._module, self._model_engine = module, model_engine
+        for optimizer in trainer.optimizers:
+            optimizer.zero_grad()
+        self._training_step = TrainingStep(
+            model_engine, lambda engine, batch: train_forward(batch, batch_index(engine)),
+            loss_of=checked_loss, windows=EpochWindows(trainer.accumulate_grad_batches),
+            no_sync=strategy.no_sync, accept_loss=self._accept_loss, on_optimizer_step=self._after_optimizer_step,
+            reduce_gradients=lambda: strategy.reduce_gradients(module),
+        )
+        self._train_forward = train_forward
+        if not module.automatic_optimization:  # the module steps its optimizers itself: follow those steps
+            self._step_hooks = [
+                hook for optimizer in trainer.optimizers for hook in (
+                    optimizer.register_step_pre_hook(self._manual_step_starting),
+                    optimizer.register_step_post_hook(lambda *_: self.count_step()),
+                )
+            ]
+
+    def teardown(self) -> None:
+        for hook in self._step_hooks:
+            hook.remove()
+        self._step_hooks = []
+
+    def __call__(self, engine: Engine, batch: Any) -> Any:
+        trainer = self._trainer
+        if trainer.device.type != "cpu":  # CPU tensors stay where they are: no walk over the batch
+            batch = move_to_device(batch, trainer.device)
+        trainer.metric_log.batch = batch
+        trainer.state.samples_seen += batch_size_of(batch)  # from shapes: no device sync
+        if self._module.automatic_optimization:
+            return self._training_step(engine, batch)
+        model_engine = self._model_engine
+        with model_engine.autocast():
+            output = self._train_forward(batch, batch_index(engine))
+        if model_engine.scaler is not None:
+            self._update_scaler()
+        return output
+
+    def flush(self) -> None:
+        """An epoch's end: step the accumulation window a loader without a length left open."""
+        self._training_step.flush()
+
+    def step_epoch_schedulers(self, engine: Engine) -> None:
+        for config in self._trainer.lr_scheduler_configs:
+            if config.interval == "epoch" and engine.state.epoch % config.frequency == 0:
+                config.step(self._trainer.callback_metrics)
+
+    def count_step(self) -> None:
+        """One optimizer step done: count it, publish the step's values at the log interval, stop at max_steps."""
+        trainer = self._trainer
+        state = trainer.state
+        state.global_step += 1
+        if state.global_step % trainer.log_every_n_steps == 0:
+            trainer.check_finite()  # where values are read back anyway: no sync of its own
+            trainer.publish(trainer.metric_log.step_values())
+        if trainer.max_steps is not None and state.global_step >= trainer.max_steps:
+            trainer.stop(agreed=True)  # every rank counts the same steps
+
+    def _accept_loss(self, loss: torch.Tensor) -> bool:
+        trainer = self._trainer
+        return trainer.nonfinite_watch.observe(loss, trainer.state.global_step + 1)
+
+    def _after_optimizer_step(self) -> None:
+        self.count_step()
+        trainer = self._trainer
+        for config in trainer.lr_scheduler_configs:
+            if config.interval == "step" and trainer.state.global_step % config.frequency == 0:
+                config.step(trainer.callback_metrics)
+
+    def _update_scaler(self) -> None:
+        """fp16 manual optimization: one scale update per batch, after the module stepped its optimizers."""
+        trainer = self._trainer
+        scaler = self._model_engine.scaler
+        if scaler is not None and any(optimizer.stepped for optimizer in trainer.manual_optimizers):
+            scaler.update()
+            for optimizer in trainer.manual_optimizers:
+                optimizer.stepped = False
+
+    def _manual_step_starting(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        engine = self._trainer.train_engine
+        engine.state.step_optimizer = optimizer
+        engine.fire_event(StepEvents.OPTIMIZER_STEP_STARTED)

@@ -1,0 +1,79 @@
+"""`MetricsHub`: where a Trainer's logged values gather, per stage, and the one path they take to the loggers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from tracktrain.engine.engine import Engine
+from tracktrain.trainer.batches import batch_size_of
+from tracktrain.trainer.metric_log import MetricLog, scalar_values, to_floats
+
+if TYPE_CHECKING:
+    from tracktrain.trainer.trainer import Trainer
+
+__all__ = ["MetricsHub"]
+
+
+class MetricsHub:
+    """The values of a Trainer's stages ("fit", "validate", "test"): what `self.log` records per step and per
+    epoch (`logs`), the latest of each (`callback_metrics`), and what reached the loggers (`logged_metrics`).
+
+    Args:
+        trainer: the Trainer whose values these are (its step, epoch and samples seen are the logged axes).
+        send: `send(values, step)` hands published values to the loggers.
+    """
+
+    def __init__(self, trainer: Trainer, send: Callable[[Mapping[str, float], int], None]) -> None:
+        self._trainer = trainer
+        self._send = send
+        self.callback_metrics: dict[str, Any] = {}
+        self.logged_metrics: dict[str, float] = {}
+        self.progress_bar_names: set[str] = set()
+        self.logs = {
+            stage: MetricLog(stage, self.callback_metrics, self.progress_bar_names, stage == "fit", batch_size_of)
+            for stage in ("fit", "validate", "test")
+        }
+        self.current = self.logs["fit"]  # the log `self.log` writes to: the stage running
+        self._epoch_values: dict[str, dict[str, Any]] = {}
+
+    def enter_stage(self, stage: str) -> None:
+        """A stage's period starts (a training epoch, an evaluation run): its values start over."""
+        self.current = self.logs[stage]
+        self.current.reset()
+        if stage == "fit":
+            self._trainer.running_module.train()
+
+    def leave_stage(self, log: MetricLog) -> None:
+        """Back to the stage that ran before (an evaluation inside a fit returns to the fit's log)."""
+        self.current = log
+
+    def reduce_epoch(self, stage: str, engine: Engine, extra: Mapping[str, Any]) -> None:
+        """The epoch's values: what was logged, and the Ignite metrics attached to its engine, with `extra`."""
+        metrics = {**scalar_values(engine.state.metrics), **extra}  # Ignite metrics attached to the engine (and trackers)
+        self.callback_metrics.update(metrics)
+        self._epoch_values[stage] = {**self.logs[stage].epoch_values(), **metrics}
+
+    def publish_epoch(self, stage: str) -> None:
+        """Publish the epoch's values, with what its epoch-end hooks logged since."""
+        self.publish({**self._epoch_values.get(stage, {}), **self.logs[stage].epoch_values()})
+
+    def take_epoch_values(self, stage: str) -> dict[str, Any]:
+        """The values of `stage`'s last epoch (what `validate()`/`test()` return), forgotten here."""
+        return self._epoch_values.pop(stage, {})
+
+    def publish(self, values: Mapping[str, Any]) -> None:
+        """The one path logged values take to `logged_metrics` and the loggers (read from the device here), at the
+        current global step; while fitting, with the epoch and the samples seen as axes too."""
+        if not values:
+            return
+        trainer = self._trainer
+        floats = to_floats(dict(values))
+        self.logged_metrics.update(floats)
+        if trainer.fitting:  # the same axes for every tracker: the step, and the epoch and samples behind it
+            floats = {**floats, "epoch": float(trainer.current_epoch), "samples_seen": float(trainer.state.samples_seen)}
+        self._send(floats, trainer.state.global_step)
+
+    def progress_bar_metrics(self) -> dict[str, Any]:
+        """The latest values logged with `prog_bar=True` (tensors; read them only when shown)."""
+        return {name: self.callback_metrics[name] for name in self.progress_bar_names if name in self.callback_metrics}

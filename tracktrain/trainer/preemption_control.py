@@ -1,0 +1,77 @@
+"""`PreemptionControl`: a fit's answer to SIGTERM/SIGUSR1/Ctrl-C (see `tracktrain.preemption`): after the step
+under way, a checkpoint within `preemption_timeout`, one line saying where it stopped, and `Terminated`.
+
+Without lockstep ranks the steps carry nothing until a signal comes: the signal itself attaches the check. With
+ranks that step in lockstep (DDP) a signal on any rank must stop every rank at the same step, so every few steps
+the ranks exchange the flag (see `wiring`), acting on the previous exchange.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import TYPE_CHECKING
+
+from tracktrain import distributed
+from tracktrain.dist_logger import get_dist_logger
+from tracktrain.engine.events import Events, RemovableEventHandle
+from tracktrain.preemption import SignalWatch, Terminated
+
+if TYPE_CHECKING:
+    from tracktrain.trainer.trainer import Trainer
+
+__all__ = ["PreemptionControl"]
+
+
+class PreemptionControl:
+    def __init__(self, trainer: Trainer) -> None:
+        self._trainer = trainer
+        self._signals = SignalWatch(on_signal=self._arm)
+        self._checks: list[RemovableEventHandle] = []
+        self._agreement: distributed.AsyncAnyRank | None = None
+
+    def start(self) -> None:
+        """A fit starts: watch for signals (and exchange the flag, when ranks step in lockstep)."""
+        self._signals.install()
+        self._agreement = distributed.AsyncAnyRank() if self._trainer.strategy.steps_in_lockstep else None
+
+    def stop(self) -> None:
+        self._signals.restore()
+        if self._agreement is not None:
+            self._agreement.finish()
+            self._agreement = None
+
+    def detach(self) -> None:
+        """Remove the checks a signal attached (an entry point's end)."""
+        for handle in self._checks:
+            handle.remove()
+        self._checks = []
+
+    def _arm(self, signum: int) -> None:
+        """In the signal handler: check at the next step's end."""
+        if self._agreement is None:
+            engines = self._trainer.engines
+            self._checks += [engines[stage].add_event_handler(Events.ITERATION_COMPLETED, self.check)
+                             for stage in ("fit", "validate")]
+
+    def check(self) -> None:
+        """After a step: a pre-emption signal (on any rank, under DDP) saves a checkpoint and stops the run."""
+        signum = self._signals.received or 0
+        if self._agreement is not None:
+            signum = self._agreement.exchange(signum)
+        if signum:
+            self._preempt(signum)
+
+    def _preempt(self, signum: int) -> None:
+        trainer = self._trainer
+        checkpoints = trainer.checkpoints
+        saved = checkpoints.save_all_now(trainer.preemption_timeout)
+        if not checkpoints.checkpointers:
+            outcome = "nothing was saved (no ModelCheckpoint): a new run starts over"
+        elif not saved:
+            outcome = (f"its checkpoint did not finish within preemption_timeout={trainer.preemption_timeout}s: "
+                       "running the same command again resumes from the newest complete one")
+        else:
+            outcome = f"{checkpoints.newest_path()} holds it: run the same command again to resume"
+        message = f"Stopped by {signal.Signals(signum).name} after step {trainer.global_step}; {outcome}."
+        get_dist_logger().info(message)  # the one line a person reads; the exit status says "pre-empted"
+        raise Terminated(signum, message)

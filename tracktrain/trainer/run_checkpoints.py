@@ -1,0 +1,190 @@
+"""A run's checkpoints, as the Trainer sees them: what they hold, which one a fit resumes from, and what the
+`Checkpointer`s among its callbacks (`ModelCheckpoint`) do when the run must save now.
+
+`Checkpointer` is the seam: any callback with these members takes part — saving when asked (pre-emption),
+waiting for its writes, naming its directory (discovery looks there) and its newest file. The Trainer never
+names a callback class.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from tracktrain import storage
+from tracktrain.dist_logger import get_dist_logger
+from tracktrain.handlers.checkpoint import Checkpoint
+from tracktrain.handlers.checkpoint_state import read_checkpoint
+from tracktrain.handlers.savers import deliver_left_over
+from tracktrain.storage.discovery import committed_checkpoints, resume_candidates
+from tracktrain.trainer.module import LoopModule
+from tracktrain.trainer.resume import RESUME_CHOICES, load_newest
+from tracktrain.trainer.settings import changed_settings, check_resumable, describe, run_settings
+
+if TYPE_CHECKING:
+    from tracktrain.trainer.trainer import Trainer
+
+__all__ = ["Checkpointer", "RunCheckpoints"]
+
+_LIMIT_SETTINGS = ("trainer/max_epochs", "trainer/max_steps")
+
+
+@runtime_checkable
+class Checkpointer(Protocol):
+    """A callback that keeps a run's checkpoints: saves (on its schedule, and when asked), retains, and says where
+    they are, so that the Trainer can discover the newest complete one and load it."""
+
+    dirpath: str | None  # where its checkpoints live (None: the Trainer's `default_root_dir/checkpoints`)
+
+    @property
+    def last_model_path(self) -> str | None: ...
+
+    def save_now(self, trainer: Trainer) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+class RunCheckpoints:
+    """The checkpoints of one Trainer's runs (see the module's description)."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self._trainer = trainer
+
+    @property
+    def checkpointers(self) -> list[Checkpointer]:
+        return [callback for callback in self._trainer.callbacks if isinstance(callback, Checkpointer)]
+
+    def directories(self) -> list[str]:
+        default = storage.join(self._trainer.default_root_dir, "checkpoints")
+        return [checkpointer.dirpath or default for checkpointer in self.checkpointers]
+
+    def objects(self) -> dict[str, Any]:
+        """What a checkpoint of the run holds: the module, optimizers, LR schedulers, the train engine's state and
+        the Trainer's own (global step, callbacks), as the strategy saves them."""
+        trainer = self._trainer
+        objects: dict[str, Any] = {"model": trainer.module, "train_engine": trainer.train_engine, "trainer": trainer.state}
+        if trainer.optimizers:
+            objects["optimizers"] = list(trainer.optimizers)
+        if trainer.lr_scheduler_configs:
+            objects["lr_schedulers"] = [config.scheduler for config in trainer.lr_scheduler_configs]
+        if trainer.model_engine is not None and trainer.model_engine.scaler is not None:
+            objects["grad_scaler"] = trainer.model_engine.scaler
+        return trainer.strategy.checkpoint_objects(objects)
+
+    def save_all_now(self, timeout: float) -> bool:
+        """Every checkpointer saves now; whether all of it was committed within `timeout` seconds."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        checkpointers = self.checkpointers
+        for checkpointer in checkpointers:
+            checkpointer.save_now(self._trainer)
+        # wait for every one, also after one timed out (all() over a generator would stop at the first False)
+        finished = [checkpointer.wait(max(0.0, deadline - time.monotonic())) for checkpointer in checkpointers]
+        return all(finished)
+
+    def newest_path(self) -> str | None:
+        return next((c.last_model_path for c in self.checkpointers if c.last_model_path), None)
+
+    def newest_before(self, step: int) -> str | None:
+        """The newest committed checkpoint of this run taken before optimizer step `step` (for messages)."""
+        for checkpointer in self.checkpointers:
+            checkpointer.wait()  # a save in flight may be the one asked for
+        for directory in self.directories():
+            for checkpoint in committed_checkpoints(directory)[0]:  # newest first
+                if checkpoint.summary.get("global_step", 0) < step:
+                    return checkpoint.url
+        return None
+
+    # ------------------------------------------------------------------------------------------------ resume
+    def start_run(self, target: str | os.PathLike | None, module: LoopModule) -> None:
+        """Load the checkpoint `target` names, or start a new run; then fix the run's seed and settings (what its
+        checkpoints save), the same on every rank."""
+        trainer, strategy = self._trainer, self._trainer.strategy
+        trainer.resume_changes = {}
+        trainer.ckpt_path = self.resume(target, module)
+        if trainer.ckpt_path is None:  # a new run starts over, even after an interrupted or crashed fit of this Trainer
+            trainer.state.global_step = 0
+            trainer.state.samples_seen = 0
+            trainer.train_engine.state.max_epochs = None
+            trainer.train_engine.state.max_iters = None
+        strategy.check_same("global step after loading the checkpoint", trainer.global_step)
+        seed: int | None
+        if trainer.ckpt_path is None:
+            seed = trainer.seed if trainer.seed is not None else _draw_seed()
+        else:
+            seed = trainer.train_engine.state.seed  # the data order of the run being continued
+        # rank 0's, on every rank (the same collective on all of them): the DistributedSampler shuffles alike
+        trainer.run_seed = strategy.rank_zero_value(seed)
+        strategy.seed = trainer.run_seed or 0
+        trainer.settings = run_settings(trainer, module)
+
+    def resume(self, target: str | os.PathLike | None, module: LoopModule) -> str | None:
+        """Load the checkpoint `target` names ("auto"/"last": the newest complete one); returns what was loaded,
+        None for a new run."""
+        trainer = self._trainer
+        strategy = trainer.strategy
+        load = lambda url: self.load(url, module)  # noqa: E731
+        if target is None:
+            return None
+        if os.fspath(target) not in RESUME_CHOICES:
+            load(os.fspath(target))
+            return os.fspath(target)
+        if strategy.global_rank == 0:  # rank 0's spool: what an earlier run could not write goes first
+            for directory in self.directories():
+                deliver_left_over(directory, trainer.default_root_dir)
+        strategy.rank_zero_value(None)  # no rank lists the directory before that
+        loaded = load_newest(resume_candidates(self.directories()), load)
+        if loaded is None and target == "last":
+            warnings.warn(f'fit(ckpt_path="last") found no complete checkpoint in {self.directories()}; '
+                          "starting a new run.", stacklevel=6)
+        return loaded
+
+    def load(self, ckpt_path: str, module: LoopModule) -> None:
+        """Read `ckpt_path`, refuse it when it was written for another module (see `settings`), then load it; the
+        Trainer settings that changed are warned about here and recorded by the loggers."""
+        trainer = self._trainer
+        states = read_checkpoint(ckpt_path)
+        saved = (states.get("trainer") or {}).get("settings") if isinstance(states, Mapping) else None
+        current = run_settings(trainer, module)
+        if trainer.seed is None:  # the seed is the checkpoint's unless one is given
+            current["trainer"].pop("seed")
+            if saved:
+                saved = {**saved, "trainer": {k: v for k, v in saved.get("trainer", {}).items() if k != "seed"}}
+        changes = changed_settings(saved, current)
+        check_resumable(changes, ckpt_path, trainer.resume_with_changes)
+        Checkpoint.load_objects(self.objects(), states)
+        trainer.resume_changes = changes
+        limits = {key: change for key, change in changes.items() if key in _LIMIT_SETTINGS}
+        others = {key: change for key, change in changes.items() if key not in _LIMIT_SETTINGS}
+        if limits:  # raising a limit is how a finished run trains more: expected, not a warning
+            get_dist_logger().info(f"Resuming {ckpt_path} with {describe(limits)}.")
+        if others:
+            warnings.warn(f"Resuming {ckpt_path} with changed settings: {describe(others)}. The run continues "
+                          "with the new ones; the loggers record the change.", stacklevel=8)
+
+    def already_finished(self) -> bool:
+        """Whether the checkpoint resumed already reached the limits: then nothing is trained, nothing is logged."""
+        trainer = self._trainer
+        if trainer.ckpt_path is None:
+            return False
+        state = trainer.train_engine.state
+        epochs_done = state.iteration // state.epoch_length if state.epoch_length else state.epoch
+        if trainer.max_steps is not None and trainer.global_step >= trainer.max_steps:
+            limit, value = "max_steps", trainer.max_steps
+        elif trainer.max_epochs is not None and epochs_done >= trainer.max_epochs:
+            limit, value = "max_epochs", trainer.max_epochs
+        else:
+            return False
+        get_dist_logger().info(
+            f"Run already finished at epoch {epochs_done}, step {trainer.global_step} ({trainer.ckpt_path}); raise "
+            f"{limit} (now {value}) to train more."
+        )
+        return True
+
+
+def _draw_seed() -> int:
+    """A fresh seed for a run given none (recorded in its checkpoints and params, so the run can be repeated)."""
+    return int.from_bytes(os.urandom(4), "little") >> 1

@@ -1,0 +1,8 @@
+"""Strategies: how the Trainer spreads a fit over devices and processes (see `base`)."""
+
+from tracktrain.trainer.strategies.base import SingleDeviceStrategy, Strategy
+from tracktrain.trainer.strategies.choice import STRATEGY_NAMES, strategy_for
+from tracktrain.trainer.strategies.ddp import DDPStrategy
+from tracktrain.trainer.strategies.xla import XLAStrategy
+
+__all__ = ["STRATEGY_NAMES", "DDPStrategy", "SingleDeviceStrategy", "Strategy", "XLAStrategy", "strategy_for"]

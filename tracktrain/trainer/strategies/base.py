@@ -1,0 +1,121 @@
+"""`Strategy`: how the Trainer spreads a fit over devices and processes — the one object that owns distribution.
+
+A strategy wraps the model and the data, never the loop: the same `TrainingStep` runs under each. The Trainer
+calls it in one fixed order (see `docs/architecture.md`):
+
+1. `setup_environment(device)`: join the process group (if any); this process's device.
+2. `setup_module(module)`: wrap the model — before the optimizers are built, so that they hold the parameters
+   the wrapped model trains (a sharded model's shards); returns the step's forward.
+3. `model_engine_options(optimizer)`: how the optimizer steps (gradient handlers, the step itself).
+4. `distribute(loader)`: each loader as this process reads it (its shard).
+5. Per step: `no_sync()` on batches whose gradients wait for their window's last one; `reduce_gradients` for a
+   window flushed at an epoch's end.
+6. At boundaries, the collectives: `any_rank`, `rank_zero_value`, `gather`, `check_same` — every rank calls
+   them at the same points, so none waits for a collective the others skipped.
+7. `checkpoint_objects(objects)`: what a checkpoint saves of them (full state here).
+8. `teardown()`: every rank ends the fit together.
+
+The base's defaults are one process on one device; its collectives are `tracktrain.distributed`'s, which return
+the local value when no process group is up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from tracktrain import distributed
+from tracktrain.ranks import rank_and_world_size
+
+__all__ = ["SingleDeviceStrategy", "Strategy"]
+
+
+class Strategy:
+    """One process, one device (`strategy="single_device"`, also "auto"): the module's own `train_step`, the
+    loaders as given, collectives that return the local value. Subclass it for other layouts."""
+
+    name = "single_device"
+    #: ranks run the same steps at the same time, so a flag can be exchanged every few steps (pre-emption)
+    steps_in_lockstep = False
+
+    def __init__(self) -> None:
+        self.seed = 0  # the run's data-order seed, set by the Trainer before loaders are distributed
+
+    # ------------------------------------------------------------------------------- process group and ranks
+    @property
+    def is_distributed(self) -> bool:
+        """Whether this fit's ranks exchange anything (a process group is up)."""
+        return distributed.is_distributed()
+
+    @property
+    def global_rank(self) -> int:
+        return rank_and_world_size()[0]
+
+    @property
+    def world_size(self) -> int:
+        return rank_and_world_size()[1]
+
+    def setup_environment(self, device: torch.device) -> torch.device:
+        """Join the process group (none here); returns this process's device."""
+        return device
+
+    # ------------------------------------------------------------------------------------ model and data
+    def setup_module(self, module: nn.Module) -> Callable[[Any, int], Any]:
+        """Wrap `module` for training, before its optimizers are built; returns `forward(batch, batch_idx)`."""
+        return module.train_step  # type: ignore[return-value]
+
+    def model_engine_options(self, optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
+        """How the ModelEngine steps under this strategy (gradient handlers, the optimizer step)."""
+        return {}
+
+    def distribute(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
+        """`loader` as this process reads it."""
+        return loader
+
+    # ------------------------------------------------------------------------------------------ gradients
+    def no_sync(self) -> contextlib.AbstractContextManager:
+        """The context of a batch whose gradients wait for its accumulation window's last batch."""
+        return contextlib.nullcontext()
+
+    def reduce_gradients(self, module: nn.Module) -> None:
+        """Reduce gradients that backward left unreduced (a window whose every batch ran under `no_sync`)."""
+
+    # ------------------------------------------------------------------------------------------ collectives
+    # tracktrain.distributed's, the one implementation: the local value without a process group
+    def any_rank(self, flag: bool) -> bool:
+        """`flag` or-ed over the ranks."""
+        return distributed.any_rank(flag)
+
+    def rank_zero_value(self, value: Any) -> Any:
+        """Rank 0's `value`, on every rank."""
+        return distributed.rank_zero_value(value)
+
+    def gather(self, value: Any) -> list[Any]:
+        """Every rank's `value`, in rank order."""
+        return distributed.gather_objects(value)
+
+    def check_same(self, what: str, value: int) -> None:
+        """Fail, naming `what`, if the ranks disagree on `value`."""
+        distributed.check_same_on_all_ranks(what, value)
+
+    def barrier(self) -> None:
+        """Wait until every rank arrives here."""
+        if distributed.is_distributed():
+            torch.distributed.barrier()
+
+    # -------------------------------------------------------------------------------- checkpoints, the end
+    def checkpoint_objects(self, objects: dict[str, Any]) -> dict[str, Any]:
+        """What a checkpoint saves of `objects`: their full state, as they are (a sharded strategy gives
+        objects that save and load their shards)."""
+        return objects
+
+    def teardown(self) -> None:
+        """The fit's end (every rank ends it together, where there are several)."""
+
+
+class SingleDeviceStrategy(Strategy):
+    """One process, one device: `strategy="auto"` or `"single_device"`."""

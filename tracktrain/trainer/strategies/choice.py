@@ -1,0 +1,27 @@
+"""The strategy a `Trainer(strategy=...)` argument names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracktrain.trainer.strategies.base import SingleDeviceStrategy, Strategy
+from tracktrain.trainer.strategies.ddp import DDPStrategy
+from tracktrain.trainer.strategies.xla import XLAStrategy
+
+__all__ = ["STRATEGY_NAMES", "strategy_for"]
+
+_BY_NAME: dict[str, type[Strategy]] = {"auto": SingleDeviceStrategy, "single_device": SingleDeviceStrategy, "ddp": DDPStrategy,
+                                       "xla": XLAStrategy}
+STRATEGY_NAMES = tuple(_BY_NAME)
+
+
+def strategy_for(strategy: Any) -> Strategy:
+    """A `Strategy` as given, or a new one of the kind a name says ("auto", "single_device", "ddp", "xla")."""
+    if isinstance(strategy, Strategy):
+        return strategy
+    if isinstance(strategy, str) and strategy in _BY_NAME:
+        return _BY_NAME[strategy]()
+    raise ValueError(
+        f"Trainer(strategy=...) must be one of {list(_BY_NAME)} or a tracktrain.trainer.strategies.Strategy "
+        f"(e.g. DDPStrategy(find_unused_parameters=True)), got {strategy!r}."
+    )
