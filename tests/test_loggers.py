@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests._waiting import eventually
 from tests._file_tracker import FileTracker
+from tests._waiting import eventually
 from tracktrain.loggers import CSVLogger, QueuedLogger
 from tracktrain.loggers.delivery import DeliveryQueue, Record, read_spill
 
@@ -386,6 +386,27 @@ def test_loggers_on_a_plain_engine(tmp_path):
     assert [int(r["step"]) for r in rows if r["name"] == "loss"] == [4, 8, 12, 16]
     assert [int(r["step"]) for r in rows if r["name"] == "epoch_loss"] == [8, 16]
     assert (tmp_path / "logs" / "version_0" / "status.txt").read_text().strip() == "FINISHED"
+
+
+@pytest.mark.parametrize(("error", "status"), [(ValueError("bad batch"), "FAILED"), (KeyboardInterrupt(), "KILLED")])
+def test_a_plain_engine_ends_its_runs_as_the_trainer_does(tmp_path, error, status):
+    """attach_loggers and the Trainer share one lifecycle (TrackerRuns): an engine that raises ends the run FAILED,
+    or KILLED on Ctrl-C, after what was logged before it."""
+    from tracktrain.engine import Engine
+    from tracktrain.loggers import attach_loggers
+
+    def step(engine, batch):
+        if engine.state.iteration == 3:
+            raise error
+        return {"loss": float(batch)}
+
+    engine = Engine(step)
+    attach_loggers(engine, [CSVLogger(tmp_path / "logs")], root_dir=tmp_path, output_transform=lambda output: output)
+    with pytest.raises(type(error)):
+        engine.run([1, 2, 3, 4], max_epochs=1)
+    run = tmp_path / "logs" / "version_0"
+    assert [row["value"] for row in csv.DictReader(open(run / "metrics.csv"))] == ["1.0", "2.0"]
+    assert (run / "status.txt").read_text().strip() == status
 
 
 def test_a_value_json_cannot_hold_is_spilled_as_text_not_lost(tmp_path):

@@ -8,13 +8,13 @@ loads neither torch nor mlflow.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-import json
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path

@@ -15,7 +15,8 @@ def _inspect(run_dir, *flags) -> str:
 
 
 def read_run(run_dir) -> dict:
-    """What W&B recorded for one offline run: its run record, history rows (metrics only), artifacts, summary."""
+    """What W&B recorded for one offline run: its run record, history rows (metrics only), artifacts, the files it
+    uploads at sync, summary."""
     records = [json.loads(line) for line in _inspect(run_dir).splitlines()]
     runs = [record["run"] for record in records if record["type"] == "run"]
     history = []
@@ -28,6 +29,7 @@ def read_run(run_dir) -> dict:
         "runs": runs,
         "history": history,
         "artifacts": [record["artifact"] for record in records if record["type"] == "artifact"],
+        "files": [file["path"] for record in records if record["type"] == "files" for file in record["files"]["files"]],
         "exit_code": next(record["exit"].get("exit_code", 0) for record in records if record["type"] == "exit"),
         "state": json.loads(_inspect(run_dir, "--summary")),
     }

@@ -32,12 +32,13 @@ from tests._waiting import eventually
 from tracktrain import Trainer
 from tracktrain.callbacks.model_checkpoint import ModelCheckpoint
 from tracktrain.loggers.delivery import read_spill
-
-from ..trainer._tasks import Classifier, make_loader, quiet
 from tracktrain_integrations.testing import free_port
 
+from ..trainer._tasks import Classifier, make_loader, quiet
+
 tracking = pytest.importorskip("mlflow.tracking")
-from tracktrain_integrations.mlflow import MLflowLogger, _batches  # noqa: E402
+from tracktrain_integrations.mlflow import MLflowLogger  # noqa: E402
+from tracktrain_integrations.mlflow_values import batches as mlflow_batches  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -344,7 +345,7 @@ def test_batches_stay_within_mlflows_limits():
     params = [Param(f"param/{index}", "v" * 6000) for index in range(250)]
     tags = [RunTag(f"tag/{index}", "t" * 10) for index in range(150)]
     metrics = [Metric(f"metric/{index % 7}", float(index), 1_700_000_000_000, index) for index in range(2500)]
-    batches = list(_batches(params, tags, metrics))
+    batches = list(mlflow_batches(params, tags, metrics))
     for batch in batches:
         _validate_batch_log_limits(batch["metrics"], batch["params"], batch["tags"])
         request = LogBatch(run_id="0" * 32, metrics=[m.to_proto() for m in batch["metrics"]],

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -76,6 +76,21 @@ def test_values_hyperparameters_and_tags_are_read_back_from_the_offline_run(tmp_
     assert run["exit_code"] == 0 and state["state"] == "finished"
     assert logger.undelivered == 0 and logger.skipped_records == 0
     assert not Path(logger.spill_path).exists()
+
+
+@pytest.mark.parametrize("delivery", ["process", "thread"])
+def test_the_run_keeps_the_installed_packages_as_w_and_b_does(tmp_path, delivery):
+    """W&B's init lists the installed packages in the run's requirements.txt; with a sender child the child writes
+    it (the training process skips that work at start), with the same lines."""
+    from importlib.metadata import version
+
+    logger = started(tmp_path, project="proj", delivery=delivery)
+    logger.log_metrics({"loss": 1.0}, step=1)
+    logger.finalize("FINISHED")
+    requirements = (Path(logger.run_dir) / "files" / "requirements.txt").read_text().splitlines()
+    assert f"wandb=={version('wandb')}" in requirements and f"mlflow=={version('mlflow')}" in requirements
+    assert all(re.fullmatch(r"[^=\s]+==\S+", line) for line in requirements)
+    assert "requirements.txt" in read_run(logger.run_dir)["files"]  # uploaded by `wandb sync`
 
 
 def test_everything_published_at_one_step_shares_its_row_across_batches(tmp_path):

@@ -1,5 +1,6 @@
-"""Experiment tracking: the `Logger` protocol, the non-blocking `QueuedLogger` base, and the no-dependency
-`CSVLogger`. MLflow, W&B and TensorBoard loggers are in `tracktrain_integrations`."""
+"""Experiment tracking: the `Logger` protocol, `TrackerRuns` (the one lifecycle of a job's loggers), the
+non-blocking `QueuedLogger` base and its delivery worker, and the no-dependency `CSVLogger`. MLflow, W&B and
+TensorBoard loggers are in `tracktrain_integrations`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ _LAZY = {
     "LoggerBridge": "tracktrain.loggers.bridge",
     "DeliveryQueue": "tracktrain.loggers.delivery",
     "Record": "tracktrain.loggers.delivery",
+    "TrackerRuns": "tracktrain.loggers.runs",
     "attach_loggers": "tracktrain.loggers.engine_logging",
 }
 

@@ -1,6 +1,8 @@
-"""The `Logger` protocol every tracker implements, and `QueuedLogger`, the base that makes delivery
-non-blocking: `log_*` only queue records; a `DeliveryQueue` sends them from a background thread, through the
-tracker's client in this process or in a child process (`delivery="process"`, see `sender_process`)."""
+"""The `Logger` protocol every tracker implements (one lifecycle: resume, start, log, flush / persist, finalize; a
+group of them is driven by `runs.TrackerRuns`), and `QueuedLogger`, the base that makes delivery non-blocking:
+`log_*` only queue records; the one generic delivery worker, a `DeliveryQueue`, sends them from a background thread
+(batching, retry with backoff, the outage buffer and its spill file), through the tracker's client in this process or
+in a child process (`delivery="process"`, see `sender_process`)."""
 
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ class Logger(ABC):
     """
 
     name: str = "logger"
+    log_checkpoints: bool = False  # whether the Trainer announces each checkpoint it commits (`log_artifact`)
 
     @property
     @abstractmethod
@@ -68,6 +71,13 @@ class Logger(ABC):
         """Make what is logged so far survive a kill of this process (on disk or delivered), quickly: called before
         each checkpoint commits, since a run resumed from it never logs these steps again."""
 
+    def watch_module(self, module: Any) -> None:
+        """Follow `module` (gradients, parameters) where the tracker can, e.g. W&B's watch; after `start`."""
+
+    def log_final_model(self, module: Any) -> None:
+        """Keep the trained `module` in the run where the tracker can (MLflow's log_model); once, when a fit ends
+        well, before `finalize`."""
+
     @abstractmethod
     def finalize(self, status: str) -> None:
         """End the run with `status` ("FINISHED", "FAILED" or "KILLED"), delivering what is queued first."""
@@ -90,7 +100,9 @@ class QueuedLogger(Logger):
         close_timeout: how long the end of the run waits for the remaining records before they stay in the spill
             file.
         max_pending: records kept in memory while the tracker is unreachable before spilling to disk.
-        linger: how long records may gather into one batch before they are sent (see `DeliveryQueue`).
+        linger: how long records may gather into one batch before they are sent (see `DeliveryQueue`). What is
+            still gathering when the run ends is sent then, and `finalize` waits for it: a shorter linger makes the
+            end of a fit quicker, a longer one makes fewer, larger requests.
         delivery: "thread": the background thread calls the tracker's client in this process; "process": it hands
             each batch to a child process that does (a child that dies is started again, its batch retried).
     """
@@ -101,7 +113,7 @@ class QueuedLogger(Logger):
     sender_keep_warm = 60.0
 
     def __init__(self, flush_timeout: float = 0.0, close_timeout: float = 30.0, max_pending: int = 10_000,
-                 linger: float = 0.5, delivery: str = "thread") -> None:
+                 linger: float = 0.2, delivery: str = "thread") -> None:
         if delivery not in DELIVERIES:
             raise ValueError(f"{type(self).__name__}(delivery=...) must be one of {DELIVERIES}, got {delivery!r}.")
         if delivery == "process":

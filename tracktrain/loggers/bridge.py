@@ -1,10 +1,10 @@
-"""`LoggerBridge`: the one callback between a Trainer and its loggers.
+"""`LoggerBridge`: the one callback between a Trainer and its loggers, over their `TrackerRuns`.
 
-It starts (or resumes) each logger's run when fit starts, logs the hyperparameters once, forwards what the
-Trainer publishes (`Trainer.publish` calls `log_metrics`), asks for delivery at each epoch's end, uploads saved
-checkpoints to the loggers that want them, and ends the runs: FINISHED, FAILED on an exception, KILLED on
-pre-emption (SIGTERM/SIGUSR1, see `tracktrain.preemption`) or Ctrl-C. Only rank 0 talks to trackers: one run per training job, not per process. The run ids are
-saved in checkpoints, so a resumed fit continues the same runs.
+It starts (or resumes) the runs when fit starts, with the Trainer's settings as hyperparameters, forwards what the
+Trainer publishes (`log_metrics`), asks for delivery at each epoch's end, makes the queued records durable before a
+checkpoint commits (`persist`), announces saved checkpoints (`checkpoint_saved`), and ends the runs: FINISHED,
+FAILED on an exception, KILLED on pre-emption or Ctrl-C (see `runs.status_of`). The run ids are saved in
+checkpoints, so a resumed fit continues the same runs.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tracktrain.callbacks.base import Callback
-from tracktrain.loggers.base import CHECKPOINT_ARTIFACTS, Logger
+from tracktrain.loggers.base import Logger
+from tracktrain.loggers.runs import TrackerRuns
 from tracktrain.preemption import Terminated
-from tracktrain.ranks import global_rank
+from tracktrain.trainer.callback import Callback
 
 if TYPE_CHECKING:
     from tracktrain.trainer.module import LoopModule
@@ -29,8 +29,12 @@ class LoggerBridge(Callback):
 
     def __init__(self, loggers: list[Logger]) -> None:
         self.loggers = loggers
-        self._resume_ids: dict[str, str] = {}
-        self.active = False
+        self.runs = TrackerRuns(loggers)
+
+    @property
+    def active(self) -> bool:
+        """Whether the runs are open here (rank 0, between fit start and end)."""
+        return self.runs.active
 
     @property
     def state_key(self) -> str:
@@ -38,72 +42,34 @@ class LoggerBridge(Callback):
 
     # ----------------------------------------------------------------------------------------------- hooks
     def on_fit_start(self, trainer: Trainer, module: LoopModule) -> None:
-        self.active = global_rank() == 0
-        if not self.active:
-            return
-        for logger in self.loggers:
-            resumed = logger.name in self._resume_ids
-            if resumed:
-                logger.resume(self._resume_ids[logger.name])
-            logger.start(trainer.default_root_dir)
-            if not resumed:
-                logger.log_hyperparams(trainer.settings)
-            elif trainer.resume_changes:  # params are the run's first settings (MLflow's cannot change): tags say what did
-                logger.set_tags(_change_tags(trainer.resume_changes, trainer.global_step))
-            watch = getattr(logger, "watch_module", None)
-            if callable(watch):  # trackers that follow gradients / parameters (W&B's watch)
-                watch(module)
+        changes = trainer.resume_changes
+        self.runs.start(trainer.default_root_dir, params=trainer.settings, module=module,
+                        changed_tags=_change_tags(changes, trainer.global_step) if changes else None)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        if self.active:
-            for logger in self.loggers:
-                logger.log_metrics(metrics, step)
+        self.runs.log_metrics(metrics, step)
 
     def persist(self) -> None:
-        """Make what the loggers hold durable (spilled to disk) before a checkpoint commits: a run killed after the
-        commit resumes past these steps and would never log them again; from the spill file they are delivered
-        when the run (or `replay`) continues."""
-        if self.active:
-            for logger in self.loggers:
-                persist = getattr(logger, "persist", None)
-                if callable(persist):
-                    persist()
+        self.runs.persist()
 
     def checkpoint_saved(self, path: str, step: int | None = None) -> None:
-        if self.active:
-            for logger in self.loggers:
-                if getattr(logger, "log_checkpoints", False):
-                    logger.log_artifact(path, CHECKPOINT_ARTIFACTS, step=step)
+        self.runs.checkpoint_saved(path, step)
 
     def on_train_epoch_end(self, trainer: Trainer, module: LoopModule) -> None:
-        if self.active:
-            for logger in self.loggers:
-                logger.flush()
+        self.runs.flush()
 
     def on_fit_end(self, trainer: Trainer, module: LoopModule) -> None:
-        if self.active:
-            for logger in self.loggers:
-                log_final_model = getattr(logger, "log_final_model", None)
-                if callable(log_final_model):  # trackers that keep the trained model (MLflow's log_model)
-                    log_final_model(module)
-        self._end("FINISHED")
+        self.runs.finish(module=module)
 
     def on_exception(self, trainer: Trainer, module: LoopModule, exception: BaseException) -> None:
-        self._end("KILLED" if isinstance(exception, (Terminated, KeyboardInterrupt)) else "FAILED")
-
-    def _end(self, status: str) -> None:
-        if not self.active:
-            return
-        self.active = False
-        for logger in self.loggers:
-            logger.finalize(status)
+        self.runs.finish(exception)
 
     # ----------------------------------------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
-        return {"run_ids": {logger.name: logger.run_id for logger in self.loggers if logger.run_id is not None}}
+        return {"run_ids": self.runs.run_ids}
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        self._resume_ids = dict(state_dict.get("run_ids", {}))
+        self.runs.resume_ids = dict(state_dict.get("run_ids", {}))
 
 
 def _change_tags(changes: Mapping[str, tuple[Any, Any]], step: int) -> dict[str, str]:

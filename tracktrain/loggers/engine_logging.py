@@ -1,4 +1,5 @@
-"""Loggers on a plain Engine (no Trainer): `attach_loggers(engine, loggers)`, Ignite-style."""
+"""Loggers on a plain Engine (no Trainer): `attach_loggers(engine, loggers)`, Ignite-style, over the same
+`TrackerRuns` lifecycle as the Trainer's `LoggerBridge`."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events, RemovableEventHandle
 from tracktrain.loggers.base import Logger
+from tracktrain.loggers.runs import TrackerRuns
 from tracktrain.ranks import global_rank
 from tracktrain.trainer.metric_log import scalar_values, to_floats
 
@@ -26,47 +28,34 @@ def attach_loggers(
 ) -> list[RemovableEventHandle]:
     """Log an Engine's run to `loggers` (rank 0 only): `output_transform(engine.state.output)` (a dict of
     scalars) every `every` iterations, `engine.state.metrics` at each epoch's end, at the step `step_transform`
-    gives (default: the iteration); the runs start with the engine and end FINISHED or FAILED with it.
+    gives (default: the iteration); the runs start with the engine and end FINISHED, FAILED or KILLED with it.
     Returns the handles, to detach."""
     if global_rank() != 0:
         return []
     root = os.fspath(root_dir)
     step_of = step_transform or (lambda e: e.state.iteration)
-
-    def started() -> None:
-        for logger in loggers:
-            logger.start(root)
-            if hyperparams:
-                logger.log_hyperparams(hyperparams)
+    runs = TrackerRuns(loggers)
 
     def publish(values: Mapping[str, Any], step: int) -> None:
         scalars = scalar_values(values)
         if scalars:
-            floats = to_floats(scalars)  # one host sync per publish
-            for logger in loggers:
-                logger.log_metrics(floats, step)
+            runs.log_metrics(to_floats(scalars), step)  # one host sync per publish
 
     def iteration(engine: Engine) -> None:
         publish(output_transform(engine.state.output), step_of(engine))  # type: ignore[misc]
 
     def epoch(engine: Engine) -> None:
         publish(engine.state.metrics, step_of(engine))
-        for logger in loggers:
-            logger.flush()
-
-    def completed() -> None:
-        for logger in loggers:
-            logger.finalize("FINISHED")
+        runs.flush()
 
     def failed(engine: Engine, exception: BaseException) -> None:
-        for logger in loggers:
-            logger.finalize("KILLED" if isinstance(exception, KeyboardInterrupt) else "FAILED")
+        runs.finish(exception)
         raise exception
 
     handles = [
-        engine.add_event_handler(Events.STARTED, started),
+        engine.add_event_handler(Events.STARTED, lambda: runs.start(root, params=hyperparams or None)),
         engine.add_event_handler(Events.EPOCH_COMPLETED, epoch),
-        engine.add_event_handler(Events.COMPLETED, completed),
+        engine.add_event_handler(Events.COMPLETED, lambda: runs.finish()),
         engine.add_event_handler(Events.EXCEPTION_RAISED, failed),
     ]
     if output_transform is not None:

@@ -143,12 +143,13 @@ def _serve(inbox: IO[bytes], channel: _Channel) -> int:
                 return 1
             channel.send(("ready",))
         else:
+            assert logger is not None  # the training process starts a logger before it sends batches
+            failed: str | None = None
             try:
                 logger._send(payload)
-                error = None
             except Exception as failure:  # the tracker's error: the training process retries the batch
-                error = _describe(failure)
-            channel.send(("answer", error, logger._sender_report()))
+                failed = _describe(failure)
+            channel.send(("answer", failed, logger._sender_report()))
         channel.busy = False
     return 0
 

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from tracktrain.loggers.sender_child import read_frame, write_frame
 
@@ -165,6 +165,9 @@ class _Child:
         self.environment = environment
         self.process = subprocess.Popen([sys.executable, "-m", CHILD_MODULE], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, env=environment, start_new_session=True)
+        assert self.process.stdin is not None and self.process.stdout is not None  # both are pipes (PIPE above)
+        self._to_child: IO[bytes] = self.process.stdin
+        self._from_child: IO[bytes] = self.process.stdout
         self.logger: QueuedLogger | None = None  # whose batches it sends now; its own warnings are relayed anyway
         self.ready = False
         self.stopped = False
@@ -179,7 +182,7 @@ class _Child:
         self.write(("start", {"header": logger._sender_header(), "sys_path": list(sys.path)}))
 
     def write(self, message: tuple[str, Any]) -> None:
-        write_frame(self.process.stdin, pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+        write_frame(self._to_child, pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -216,7 +219,7 @@ class _Child:
         self.stopped = True
         try:
             self.write(("exit", None))
-            self.process.stdin.close()
+            self._to_child.close()
         except (OSError, ValueError):  # a broken pipe, or closed already: it is gone, or told
             pass
 
@@ -235,7 +238,7 @@ class _Child:
     def _read(self) -> None:
         """What the child says: log records (logged again here), 'the tracker is back' (wakes the delivery from its
         backoff), heartbeats, `ready` and answers (for the waiting send). None when it is gone."""
-        stream = self.process.stdout
+        stream = self._from_child
         try:
             while (frame := read_frame(stream)) is not None:
                 message = pickle.loads(frame)
