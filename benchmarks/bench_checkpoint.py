@@ -51,18 +51,41 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
 from checkpoint_fits import (
-    LIGHTNING, TRACKTRAIN, Fit, Workload, bit_identical, checkpoint_tensors, compare, fit_tracktrain,
-    lightning_fitter, verify_lightning_dir, verify_tracktrain_dir,
+    LIGHTNING,
+    TRACKTRAIN,
+    Fit,
+    Workload,
+    bit_identical,
+    checkpoint_tensors,
+    compare,
+    fit_tracktrain,
+    lightning_fitter,
+    verify_lightning_dir,
+    verify_tracktrain_dir,
 )
 from checkpoint_report import (
-    SAVING_VARIANTS, TT_ASYNC, TT_BLOCKING, library_of, report, summarize_case, summarize_resume,
+    SAVING_VARIANTS,
+    TT_ASYNC,
+    TT_BLOCKING,
+    library_of,
+    report,
+    summarize_case,
+    summarize_resume,
 )
 from checkpoint_storage import LOCAL, S3, MotoServer, Storage, start_s3
 from harness import (
-    before_run, environment, exit_status, finish_args, freeze_garbage, interleaved, make_parser, prepare,
-    print_heading, temporary_root, write_json,
+    before_run,
+    environment,
+    exit_status,
+    finish_args,
+    freeze_garbage,
+    interleaved,
+    make_parser,
+    prepare,
+    print_heading,
+    temporary_root,
+    write_json,
 )
 from workloads import load_peer
 

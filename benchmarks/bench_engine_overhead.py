@@ -29,14 +29,38 @@ import time
 from typing import Any
 
 import torch
-
 from engine_addons import metrics_case, pbar_case
 from engine_cases import (
-    IGNITE, IGNITE_STATUS, LIGHTNING, RAW, TRACKTRAIN, Case, Variant, Workload, ignite, noop_cases, training_cases,
+    IGNITE,
+    IGNITE_STATUS,
+    LIGHTNING,
+    RAW,
+    TRACKTRAIN,
+    Case,
+    Variant,
+    Workload,
+    ignite,
+    noop_cases,
+    training_cases,
 )
 from harness import (
-    STATISTICS, before_run, environment, exit_status, finish_args, format_cell, freeze_garbage, goal_line,
-    interleaved, iqr, make_parser, markdown_table, prepare, print_heading, print_profile, temporary_root, verdict,
+    STATISTICS,
+    before_run,
+    environment,
+    exit_status,
+    finish_args,
+    format_cell,
+    freeze_garbage,
+    goal_line,
+    interleaved,
+    iqr,
+    make_parser,
+    markdown_table,
+    prepare,
+    print_heading,
+    print_profile,
+    temporary_root,
+    verdict,
     write_json,
 )
 from workloads import load_peer

@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 for label, _ in available
             ],
-            "missing": {label: why for label, why in missing},
+            "missing": dict(missing),
         }
         write_json(args.json, payload)
     return 0

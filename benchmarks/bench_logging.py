@@ -44,16 +44,32 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
 from harness import (
-    STATISTICS, ThreadProfiles, before_run, environment, exit_status, finish_args, format_cell, freeze_garbage,
-    goal_line, interleaved, iqr, make_parser, markdown_table, prepare, print_heading, print_profile, temporary_root,
-    verdict, write_json,
+    STATISTICS,
+    ThreadProfiles,
+    before_run,
+    environment,
+    exit_status,
+    finish_args,
+    format_cell,
+    freeze_garbage,
+    goal_line,
+    interleaved,
+    iqr,
+    make_parser,
+    markdown_table,
+    prepare,
+    print_heading,
+    print_profile,
+    temporary_root,
+    verdict,
+    write_json,
 )
 from logging_trackers import METRIC_NAMES, Delivery, Trackers, quiet_trackers, verify_deliveries
 from logging_variants import TRACKTRAIN, Fit, Variant, make_variants, select
-from tracktrain_integrations.testing import MlflowServer
 from workloads import ClassifierData, load_peer, weights, weights_match
+
+from tracktrain_integrations.testing import MlflowServer
 
 GOAL_RATIO = 0.95  # the "at least 0.95× the no-logger throughput at every-step logging"
 MODEL = (256, 512, 512, 10)

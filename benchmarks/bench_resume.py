@@ -45,16 +45,42 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
 from harness import (
-    STATISTICS, command_line, environment, exit_status, finish_args, format_cell, freeze_garbage, interleaved,
-    iqr, make_parser, markdown_table, prepare, print_heading, print_profile, temporary_root, write_json,
+    STATISTICS,
+    command_line,
+    environment,
+    exit_status,
+    finish_args,
+    format_cell,
+    freeze_garbage,
+    interleaved,
+    iqr,
+    make_parser,
+    markdown_table,
+    prepare,
+    print_heading,
+    print_profile,
+    temporary_root,
+    write_json,
 )
 from resume_frameworks import (
-    EXACT, IGNITE, LIGHTNING, LIGHTNING_SDL, TRACKTRAIN, FirstStep, Framework, Probe,
-    Workload, ignite_checkpoint, ignite_runner, lightning_checkpoint, lightning_runner, run_tracktrain, step_of,
-    tracktrain_checkpoint, verdict,
+    EXACT,
+    IGNITE,
+    LIGHTNING,
+    LIGHTNING_SDL,
+    TRACKTRAIN,
+    FirstStep,
+    Framework,
+    Probe,
+    Workload,
+    ignite_checkpoint,
+    ignite_runner,
+    lightning_checkpoint,
+    lightning_runner,
+    run_tracktrain,
+    step_of,
+    tracktrain_checkpoint,
+    verdict,
 )
 from workloads import load_peer
 

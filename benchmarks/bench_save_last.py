@@ -22,13 +22,13 @@ import tempfile
 import time
 
 import torch
+from harness import markdown_table
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+from workloads import load_peer
 
-from harness import markdown_table
 from tracktrain import LoopModule, Trainer
 from tracktrain.callbacks import ModelCheckpoint
-from workloads import load_peer
 
 STEPS, EVERY, STEP_SECONDS = 40, 5, 0.15
 

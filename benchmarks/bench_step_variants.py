@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import random
 import shutil
 import statistics
@@ -44,17 +43,41 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
 from harness import (
-    STATISTICS, before_run, environment, exit_status, finish_args, format_cell, freeze_garbage, goal_line,
-    interleaved, iqr, make_parser, markdown_table, prepare, print_heading, verdict, write_json,
+    STATISTICS,
+    before_run,
+    environment,
+    exit_status,
+    finish_args,
+    format_cell,
+    freeze_garbage,
+    goal_line,
+    interleaved,
+    iqr,
+    make_parser,
+    markdown_table,
+    prepare,
+    print_heading,
+    verdict,
+    write_json,
 )
 from step_fits import (
-    BATCH_SIZE, FITTERS, MEDIUM, RAW, TRACKTRAIN, WORLD_SIZE, DDPConfig, Fit, ddp_process, medium_data, rank_file,
+    BATCH_SIZE,
+    FITTERS,
+    MEDIUM,
+    RAW,
+    TRACKTRAIN,
+    WORLD_SIZE,
+    DDPConfig,
+    Fit,
+    ddp_process,
+    medium_data,
+    rank_file,
 )
+from workloads import ClassifierData, max_difference, weights, weights_match
+
 from tracktrain.distributed import spawn
 from tracktrain_integrations.testing import free_port
-from workloads import ClassifierData, max_difference, weights, weights_match
 
 DDP = "ddp"
 GOAL_PERCENT = 5.0  # the "within a few percent on the medium model"

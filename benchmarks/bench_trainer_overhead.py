@@ -43,18 +43,39 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from harness import (
-    STATISTICS, before_run, environment, exit_status, finish_args, format_cell, freeze_garbage, goal_line,
-    interleaved, iqr, make_parser, markdown_table, prepare, print_heading, print_profile, temporary_root, verdict,
+    STATISTICS,
+    before_run,
+    environment,
+    exit_status,
+    finish_args,
+    format_cell,
+    freeze_garbage,
+    goal_line,
+    interleaved,
+    iqr,
+    make_parser,
+    markdown_table,
+    prepare,
+    print_heading,
+    print_profile,
+    temporary_root,
+    verdict,
     write_json,
 )
+from torch import nn
+from workloads import (
+    LEARNING_RATE,
+    Classifier,
+    ClassifierData,
+    lightning_classifier_class,
+    load_peer,
+    weights,
+    weights_match,
+)
+
 from tracktrain.callbacks import TrainerProgressBar
 from tracktrain.trainer import Trainer
-from workloads import (
-    LEARNING_RATE, Classifier, ClassifierData, lightning_classifier_class, load_peer, weights, weights_match,
-)
 
 RAW = "raw"
 TRACKTRAIN, LIGHTNING = "tracktrain", "lightning"

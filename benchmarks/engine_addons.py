@@ -19,11 +19,22 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-
 from engine_cases import (
-    IGNITE, RAW, TRACKTRAIN, Addon, Case, TTEngine, TTEvents, Variant, Workload, engine_variant, ignite, make_step,
+    IGNITE,
+    RAW,
+    TRACKTRAIN,
+    Addon,
+    Case,
+    TTEngine,
+    TTEvents,
+    Variant,
+    Workload,
+    engine_variant,
+    ignite,
+    make_step,
     raw_training_variant,
 )
+
 from tracktrain.handlers import ProgressBar as TTProgressBar
 from tracktrain.metrics import Accuracy as TTAccuracy
 from tracktrain.metrics import Loss as TTLoss

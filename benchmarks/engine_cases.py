@@ -12,11 +12,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from workloads import load_peer, make_mlp, mlp_name
 
 from tracktrain.engine import Engine as TTEngine
 from tracktrain.engine import Events as TTEvents
 from tracktrain.engine import create_supervised_trainer as tt_create_supervised_trainer
-from workloads import load_peer, make_mlp, mlp_name
 
 ignite, IGNITE_STATUS = load_peer("ignite", "ignite.engine", "ignite.handlers", "ignite.metrics")
 if ignite is not None:
@@ -164,7 +164,7 @@ def raw_training_variant(workload: Workload) -> Variant:
 def raw_noop_variant(batches: list[Any]) -> Variant:
     def body(epochs: int) -> None:
         for _ in range(epochs):
-            for batch in batches:
+            for _batch in batches:
                 pass
 
     return Variant(RAW, body)

@@ -10,12 +10,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from logging_trackers import Delivery, Trackers, tracktrain_delivery
+from torch import nn
+from workloads import LEARNING_RATE, ClassifierData, EngineClock
+
 from tracktrain import LoopModule
 from tracktrain.trainer import Trainer
-from workloads import LEARNING_RATE, ClassifierData, EngineClock
 
 TRACKTRAIN, LIGHTNING = "tracktrain", "lightning"
 

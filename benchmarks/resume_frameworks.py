@@ -16,12 +16,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
+from workloads import make_mlp, mlp_name
 
 from tracktrain import LoopModule
 from tracktrain.callbacks import ModelCheckpoint
 from tracktrain.engine import Events
 from tracktrain.trainer import Trainer
-from workloads import make_mlp, mlp_name
 
 TRACKTRAIN, IGNITE, LIGHTNING, LIGHTNING_SDL = "tracktrain", "ignite", "lightning", "lightning+sdl"
 SIZES = (32, 64, 10)

@@ -17,12 +17,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from harness import before_run, freeze_garbage, interleaved
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
-
-from harness import before_run, freeze_garbage, interleaved
-from tracktrain.trainer import Trainer
 from workloads import LEARNING_RATE, Classifier, ClassifierData, EngineClock, weights
+
+from tracktrain.trainer import Trainer
 
 RAW, TRACKTRAIN = "raw", "tracktrain"
 MEDIUM = (256, 512, 512, 10)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 
 import torch
+from digits_data import digits_loaders
 from torch import nn
 
-from digits_data import digits_loaders
 from tracktrain.engine import Events, create_supervised_evaluator, create_supervised_trainer
 from tracktrain.handlers import ProgressBar
 from tracktrain.metrics import Accuracy, Average, Loss

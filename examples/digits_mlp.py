@@ -12,9 +12,9 @@ import argparse
 
 import torch
 import torch.nn.functional as F
+from digits_data import digits_loaders
 from torch import nn
 
-from digits_data import digits_loaders
 from tracktrain import Callback, LoopModule, Trainer
 from tracktrain.callbacks import ModelCheckpoint
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests import _processes
-from tracktrain_integrations.testing import free_port
 from tracktrain.dist_logger import DistributedLogger, get_dist_logger
 from tracktrain.engine import Engine
+from tracktrain_integrations.testing import free_port
 
 LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] (DEBUG|INFO|WARNING|ERROR) (\S+)( \[rank \d+\])? - (.*)$")
 

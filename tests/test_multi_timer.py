@@ -219,7 +219,7 @@ def test_iteration_yields_names_and_watches_in_creation_order():
         (name, timer.get_timer(name)) for name in ("Train-epoch", "Train-step", "Test-step")
     ]
     assert "Train-step" in timer
-    for name, watch in timer:  # starting another timer while iterating is allowed
+    for name, _watch in timer:  # starting another timer while iterating is allowed
         timer.start(name + "-again")
     assert len(list(timer)) == 6
 

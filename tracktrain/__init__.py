@@ -6,7 +6,15 @@
 from __future__ import annotations
 
 from tracktrain._lazy import lazy_attributes
-from tracktrain.engine import CallableEventWithFilter, Engine, EventEnum, Events, EventsList, RemovableEventHandle, State
+from tracktrain.engine import (
+    CallableEventWithFilter,
+    Engine,
+    EventEnum,
+    Events,
+    EventsList,
+    RemovableEventHandle,
+    State,
+)
 
 __version__ = "0.1.0"
 
@@ -14,18 +22,7 @@ _LAZY = {
     "LoopModule": "tracktrain.trainer",
     "Trainer": "tracktrain.trainer",
     "Callback": "tracktrain.callbacks",
-    **{
-    name: "tracktrain.engine"
-    for name in (
-        "DeterministicEngine",
-        "ModelEngine",
-        "create_supervised_evaluator",
-        "create_supervised_trainer",
-        "supervised_evaluation_step",
-        "supervised_training_step",
-        "initialize",
-    )
-    },
+    **dict.fromkeys(("DeterministicEngine", "ModelEngine", "create_supervised_evaluator", "create_supervised_trainer", "supervised_evaluation_step", "supervised_training_step", "initialize"), "tracktrain.engine"),
 }
 
 __all__ = [

@@ -33,7 +33,9 @@ def get_dataloader(
         )
     distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
     if distributed and add_sampler:
-        sampler = torch.utils.data.DistributedSampler(dataset, shuffle=shuffle, seed=seed, drop_last=drop_last)
+        sampler: torch.utils.data.DistributedSampler[int] = torch.utils.data.DistributedSampler(
+            dataset, shuffle=shuffle, seed=seed, drop_last=drop_last
+        )
         return DataLoader(dataset, sampler=sampler, drop_last=drop_last, pin_memory=pin_memory,
                           num_workers=num_workers, **kwargs)
     generator = torch.Generator().manual_seed(seed) if shuffle else None

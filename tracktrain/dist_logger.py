@@ -12,6 +12,7 @@ import sys
 import threading
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TextIO
 
 from tracktrain.ranks import rank_and_world_size
 
@@ -59,7 +60,7 @@ class _StderrHandler(logging.StreamHandler):
         logging.Handler.__init__(self)
 
     @property
-    def stream(self):  # type: ignore[override]
+    def stream(self) -> TextIO:
         return sys.stderr
 
     def emit(self, record: logging.LogRecord) -> None:

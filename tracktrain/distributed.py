@@ -141,9 +141,9 @@ def spawn(fn: Callable[..., Any], nprocs: int, args: tuple = (), master_port: in
     if not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"spawn(nprocs=...) must be a positive integer, got {nprocs!r}.")
     port = master_port if master_port is not None else _free_port()
-    import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import spawn  # the module torch.multiprocessing.spawn re-exports
 
-    mp.spawn(_run_as_rank, args=(nprocs, port, fn, args), nprocs=nprocs, join=True)
+    spawn(_run_as_rank, args=(nprocs, port, fn, args), nprocs=nprocs, join=True)
 
 
 def _run_as_rank(rank: int, world_size: int, port: int, fn: Callable[..., Any], args: tuple) -> None:

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "bench_logging.py"
 HAS = {name: importlib.util.find_spec(name) is not None for name in ("mlflow", "wandb", "lightning")}

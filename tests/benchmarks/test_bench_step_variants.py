@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "bench_step_variants.py"
 VARIANTS = ["fp32", "bf16", "fp16", "ddp"]

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "bench_trainer_overhead.py"
 HAS_LIGHTNING = importlib.util.find_spec("lightning") is not None

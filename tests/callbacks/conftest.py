@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from tracktrain.dist_logger import DistributedLogger, get_dist_logger
-from tracktrain.trainer import LoopModule, Trainer
 from tracktrain.loggers.base import Logger
+from tracktrain.trainer import LoopModule, Trainer
 
 LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] INFO (\S+)( \[rank \d+\])? - (.*)$")
 

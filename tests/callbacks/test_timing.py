@@ -14,8 +14,8 @@ import torch
 
 from tracktrain.callbacks.base import Callback
 from tracktrain.callbacks.timing import Timing
-from tracktrain.trainer.batches import batch_size_of as _batch_size
 from tracktrain.multi_timer import MultiTimer
+from tracktrain.trainer.batches import batch_size_of as _batch_size
 
 from .conftest import TinyModule, batches, logged_messages
 

@@ -19,7 +19,6 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from tests import _processes
-from tracktrain_integrations.testing import free_port
 from tracktrain.engine import Engine, Events
 from tracktrain.metrics import (
     Accuracy,
@@ -30,6 +29,7 @@ from tracktrain.metrics import (
     RunningAverage,
     TopKCategoricalAccuracy,
 )
+from tracktrain_integrations.testing import free_port
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(60)]
 

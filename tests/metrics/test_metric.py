@@ -16,9 +16,11 @@ from tracktrain.metrics import (
     MeanSquaredError,
     Metric,
     MetricsLambda,
+    NotComputableError,
+    RunningBatchWise,
     RunningEpochWise,
+    SingleEpochRunningBatchWise,
 )
-from tracktrain.metrics import NotComputableError, RunningBatchWise, SingleEpochRunningBatchWise
 
 
 def echo_engine() -> Engine:

@@ -13,6 +13,7 @@ import pytest
 
 from tests.template.conftest import REPOSITORY, cookiecutter
 
+
 def failed(result: subprocess.CompletedProcess, output_dir: Path) -> str:
     assert result.returncode != 0, result.stdout + result.stderr
     assert not [path for path in output_dir.iterdir() if path.is_dir()]  # nothing left behind

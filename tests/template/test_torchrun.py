@@ -101,7 +101,7 @@ def test_the_ddp_project_stops_early_together_and_a_sigterm_to_one_rank_stops_bo
     again = torchrun(project, 12, *patience, timeout=400)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     output = again.stdout + again.stderr
-    assert f"resumed from" in output and f"last_checkpoint_{step}.pt" in output
+    assert "resumed from" in output and f"last_checkpoint_{step}.pt" in output
     final = [int(steps) for steps in re.findall(r"final metrics after (\d+) steps", again.stdout)]
     assert len(final) == 1, output[-3000:]  # once, from rank 0
     assert final[0] % STEPS_PER_EPOCH == 0 and final[0] < 12 * STEPS_PER_EPOCH, output[-3000:]  # early, at an epoch end

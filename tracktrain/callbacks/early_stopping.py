@@ -5,13 +5,12 @@ from __future__ import annotations
 import enum
 import logging
 import math
-import numbers
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-
 from tracktrain.boundary import Boundary, Decision
 from tracktrain.callbacks.base import Callback
+from tracktrain.number_checks import is_integral, is_real
 from tracktrain.trainer.monitor import monitored_value
 
 if TYPE_CHECKING:
@@ -74,14 +73,14 @@ class EarlyStopping(Callback):
             raise TypeError(f"EarlyStopping(monitor=...) must be the name of a logged metric, got {monitor!r}.")
         if mode not in ("min", "max"):
             raise ValueError(f'EarlyStopping(mode=...) must be "min" or "max", got {mode!r}.')
-        if not isinstance(min_delta, numbers.Real) or isinstance(min_delta, bool) or not min_delta >= 0:
+        if not is_real(min_delta) or isinstance(min_delta, bool) or not min_delta >= 0:
             raise ValueError(
                 f"EarlyStopping(min_delta=...) must be a number >= 0 (its direction follows mode), got {min_delta!r}."
             )
-        if not isinstance(patience, numbers.Integral) or isinstance(patience, bool) or patience < 1:
+        if not is_integral(patience) or isinstance(patience, bool) or patience < 1:
             raise ValueError(f"EarlyStopping(patience=...) must be a positive integer, got {patience!r}.")
         for name, value in (("stopping_threshold", stopping_threshold), ("divergence_threshold", divergence_threshold)):
-            if value is not None and (not isinstance(value, numbers.Real) or isinstance(value, bool)):
+            if value is not None and (not is_real(value) or isinstance(value, bool)):
                 raise TypeError(f"EarlyStopping({name}=...) must be a number or None, got {value!r}.")
         if check_on_train_epoch_end not in (None, True, False):
             raise TypeError(

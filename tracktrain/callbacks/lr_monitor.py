@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tracktrain.callbacks._reporting import report
 from tracktrain.callbacks.base import Callback
+from tracktrain.callbacks.reporting import report
 from tracktrain.engine.events import Events
 from tracktrain.trainer.metric_log import to_floats
 
@@ -121,14 +121,14 @@ class LearningRateMonitor(Callback):
             if not any(optimizer is seen for seen in scheduled):
                 entries.append((f"lr-{type(optimizer).__name__}", optimizer, None, True))
 
-        named = []
+        named: list[tuple[list[str], torch.optim.Optimizer, LRSchedulerConfig | None]] = []
         unnamed_of_class: Counter[type] = Counter()
-        for base, optimizer, config, default_name in entries:
+        for base, optimizer, scheduler_config, default_name in entries:
             if default_name:  # a second SGD without a given name is lr-SGD-1, a third lr-SGD-2
                 unnamed_of_class[type(optimizer)] += 1
                 count = unnamed_of_class[type(optimizer)]
                 base = f"{base}-{count - 1}" if count > 1 else base
-            named.append((_group_names(base, optimizer), optimizer, config))
+            named.append((_group_names(base, optimizer), optimizer, scheduler_config))
         return named
 
 

@@ -7,8 +7,8 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from tracktrain.callbacks._reporting import check_logger, log_line, report
 from tracktrain.callbacks.base import Callback
+from tracktrain.callbacks.reporting import check_logger, log_line, report
 from tracktrain.engine.events import Events
 
 if TYPE_CHECKING:

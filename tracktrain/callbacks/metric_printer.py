@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import numbers
 from typing import TYPE_CHECKING, Any
 
-from tracktrain.callbacks._reporting import check_logger, is_fitting, log_line
 from tracktrain.callbacks.base import Callback
+from tracktrain.callbacks.reporting import check_logger, is_fitting, log_line
+from tracktrain.number_checks import is_integral
 
 if TYPE_CHECKING:
     from tracktrain.dist_logger import DistributedLogger
@@ -33,7 +33,7 @@ class MetricPrinter(Callback):
     priority = 600  # after everything else at an epoch's end, the Trainer's own publishing included
 
     def __init__(self, logger: DistributedLogger | None = None, every_n_epochs: int = 1) -> None:
-        if not isinstance(every_n_epochs, numbers.Integral) or isinstance(every_n_epochs, bool) or every_n_epochs < 1:
+        if not is_integral(every_n_epochs) or isinstance(every_n_epochs, bool) or every_n_epochs < 1:
             raise ValueError(f"MetricPrinter(every_n_epochs=...) must be a positive integer, got {every_n_epochs!r}.")
         check_logger("MetricPrinter", logger)
         self.logger = logger

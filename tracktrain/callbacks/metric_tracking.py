@@ -4,10 +4,9 @@ AccuracyHook), on `tracktrain.metrics`."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-
 
 from tracktrain.callbacks.base import Callback
 from tracktrain.engine.events import Events
@@ -117,7 +116,7 @@ class LossTracker(_MetricTracker):
         stages: which of "fit", "validate", "test" to track (default: "fit", and the others with `loss_fn`).
     """
 
-    NAMES = {"fit": "train_loss_avg", "validate": "val_loss_avg", "test": "test_loss_avg"}
+    NAMES: ClassVar[dict[str, str]] = {"fit": "train_loss_avg", "validate": "val_loss_avg", "test": "test_loss_avg"}
 
     def __init__(
         self,
@@ -149,6 +148,7 @@ class LossTracker(_MetricTracker):
     def _new_metric(self, stage: str) -> Metric:
         if stage == "fit":
             return Average(output_transform=self.output_transform)
+        assert self.loss_fn is not None  # __init__ refuses stages other than "fit" without a loss_fn
         return Loss(self.loss_fn, output_transform=self.eval_output_transform)
 
 
@@ -163,7 +163,7 @@ class AccuracyTracker(_MetricTracker):
         stages: which of "fit", "validate", "test" to track.
     """
 
-    NAMES = {"fit": "train_accuracy", "validate": "val_accuracy", "test": "test_accuracy"}
+    NAMES: ClassVar[dict[str, str]] = {"fit": "train_accuracy", "validate": "val_accuracy", "test": "test_accuracy"}
 
     def __init__(
         self,

@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-
-from tracktrain.callbacks._reporting import check_logger, log_line, report
 from tracktrain.callbacks.base import Callback
-from tracktrain.trainer.batches import batch_size_of
+from tracktrain.callbacks.reporting import check_logger, log_line, report
 from tracktrain.multi_timer import MultiTimer
+from tracktrain.trainer.batches import batch_size_of
 
 if TYPE_CHECKING:
     from tracktrain.dist_logger import DistributedLogger
@@ -76,10 +75,11 @@ class Timing(Callback):
             return
         seconds = self.timer.stop(EPOCH, keep_in_history=True) - self._validation_seconds
         values = {"time/epoch": seconds}
-        step = self.timer.get_timer(STEP) if STEP in self.timer else None
-        steps = step.history_count - self._step_count_at_start if step is not None else 0
-        if steps:
-            values["time/step_mean"] = (step.get_history_sum() - self._step_sum_at_start) / steps
+        if STEP in self.timer:
+            step = self.timer.get_timer(STEP)
+            steps = step.history_count - self._step_count_at_start
+            if steps:
+                values["time/step_mean"] = (step.get_history_sum() - self._step_sum_at_start) / steps
         if seconds > 0:
             values["throughput/samples_per_sec"] = self._samples / seconds
         self._report(trainer, f"Epoch {trainer.current_epoch + 1}", values)

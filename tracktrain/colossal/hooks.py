@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from tracktrain.callbacks._reporting import report
 from tracktrain.callbacks.base import Callback
 from tracktrain.callbacks.memory import MemoryMonitor
 from tracktrain.callbacks.metric_printer import MetricPrinter
 from tracktrain.callbacks.metric_tracking import AccuracyTracker, LossTracker
 from tracktrain.callbacks.model_checkpoint import ModelCheckpoint
+from tracktrain.callbacks.reporting import report
 from tracktrain.callbacks.timing import Timing
 from tracktrain.dist_logger import DistributedLogger
 from tracktrain.engine.events import Events

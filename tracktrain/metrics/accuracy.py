@@ -15,7 +15,6 @@ at the offending batch; in exchange updates never wait for the device.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +22,7 @@ import torch
 
 from tracktrain.metrics.distributed import all_reduce_sum
 from tracktrain.metrics.metric import Metric, NotComputableError, _identity, _tensor_pair
+from tracktrain.number_checks import is_integral
 
 __all__ = ["Accuracy", "TopKCategoricalAccuracy"]
 
@@ -180,7 +180,7 @@ class TopKCategoricalAccuracy(Metric):
         device: str | torch.device | None = None,
         skip_unrolling: bool = False,
     ) -> None:
-        if not (isinstance(k, numbers.Integral) and not isinstance(k, bool) and k > 0):
+        if not (is_integral(k) and not isinstance(k, bool) and k > 0):
             raise ValueError(f"TopKCategoricalAccuracy: k must be a positive integer, got {k!r}.")
         self._k = int(k)
         super().__init__(output_transform=output_transform, device=device, skip_unrolling=skip_unrolling)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -43,7 +43,7 @@ class Average(Metric):
         self._sample_shape = None
 
     def update(self, output: Any) -> None:
-        value: torch.Tensor | numbers.Number
+        value: torch.Tensor | float
         if isinstance(output, torch.Tensor):
             self._settle_device(output.device)
             value = output.detach().to(self._sum)
@@ -56,7 +56,8 @@ class Average(Metric):
             # added as a Python scalar: no host-to-device copy of it; the state stays where it is, for good (a
             # later tensor must not move it by resetting)
             self._settle_device(self._device)
-            value, count, shape = output, 1, torch.Size()
+            # float: a Python or NumPy scalar, which adds to a tensor (typeshed gives numbers.Number no arithmetic)
+            value, count, shape = cast(float, output), 1, torch.Size()
         else:
             raise TypeError(
                 f"Average.update() expects a number or a tensor, got {type(output).__name__}. Pass "
@@ -77,11 +78,12 @@ class Average(Metric):
     def compute(self) -> float | torch.Tensor:
         # a process without updates has no sample shape yet: it adds zeros of the shape the others have
         shape = common_shape(self._sample_shape, "Average")
-        total, examples = 0.0, 0
+        total: torch.Tensor | None = None
+        examples = 0
         if shape is not None:
             local_sum = self._sum if self._sample_shape is not None else self._sum.new_zeros(shape)
             total, examples = all_reduce_sum(local_sum, self._num_examples)
-        if examples == 0:
+        if total is None or examples == 0:  # total is None only without a shape, hence without examples
             raise NotComputableError("Average must have at least one example before it can be computed; call "
                                      "update() after reset().")
         mean = total / examples

@@ -22,7 +22,7 @@ def _world_size() -> int:
     return 1
 
 
-def all_reduce_sum(*values: torch.Tensor | numbers.Number) -> tuple[Any, ...]:
+def all_reduce_sum(*values: torch.Tensor | float) -> tuple[Any, ...]:  # float: int and float, as PEP 484
     """Each value summed over all processes, in one collective; the values themselves when not distributed.
 
     Tensors come back as tensors of their own shape, dtype and device; Python numbers as Python numbers. Every

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -30,6 +30,7 @@ from tracktrain.engine.events import Events
 from tracktrain.metrics.distributed import _world_size, all_reduce_sum
 from tracktrain.metrics.metric import Metric, NotComputableError, _as_device, _identity
 from tracktrain.metrics.usage import MetricUsage, RunningBatchWise, SingleEpochRunningBatchWise, _as_usage
+from tracktrain.number_checks import is_real
 
 __all__ = ["RunningAverage"]
 
@@ -67,7 +68,7 @@ class RunningAverage(Metric):
     ) -> None:
         if not (src is None or isinstance(src, Metric)):
             raise TypeError(f"Argument src should be a Metric or None. RunningAverage got src={src!r}.")
-        if not (isinstance(alpha, numbers.Real) and 0.0 < alpha <= 1.0):
+        if not (is_real(alpha) and 0.0 < alpha <= 1.0):
             raise ValueError(
                 f"Argument alpha should be a float between 0.0 and 1.0. RunningAverage got alpha={alpha!r} (the "
                 "weight of the newest value, in (0, 1])."
@@ -75,6 +76,7 @@ class RunningAverage(Metric):
         if epoch_bound not in (None, True, False):
             raise TypeError(f"RunningAverage: epoch_bound must be None, True or False, got {epoch_bound!r}.")
         self._value_device: torch.device | None = None
+        accumulation_device: str | torch.device | None
         if src is not None:
             if output_transform is not None:
                 raise ValueError(
@@ -120,13 +122,15 @@ class RunningAverage(Metric):
             self._value = self._value * self.alpha + (1.0 - self.alpha) * value
 
     def _output_value(self, output: Any) -> torch.Tensor | float:
+        value: torch.Tensor | float
         if isinstance(output, torch.Tensor):
             # a copy: the running value must not change when the caller reuses its output tensor
             value = output.detach().to(device=self._value_device, copy=True)
             if value.dtype in _LOW_PRECISION:
                 value = value.float()
         elif isinstance(output, numbers.Number):
-            value = output
+            # float: a Python or NumPy scalar, which mixes with tensors (typeshed gives numbers.Number no arithmetic)
+            value = cast(float, output)
         else:
             raise TypeError(
                 f"RunningAverage averages a number or a tensor, got {type(output).__name__}; make output_transform "

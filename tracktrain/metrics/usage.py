@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tracktrain.engine.events import CallableEventWithFilter, Events
@@ -83,7 +84,8 @@ class SingleEpochRunningBatchWise(BatchWise):
         MetricUsage.__init__(self, Events.EPOCH_STARTED, Events.ITERATION_COMPLETED, Events.ITERATION_COMPLETED)
 
 
-_USAGES_BY_NAME: dict[str, type[MetricUsage]] = {
+# each built-in usage is built without arguments (MetricUsage itself takes the events)
+_USAGES_BY_NAME: dict[str, Callable[[], MetricUsage]] = {
     cls.usage_name: cls
     for cls in (EpochWise, RunningEpochWise, BatchWise, RunningBatchWise, SingleEpochRunningBatchWise)
 }
