@@ -151,8 +151,9 @@ def save_samples(fit: Fit, baseline: Baseline, save_steps: list[int], every: int
         gap = starts[step] - ends[step - 1]
         window = ends[step + every - 2] - ends[step - 2]
         waited = k > 0 and commit_times[k - 1] > ends[step - 1]
-        samples.append(SaveSample(gap - baseline.gap, window - every * baseline.period,
-                                  commit_times[k] - ends[step - 1], waited))
+        samples.append(
+            SaveSample(gap - baseline.gap, window - every * baseline.period, commit_times[k] - ends[step - 1], waited)
+        )
     return samples
 
 
@@ -170,8 +171,15 @@ class Case:
 class Bench:
     """Runs the fits and their checks; `problems` collects what the sanity checks found."""
 
-    def __init__(self, workload: Workload, settings: Settings, fitters: dict[str, Callable[..., Fit]],
-                 storages: list[Storage], root_dir: str, rng: random.Random) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        settings: Settings,
+        fitters: dict[str, Callable[..., Fit]],
+        storages: list[Storage],
+        root_dir: str,
+        rng: random.Random,
+    ) -> None:
         self.workload = workload
         self.settings = settings
         self.fitters = fitters  # library -> fit function
@@ -184,12 +192,23 @@ class Bench:
         self.lightning_identical: dict[int, bool] = {}  # step -> Lightning's checkpoint is tracktrain's bit for bit
         self.kept: dict[tuple[str, str], tuple[str, str]] = {}  # (storage, library) -> (directory, newest file)
         self.baselines: dict[str, list[Baseline]] = {}  # variant -> each timed fit's lead-in
-        self.cases = {(storage.key, variant): Case(storage, variant, library_of(variant))
-                      for storage in storages for variant in SAVING_VARIANTS if library_of(variant) in fitters}
+        self.cases = {
+            (storage.key, variant): Case(storage, variant, library_of(variant))
+            for storage in storages
+            for variant in SAVING_VARIANTS
+            if library_of(variant) in fitters
+        }
 
     # ------------------------------------------------------------------------------------------------- fits
-    def run(self, library: str, max_steps: int, directory: str | None, every: int, async_save: bool = True,
-            ckpt_path: str | None = None) -> Fit:
+    def run(
+        self,
+        library: str,
+        max_steps: int,
+        directory: str | None,
+        every: int,
+        async_save: bool = True,
+        ckpt_path: str | None = None,
+    ) -> Fit:
         run_dir = tempfile.mkdtemp(prefix="run-", dir=self.root_dir)
         try:
             before_run(self.settings.threads)
@@ -197,8 +216,9 @@ class Bench:
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
 
-    def saving_fit(self, case: Case, timed: bool = True, keep: bool = False, saves: int | None = None,
-                   every: int | None = None) -> None:
+    def saving_fit(
+        self, case: Case, timed: bool = True, keep: bool = False, saves: int | None = None, every: int | None = None
+    ) -> None:
         """One fit that saves `saves` checkpoints every `every` steps (default: the settings'), then its checks;
         its samples go to `case` if `timed`. A library that cannot save there at all is noted in `case.error` (for
         tracktrain that is also a failed check)."""
@@ -255,8 +275,10 @@ class Bench:
             # a step, on either storage, must be the same bit for bit
             difference = compare(tensors, reference, exact=case.library == TRACKTRAIN)
             if difference is not None:
-                self.problems.append(f"{where}: its checkpoint of step {newest} differs from the first {case.library} "
-                                     f"checkpoint of that step: {difference}")
+                self.problems.append(
+                    f"{where}: its checkpoint of step {newest} differs from the first {case.library} "
+                    f"checkpoint of that step: {difference}"
+                )
         self.cross_check(newest)
         return url
 
@@ -323,27 +345,36 @@ class Bench:
                         if not ckpt_path:
                             storage.remove(directory)
                     if fit.global_step != max_steps or len(fit.clock.step_ends) != 1:
-                        self.problems.append(f"{where}: ended at step {fit.global_step} after "
-                                             f"{len(fit.clock.step_ends)} step(s), expected {max_steps} after 1")
+                        self.problems.append(
+                            f"{where}: ended at step {fit.global_step} after "
+                            f"{len(fit.clock.step_ends)} step(s), expected {max_steps} after 1"
+                        )
                     reference = self.references.get((library, newest))
                     if ckpt_path and reference is not None and fit.first_weights is not None:
                         model = {name: value for name, value in reference.items() if name.startswith("model/")}
                         weights = {f"model/net.{name}": value for name, value in fit.first_weights.items()}
                         difference = compare(weights, model, exact=library == TRACKTRAIN)
                         if difference is not None:
-                            self.problems.append(f"{where}: the first step did not start from the checkpoint's "
-                                                 f"weights: {difference}")
+                            self.problems.append(
+                                f"{where}: the first step did not start from the checkpoint's weights: {difference}"
+                            )
                     samples[(library, how)].append(fit.clock.forward_starts[0] - fit.started)
             for (library, how), values in samples.items():
-                rows.append({"storage": storage.key, "library": library, "how": how, "samples_s": values,
-                             "error": errors.get((library, how))})
+                rows.append(
+                    {
+                        "storage": storage.key,
+                        "library": library,
+                        "how": how,
+                        "samples_s": values,
+                        "error": errors.get((library, how)),
+                    }
+                )
         return rows
 
     def release(self) -> None:
         for (storage_key, _), (directory, _) in self.kept.items():
             next(storage for storage in self.storages if storage.key == storage_key).remove(directory)
         self.kept.clear()
-
 
 
 # ------------------------------------------------------------------------------------------------------ main
@@ -357,14 +388,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--resume-repeats", type=int, help="fits per resume variant (default 3; --quick 1)")
     add("--storages", default="local,s3", help="comma-separated: local, s3 (default both)")
     add("--batch-size", type=int, default=4, help="batch size (default 4: the step is mostly AdamW's update)")
-    defaults = {"repeats": (3, 1), "saves": (3, 2), "every_local": (20, 6), "every_s3": (50, 6),
-                "resume_repeats": (3, 1)}
-    args = finish_args(parser, argv, defaults, positive=["repeats", "saves", "resume_repeats", "batch_size",
-                                                         "threads"])
+    defaults = {
+        "repeats": (3, 1),
+        "saves": (3, 2),
+        "every_local": (20, 6),
+        "every_s3": (50, 6),
+        "resume_repeats": (3, 1),
+    }
+    args = finish_args(parser, argv, defaults, positive=["repeats", "saves", "resume_repeats", "batch_size", "threads"])
     for name in ("every_local", "every_s3"):
         if getattr(args, name) < LEAD_IN_SKIP + 3:
-            parser.error(f"--{name.replace('_', '-')} must be at least {LEAD_IN_SKIP + 3} (the steps before the "
-                         f"first save, but the first {LEAD_IN_SKIP}, are the baseline)")
+            parser.error(
+                f"--{name.replace('_', '-')} must be at least {LEAD_IN_SKIP + 3} (the steps before the "
+                f"first save, but the first {LEAD_IN_SKIP}, are the baseline)"
+            )
     unknown = set(args.storages.split(",")) - {LOCAL, S3}
     if unknown:
         parser.error(f"--storages: unknown storage(s) {sorted(unknown)}; use local, s3")
@@ -381,8 +418,9 @@ def main(argv: list[str] | None = None) -> int:
     if S3 in wanted and missing:
         wanted.remove(S3)
         notes.append(f"s3: left out, {' and '.join(missing)} not installed (pip install 'moto[server]' s3fs).")
-    settings = Settings(args.saves, {LOCAL: args.every_local, S3: args.every_s3}, args.repeats, args.resume_repeats,
-                        args.threads)
+    settings = Settings(
+        args.saves, {LOCAL: args.every_local, S3: args.every_s3}, args.repeats, args.resume_repeats, args.threads
+    )
     batches = max(settings.max_steps(key) for key in (LOCAL, S3)) + 2  # one epoch holds every fit
     workload = Workload(QUICK_SIZES if args.quick else FULL_SIZES, args.batch_size, batches, args.seed)
     root_dir = temporary_root("tracktrain-bench-checkpoint-", args.root_dir)
@@ -402,20 +440,32 @@ def main(argv: list[str] | None = None) -> int:
     freeze_garbage()
     env = environment(args.threads, lightning=lightning_status)
     print_heading(
-        "Checkpoint stall, commit and resume: tracktrain (async, blocking) and Lightning", env, args.threads,
-        f"lightning {lightning_status}", f"{args.repeats} interleaved repeats of {args.saves} checkpoints",
-        args.stat, args.quick,
+        "Checkpoint stall, commit and resume: tracktrain (async, blocking) and Lightning",
+        env,
+        args.threads,
+        f"lightning {lightning_status}",
+        f"{args.repeats} interleaved repeats of {args.saves} checkpoints",
+        args.stat,
+        args.quick,
     )
     where = {LOCAL: f"local disk under {root_dir}", S3: "S3 on a moto server (a child process on 127.0.0.1)"}
-    print(f"{workload.describe()}; "
-          + "; ".join(f"{where[storage.key]}, a checkpoint every {settings.every[storage.key]} steps"
-                      for storage in storages) + "\n", flush=True)
+    print(
+        f"{workload.describe()}; "
+        + "; ".join(
+            f"{where[storage.key]}, a checkpoint every {settings.every[storage.key]} steps" for storage in storages
+        )
+        + "\n",
+        flush=True,
+    )
     started = time.perf_counter()
     try:
         bench.warm_up()
         print(f"- warm-up done [{time.perf_counter() - started:.1f} s]", flush=True)
-        bench.measure(lambda repeat: print(f"- repeat {repeat + 1} of {args.repeats} done "
-                                           f"[{time.perf_counter() - started:.1f} s]", flush=True))
+        bench.measure(
+            lambda repeat: print(
+                f"- repeat {repeat + 1} of {args.repeats} done [{time.perf_counter() - started:.1f} s]", flush=True
+            )
+        )
         resume_rows = summarize_resume(bench.measure_resume(), args.stat)
         print(f"- resume fits done [{time.perf_counter() - started:.1f} s]", flush=True)
     finally:
@@ -424,13 +474,21 @@ def main(argv: list[str] | None = None) -> int:
     rows = [summarize_case(case, settings, args.stat) for case in bench.cases.values()]
     report(rows, resume_rows, bench.baselines, bench.lightning_identical, args.stat, lightning_status, notes)
     if args.json:
-        write_json(args.json, {
-            "environment": env, "arguments": vars(args), "workload": workload.describe(),
-            "state_mb": workload.state_mb, "rows": rows, "resume": resume_rows,
-            "baselines": {library: [vars(b) for b in values] for library, values in bench.baselines.items()},
-            "lightning_bit_identical": {str(step): same for step, same in bench.lightning_identical.items()},
-            "notes": notes, "problems": bench.problems,
-        })
+        write_json(
+            args.json,
+            {
+                "environment": env,
+                "arguments": vars(args),
+                "workload": workload.describe(),
+                "state_mb": workload.state_mb,
+                "rows": rows,
+                "resume": resume_rows,
+                "baselines": {library: [vars(b) for b in values] for library, values in bench.baselines.items()},
+                "lightning_bit_identical": {str(step): same for step, same in bench.lightning_identical.items()},
+                "notes": notes,
+                "problems": bench.problems,
+            },
+        )
     return exit_status(bench.problems)
 
 

@@ -17,7 +17,6 @@ libraries' metrics computed different values, or a progress bar meant to draw on
 See benchmarks/README.md for how to read the tables.
 """
 
-
 from __future__ import annotations
 
 import argparse
@@ -172,16 +171,18 @@ def summarize_addons(case: Case, medians: dict[str, float], iqrs: dict[str, floa
                 ratio = ours / theirs
             # the measured costs decide; "(within noise)" says that this run's spread is wider than the margin
             goal = verdict(ADDON_GOAL_RATIO * theirs - ours, noise)
-        rows.append({
-            "suffix": addon.suffix,
-            "label": addon.label,
-            "in_goal": addon.in_goal,
-            "us_per_iter": {name: medians[name] for pair in pairs.values() for name in pair},
-            "cost_us_per_iter": costs,
-            "noise_us_per_iter": noise,
-            "tracktrain_over_ignite_cost": ratio,
-            "goal_met": goal,
-        })
+        rows.append(
+            {
+                "suffix": addon.suffix,
+                "label": addon.label,
+                "in_goal": addon.in_goal,
+                "us_per_iter": {name: medians[name] for pair in pairs.values() for name in pair},
+                "cost_us_per_iter": costs,
+                "noise_us_per_iter": noise,
+                "tracktrain_over_ignite_cost": ratio,
+                "goal_met": goal,
+            }
+        )
     return rows
 
 
@@ -205,8 +206,13 @@ def profile_case(case: Case, threads: int, top: int) -> None:
         title = f"\n### cProfile: {case.key} / {variant.name} ({case.iterations} iterations), top {top}"
         if case.addons:
             library = TRACKTRAIN if variant.name.startswith(TRACKTRAIN) else IGNITE
-            print_profile(profiler, f"{title} functions of {library} and tqdm by cumulative time\n", top,
-                          "cumulative", rf"[/\\]({library}|tqdm)[/\\]")
+            print_profile(
+                profiler,
+                f"{title} functions of {library} and tqdm by cumulative time\n",
+                top,
+                "cumulative",
+                rf"[/\\]({library}|tqdm)[/\\]",
+            )
         else:
             print_profile(profiler, f"{title} by own time\n", top)
 
@@ -251,9 +257,19 @@ def engine_table(results: list[dict[str, Any]], has_lightning: bool) -> str:
 
 def addon_table(results: list[dict[str, Any]]) -> str:
     header = [
-        "case", "add-on", "iters/run", "raw µs/it", "tracktrain µs/it", "tracktrain + add-on µs/it", "ignite µs/it",
-        "ignite + add-on µs/it", "tracktrain add-on cost", "ignite add-on cost", "noise (max IQR)",
-        "tt/ignite cost", f"goal ≤ {ADDON_GOAL_RATIO:g}×",
+        "case",
+        "add-on",
+        "iters/run",
+        "raw µs/it",
+        "tracktrain µs/it",
+        "tracktrain + add-on µs/it",
+        "ignite µs/it",
+        "ignite + add-on µs/it",
+        "tracktrain add-on cost",
+        "ignite add-on cost",
+        "noise (max IQR)",
+        "tt/ignite cost",
+        f"goal ≤ {ADDON_GOAL_RATIO:g}×",
     ]
     lines = [header]
     for result in results:
@@ -266,21 +282,23 @@ def addon_table(results: list[dict[str, Any]]) -> str:
                 return f"{fmt(costs[library], True)} ({costs[library] / medians[library]:+.1%})"
 
             ratio = row["tracktrain_over_ignite_cost"]
-            lines.append([
-                f"{result['title']} [{result['key']}]",
-                row["label"],
-                str(result["iterations_per_run"]),
-                fmt(result["us_per_iter"][RAW]),
-                fmt(medians.get(TRACKTRAIN)),
-                fmt(medians.get(TRACKTRAIN + row["suffix"])),
-                fmt(medians[IGNITE]) if IGNITE in medians else "not installed",
-                fmt(medians[IGNITE + row["suffix"]]) if IGNITE in medians else "not installed",
-                cost_cell(TRACKTRAIN),
-                cost_cell(IGNITE),
-                fmt(row["noise_us_per_iter"]),
-                "—" if ratio is None else f"{ratio:.2f}",
-                row["goal_met"] if row["in_goal"] else f"({row['goal_met']}; not counted)",
-            ])
+            lines.append(
+                [
+                    f"{result['title']} [{result['key']}]",
+                    row["label"],
+                    str(result["iterations_per_run"]),
+                    fmt(result["us_per_iter"][RAW]),
+                    fmt(medians.get(TRACKTRAIN)),
+                    fmt(medians.get(TRACKTRAIN + row["suffix"])),
+                    fmt(medians[IGNITE]) if IGNITE in medians else "not installed",
+                    fmt(medians[IGNITE + row["suffix"]]) if IGNITE in medians else "not installed",
+                    cost_cell(TRACKTRAIN),
+                    cost_cell(IGNITE),
+                    fmt(row["noise_us_per_iter"]),
+                    "—" if ratio is None else f"{ratio:.2f}",
+                    row["goal_met"] if row["in_goal"] else f"({row['goal_met']}; not counted)",
+                ]
+            )
     return markdown_table(lines, "ll" + "r" * (len(header) - 3) + "l")
 
 
@@ -288,16 +306,28 @@ def addon_table(results: list[dict[str, Any]]) -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = make_parser(__doc__, profile_top=25)
     add = parser.add_argument
-    add("--iters", type=int, help="iterations per timed run, tiny model, rounded to whole epochs of 100 batches "
-        "(default 3000; --quick 500)")
+    add(
+        "--iters",
+        type=int,
+        help="iterations per timed run, tiny model, rounded to whole epochs of 100 batches (default 3000; --quick 500)",
+    )
     add("--medium-iters", type=int, help="the same for the medium model, epochs of 10 batches (default 20; --quick 10)")
     add("--noop-iters", type=int, help="the same for the no-op step, epochs of 100 (default 50000; --quick 10000)")
     add("--lightning-iters", type=int, help="cap on Lightning's iterations per timed run (default 1000; --quick 200)")
     add("--repeats", type=int, help="timed runs per variant and case (default 9; --quick 3)")
-    add("--cases", default="all", help="comma-separated case keys or prefixes: tiny, medium, noop, tiny-step, "
-        "tiny-metrics, tiny-pbar, noop-handlers, ... (default all)")
-    defaults = {"iters": (3000, 500), "medium_iters": (20, 10), "noop_iters": (50_000, 10_000),
-                "lightning_iters": (1000, 200), "repeats": (9, 3)}
+    add(
+        "--cases",
+        default="all",
+        help="comma-separated case keys or prefixes: tiny, medium, noop, tiny-step, "
+        "tiny-metrics, tiny-pbar, noop-handlers, ... (default all)",
+    )
+    defaults = {
+        "iters": (3000, 500),
+        "medium_iters": (20, 10),
+        "noop_iters": (50_000, 10_000),
+        "lightning_iters": (1000, 200),
+        "repeats": (9, 3),
+    }
     return finish_args(parser, argv, defaults, positive=list(defaults))
 
 
@@ -322,7 +352,14 @@ def main(argv: list[str] | None = None) -> int:
     tiny = Workload((32, 32, 1), 64, tiny_batches, seed=args.seed)
     if any(selected(f"tiny-{kind}", args.cases) for kind in ("step", "supervised", "handlers")):
         cases += training_cases(
-            "tiny", "tiny MLP", tiny, tiny_epochs, tiny_warmup_epochs, lightning, args.lightning_iters, root_dir,
+            "tiny",
+            "tiny MLP",
+            tiny,
+            tiny_epochs,
+            tiny_warmup_epochs,
+            lightning,
+            args.lightning_iters,
+            root_dir,
         )
     if selected("tiny-metrics", args.cases):
         classifier = Workload((32, 32, 10), 64, tiny_batches, seed=args.seed, classify=True)
@@ -334,7 +371,14 @@ def main(argv: list[str] | None = None) -> int:
         medium_epochs = max(1, round(args.medium_iters / medium_batches))
         medium_lightning_iters = max(medium_batches, min(args.lightning_iters, medium_epochs * medium_batches))
         cases += training_cases(
-            "medium", "medium MLP", medium, medium_epochs, 1, lightning, medium_lightning_iters, root_dir,
+            "medium",
+            "medium MLP",
+            medium,
+            medium_epochs,
+            1,
+            lightning,
+            medium_lightning_iters,
+            root_dir,
         )
     if any(selected(key, args.cases) for key in ("noop", "noop-handlers")):
         noop_epochs = max(1, round(args.noop_iters / tiny_batches))
@@ -350,9 +394,13 @@ def main(argv: list[str] | None = None) -> int:
     freeze_garbage()
     env = environment(torch.get_num_threads(), ignite=IGNITE_STATUS)
     print_heading(
-        "tracktrain Engine overhead per iteration", env, args.threads,
-        f"ignite {env['ignite']}, lightning {lightning_status}", f"{args.repeats} interleaved repeats per case",
-        args.stat, args.quick,
+        "tracktrain Engine overhead per iteration",
+        env,
+        args.threads,
+        f"ignite {env['ignite']}, lightning {lightning_status}",
+        f"{args.repeats} interleaved repeats per case",
+        args.stat,
+        args.quick,
     )
     problems: list[str] = []
     results = []
@@ -362,8 +410,11 @@ def main(argv: list[str] | None = None) -> int:
         result = summarize(case, samples, args.stat)
         results.append(result)
         cells = ", ".join(f"{name} {fmt(value)}" for name, value in result["us_per_iter"].items())
-        print(f"- {case.title} [{case.key}] ({case.detail}; {case.iterations} it/run): {cells} µs/it "
-              f"[{time.perf_counter() - started:.1f} s]", flush=True)
+        print(
+            f"- {case.title} [{case.key}] ({case.detail}; {case.iterations} it/run): {cells} µs/it "
+            f"[{time.perf_counter() - started:.1f} s]",
+            flush=True,
+        )
 
     engine_results = [result for result in results if not result["addons"]]
     addon_results = [result for result in results if result["addons"]]
@@ -405,10 +456,15 @@ def report_engine_results(results: list[dict[str, Any]], stat: str) -> None:
         print(f"\nignite: {IGNITE_STATUS}; its columns are empty and the goal cannot be checked.")
     else:
         verdicts = [(result["title"], result["goal_met"]) for result in results if result["goal_met"] != "n/a"]
-        print(goal_line(
-            f"Goal (tracktrain overhead ≤ {GOAL_RATIO} × ignite's)", verdicts, unit="cases", unclear="below noise",
-            unclear_label="overheads below noise in",
-        ))
+        print(
+            goal_line(
+                f"Goal (tracktrain overhead ≤ {GOAL_RATIO} × ignite's)",
+                verdicts,
+                unit="cases",
+                unclear="below noise",
+                unclear_label="overheads below noise in",
+            )
+        )
 
 
 def report_addon_results(results: list[dict[str, Any]], stat: str) -> None:
@@ -428,8 +484,12 @@ def report_addon_results(results: list[dict[str, Any]], stat: str) -> None:
     if ignite is None:
         print(f"\nignite: {IGNITE_STATUS}; the goal cannot be checked.")
         return
-    rows = [(f"{result['key']} {row['suffix']}", row["goal_met"]) for result in results for row in result["addons"]
-            if row["in_goal"]]
+    rows = [
+        (f"{result['key']} {row['suffix']}", row["goal_met"])
+        for result in results
+        for row in result["addons"]
+        if row["in_goal"]
+    ]
     print(goal_line(f"Goal (tracktrain's metrics / progress bar cost ≤ {ADDON_GOAL_RATIO:g} × ignite's)", rows))
 
 

@@ -60,7 +60,11 @@ def run_child(statement: str, env: dict[str, str], cwd: str) -> tuple[float, boo
     started = time.perf_counter()
     completed = subprocess.run(
         [sys.executable, "-c", CHILD.format(statement=statement)],
-        env=env, cwd=cwd, capture_output=True, text=True, check=False,
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     wall = time.perf_counter() - started
     if completed.returncode != 0:
@@ -152,14 +156,32 @@ def main(argv: list[str] | None = None) -> int:
         f"python {sys.version.split()[0]} ({sys.executable}); {args.repeats} interleaved repeats after a warm-up; "
         f"bytecode {bytecode}\n"
     )
-    lines = [["statement", "median ms", "min ms", "max ms", "process wall ms (median)", "loads torch",
-              "× import torch", "× import ignite.engine"]]
+    lines = [
+        [
+            "statement",
+            "median ms",
+            "min ms",
+            "max ms",
+            "process wall ms (median)",
+            "loads torch",
+            "× import torch",
+            "× import ignite.engine",
+        ]
+    ]
     for label, _ in available:
         values = samples[label]
-        lines.append([
-            f"`{label}`", ms(medians[label]), ms(min(values)), ms(max(values)), ms(statistics.median(walls[label])),
-            "yes" if loads_torch[label] else "no", ratio(medians[label], baseline), ratio(medians[label], peer),
-        ])
+        lines.append(
+            [
+                f"`{label}`",
+                ms(medians[label]),
+                ms(min(values)),
+                ms(max(values)),
+                ms(statistics.median(walls[label])),
+                "yes" if loads_torch[label] else "no",
+                ratio(medians[label], baseline),
+                ratio(medians[label], peer),
+            ]
+        )
     lines += [[f"`{label}`", why] + [""] * 6 for label, why in missing]
     print(markdown_table(lines, "lrrrrlrr"))
     print(

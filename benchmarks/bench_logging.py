@@ -99,8 +99,10 @@ def check_fit(measurement: Measurement, variant: Variant, fit: Fit, problems: li
     """After every fit, outside the timing: the steps, and the weights (logging must not change training: every fit
     does the same arithmetic as the first, bit for bit with one thread; the tolerance is for other counts)."""
     if fit.steps != measurement.steps or fit.timed_steps != measurement.timed_steps:
-        problems.append(f"{variant.key}: took {fit.steps} steps ({fit.timed_steps} timed), expected "
-                        f"{measurement.steps} ({measurement.timed_steps} timed)")
+        problems.append(
+            f"{variant.key}: took {fit.steps} steps ({fit.timed_steps} timed), expected "
+            f"{measurement.steps} ({measurement.timed_steps} timed)"
+        )
     trained = weights(fit.net)
     if measurement.reference is None:
         measurement.reference = trained
@@ -122,7 +124,12 @@ def run_fit(measurement: Measurement, variant: Variant, root_dir: str, threads: 
 
 
 def measure(
-    measurement: Measurement, variants: list[Variant], repeats: int, root_dir: str, threads: int, rng: random.Random,
+    measurement: Measurement,
+    variants: list[Variant],
+    repeats: int,
+    root_dir: str,
+    threads: int,
+    rng: random.Random,
     problems: list[str],
 ) -> dict[str, list[Fit]]:
     """One untimed warm-up fit of each variant, then `repeats` rounds of one fit of each, in an order shuffled per
@@ -133,9 +140,12 @@ def measure(
     for repeat in range(repeats):
         for _, variant in interleaved(variants, 1, rng):
             fits[variant.key].append(run_fit(measurement, variant, root_dir, threads, problems))
-        print(f"  round {repeat + 1}/{repeats}: " + ", ".join(
-            f"{variant.key} {fits[variant.key][-1].iterations_per_second:,.0f}" for variant in variants) + " it/s",
-            flush=True)
+        print(
+            f"  round {repeat + 1}/{repeats}: "
+            + ", ".join(f"{variant.key} {fits[variant.key][-1].iterations_per_second:,.0f}" for variant in variants)
+            + " it/s",
+            flush=True,
+        )
     return fits
 
 
@@ -163,17 +173,26 @@ def summarize(variants: list[Variant], fits: dict[str, list[Fit]], statistic: st
             if variant.framework == TRACKTRAIN:
                 goal = verdict(ratio - GOAL_RATIO, noise)
         tails = [fit.tail_seconds * 1e3 for fit in fits[variant.key]]
-        rows.append({
-            "key": variant.key, "framework": variant.framework, "logger": variant.logger,
-            "baseline": variant.is_baseline, "statistic": statistic,
-            "it_per_s": it_per_s, "us_per_it": 1e6 / it_per_s,
-            "iqr_it_per_s": iqr(samples),
-            "ratio": ratio, "paired_ratio": paired, "paired_ratio_iqr": noise,
-            "goal_ratio": GOAL_RATIO if variant.framework == TRACKTRAIN and not variant.is_baseline else None,
-            "goal_met": goal,
-            "end_of_fit_ms": statistics.median(tails),
-            "samples_it_per_s": samples, "samples_end_of_fit_ms": tails,
-        })
+        rows.append(
+            {
+                "key": variant.key,
+                "framework": variant.framework,
+                "logger": variant.logger,
+                "baseline": variant.is_baseline,
+                "statistic": statistic,
+                "it_per_s": it_per_s,
+                "us_per_it": 1e6 / it_per_s,
+                "iqr_it_per_s": iqr(samples),
+                "ratio": ratio,
+                "paired_ratio": paired,
+                "paired_ratio_iqr": noise,
+                "goal_ratio": GOAL_RATIO if variant.framework == TRACKTRAIN and not variant.is_baseline else None,
+                "goal_met": goal,
+                "end_of_fit_ms": statistics.median(tails),
+                "samples_it_per_s": samples,
+                "samples_end_of_fit_ms": tails,
+            }
+        )
     return rows
 
 
@@ -189,17 +208,34 @@ def arrived_cell(check: dict[str, Any] | None) -> str:
 
 
 def report(rows: list[dict[str, Any]], measurement: Measurement, stat: str, notes: list[str]) -> None:
-    lines = [[
-        "framework", "logger", "it/s", "µs/it", "× its no-logger it/s", "paired × (IQR)",
-        f"goal ≥ {GOAL_RATIO:g}×", "end of fit ms", "arrived (read back)",
-    ]]
+    lines = [
+        [
+            "framework",
+            "logger",
+            "it/s",
+            "µs/it",
+            "× its no-logger it/s",
+            "paired × (IQR)",
+            f"goal ≥ {GOAL_RATIO:g}×",
+            "end of fit ms",
+            "arrived (read back)",
+        ]
+    ]
     for row in rows:
         paired = "—" if row["paired_ratio"] is None else f"{row['paired_ratio']:.3f} ({row['paired_ratio_iqr']:.3f})"
-        lines.append([
-            row["framework"], row["logger"], fmt(row["it_per_s"]), fmt(row["us_per_it"]),
-            "1 (baseline)" if row["baseline"] else f"{row['ratio']:.3f}", paired, row["goal_met"],
-            fmt(row["end_of_fit_ms"]), arrived_cell(row.get("arrived")),
-        ])
+        lines.append(
+            [
+                row["framework"],
+                row["logger"],
+                fmt(row["it_per_s"]),
+                fmt(row["us_per_it"]),
+                "1 (baseline)" if row["baseline"] else f"{row['ratio']:.3f}",
+                paired,
+                row["goal_met"],
+                fmt(row["end_of_fit_ms"]),
+                arrived_cell(row.get("arrived")),
+            ]
+        )
     print("\n## Throughput with 5 metrics logged at every step, start-up and end of fit excluded\n")
     print(markdown_table(lines, "llrrrrlrl") + "\n")
     print(
@@ -216,8 +252,11 @@ def report(rows: list[dict[str, Any]], measurement: Measurement, stat: str, note
         print(f"- {note}")
     verdicts = [(row["key"], row["goal_met"]) for row in rows if row["goal_ratio"] is not None]
     if verdicts:
-        print(goal_line(f"Goal (a tracktrain logger keeps ≥ {GOAL_RATIO:g} × the no-logger throughput)", verdicts,
-                        "loggers"))
+        print(
+            goal_line(
+                f"Goal (a tracktrain logger keeps ≥ {GOAL_RATIO:g} × the no-logger throughput)", verdicts, "loggers"
+            )
+        )
 
 
 # ------------------------------------------------------------------------------------------------- profile
@@ -236,31 +275,52 @@ def profile_variants(measurement: Measurement, variants: list[Variant], root_dir
             profiler.disable()
         print(f"\n### cProfile: {variant.key} ({measurement.steps} steps, start-up and end included)\n")
         print_profile(profiler, f"training thread, top {top} by own time:", top)
-        print_profile(profiler, "\ntracktrain's functions in the training thread by cumulative time:", top,
-                      "cumulative", r"tracktrain")
+        print_profile(
+            profiler,
+            "\ntracktrain's functions in the training thread by cumulative time:",
+            top,
+            "cumulative",
+            r"tracktrain",
+        )
         for name, thread_stats in others.stats().items():
-            print_profile(thread_stats, f"\nthread(s) {name!r} ({len(others.by_thread[name])} started), top {top} "
-                          "by own time:", top)
+            print_profile(
+                thread_stats,
+                f"\nthread(s) {name!r} ({len(others.by_thread[name])} started), top {top} by own time:",
+                top,
+            )
 
 
 # ------------------------------------------------------------------------------------------------------ main
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = make_parser(__doc__, profile_top=20, root_dir="the runs, the sqlite file and the server's store",
-                         stat_of="the fits")
+    parser = make_parser(
+        __doc__, profile_top=20, root_dir="the runs, the sqlite file and the server's store", stat_of="the fits"
+    )
     add = parser.add_argument
     add("--repeats", type=int, help="timed fits per variant, after one warm-up fit (default 6; --quick 1)")
     add("--epochs", type=int, help="epochs of a fit, the first not timed (default 4; --quick 2)")
     add("--batches", type=int, help="batches per epoch (default 100; --quick 20)")
     add("--batch-size", type=int, default=32, help="samples per batch (default 32: a step of ~1.2 ms here)")
-    add("--variants", help="comma-separated words; the variants whose key holds one run, with each framework's "
+    add(
+        "--variants",
+        help="comma-separated words; the variants whose key holds one run, with each framework's "
         "baseline (keys: tracktrain/none, tracktrain/csv, tracktrain/mlflow-sqlite, tracktrain/mlflow-server, "
         "tracktrain/wandb-offline, with --thread-delivery the same three ending -thread, lightning/none, "
-        "lightning/mlflow-sqlite, lightning/mlflow-server; default all)")
-    add("--thread-delivery", action="store_true", help="also run tracktrain's MLflow and W&B loggers with "
+        "lightning/mlflow-sqlite, lightning/mlflow-server; default all)",
+    )
+    add(
+        "--thread-delivery",
+        action="store_true",
+        help="also run tracktrain's MLflow and W&B loggers with "
         "delivery='thread' (keys ending -thread): their tracker client in a thread of the training process, as "
-        "before delivery='process' was their default")
-    return finish_args(parser, argv, {"repeats": (6, 1), "epochs": (4, 2), "batches": (100, 20)},
-                       positive=["repeats", "batches", "batch_size", "threads"], at_least_two=["epochs"])
+        "before delivery='process' was their default",
+    )
+    return finish_args(
+        parser,
+        argv,
+        {"repeats": (6, 1), "epochs": (4, 2), "batches": (100, 20)},
+        positive=["repeats", "batches", "batch_size", "threads"],
+        at_least_two=["epochs"],
+    )
 
 
 def installed(name: str) -> bool:
@@ -291,9 +351,13 @@ def main(argv: list[str] | None = None) -> int:
 
     env = environment(args.threads, **peers)
     print_heading(
-        "tracktrain loggers: training throughput with 5 metrics logged at every step", env, args.threads,
+        "tracktrain loggers: training throughput with 5 metrics logged at every step",
+        env,
+        args.threads,
         ", ".join(f"{name} {version}" for name, version in peers.items()),
-        f"{args.repeats} interleaved repeats", args.stat, args.quick,
+        f"{args.repeats} interleaved repeats",
+        args.stat,
+        args.quick,
     )
     print(f"{measurement.workload.describe()}; fits of {args.epochs} epochs, the first not timed\n")
     problems: list[str] = []
@@ -304,8 +368,10 @@ def main(argv: list[str] | None = None) -> int:
             os.makedirs(server_dir)
             trackers.server = MlflowServer(server_dir)
             seconds = trackers.server.start()
-            notes.append(f"mlflow server on {trackers.server.url} (sqlite backend, 1 worker) answered after "
-                         f"{seconds:.1f} s; it shares the machine's CPUs with the training process.")
+            notes.append(
+                f"mlflow server on {trackers.server.url} (sqlite backend, 1 worker) answered after "
+                f"{seconds:.1f} s; it shares the machine's CPUs with the training process."
+            )
         freeze_garbage()  # the server too lives to the end
         started = time.perf_counter()
         fits = measure(measurement, variants, args.repeats, root_dir, args.threads, rng, problems)
@@ -315,17 +381,23 @@ def main(argv: list[str] | None = None) -> int:
         for row in rows:
             row["arrived"] = checks.get(row["key"])
         runs = sum(len(deliveries) for deliveries in measurement.deliveries.values())
-        notes.append(f"the fits took {timed_seconds:.0f} s, the read-back of {runs} runs "
-                     f"{time.perf_counter() - started - timed_seconds:.0f} s.")
+        notes.append(
+            f"the fits took {timed_seconds:.0f} s, the read-back of {runs} runs "
+            f"{time.perf_counter() - started - timed_seconds:.0f} s."
+        )
         if any(variant.key.startswith(("tracktrain/mlflow", "tracktrain/wandb")) for variant in variants):
-            notes.append("tracktrain's MLflowLogger and WandbLogger deliver from a child process (delivery='process', "
-                         "their default), which the warm-up fit starts and which each next fit takes over warm; its "
-                         "CPU time, W&B's service's and the mlflow server's are not this process's, but share its "
-                         "2 cores.")
+            notes.append(
+                "tracktrain's MLflowLogger and WandbLogger deliver from a child process (delivery='process', "
+                "their default), which the warm-up fit starts and which each next fit takes over warm; its "
+                "CPU time, W&B's service's and the mlflow server's are not this process's, but share its "
+                "2 cores."
+            )
         if lightning is not None and available["mlflow"]:
-            notes.append("Lightning's MLFlowLogger as shipped: one synchronous MlflowClient.log_batch per logged step "
-                         "in the training thread (MLflow's async logging is off unless MLFLOW_ENABLE_ASYNC_LOGGING "
-                         "is set).")
+            notes.append(
+                "Lightning's MLFlowLogger as shipped: one synchronous MlflowClient.log_batch per logged step "
+                "in the training thread (MLflow's async logging is off unless MLFLOW_ENABLE_ASYNC_LOGGING "
+                "is set)."
+            )
         report(rows, measurement, args.stat, notes)
         if args.profile:
             profile_variants(measurement, variants, root_dir, args.threads, args.profile_top)
@@ -335,11 +407,19 @@ def main(argv: list[str] | None = None) -> int:
         if available["wandb"] and "wandb" in sys.modules:
             sys.modules["wandb"].teardown()  # W&B's service process, which the runs started
     if args.json:
-        write_json(args.json, {
-            "environment": env, "arguments": vars(args), "goal_ratio": GOAL_RATIO, "metric_names": list(METRIC_NAMES),
-            "steps_per_fit": measurement.steps, "timed_steps_per_fit": measurement.timed_steps,
-            "rows": rows, "problems": problems,
-        })
+        write_json(
+            args.json,
+            {
+                "environment": env,
+                "arguments": vars(args),
+                "goal_ratio": GOAL_RATIO,
+                "metric_names": list(METRIC_NAMES),
+                "steps_per_fit": measurement.steps,
+                "timed_steps_per_fit": measurement.timed_steps,
+                "rows": rows,
+                "problems": problems,
+            },
+        )
     return exit_status(problems)
 
 

@@ -123,8 +123,9 @@ class Bench:
             framework.reference_s = time.perf_counter() - started
             framework.reference = probe.batches
             if len(probe.batches) != last + 1:
-                self.problems.append(f"{framework.key}: the reference run trained {len(probe.batches)} steps, "
-                                     f"expected {last + 1}")
+                self.problems.append(
+                    f"{framework.key}: the reference run trained {len(probe.batches)} steps, expected {last + 1}"
+                )
             for point in POINTS[1:]:
                 path = framework.checkpoint(framework.ckpt_dir, step_of(point, self.workload.batches))
                 if not os.path.exists(path):
@@ -149,8 +150,12 @@ class Bench:
         """cProfile of one resume, from the call that resumes to the first step."""
         profiler = cProfile.Profile()
         first = self.resume_once(framework, point, profiler)
-        print_profile(profiler, f"\n### cProfile: {LABELS[framework.key]} resumed at {point} % "
-                      f"({first.seconds * 1e3:.1f} ms profiled)\n", top, "cumulative")
+        print_profile(
+            profiler,
+            f"\n### cProfile: {LABELS[framework.key]} resumed at {point} % ({first.seconds * 1e3:.1f} ms profiled)\n",
+            top,
+            "cumulative",
+        )
 
     def warm_up(self) -> None:
         """One untimed resume per framework: lazy imports and first calls of the loading paths."""
@@ -182,11 +187,15 @@ class Bench:
         step = step_of(point, self.workload.batches)
         result = verdict(first, step, framework.reference)
         if result != EXACT:
-            self.problems.append(f"tracktrain at {point} %: the resumed run's first batch is not the reference run's "
-                                 f"batch at step {step}: {result} (it started at step {first.step})")
+            self.problems.append(
+                f"tracktrain at {point} %: the resumed run's first batch is not the reference run's "
+                f"batch at step {step}: {result} (it started at step {first.step})"
+            )
         if first.loads != self.workload.batch_size:
-            self.problems.append(f"tracktrain at {point} %: {first.loads} samples were loaded before the first step, "
-                                 f"expected one batch ({self.workload.batch_size}): skipped batches were loaded")
+            self.problems.append(
+                f"tracktrain at {point} %: {first.loads} samples were loaded before the first step, "
+                f"expected one batch ({self.workload.batch_size}): skipped batches were loaded"
+            )
 
 
 # ------------------------------------------------------------------------------------------------ summaries
@@ -229,19 +238,25 @@ def ms_cell(cell: dict[str, Any] | None) -> str:
 
 def resume_table(rows: list[dict[str, Any]], keys: list[str]) -> str:
     peers = [key for key in keys if key != TRACKTRAIN]
-    lines = [["resume at", "step", "1 batch load ms", "loading the skipped batches ms"]
-             + [f"{LABELS[key]} ms (batches)" for key in keys]
-             + [f"tt / {SHORT[key]}" for key in peers] + [f"exact ({' / '.join(SHORT[key] for key in keys)})"]]
+    lines = [
+        ["resume at", "step", "1 batch load ms", "loading the skipped batches ms"]
+        + [f"{LABELS[key]} ms (batches)" for key in keys]
+        + [f"tt / {SHORT[key]}" for key in peers]
+        + [f"exact ({' / '.join(SHORT[key] for key in keys)})"]
+    ]
     for row in rows:
         point = f"{row['point_percent']} %" if row["point_percent"] else "fresh start"
         cells = row["frameworks"]
         lines.append(
-            [point, f"{row['step']:,}", format_cell(row["batch_load_ms"], decimals=3),
-             format_cell(row["step"] * row["batch_load_ms"], decimals=1)]
+            [
+                point,
+                f"{row['step']:,}",
+                format_cell(row["batch_load_ms"], decimals=3),
+                format_cell(row["step"] * row["batch_load_ms"], decimals=1),
+            ]
             + [ms_cell(cells.get(key)) for key in keys]
             + [format_cell(ratio(row, key), decimals=3) for key in peers]
-            + [" / ".join(("yes" if cells[key]["exact"] else "no") if cells[key]["verdicts"] else "—"
-                          for key in keys)]
+            + [" / ".join(("yes" if cells[key]["exact"] else "no") if cells[key]["verdicts"] else "—" for key in keys)]
         )
     return markdown_table(lines, "lrrr" + "r" * (len(keys) + len(peers)) + "l")
 
@@ -250,21 +265,25 @@ def report(bench: Bench, rows: list[dict[str, Any]], stat: str, notes: list[str]
     keys = [framework.key for framework in bench.frameworks]
     print(f"\n## Resume: from the call that resumes to the first training step\n\n$ {command_line()}\n")
     print(resume_table(rows, keys) + "\n")
-    print(f"ms: {stat} over the repeats of the time from the call that resumes (fit(..., ckpt_path=...); Ignite: "
-          "torch.load + Checkpoint.load_objects + run) to the start of the first training step, its batch loaded; "
-          "(batches): that time in batch loads. loading the skipped batches: what a resume that replays the epoch up "
-          "to the checkpoint by loading it would spend on that alone (step × 1 batch load). fresh start: the same fit "
-          "without a checkpoint. tt / X: tracktrain's time over X's. exact: the first resumed batch is the one the "
-          "uninterrupted run trained at that step.")
+    print(
+        f"ms: {stat} over the repeats of the time from the call that resumes (fit(..., ckpt_path=...); Ignite: "
+        "torch.load + Checkpoint.load_objects + run) to the start of the first training step, its batch loaded; "
+        "(batches): that time in batch loads. loading the skipped batches: what a resume that replays the epoch up "
+        "to the checkpoint by loading it would spend on that alone (step × 1 batch load). fresh start: the same fit "
+        "without a checkpoint. tt / X: tracktrain's time over X's. exact: the first resumed batch is the one the "
+        "uninterrupted run trained at that step."
+    )
     for framework in bench.frameworks:
         resumed = [row["frameworks"][framework.key] for row in rows if row["point_percent"]]
         verdicts = sorted({v for cell in resumed for v in cell["verdicts"]})
         loads = sorted({n for cell in resumed for n in cell["loads"]})
         said = list(dict.fromkeys(w for cell in resumed for w in cell["warnings"] if RESUME_WORDS.search(w)))
-        print(f"- {LABELS[framework.key]}: first resumed batch: {', '.join(verdicts) or '—'}; samples loaded before "
-              f"the first step: {', '.join(map(str, loads)) or '—'}"
-              + (f"; it warned: {'; '.join(repr(w[:200]) for w in said)}" if said else "; no warning")
-              + f". (Reference run: {framework.reference_s:.1f} s.)")
+        print(
+            f"- {LABELS[framework.key]}: first resumed batch: {', '.join(verdicts) or '—'}; samples loaded before "
+            f"the first step: {', '.join(map(str, loads)) or '—'}"
+            + (f"; it warned: {'; '.join(repr(w[:200]) for w in said)}" if said else "; no warning")
+            + f". (Reference run: {framework.reference_s:.1f} s.)"
+        )
     for note in notes:
         print(f"- {note}")
 
@@ -278,11 +297,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--sample-us", type=float, default=50.0, help="CPU time to make one sample, µs (default 50)")
     add("--repeats", type=int, help="timed resumes per framework and point (default 15; --quick 2)")
     add("--no-ignite", action="store_true", help="leave Ignite out")
-    args = finish_args(parser, argv, {"batches": (10_000, 200), "repeats": (15, 2)},
-                       positive=["batch_size", "repeats", "threads"])
+    args = finish_args(
+        parser, argv, {"batches": (10_000, 200), "repeats": (15, 2)}, positive=["batch_size", "repeats", "threads"]
+    )
     if args.batches < 20 or args.batches % 10:
-        parser.error("--batches must be a multiple of 10, at least 20 (checkpoints every 10 % of the epoch, and a "
-                     "resumed run's one step must not be a saving one)")
+        parser.error(
+            "--batches must be a multiple of 10, at least 20 (checkpoints every 10 % of the epoch, and a "
+            "resumed run's one step must not be a saving one)"
+        )
     if args.sample_us < 0:
         parser.error("--sample-us must not be negative")
     return args
@@ -292,13 +314,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rng = prepare(args)
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata, on every iter()
-    ignite, ignite_status = load_peer("ignite", "ignite.engine", "ignite.handlers", "ignite.utils",
-                                      skip=args.no_ignite)
+    ignite, ignite_status = load_peer("ignite", "ignite.engine", "ignite.handlers", "ignite.utils", skip=args.no_ignite)
     lightning, lightning_status = load_peer("lightning", "lightning.pytorch", skip=args.no_lightning)
     torchdata, torchdata_status = load_peer("torchdata", "torchdata.stateful_dataloader", skip=lightning is None)
-    notes = [f"{name}: {status}; its column is missing." for name, module, status in (
-        ("ignite", ignite, ignite_status), ("lightning", lightning, lightning_status),
-        ("torchdata", torchdata, torchdata_status)) if module is None and not (name == "torchdata" and not lightning)]
+    notes = [
+        f"{name}: {status}; its column is missing."
+        for name, module, status in (
+            ("ignite", ignite, ignite_status),
+            ("lightning", lightning, lightning_status),
+            ("torchdata", torchdata, torchdata_status),
+        )
+        if module is None and not (name == "torchdata" and not lightning)
+    ]
     workload = Workload(args.batches, args.batch_size, args.sample_us, args.seed)
     frameworks = [Framework(TRACKTRAIN, run_tracktrain, tracktrain_checkpoint)]
     if ignite is not None:
@@ -306,16 +333,21 @@ def main(argv: list[str] | None = None) -> int:
     if lightning is not None:
         frameworks.append(Framework(LIGHTNING, lightning_runner(lightning, stateful=False), lightning_checkpoint))
         if torchdata is not None:
-            frameworks.append(Framework(LIGHTNING_SDL, lightning_runner(lightning, stateful=True),
-                                        lightning_checkpoint))
+            frameworks.append(
+                Framework(LIGHTNING_SDL, lightning_runner(lightning, stateful=True), lightning_checkpoint)
+            )
     root_dir = temporary_root("tracktrain-bench-resume-", args.root_dir)
     bench = Bench(workload, frameworks, root_dir)
 
     env = environment(args.threads, ignite=ignite_status, lightning=lightning_status, torchdata=torchdata_status)
     print_heading(
-        "Resume time-to-first-step mid-epoch: tracktrain, Ignite DeterministicEngine, Lightning", env, args.threads,
+        "Resume time-to-first-step mid-epoch: tracktrain, Ignite DeterministicEngine, Lightning",
+        env,
+        args.threads,
         f"ignite {ignite_status}, lightning {lightning_status}, torchdata {torchdata_status}",
-        f"{args.repeats} interleaved repeats", args.stat, args.quick,
+        f"{args.repeats} interleaved repeats",
+        args.stat,
+        args.quick,
     )
     print(f"{workload.describe()}; checkpoints every {bench.every:,} steps\n", flush=True)
     started = time.perf_counter()
@@ -336,13 +368,21 @@ def main(argv: list[str] | None = None) -> int:
         for framework in frameworks:
             bench.profile(framework, POINTS[-1], args.profile_top)
     if args.json:
-        write_json(args.json, {
-            "environment": env, "arguments": vars(args), "workload": workload.describe(),
-            "frameworks": [framework.key for framework in frameworks], "batch_load_ms": unit_ms,
-            "batch_load_samples_ms": [value * 1e3 for value in bench.unit_s],
-            "reference_s": {framework.key: framework.reference_s for framework in frameworks},
-            "rows": rows, "notes": notes, "problems": bench.problems,
-        })
+        write_json(
+            args.json,
+            {
+                "environment": env,
+                "arguments": vars(args),
+                "workload": workload.describe(),
+                "frameworks": [framework.key for framework in frameworks],
+                "batch_load_ms": unit_ms,
+                "batch_load_samples_ms": [value * 1e3 for value in bench.unit_s],
+                "reference_s": {framework.key: framework.reference_s for framework in frameworks},
+                "rows": rows,
+                "notes": notes,
+                "problems": bench.problems,
+            },
+        )
     return exit_status(bench.problems)
 
 

@@ -72,10 +72,10 @@ class Regressor(LoopModule):
 
 
 def tracktrain_stall(directory: str, save_last: bool) -> float:
-    checkpoint = timed(ModelCheckpoint)(dirpath=directory, save_top_k=1, save_last=save_last,
-                                        every_n_train_steps=EVERY)
-    Trainer(max_steps=STEPS, callbacks=[checkpoint], enable_progress_bar=False, loggers=False,
-            default_root_dir=directory).fit(Regressor(), batches())
+    checkpoint = timed(ModelCheckpoint)(dirpath=directory, save_top_k=1, save_last=save_last, every_n_train_steps=EVERY)
+    Trainer(
+        max_steps=STEPS, callbacks=[checkpoint], enable_progress_bar=False, loggers=False, default_root_dir=directory
+    ).fit(Regressor(), batches())
     expected = {f"checkpoint_{STEPS}.pt"} | ({f"last_checkpoint_{STEPS}.pt"} if save_last else set())
     _check(directory, expected)
     return statistics.median(checkpoint.stalls)
@@ -99,9 +99,18 @@ def lightning_stall(directory: str) -> float | None:
             return torch.optim.AdamW(self.parameters(), lr=1e-4)
 
     checkpoint = timed(lightning.pytorch.callbacks.ModelCheckpoint)(
-        dirpath=directory, save_top_k=1, save_last=True, every_n_train_steps=EVERY)
-    trainer = lightning.Trainer(max_steps=STEPS, callbacks=[checkpoint], logger=False, enable_progress_bar=False,
-                                enable_model_summary=False, accelerator="cpu", devices=1, default_root_dir=directory)
+        dirpath=directory, save_top_k=1, save_last=True, every_n_train_steps=EVERY
+    )
+    trainer = lightning.Trainer(
+        max_steps=STEPS,
+        callbacks=[checkpoint],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        devices=1,
+        default_root_dir=directory,
+    )
     trainer.fit(Module(), train_dataloaders=batches())
     _check(directory, {"last.ckpt"})
     return statistics.median(checkpoint.stalls)

@@ -133,8 +133,10 @@ def check_fit(case: Case, variant: str, fit: Fit, problems: list[str]) -> None:
     where = f"[{case.precision.key}] {variant}"
     expected = case.epochs * case.workload.batches_per_epoch
     if fit.steps != expected or fit.timed_steps != case.timed_steps:
-        problems.append(f"{where}: took {fit.steps} optimizer steps ({fit.timed_steps} timed), expected {expected} "
-                        f"({case.timed_steps} timed)")
+        problems.append(
+            f"{where}: took {fit.steps} optimizer steps ({fit.timed_steps} timed), expected {expected} "
+            f"({case.timed_steps} timed)"
+        )
     reference = case.reference
     ours, theirs = weights(fit.net), weights(reference.net)
     difference = max_difference(ours, theirs)
@@ -144,8 +146,9 @@ def check_fit(case: Case, variant: str, fit: Fit, problems: list[str]) -> None:
     if not fit.logged_loss:
         problems.append(f"{where}: the module's self.log('loss', ...) is not in trainer.callback_metrics")
     if fit.scale != reference.scale:
-        problems.append(f"{where}: the GradScaler ended at scale {fit.scale}, the hand-written loop's at "
-                        f"{reference.scale}")
+        problems.append(
+            f"{where}: the GradScaler ended at scale {fit.scale}, the hand-written loop's at {reference.scale}"
+        )
 
 
 def run_fit(case: Case, variant: str, root_dir: str, threads: int, problems: list[str]) -> Fit:
@@ -192,8 +195,10 @@ def measure_ddp(config: DDPConfig, problems: list[str]) -> tuple[dict[str, list[
             problems.append(f"[ddp] {variant}: rank 0 and rank 1 ended with different weights")
         max_diff[variant] = difference = max_difference(ours, reference)
         if not weights_match(ours, reference, **DDP_TOLERANCE):
-            problems.append(f"[ddp] {variant}: the trained weights differ from the hand-written DDP loop's "
-                            f"(max |Δ| {difference:.3g})")
+            problems.append(
+                f"[ddp] {variant}: the trained weights differ from the hand-written DDP loop's "
+                f"(max |Δ| {difference:.3g})"
+            )
     return results[0]["samples_us"], {"max_weight_diff": max_diff, "launch_seconds": launch_seconds}
 
 
@@ -232,23 +237,35 @@ def weights_cell(difference: float | None) -> str:
 
 
 def report(rows: list[dict[str, Any]], stat: str) -> None:
-    lines = [[
-        "variant", "steps/sample", "samples", "raw µs/step", "tracktrain µs/step", "overhead µs", "overhead %",
-        "noise (max IQR) µs", f"goal ≤ {GOAL_PERCENT:g} %", "tracktrain weights vs raw",
-    ]]
+    lines = [
+        [
+            "variant",
+            "steps/sample",
+            "samples",
+            "raw µs/step",
+            "tracktrain µs/step",
+            "overhead µs",
+            "overhead %",
+            "noise (max IQR) µs",
+            f"goal ≤ {GOAL_PERCENT:g} %",
+            "tracktrain weights vs raw",
+        ]
+    ]
     for row in rows:
-        lines.append([
-            row["title"],
-            str(row["timed_steps"]),
-            str(len(row["samples_us_per_step"][TRACKTRAIN])),
-            fmt(row["us_per_step"][RAW]),
-            fmt(row["us_per_step"][TRACKTRAIN]),
-            fmt(row["overhead_us"], True),
-            f"{row['overhead_percent']:+.1f} %",
-            fmt(row["noise_us"]),
-            row["goal_met"],
-            weights_cell(row["max_weight_diff"].get(TRACKTRAIN)),
-        ])
+        lines.append(
+            [
+                row["title"],
+                str(row["timed_steps"]),
+                str(len(row["samples_us_per_step"][TRACKTRAIN])),
+                fmt(row["us_per_step"][RAW]),
+                fmt(row["us_per_step"][TRACKTRAIN]),
+                fmt(row["overhead_us"], True),
+                f"{row['overhead_percent']:+.1f} %",
+                fmt(row["noise_us"]),
+                row["goal_met"],
+                weights_cell(row["max_weight_diff"].get(TRACKTRAIN)),
+            ]
+        )
     print("\n## Time per optimizer step, start-up and first epoch excluded\n")
     print(markdown_table(lines, "lrrrrrrrll") + "\n")
     print(
@@ -271,16 +288,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add = parser.add_argument
     add("--cases", default="fp32,bf16,fp16,ddp", help="comma-separated: fp32, bf16, fp16, ddp (default all)")
     add("--repeats", type=int, help="timed fits per variant of fp32, bf16 and fp16 (default 13; --quick 3)")
-    add("--epochs", type=int, help="epochs of a fp32 or bf16 fit, of 50 batches; the first is not timed (default 6; "
-        "--quick 3, of 20 batches)")
-    add("--fp16-epochs", type=int, help="the same for fp16, whose CPU step is ~10 × slower, on epochs of 20 batches "
-        "(default 3; --quick 2, of 10 batches)")
+    add(
+        "--epochs",
+        type=int,
+        help="epochs of a fp32 or bf16 fit, of 50 batches; the first is not timed (default 6; "
+        "--quick 3, of 20 batches)",
+    )
+    add(
+        "--fp16-epochs",
+        type=int,
+        help="the same for fp16, whose CPU step is ~10 × slower, on epochs of 20 batches "
+        "(default 3; --quick 2, of 10 batches)",
+    )
     add("--ddp-epochs", type=int, help="the same for DDP, of 50 batches, 25 per rank (default 5; --quick 2, of 20)")
     add("--ddp-repeats", type=int, help="timed fits per DDP variant, after one warm-up fit (default 20; --quick 2)")
-    defaults = {"repeats": (13, 3), "epochs": (6, 3), "fp16_epochs": (3, 2), "ddp_epochs": (5, 2),
-                "ddp_repeats": (20, 2)}
-    return finish_args(parser, argv, defaults, positive=["repeats", "ddp_repeats", "threads"],
-                       at_least_two=["epochs", "fp16_epochs", "ddp_epochs"], cases=[*PRECISIONS, DDP])
+    defaults = {
+        "repeats": (13, 3),
+        "epochs": (6, 3),
+        "fp16_epochs": (3, 2),
+        "ddp_epochs": (5, 2),
+        "ddp_repeats": (20, 2),
+    }
+    return finish_args(
+        parser,
+        argv,
+        defaults,
+        positive=["repeats", "ddp_repeats", "threads"],
+        at_least_two=["epochs", "fp16_epochs", "ddp_epochs"],
+        cases=[*PRECISIONS, DDP],
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,18 +325,26 @@ def main(argv: list[str] | None = None) -> int:
     wanted = args.cases.split(",")
     batches = {"medium": 20 if args.quick else 50, "fp16": 10 if args.quick else 20, DDP: 20 if args.quick else 50}
     cases = [
-        Case(PRECISIONS[key], medium_data(batches["fp16" if key == "fp16" else "medium"], args.seed),
-             args.fp16_epochs if key == "fp16" else args.epochs)
-        for key in PRECISIONS if key in wanted
+        Case(
+            PRECISIONS[key],
+            medium_data(batches["fp16" if key == "fp16" else "medium"], args.seed),
+            args.fp16_epochs if key == "fp16" else args.epochs,
+        )
+        for key in PRECISIONS
+        if key in wanted
     ]
     root_dir = tempfile.mkdtemp(prefix="tracktrain-bench-variants-")
     freeze_garbage()
 
     env = environment(args.threads)
     print_heading(
-        "tracktrain Trainer step variants: cost per step on top of the hand-written loop", env, args.threads,
+        "tracktrain Trainer step variants: cost per step on top of the hand-written loop",
+        env,
+        args.threads,
         f"medium MLP {'-'.join(map(str, MEDIUM))}, batch {BATCH_SIZE}, SGD, DataLoader over a TensorDataset",
-        f"{args.repeats} interleaved repeats (DDP: {args.ddp_repeats})", args.stat, args.quick,
+        f"{args.repeats} interleaved repeats (DDP: {args.ddp_repeats})",
+        args.stat,
+        args.quick,
     )
     problems: list[str] = []
     rows: list[dict[str, Any]] = []
@@ -309,39 +353,71 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             samples = measure_precision(case, args.repeats, root_dir, args.threads, rng, problems)
             row = {
-                "key": case.precision.key, "title": TITLES[case.precision.key],
-                "batches_per_epoch": case.workload.batches_per_epoch, "epochs": case.epochs,
-                "timed_steps": case.timed_steps, "statistic": args.stat, **summarize(samples, args.stat),
+                "key": case.precision.key,
+                "title": TITLES[case.precision.key],
+                "batches_per_epoch": case.workload.batches_per_epoch,
+                "epochs": case.epochs,
+                "timed_steps": case.timed_steps,
+                "statistic": args.stat,
+                **summarize(samples, args.stat),
                 "max_weight_diff": dict(case.max_weight_diff),
                 "tolerance": {"rtol": case.precision.rtol, "atol": case.precision.atol},
             }
             rows.append(row)
-            print(f"- {row['title']} ({case.workload.batches_per_epoch} batches/epoch, fits of {case.epochs} epochs): "
-                  f"raw {fmt(row['us_per_step'][RAW])}, tracktrain {fmt(row['us_per_step'][TRACKTRAIN])} µs/step "
-                  f"[{time.perf_counter() - started:.1f} s]", flush=True)
+            print(
+                f"- {row['title']} ({case.workload.batches_per_epoch} batches/epoch, fits of {case.epochs} epochs): "
+                f"raw {fmt(row['us_per_step'][RAW])}, tracktrain {fmt(row['us_per_step'][TRACKTRAIN])} µs/step "
+                f"[{time.perf_counter() - started:.1f} s]",
+                flush=True,
+            )
         if DDP in wanted:
             started = time.perf_counter()
-            config = DDPConfig(batches[DDP], args.ddp_epochs, args.ddp_repeats, args.seed, args.threads, free_port(),
-                               tempfile.mkdtemp(prefix="ddp-", dir=root_dir), root_dir)
+            config = DDPConfig(
+                batches[DDP],
+                args.ddp_epochs,
+                args.ddp_repeats,
+                args.seed,
+                args.threads,
+                free_port(),
+                tempfile.mkdtemp(prefix="ddp-", dir=root_dir),
+                root_dir,
+            )
             samples, checks = measure_ddp(config, problems)
             if all(samples.values()):
                 row = {
-                    "key": DDP, "title": TITLES[DDP], "batches_per_epoch": config.steps_per_epoch,
-                    "epochs": config.epochs, "timed_steps": config.timed_steps, "statistic": args.stat,
-                    **summarize(samples, args.stat), **checks, "tolerance": DDP_TOLERANCE,
+                    "key": DDP,
+                    "title": TITLES[DDP],
+                    "batches_per_epoch": config.steps_per_epoch,
+                    "epochs": config.epochs,
+                    "timed_steps": config.timed_steps,
+                    "statistic": args.stat,
+                    **summarize(samples, args.stat),
+                    **checks,
+                    "tolerance": DDP_TOLERANCE,
                 }
                 rows.append(row)
-                print(f"- {row['title']} ({config.steps_per_epoch} batches/epoch per rank, fits of {config.epochs} "
-                      f"epochs): raw {fmt(row['us_per_step'][RAW])}, tracktrain {fmt(row['us_per_step'][TRACKTRAIN])} "
-                      f"µs/step [{time.perf_counter() - started:.1f} s]", flush=True)
+                print(
+                    f"- {row['title']} ({config.steps_per_epoch} batches/epoch per rank, fits of {config.epochs} "
+                    f"epochs): raw {fmt(row['us_per_step'][RAW])}, tracktrain {fmt(row['us_per_step'][TRACKTRAIN])} "
+                    f"µs/step [{time.perf_counter() - started:.1f} s]",
+                    flush=True,
+                )
     finally:
         shutil.rmtree(root_dir, ignore_errors=True)
 
     if rows:
         report(rows, args.stat)
     if args.json:
-        write_json(args.json, {"environment": env, "arguments": vars(args), "goal_percent": GOAL_PERCENT,
-                               "rows": rows, "problems": problems})
+        write_json(
+            args.json,
+            {
+                "environment": env,
+                "arguments": vars(args),
+                "goal_percent": GOAL_PERCENT,
+                "rows": rows,
+                "problems": problems,
+            },
+        )
     return exit_status(problems)
 
 

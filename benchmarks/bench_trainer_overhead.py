@@ -168,8 +168,13 @@ def tracktrain_fitter(mode: str) -> Callable[[Workload, int, str, Any], Run]:
         # accelerator="cpu" as for Lightning: "auto" would pick CUDA where there is one
         if mode == OFF:
             trainer = Trainer(
-                max_epochs=epochs, enable_progress_bar=False, enable_checkpointing=False, loggers=False,
-                log_every_n_steps=50, default_root_dir=run_dir, accelerator="cpu",
+                max_epochs=epochs,
+                enable_progress_bar=False,
+                enable_checkpointing=False,
+                loggers=False,
+                log_every_n_steps=50,
+                default_root_dir=run_dir,
+                accelerator="cpu",
             )
         else:
             # the default bar only draws on a terminal; disable=False makes it draw as Lightning's does
@@ -193,8 +198,14 @@ def lightning_fitter(lightning: Any, mode: str) -> Callable[[Workload, int, str,
         with contextlib.redirect_stdout(sink):  # Lightning's bar writes to sys.stdout, read when it is built
             if mode == OFF:
                 trainer = lightning.Trainer(
-                    max_epochs=epochs, enable_progress_bar=False, enable_checkpointing=False, logger=False,
-                    enable_model_summary=False, accelerator="cpu", devices=1, num_sanity_val_steps=0,
+                    max_epochs=epochs,
+                    enable_progress_bar=False,
+                    enable_checkpointing=False,
+                    logger=False,
+                    enable_model_summary=False,
+                    accelerator="cpu",
+                    devices=1,
+                    num_sanity_val_steps=0,
                     default_root_dir=run_dir,
                 )
             else:
@@ -214,10 +225,17 @@ def make_variants(lightning: Any) -> list[Variant]:
         libraries.append((LIGHTNING, lambda mode: lightning_fitter(lightning, mode)))
     for mode in (OFF, DEFAULTS):
         for library, fitter in libraries:
-            variants.append(Variant(
-                f"{library}-{mode}", library, mode, fitter(mode),
-                draws_bar=mode == DEFAULTS, saves_checkpoints=mode == DEFAULTS, writes_nothing=mode == OFF,
-            ))
+            variants.append(
+                Variant(
+                    f"{library}-{mode}",
+                    library,
+                    mode,
+                    fitter(mode),
+                    draws_bar=mode == DEFAULTS,
+                    saves_checkpoints=mode == DEFAULTS,
+                    writes_nothing=mode == OFF,
+                )
+            )
     return variants
 
 
@@ -250,8 +268,9 @@ def check_run(case: Case, variant: Variant, epochs: int, run: Run, run_dir: str,
     if reference is not None:
         if not weights_match(weights(run.net), reference):
             problems.append(f"{where}: the trained weights differ from the hand-written loop's")
-    written = [os.path.relpath(os.path.join(root, name), run_dir)
-               for root, _, names in os.walk(run_dir) for name in names]
+    written = [
+        os.path.relpath(os.path.join(root, name), run_dir) for root, _, names in os.walk(run_dir) for name in names
+    ]
     if variant.writes_nothing and written:
         problems.append(f"{where}: wrote files with checkpointing and logging off: {written[:5]}")
     if variant.saves_checkpoints and not any("checkpoints" in path.split(os.sep) for path in written):
@@ -288,7 +307,13 @@ def warm_up(case: Case, variants: list[Variant], root_dir: str, threads: int, pr
 
 
 def measure_case(
-    case: Case, variants: list[Variant], repeats: int, root_dir: str, threads: int, rng: random.Random, sink: Any,
+    case: Case,
+    variants: list[Variant],
+    repeats: int,
+    root_dir: str,
+    threads: int,
+    rng: random.Random,
+    sink: Any,
     problems: list[str],
 ) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, float]]:
     """Per variant: the per-iteration samples (µs), the start-ups (s) of all its timed fits, and the start-up (s)
@@ -310,7 +335,10 @@ def measure_case(
 
 # ------------------------------------------------------------------------------------------------ summaries
 def summarize(
-    case: Case, per_iteration: dict[str, list[float]], startups: dict[str, list[float]], first_startups: dict[str, float],
+    case: Case,
+    per_iteration: dict[str, list[float]],
+    startups: dict[str, list[float]],
+    first_startups: dict[str, float],
     statistic: str,
 ) -> dict[str, Any]:
     center = STATISTICS[statistic]
@@ -322,8 +350,11 @@ def summarize(
     rows = []
     for mode in (OFF, DEFAULTS):
         ours, theirs = f"{TRACKTRAIN}-{mode}", f"{LIGHTNING}-{mode}"
-        overhead = {library: us_per_iter[name] - raw for library, name in ((TRACKTRAIN, ours), (LIGHTNING, theirs))
-                    if name in us_per_iter}
+        overhead = {
+            library: us_per_iter[name] - raw
+            for library, name in ((TRACKTRAIN, ours), (LIGHTNING, theirs))
+            if name in us_per_iter
+        }
         # what a difference of medians has to beat to mean something: the widest spread among the compared runs
         noise = max(spread[name] for name in (RAW, ours, theirs) if name in spread)
         ratio, goal = None, "n/a"
@@ -331,17 +362,19 @@ def summarize(
             if overhead[LIGHTNING] > noise:
                 ratio = overhead[TRACKTRAIN] / overhead[LIGHTNING]
             goal = verdict(GOAL_RATIO[mode] * overhead[LIGHTNING] - overhead[TRACKTRAIN], noise)
-        rows.append({
-            "mode": mode,
-            "us_per_iter": {RAW: raw, TRACKTRAIN: us_per_iter[ours], LIGHTNING: us_per_iter.get(theirs)},
-            "overhead_us_per_iter": {TRACKTRAIN: overhead[TRACKTRAIN], LIGHTNING: overhead.get(LIGHTNING)},
-            "noise_us_per_iter": noise,
-            "tracktrain_over_lightning_overhead": ratio,
-            "goal_ratio": GOAL_RATIO[mode],
-            "goal_met": goal,
-            "startup_ms": {RAW: startup_ms[RAW], TRACKTRAIN: startup_ms[ours], LIGHTNING: startup_ms.get(theirs)},
-            "warmup_startup_ms": {RAW: first_ms[RAW], TRACKTRAIN: first_ms[ours], LIGHTNING: first_ms.get(theirs)},
-        })
+        rows.append(
+            {
+                "mode": mode,
+                "us_per_iter": {RAW: raw, TRACKTRAIN: us_per_iter[ours], LIGHTNING: us_per_iter.get(theirs)},
+                "overhead_us_per_iter": {TRACKTRAIN: overhead[TRACKTRAIN], LIGHTNING: overhead.get(LIGHTNING)},
+                "noise_us_per_iter": noise,
+                "tracktrain_over_lightning_overhead": ratio,
+                "goal_ratio": GOAL_RATIO[mode],
+                "goal_met": goal,
+                "startup_ms": {RAW: startup_ms[RAW], TRACKTRAIN: startup_ms[ours], LIGHTNING: startup_ms.get(theirs)},
+                "warmup_startup_ms": {RAW: first_ms[RAW], TRACKTRAIN: first_ms[ours], LIGHTNING: first_ms.get(theirs)},
+            }
+        )
     return {
         "key": case.key,
         "title": case.title,
@@ -367,44 +400,67 @@ fmt = functools.partial(format_cell, decimals=1)  # a fit's µs per iteration: i
 
 
 def overhead_table(results: list[dict[str, Any]]) -> str:
-    lines = [[
-        "case", "settings", "iters/sample", "raw µs/it", "tracktrain µs/it", "lightning µs/it",
-        "tracktrain overhead", "lightning overhead", "noise (max IQR)", "tt/lightning overhead", "goal",
-    ]]
+    lines = [
+        [
+            "case",
+            "settings",
+            "iters/sample",
+            "raw µs/it",
+            "tracktrain µs/it",
+            "lightning µs/it",
+            "tracktrain overhead",
+            "lightning overhead",
+            "noise (max IQR)",
+            "tt/lightning overhead",
+            "goal",
+        ]
+    ]
     for result in results:
         for row in result["rows"]:
             medians, overheads = row["us_per_iter"], row["overhead_us_per_iter"]
             ours = overheads[TRACKTRAIN]
             ratio = row["tracktrain_over_lightning_overhead"]
-            lines.append([
-                result["title"],
-                row["mode"],
-                str(result["measured_iterations"]),
-                fmt(medians[RAW]),
-                fmt(medians[TRACKTRAIN]),
-                fmt(medians[LIGHTNING]),
-                f"{fmt(ours, True)} ({ours / medians[RAW]:+.1%})",
-                fmt(overheads[LIGHTNING], True),
-                fmt(row["noise_us_per_iter"]),
-                "—" if ratio is None else f"{ratio:.3f}",
-                f"≤ {row['goal_ratio']:.2g}×: {row['goal_met']}",
-            ])
+            lines.append(
+                [
+                    result["title"],
+                    row["mode"],
+                    str(result["measured_iterations"]),
+                    fmt(medians[RAW]),
+                    fmt(medians[TRACKTRAIN]),
+                    fmt(medians[LIGHTNING]),
+                    f"{fmt(ours, True)} ({ours / medians[RAW]:+.1%})",
+                    fmt(overheads[LIGHTNING], True),
+                    fmt(row["noise_us_per_iter"]),
+                    "—" if ratio is None else f"{ratio:.3f}",
+                    f"≤ {row['goal_ratio']:.2g}×: {row['goal_met']}",
+                ]
+            )
     return markdown_table(lines, "llrrrrrrrrl")
 
 
 def startup_table(results: list[dict[str, Any]]) -> str:
-    lines = [[
-        "case", "settings", "raw ms", "tracktrain ms", "lightning ms", "tracktrain: warm-up fit ms",
-        "lightning: warm-up fit ms",
-    ]]
+    lines = [
+        [
+            "case",
+            "settings",
+            "raw ms",
+            "tracktrain ms",
+            "lightning ms",
+            "tracktrain: warm-up fit ms",
+            "lightning: warm-up fit ms",
+        ]
+    ]
     for result in results:
         for row in result["rows"]:
             startup, first = row["startup_ms"], row["warmup_startup_ms"]
-            lines.append([result["title"], row["mode"]] + [
-                fmt(values[library])
-                for values, libraries in ((startup, (RAW, TRACKTRAIN, LIGHTNING)), (first, (TRACKTRAIN, LIGHTNING)))
-                for library in libraries
-            ])
+            lines.append(
+                [result["title"], row["mode"]]
+                + [
+                    fmt(values[library])
+                    for values, libraries in ((startup, (RAW, TRACKTRAIN, LIGHTNING)), (first, (TRACKTRAIN, LIGHTNING)))
+                    for library in libraries
+                ]
+            )
     return markdown_table(lines, "llrrrrr")
 
 
@@ -420,8 +476,10 @@ def report(results: list[dict[str, Any]], stat: str, lightning_status: str, has_
     )
     loggers = {name: logger for result in results for name, logger in result["loggers"].items()}
     if loggers:
-        print(f"- Lightning's default logger here: {', '.join(sorted(set(loggers.values())))}; tracktrain's "
-              "Trainer has no logger by default.")
+        print(
+            f"- Lightning's default logger here: {', '.join(sorted(set(loggers.values())))}; tracktrain's "
+            "Trainer has no logger by default."
+        )
     print("\n## Start-up: from the Trainer's construction to the first forward\n")
     print(startup_table(results) + "\n")
     print(
@@ -455,10 +513,15 @@ def profile_case(case: Case, variants: list[Variant], root_dir: str, threads: in
         profiler.disable()
         shutil.rmtree(run_dir, ignore_errors=True)
         iterations = case.long_epochs * case.workload.batches_per_epoch
-        print_profile(profiler, f"\n### cProfile: {case.key} / {variant.name} ({iterations} iterations, start-up "
-                      f"included), top {top} by own time\n", top)
-        print_profile(profiler, "\ntracktrain's functions by cumulative time:", top, "cumulative",
-                      r"[/\\]tracktrain[/\\]")
+        print_profile(
+            profiler,
+            f"\n### cProfile: {case.key} / {variant.name} ({iterations} iterations, start-up "
+            f"included), top {top} by own time\n",
+            top,
+        )
+        print_profile(
+            profiler, "\ntracktrain's functions by cumulative time:", top, "cumulative", r"[/\\]tracktrain[/\\]"
+        )
 
 
 # ------------------------------------------------------------------------------------------------------ main
@@ -466,13 +529,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = make_parser(__doc__, profile_top=25, root_dir="the fits write (checkpoints, Lightning's logs)")
     add = parser.add_argument
     add("--repeats", type=int, help="timed (short, long) pairs per variant (default 9; --quick 3)")
-    add("--tiny-epochs", type=int, help="epochs of the tiny model's long fit, the short one being 1 (default 11; "
-        "--quick 3)")
+    add(
+        "--tiny-epochs",
+        type=int,
+        help="epochs of the tiny model's long fit, the short one being 1 (default 11; --quick 3)",
+    )
     add("--medium-epochs", type=int, help="the same for the medium model (default 5; --quick 3)")
     add("--cases", default="tiny,medium", help="comma-separated: tiny, medium (default both)")
     defaults = {"repeats": (9, 3), "tiny_epochs": (11, 3), "medium_epochs": (5, 3)}
-    return finish_args(parser, argv, defaults, positive=["repeats"], at_least_two=["tiny_epochs", "medium_epochs"],
-                       cases=["tiny", "medium"])
+    return finish_args(
+        parser,
+        argv,
+        defaults,
+        positive=["repeats"],
+        at_least_two=["tiny_epochs", "medium_epochs"],
+        cases=["tiny", "medium"],
+    )
 
 
 def make_cases(args: argparse.Namespace) -> list[Case]:
@@ -499,8 +571,13 @@ def main(argv: list[str] | None = None) -> int:
 
     env = environment(args.threads, lightning=lightning_status)
     print_heading(
-        "tracktrain Trainer.fit overhead per iteration", env, args.threads, f"lightning {lightning_status}",
-        f"{args.repeats} interleaved repeats", args.stat, args.quick,
+        "tracktrain Trainer.fit overhead per iteration",
+        env,
+        args.threads,
+        f"lightning {lightning_status}",
+        f"{args.repeats} interleaved repeats",
+        args.stat,
+        args.quick,
     )
     problems: list[str] = []
     results = []
@@ -510,8 +587,11 @@ def main(argv: list[str] | None = None) -> int:
         result = summarize(case, *samples, args.stat)
         results.append(result)
         cells = ", ".join(f"{name} {fmt(value)}" for name, value in result["us_per_iter"].items())
-        print(f"- {case.title} ({result['detail']}; fits of {case.short_epochs} and {case.long_epochs} epochs): "
-              f"{cells} µs/it [{time.perf_counter() - started:.1f} s]", flush=True)
+        print(
+            f"- {case.title} ({result['detail']}; fits of {case.short_epochs} and {case.long_epochs} epochs): "
+            f"{cells} µs/it [{time.perf_counter() - started:.1f} s]",
+            flush=True,
+        )
 
     report(results, args.stat, lightning_status, lightning is not None)
     if args.profile:

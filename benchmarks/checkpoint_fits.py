@@ -131,8 +131,10 @@ class Workload(ClassifierData):
         return 3 * 4 * self.parameters / 1e6  # fp32 weights and AdamW's two moments
 
     def describe(self) -> str:
-        return (f"{mlp_name(self.sizes)} ({self.parameters / 1e6:.2f} M parameters), cross-entropy, "
-                f"AdamW(fused=True), batch {self.batch_size}: {self.state_mb:.1f} MB of weights and moments")
+        return (
+            f"{mlp_name(self.sizes)} ({self.parameters / 1e6:.2f} M parameters), cross-entropy, "
+            f"AdamW(fused=True), batch {self.batch_size}: {self.state_mb:.1f} MB of weights and moments"
+        )
 
 
 @dataclass
@@ -146,20 +148,37 @@ class Fit:
     first_weights: dict[str, torch.Tensor] | None = None
 
 
-def fit_tracktrain(workload: Workload, max_steps: int, run_dir: str, directory: str | None, every: int,
-                   async_save: bool = True, ckpt_path: str | None = None) -> Fit:
+def fit_tracktrain(
+    workload: Workload,
+    max_steps: int,
+    run_dir: str,
+    directory: str | None,
+    every: int,
+    async_save: bool = True,
+    ckpt_path: str | None = None,
+) -> Fit:
     """tracktrain's Trainer with a ModelCheckpoint every `every` steps into `directory` (None: no checkpoints)."""
     net = workload.fresh_net()
     clock = StepClock(net)
     fit = Fit(clock, 0)
     if ckpt_path is not None:
         clock.on_first_forward = lambda net: setattr(fit, "first_weights", _clone(net.state_dict()))
-    callbacks = [] if directory is None else [
-        TimedModelCheckpoint(dirpath=directory, save_top_k=None, every_n_train_steps=every, async_save=async_save)]
+    callbacks = (
+        []
+        if directory is None
+        else [
+            TimedModelCheckpoint(dirpath=directory, save_top_k=None, every_n_train_steps=every, async_save=async_save)
+        ]
+    )
     fit.started = time.perf_counter()
     trainer = Trainer(
-        max_steps=max_steps, enable_progress_bar=False, enable_checkpointing=directory is not None,
-        callbacks=callbacks, loggers=False, default_root_dir=run_dir, accelerator="cpu",
+        max_steps=max_steps,
+        enable_progress_bar=False,
+        enable_checkpointing=directory is not None,
+        callbacks=callbacks,
+        loggers=False,
+        default_root_dir=run_dir,
+        accelerator="cpu",
     )
     trainer.fit(Classifier(net, clock), workload.loader, ckpt_path=ckpt_path)
     fit.global_step = trainer.global_step
@@ -170,8 +189,15 @@ def fit_tracktrain(workload: Workload, max_steps: int, run_dir: str, directory: 
 def lightning_fitter(lightning: Any) -> Callable[..., Fit]:
     module_class, checkpoint_class = lightning_classes(lightning)
 
-    def fit_lightning(workload: Workload, max_steps: int, run_dir: str, directory: str | None, every: int,
-                      async_save: bool = True, ckpt_path: str | None = None) -> Fit:
+    def fit_lightning(
+        workload: Workload,
+        max_steps: int,
+        run_dir: str,
+        directory: str | None,
+        every: int,
+        async_save: bool = True,
+        ckpt_path: str | None = None,
+    ) -> Fit:
         """Lightning's Trainer with its ModelCheckpoint every `every` steps into `directory` (None: none); no
         logger, bar or summary (`async_save` has no Lightning counterpart and is ignored)."""
         net = workload.fresh_net()
@@ -179,13 +205,21 @@ def lightning_fitter(lightning: Any) -> Callable[..., Fit]:
         fit = Fit(clock, 0)
         if ckpt_path is not None:
             clock.on_first_forward = lambda net: setattr(fit, "first_weights", _clone(net.state_dict()))
-        callbacks = [] if directory is None else [
-            checkpoint_class(dirpath=directory, save_top_k=-1, every_n_train_steps=every)]
+        callbacks = (
+            [] if directory is None else [checkpoint_class(dirpath=directory, save_top_k=-1, every_n_train_steps=every)]
+        )
         fit.started = time.perf_counter()
         trainer = lightning.Trainer(
-            max_steps=max_steps, enable_progress_bar=False, logger=False, enable_model_summary=False,
-            enable_checkpointing=directory is not None, callbacks=callbacks, accelerator="cpu", devices=1,
-            num_sanity_val_steps=0, default_root_dir=run_dir,
+            max_steps=max_steps,
+            enable_progress_bar=False,
+            logger=False,
+            enable_model_summary=False,
+            enable_checkpointing=directory is not None,
+            callbacks=callbacks,
+            accelerator="cpu",
+            devices=1,
+            num_sanity_val_steps=0,
+            default_root_dir=run_dir,
         )
         trainer.fit(module_class(net, clock), train_dataloaders=workload.loader, ckpt_path=ckpt_path)
         fit.global_step = trainer.global_step
@@ -221,8 +255,9 @@ def compare(tensors: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]
         other = tensors[name]
         if other.shape != value.shape:
             return f"{name}: shape {tuple(other.shape)} instead of {tuple(value.shape)}"
-        same = torch.equal(other, value) if exact else torch.allclose(other.float(), value.float(), rtol=1e-5,
-                                                                        atol=1e-8)
+        same = (
+            torch.equal(other, value) if exact else torch.allclose(other.float(), value.float(), rtol=1e-5, atol=1e-8)
+        )
         if not same:
             return f"{name}: largest difference {(other.float() - value.float()).abs().max().item():.3g}"
     return None
@@ -232,15 +267,17 @@ def bit_identical(tensors: dict[str, torch.Tensor], reference: dict[str, torch.T
     return all(torch.equal(tensors[name], value) for name, value in reference.items())
 
 
-def verify_tracktrain_dir(storage: Storage, directory: str, steps: list[int], where: str,
-                          problems: list[str]) -> dict[int, tuple[str, dict[str, Any]]]:
+def verify_tracktrain_dir(
+    storage: Storage, directory: str, steps: list[int], where: str, problems: list[str]
+) -> dict[int, tuple[str, dict[str, Any]]]:
     """Every checkpoint tracktrain wrote into `directory` is committed (manifest), matches its manifest's size and
     SHA-256, loads with torch.load(weights_only=True), and is the one of its step, and no other file is left there
     (a data file without manifest, a temporary file); returns step -> (url, checkpoint)."""
     found, incomplete = committed_checkpoints(directory)
     problems += [f"{where}: incomplete checkpoint: {problem}" for problem in incomplete]
-    committed = {name for checkpoint in found for name in (checkpoint.data_filename, manifest_name(
-        checkpoint.data_filename))}
+    committed = {
+        name for checkpoint in found for name in (checkpoint.data_filename, manifest_name(checkpoint.data_filename))
+    }
     stray = sorted(set(storage.files(directory)) - committed)
     if stray:
         problems.append(f"{where}: files that belong to no committed checkpoint: {stray}")
@@ -255,16 +292,19 @@ def verify_tracktrain_dir(storage: Storage, directory: str, steps: list[int], wh
             problems.append(f"{where}: checkpoint {checkpoint.url} does not load: {type(error).__name__}: {error}")
             continue
         if state["trainer"]["global_step"] != step:
-            problems.append(f"{where}: {checkpoint.url}: its manifest says step {step}, its content "
-                            f"{state['trainer']['global_step']}")
+            problems.append(
+                f"{where}: {checkpoint.url}: its manifest says step {step}, its content "
+                f"{state['trainer']['global_step']}"
+            )
         loaded[step] = checkpoint.url, state
     if sorted(loaded) != steps:
         problems.append(f"{where}: checkpoints of steps {sorted(loaded)} were written and load, expected {steps}")
     return loaded
 
 
-def verify_lightning_dir(storage: Storage, directory: str, steps: list[int], where: str,
-                         problems: list[str]) -> dict[int, tuple[str, dict[str, Any]]]:
+def verify_lightning_dir(
+    storage: Storage, directory: str, steps: list[int], where: str, problems: list[str]
+) -> dict[int, tuple[str, dict[str, Any]]]:
     """Every `.ckpt` Lightning wrote into `directory` loads and holds the network and optimizer state of its step;
     returns step -> (url, checkpoint)."""
     loaded: dict[int, tuple[str, dict[str, Any]]] = {}

@@ -34,7 +34,10 @@ class MotoServer:
             "server.stop()\n"
         )
         self.process = subprocess.Popen(
-            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
         ready, _, _ = select.select([self.process.stdout], [], [], timeout)
@@ -56,8 +59,12 @@ class MotoServer:
 
     @property
     def environment(self) -> dict[str, str]:
-        return {"AWS_ENDPOINT_URL": self.url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                "AWS_DEFAULT_REGION": "us-east-1"}
+        return {
+            "AWS_ENDPOINT_URL": self.url,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
 
     def stop(self, timeout: float = 15.0) -> None:
         if self.process is None:
@@ -97,8 +104,11 @@ class Storage:
             entries = self.fs.ls(directory, detail=True)
         except FileNotFoundError:
             return {}
-        return {entry["name"].rstrip("/").rsplit("/", 1)[-1]: int(entry.get("size") or 0)
-                for entry in entries if entry["type"] == "file"}
+        return {
+            entry["name"].rstrip("/").rsplit("/", 1)[-1]: int(entry.get("size") or 0)
+            for entry in entries
+            if entry["type"] == "file"
+        }
 
     def read(self, url: str) -> bytes:
         return self.fs.cat_file(url)

@@ -150,7 +150,13 @@ def metrics_case(workload: Workload, epochs: int, warmup_epochs: int) -> Case:
     step = make_classifier_step(workload)
     addon = Addon("+metrics", "Accuracy + Loss (epoch-wise) + RunningAverage of the loss")
     case = Case(
-        "tiny-metrics", "tiny classifier: metrics", workload.describe(), len(data), epochs, warmup_epochs, [],
+        "tiny-metrics",
+        "tiny classifier: metrics",
+        workload.describe(),
+        len(data),
+        epochs,
+        warmup_epochs,
+        [],
         addons=[addon],
     )
     case.variants.append(raw_classifier_variant(workload))
@@ -273,7 +279,13 @@ def pbar_case(workload: Workload, epochs: int, warmup_epochs: int) -> Case:
         in_goal=False,
     )
     case = Case(
-        "tiny-pbar", "tiny MLP: progress bar", workload.describe(), len(data), epochs, warmup_epochs, [],
+        "tiny-pbar",
+        "tiny MLP: progress bar",
+        workload.describe(),
+        len(data),
+        epochs,
+        warmup_epochs,
+        [],
         addons=[on_tty, on_stringio],
     )
     case.variants.append(raw_training_variant(workload))
@@ -310,9 +322,9 @@ def pbar_case(workload: Workload, epochs: int, warmup_epochs: int) -> Case:
         "attached, so the cost is the bar's alone. pty: file=<pseudo-terminal>, disable=False, mininterval=0.1 "
         "for both. StringIO: file=io.StringIO() and nothing else"
     )
-    case.late_notes.append(lambda: "bar output in the last run: " + "; ".join(
-        f"{name} {text}" for name, text in written.items()
-    ))
+    case.late_notes.append(
+        lambda: "bar output in the last run: " + "; ".join(f"{name} {text}" for name, text in written.items())
+    )
     return case
 
 

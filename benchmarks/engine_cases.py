@@ -68,9 +68,7 @@ class Workload:
 
     def describe(self) -> str:
         task = f", {self.sizes[-1]} classes, cross-entropy" if self.classify else ""
-        return (
-            f"{mlp_name(self.sizes)}{task}, batch {self.batch_size}, {len(self.batches)} batches/epoch"
-        )
+        return f"{mlp_name(self.sizes)}{task}, batch {self.batch_size}, {len(self.batches)} batches/epoch"
 
 
 def make_step(workload: Workload) -> Callable[[Any, Any], torch.Tensor]:
@@ -170,9 +168,7 @@ def raw_noop_variant(batches: list[Any]) -> Variant:
     return Variant(RAW, body)
 
 
-def engine_variant(
-    name: str, engine: Any, events: Any, data: list[Any], reset: Callable[[], None] | None
-) -> Variant:
+def engine_variant(name: str, engine: Any, events: Any, data: list[Any], reset: Callable[[], None] | None) -> Variant:
     """Variant running `engine.run(data, max_epochs=epochs)`, each time as a new run.
 
     A finished engine given a larger max_epochs would extend its last run instead (Ignite's semantics), so
@@ -328,8 +324,14 @@ def lightning_variant(lp: Any, workload: Workload, max_iterations: int, root_dir
 
 # -------------------------------------------------------------------------------------------------- cases
 def training_cases(
-    prefix: str, label: str, workload: Workload, epochs: int, warmup_epochs: int, lightning: Any,
-    lightning_iterations: int, root_dir: str,
+    prefix: str,
+    label: str,
+    workload: Workload,
+    epochs: int,
+    warmup_epochs: int,
+    lightning: Any,
+    lightning_iterations: int,
+    root_dir: str,
 ) -> list[Case]:
     data, reset = workload.batches, workload.reset
     step = make_step(workload)
@@ -353,8 +355,13 @@ def training_cases(
 
     # d) create_supervised_trainer of each library, same output_transform
     supervised = Case(
-        f"{prefix}-supervised", f"{label}: create_supervised_trainer", workload.describe(), len(data), epochs,
-        warmup_epochs, [],
+        f"{prefix}-supervised",
+        f"{label}: create_supervised_trainer",
+        workload.describe(),
+        len(data),
+        epochs,
+        warmup_epochs,
+        [],
     )
     supervised.variants.append(raw_training_variant(workload))
     model, optimizer = workload.model, workload.optimizer
@@ -367,8 +374,13 @@ def training_cases(
 
     # e) the hand-written step with 10 handlers on filtered events
     handlers = Case(
-        f"{prefix}-handlers", f"{label}: hand-written step + 10 handlers", workload.describe(), len(data), epochs,
-        warmup_epochs, [],
+        f"{prefix}-handlers",
+        f"{label}: hand-written step + 10 handlers",
+        workload.describe(),
+        len(data),
+        epochs,
+        warmup_epochs,
+        [],
     )
     handlers.variants.append(raw_training_variant(workload))
     handlers.variants.append(handlers_variant(TRACKTRAIN, TTEngine(step), TTEvents, data, reset, handlers))

@@ -32,7 +32,11 @@ T = TypeVar("T")
 
 # ---------------------------------------------------------------------------------------------- command line
 def make_parser(
-    doc: str, *, lightning: bool = True, profile_top: int | None = None, root_dir: str | None = None,
+    doc: str,
+    *,
+    lightning: bool = True,
+    profile_top: int | None = None,
+    root_dir: str | None = None,
     stat_of: str = "the repeats",
 ) -> argparse.ArgumentParser:
     """A parser with the options every benchmark has (--quick, --threads, --stat, --seed, --json), and on request
@@ -42,9 +46,12 @@ def make_parser(
     add = parser.add_argument
     add("--quick", action="store_true", help="small counts: a smoke test, not a measurement")
     add("--threads", type=int, default=1, help="torch.set_num_threads for every run (default 1)")
-    add("--stat", choices=sorted(STATISTICS), default="median",
-        help=f"statistic of {stat_of} to report (default median; p25 or min resist interference from other "
-        "processes)")
+    add(
+        "--stat",
+        choices=sorted(STATISTICS),
+        default="median",
+        help=f"statistic of {stat_of} to report (default median; p25 or min resist interference from other processes)",
+    )
     add("--seed", type=int, default=0, help="seed of the data, the weights and the shuffled orders")
     add("--json", metavar="PATH", help="also write all results (with every sample) to PATH")
     if lightning:
@@ -53,14 +60,21 @@ def make_parser(
         add("--profile", action="store_true", help="after timing, cProfile the runs the script names")
         add("--profile-top", type=int, default=profile_top, help=f"rows of each profile (default {profile_top})")
     if root_dir is not None:
-        add("--root-dir", help=f"where {root_dir} go, in a temporary directory made and removed there (default: "
-            "the system's temporary directory); a tmpfs such as /dev/shm leaves the disk out")
+        add(
+            "--root-dir",
+            help=f"where {root_dir} go, in a temporary directory made and removed there (default: "
+            "the system's temporary directory); a tmpfs such as /dev/shm leaves the disk out",
+        )
     return parser
 
 
 def finish_args(
-    parser: argparse.ArgumentParser, argv: list[str] | None, defaults: dict[str, tuple[int, int]],
-    positive: Sequence[str] = (), at_least_two: Sequence[str] = (), cases: Sequence[str] = (),
+    parser: argparse.ArgumentParser,
+    argv: list[str] | None,
+    defaults: dict[str, tuple[int, int]],
+    positive: Sequence[str] = (),
+    at_least_two: Sequence[str] = (),
+    cases: Sequence[str] = (),
 ) -> argparse.Namespace:
     """Parses `argv`; an option left unset takes its (full, --quick) default from `defaults`. The options named in
     `positive` must be ≥ 1, those in `at_least_two` ≥ 2 (their first epoch, or fit, is not timed), and with `cases`
@@ -74,8 +88,9 @@ def finish_args(
             parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     for name in at_least_two:
         if getattr(args, name) < 2:
-            parser.error(f"--{name.replace('_', '-')} must be at least 2 (the first is not timed), got "
-                         f"{getattr(args, name)}")
+            parser.error(
+                f"--{name.replace('_', '-')} must be at least 2 (the first is not timed), got {getattr(args, name)}"
+            )
     unknown = set(args.cases.split(",")) - set(cases) if cases else set()
     if unknown:
         parser.error(f"--cases: unknown case(s) {sorted(unknown)}; use {', '.join(cases)}")
@@ -255,7 +270,10 @@ def print_heading(
 
 
 def goal_line(
-    goal: str, verdicts: list[tuple[str, str]], unit: str = "", unclear: str = "(within noise)",
+    goal: str,
+    verdicts: list[tuple[str, str]],
+    unit: str = "",
+    unclear: str = "(within noise)",
     unclear_label: str = "margin within noise in",
 ) -> str:
     """The goal's verdict line, `<goal>: met in M of N <unit>; NOT met in: ...; <unclear_label>: ...`, from (name,

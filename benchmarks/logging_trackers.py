@@ -29,7 +29,6 @@ class Delivery:
     undelivered: int = 0  # records the logger says it could not deliver (tracktrain's loggers)
 
 
-
 @dataclass
 class Trackers:
     """Where the trackers live in this run: the sqlite URI every MLflow variant on the embedded file shares, the
@@ -73,7 +72,6 @@ def tracktrain_delivery(logger: Any) -> Delivery | None:
     raise ValueError(f"no read-back for logger {logger.name!r}")
 
 
-
 def read_back(delivery: Delivery) -> tuple[dict[str, set[int]], str]:
     """The steps at which each metric arrived in the tracker, and the run's final state as the tracker has it."""
     if delivery.kind == "csv":
@@ -96,8 +94,13 @@ def read_back(delivery: Delivery) -> tuple[dict[str, set[int]], str]:
         return steps, client.get_run(delivery.run_id).info.status
     if delivery.kind == "wandb":
         # W&B's own reader of the offline run's transaction log, as tests/integrations/test_wandb.py reads it
-        result = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", delivery.location],
-                                capture_output=True, text=True, timeout=120, check=True)
+        result = subprocess.run(
+            [sys.executable, "-m", "wandb", "leet", "inspect", "--json", delivery.location],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
         records = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
         steps = {}
         for record in records:
@@ -130,12 +133,12 @@ def verify_deliveries(
             distinct = {len(values) for values in steps.values()}
             missing = {name: count for name, count in counts.items() if count != steps_per_fit}
             if missing or distinct != {steps_per_fit}:
-                problems.append(f"{where}: expected each of {list(METRIC_NAMES)} at {steps_per_fit} distinct "
-                                f"steps, found {counts}")
+                problems.append(
+                    f"{where}: expected each of {list(METRIC_NAMES)} at {steps_per_fit} distinct steps, found {counts}"
+                )
             elif status != "FINISHED":
                 problems.append(f"{where}: the run ended as {status!r}, not FINISHED")
             else:
                 complete += 1
         verified[key] = {"runs": len(deliveries), "complete_runs": complete, "values_per_metric": steps_per_fit}
     return verified
-

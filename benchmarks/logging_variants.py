@@ -127,20 +127,33 @@ def tracktrain_fitter(make_logger: Callable[[str], Any] | None) -> Callable[[Cla
     def fit(workload: ClassifierData, epochs: int, run_dir: str) -> Fit:
         logger = make_logger(run_dir) if make_logger is not None else None
         trainer = Trainer(
-            max_epochs=epochs, log_every_n_steps=1, enable_progress_bar=False, enable_checkpointing=False,
-            loggers=[logger] if logger is not None else False, default_root_dir=run_dir, accelerator="cpu",
+            max_epochs=epochs,
+            log_every_n_steps=1,
+            enable_progress_bar=False,
+            enable_checkpointing=False,
+            loggers=[logger] if logger is not None else False,
+            default_root_dir=run_dir,
+            accelerator="cpu",
         )
         clock = EngineClock(trainer)
         net = workload.fresh_net()
         trainer.fit(LoggingClassifier(net), workload.loader)
         returned = time.perf_counter()
-        return Fit(clock.end - clock.start, trainer.global_step - clock.start_iteration, trainer.global_step,
-                   returned - clock.end, net, tracktrain_delivery(logger))
+        return Fit(
+            clock.end - clock.start,
+            trainer.global_step - clock.start_iteration,
+            trainer.global_step,
+            returned - clock.end,
+            net,
+            tracktrain_delivery(logger),
+        )
 
     return fit
 
 
-def lightning_fitter(lightning: Any, tracking_uri: Callable[[], str] | None) -> Callable[[ClassifierData, int, str], Fit]:
+def lightning_fitter(
+    lightning: Any, tracking_uri: Callable[[], str] | None
+) -> Callable[[ClassifierData, int, str], Fit]:
     """A fit of Lightning's Trainer with its `MLFlowLogger` on `tracking_uri()` (no logger when None)."""
     module_class, clock_class = lightning_classes(lightning)
 
@@ -153,22 +166,37 @@ def lightning_fitter(lightning: Any, tracking_uri: Callable[[], str] | None) -> 
             logger = MLFlowLogger("bench-lightning", tracking_uri=uri)
         clock = clock_class()
         trainer = lightning.Trainer(
-            max_epochs=epochs, log_every_n_steps=1, enable_progress_bar=False, enable_checkpointing=False,
-            enable_model_summary=False, logger=logger if logger is not None else False, callbacks=[clock],
-            accelerator="cpu", devices=1, num_sanity_val_steps=0, default_root_dir=run_dir,
+            max_epochs=epochs,
+            log_every_n_steps=1,
+            enable_progress_bar=False,
+            enable_checkpointing=False,
+            enable_model_summary=False,
+            logger=logger if logger is not None else False,
+            callbacks=[clock],
+            accelerator="cpu",
+            devices=1,
+            num_sanity_val_steps=0,
+            default_root_dir=run_dir,
         )
         net = workload.fresh_net()
         trainer.fit(module_class(net), train_dataloaders=workload.loader)
         returned = time.perf_counter()
         delivery = Delivery("mlflow", uri, logger.run_id) if logger is not None else None
-        return Fit(clock.end - clock.start, trainer.global_step - clock.start_step, trainer.global_step,
-                   returned - clock.end, net, delivery)
+        return Fit(
+            clock.end - clock.start,
+            trainer.global_step - clock.start_step,
+            trainer.global_step,
+            returned - clock.end,
+            net,
+            delivery,
+        )
 
     return fit
 
 
-def make_variants(trackers: Trackers, lightning: Any, available: dict[str, bool],
-                  thread_delivery: bool = False) -> list[Variant]:
+def make_variants(
+    trackers: Trackers, lightning: Any, available: dict[str, bool], thread_delivery: bool = False
+) -> list[Variant]:
     """Every variant whose libraries are installed; the mlflow and wandb loggers are imported here, lazily. With
     `thread_delivery`, tracktrain's MLflow and W&B loggers also run with `delivery="thread"` (keys ending -thread)."""
     from tracktrain.loggers import CSVLogger
@@ -185,31 +213,54 @@ def make_variants(trackers: Trackers, lightning: Any, available: dict[str, bool]
             shown = f", delivery={delivery!r}" if delivery else ""
             options = {"experiment_name": "bench-tracktrain", **({"delivery": delivery} if delivery else {})}
             variants += [
-                Variant(f"tracktrain/mlflow-sqlite{suffix}", TRACKTRAIN, f"MLflowLogger, embedded sqlite{shown}",
-                        tracktrain_fitter(lambda run_dir, o=options: MLflowLogger(tracking_uri=trackers.sqlite_uri,
-                                                                                  **o))),
-                Variant(f"tracktrain/mlflow-server{suffix}", TRACKTRAIN, f"MLflowLogger, local server{shown}",
-                        tracktrain_fitter(lambda run_dir, o=options: MLflowLogger(tracking_uri=trackers.server_uri,
-                                                                                  **o)),
-                        needs_server=True),
+                Variant(
+                    f"tracktrain/mlflow-sqlite{suffix}",
+                    TRACKTRAIN,
+                    f"MLflowLogger, embedded sqlite{shown}",
+                    tracktrain_fitter(lambda run_dir, o=options: MLflowLogger(tracking_uri=trackers.sqlite_uri, **o)),
+                ),
+                Variant(
+                    f"tracktrain/mlflow-server{suffix}",
+                    TRACKTRAIN,
+                    f"MLflowLogger, local server{shown}",
+                    tracktrain_fitter(lambda run_dir, o=options: MLflowLogger(tracking_uri=trackers.server_uri, **o)),
+                    needs_server=True,
+                ),
             ]
     if available["wandb"]:
         from tracktrain_integrations.wandb import WandbLogger
 
         for suffix, delivery in deliveries:
             shown = f", delivery={delivery!r}" if delivery else ""
-            variants.append(Variant(
-                f"tracktrain/wandb-offline{suffix}", TRACKTRAIN, f"WandbLogger, offline{shown}", tracktrain_fitter(
-                    lambda run_dir, d=delivery: WandbLogger(project="bench-logging", mode="offline", save_dir=run_dir,
-                                                            delivery=d))))
+            variants.append(
+                Variant(
+                    f"tracktrain/wandb-offline{suffix}",
+                    TRACKTRAIN,
+                    f"WandbLogger, offline{shown}",
+                    tracktrain_fitter(
+                        lambda run_dir, d=delivery: WandbLogger(
+                            project="bench-logging", mode="offline", save_dir=run_dir, delivery=d
+                        )
+                    ),
+                )
+            )
     if lightning is not None:
         variants.append(Variant("lightning/none", LIGHTNING, "none", lightning_fitter(lightning, None)))
         if available["mlflow"]:
             variants += [
-                Variant("lightning/mlflow-sqlite", LIGHTNING, "MLFlowLogger, embedded sqlite",
-                        lightning_fitter(lightning, lambda: trackers.sqlite_uri)),
-                Variant("lightning/mlflow-server", LIGHTNING, "MLFlowLogger, local server",
-                        lightning_fitter(lightning, lambda: trackers.server_uri), needs_server=True),
+                Variant(
+                    "lightning/mlflow-sqlite",
+                    LIGHTNING,
+                    "MLFlowLogger, embedded sqlite",
+                    lightning_fitter(lightning, lambda: trackers.sqlite_uri),
+                ),
+                Variant(
+                    "lightning/mlflow-server",
+                    LIGHTNING,
+                    "MLFlowLogger, local server",
+                    lightning_fitter(lightning, lambda: trackers.server_uri),
+                    needs_server=True,
+                ),
             ]
     return variants
 
@@ -221,5 +272,8 @@ def select(variants: list[Variant], wanted: str | None) -> list[Variant]:
     words = [word for word in wanted.split(",") if word]
     chosen = [variant for variant in variants if any(word in variant.key for word in words)]
     frameworks = {variant.framework for variant in chosen}
-    return [variant for variant in variants
-            if variant in chosen or (variant.is_baseline and variant.framework in frameworks)]
+    return [
+        variant
+        for variant in variants
+        if variant in chosen or (variant.is_baseline and variant.framework in frameworks)
+    ]

@@ -86,9 +86,11 @@ class Workload:
         return samples
 
     def describe(self) -> str:
-        return (f"one epoch of {self.batches:,} batches of {self.batch_size} samples (shuffled, num_workers=0), each "
-                f"sample {self.dataset.cost_s * 1e6:.0f} µs of CPU to make; {mlp_name(SIZES)}, "
-                f"cross-entropy, SGD")
+        return (
+            f"one epoch of {self.batches:,} batches of {self.batch_size} samples (shuffled, num_workers=0), each "
+            f"sample {self.dataset.cost_s * 1e6:.0f} µs of CPU to make; {mlp_name(SIZES)}, "
+            f"cross-entropy, SGD"
+        )
 
 
 def step_of(point: int, batches: int) -> int:
@@ -113,8 +115,9 @@ class Probe:
     batch's sample indices; returns True when the run should stop after that step. Recording a reference run
     (`stop_after` steps), it keeps every batch's indices; timing a resume, it reads the clock at the first step."""
 
-    def __init__(self, dataset: CostlyDataset, stop_after: int | None = None,
-                 profiler: cProfile.Profile | None = None) -> None:
+    def __init__(
+        self, dataset: CostlyDataset, stop_after: int | None = None, profiler: cProfile.Profile | None = None
+    ) -> None:
         self.dataset = dataset
         self.stop_after = stop_after
         self.profiler = profiler  # profiles the timed span, if given
@@ -135,8 +138,7 @@ class Probe:
             now = time.perf_counter()
             if self.profiler is not None:
                 self.profiler.disable()
-            self.first = FirstStep(now - self._started, steps_done, indices.tolist(),
-                                   self.dataset.loads - self._loads)
+            self.first = FirstStep(now - self._started, steps_done, indices.tolist(), self.dataset.loads - self._loads)
             return True
         self.batches.append(indices.tolist())
         return steps_done + 1 >= self.stop_after
@@ -165,11 +167,17 @@ class Classifier(LoopModule):
         return torch.optim.SGD(self.parameters(), lr=LEARNING_RATE)
 
 
-def run_tracktrain(workload: Workload, probe: Probe, ckpt_dir: str, run_dir: str, every: int,
-                   ckpt_path: str | None) -> None:
-    trainer = Trainer(max_epochs=1, seed=workload.seed, loggers=False, enable_progress_bar=False,
-                      default_root_dir=run_dir,
-                      callbacks=[ModelCheckpoint(dirpath=ckpt_dir, save_top_k=None, every_n_train_steps=every)])
+def run_tracktrain(
+    workload: Workload, probe: Probe, ckpt_dir: str, run_dir: str, every: int, ckpt_path: str | None
+) -> None:
+    trainer = Trainer(
+        max_epochs=1,
+        seed=workload.seed,
+        loggers=False,
+        enable_progress_bar=False,
+        default_root_dir=run_dir,
+        callbacks=[ModelCheckpoint(dirpath=ckpt_dir, save_top_k=None, every_n_train_steps=every)],
+    )
 
     def step_started(engine: Any) -> None:
         if probe.step_starts(trainer.global_step, engine.state.batch[2]):
@@ -207,8 +215,12 @@ def ignite_runner(ignite: Any) -> Runner:
 
         engine = DeterministicEngine(train_step)
         objects = {"model": net, "optimizer": optimizer, "engine": engine}
-        saver = Checkpoint(objects, DiskSaver(ckpt_dir, require_empty=False), n_saved=None,
-                           global_step_transform=lambda engine, _: engine.state.iteration)
+        saver = Checkpoint(
+            objects,
+            DiskSaver(ckpt_dir, require_empty=False),
+            n_saved=None,
+            global_step_transform=lambda engine, _: engine.state.iteration,
+        )
         engine.add_event_handler(IgniteEvents.ITERATION_COMPLETED(every=every), saver)
 
         def step_started(engine: Any) -> None:
@@ -258,11 +270,19 @@ def lightning_runner(lightning: Any, stateful: bool) -> Runner:
 
     def run(workload: Workload, probe: Probe, ckpt_dir: str, run_dir: str, every: int, ckpt_path: str | None) -> None:
         pl.seed_everything(workload.seed, verbose=False)
-        checkpoints = pl.callbacks.ModelCheckpoint(dirpath=ckpt_dir, filename="{step}", save_top_k=-1,
-                                                   every_n_train_steps=every)
-        trainer = pl.Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                             accelerator="cpu", devices=1, default_root_dir=run_dir,
-                             callbacks=[checkpoints, StepProbe(probe)])
+        checkpoints = pl.callbacks.ModelCheckpoint(
+            dirpath=ckpt_dir, filename="{step}", save_top_k=-1, every_n_train_steps=every
+        )
+        trainer = pl.Trainer(
+            max_epochs=1,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            accelerator="cpu",
+            devices=1,
+            default_root_dir=run_dir,
+            callbacks=[checkpoints, StepProbe(probe)],
+        )
         module, loader = LightningClassifier(workload.net()), workload.loader(stateful)
         probe.start()
         trainer.fit(module, loader, ckpt_path=ckpt_path)

@@ -95,18 +95,28 @@ def fit_raw(workload: ClassifierData, precision: Any, epochs: int, root_dir: str
 def fit_tracktrain(workload: ClassifierData, precision: Any, epochs: int, root_dir: str) -> Fit:
     net = workload.fresh_net()
     trainer = Trainer(
-        max_epochs=epochs, precision=precision.trainer_precision, enable_progress_bar=False,
-        enable_checkpointing=False, loggers=False, default_root_dir=root_dir, accelerator="cpu",
+        max_epochs=epochs,
+        precision=precision.trainer_precision,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        loggers=False,
+        default_root_dir=root_dir,
+        accelerator="cpu",
     )
     clock = EngineClock(trainer)
     trainer.fit(Classifier(net), workload.loader)
     scaler = trainer.model_engine.scaler
-    return Fit(clock.end - clock.start, trainer.global_step - clock.start_iteration, trainer.global_step, net,
-               "loss" in trainer.callback_metrics, scaler.get_scale() if scaler is not None else None)
+    return Fit(
+        clock.end - clock.start,
+        trainer.global_step - clock.start_iteration,
+        trainer.global_step,
+        net,
+        "loss" in trainer.callback_metrics,
+        scaler.get_scale() if scaler is not None else None,
+    )
 
 
 FITTERS: dict[str, Callable[[ClassifierData, Any, int, str], Fit]] = {RAW: fit_raw, TRACKTRAIN: fit_tracktrain}
-
 
 
 @dataclass(frozen=True)
@@ -162,13 +172,23 @@ def fit_tracktrain_ddp(workload: ClassifierData, epochs: int, root_dir: str) -> 
     """`Trainer(strategy="ddp")` on the unsharded loader: it finds the process group running and shards the data."""
     net = workload.fresh_net()
     trainer = Trainer(
-        max_epochs=epochs, strategy="ddp", enable_progress_bar=False, enable_checkpointing=False, loggers=False,
-        default_root_dir=root_dir, accelerator="cpu",
+        max_epochs=epochs,
+        strategy="ddp",
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        loggers=False,
+        default_root_dir=root_dir,
+        accelerator="cpu",
     )
     clock = EngineClock(trainer)
     trainer.fit(Classifier(net), workload.loader)
-    return Fit(clock.end - clock.start, trainer.global_step - clock.start_iteration, trainer.global_step, net,
-               "loss" in trainer.callback_metrics)
+    return Fit(
+        clock.end - clock.start,
+        trainer.global_step - clock.start_iteration,
+        trainer.global_step,
+        net,
+        "loss" in trainer.callback_metrics,
+    )
 
 
 DDP_FITTERS: dict[str, Callable[[ClassifierData, int, str], Fit]] = {RAW: fit_raw_ddp, TRACKTRAIN: fit_tracktrain_ddp}
@@ -185,8 +205,13 @@ def ddp_process(config: DDPConfig) -> None:
     shuffled alike on every rank (they run the same collectives). Every rank writes its samples, the weights of
     each variant's first fit and any problem to its file; rank 0's samples are the ones reported."""
     rank = int(os.environ["RANK"])
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{config.port}", rank=rank,
-                            world_size=WORLD_SIZE, timeout=timedelta(minutes=5))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{config.port}",
+        rank=rank,
+        world_size=WORLD_SIZE,
+        timeout=timedelta(minutes=5),
+    )
     torch.set_num_threads(config.threads)
     torch.set_flush_denormal(True)
     workload = medium_data(config.batches_per_epoch, config.seed)
@@ -203,8 +228,10 @@ def ddp_process(config: DDPConfig) -> None:
         where = f"[ddp] {variant} rank {rank}"
         expected = config.epochs * config.steps_per_epoch
         if fit.steps != expected or fit.timed_steps != config.timed_steps:
-            problems.append(f"{where}: took {fit.steps} optimizer steps ({fit.timed_steps} timed), expected "
-                            f"{expected} ({config.timed_steps} timed)")
+            problems.append(
+                f"{where}: took {fit.steps} optimizer steps ({fit.timed_steps} timed), expected "
+                f"{expected} ({config.timed_steps} timed)"
+            )
         if not fit.logged_loss:
             problems.append(f"{where}: the module's self.log('loss', ...) is not in trainer.callback_metrics")
         trained = weights(fit.net)
@@ -214,7 +241,7 @@ def ddp_process(config: DDPConfig) -> None:
             problems.append(f"{where}: the same fit ended with other weights than its first time")
         if repeat:
             samples[variant].append(fit.us_per_step)
-    torch.save({"samples_us": samples, "weights": first, "problems": problems, "threads": torch.get_num_threads()},
-               rank_file(config, rank))
-
-
+    torch.save(
+        {"samples_us": samples, "weights": first, "problems": problems, "threads": torch.get_num_threads()},
+        rank_file(config, rank),
+    )

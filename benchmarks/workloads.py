@@ -68,8 +68,10 @@ class ClassifierData:
         return net
 
     def describe(self) -> str:
-        return (f"{mlp_name(self.sizes)}, cross-entropy, SGD, batch {self.batch_size}, DataLoader over a "
-                f"TensorDataset, {self.batches_per_epoch} batches/epoch")
+        return (
+            f"{mlp_name(self.sizes)}, cross-entropy, SGD, batch {self.batch_size}, DataLoader over a "
+            f"TensorDataset, {self.batches_per_epoch} batches/epoch"
+        )
 
 
 def weights(net: nn.Module) -> list[torch.Tensor]:
@@ -80,8 +82,9 @@ def max_difference(ours: list[torch.Tensor], reference: list[torch.Tensor]) -> f
     return max(float((a - b).abs().max()) for a, b in zip(ours, reference))
 
 
-def weights_match(ours: list[torch.Tensor], reference: list[torch.Tensor], rtol: float = 1e-5,
-                  atol: float = 1e-7) -> bool:
+def weights_match(
+    ours: list[torch.Tensor], reference: list[torch.Tensor], rtol: float = 1e-5, atol: float = 1e-7
+) -> bool:
     """Within the tolerance: bit for bit with one thread (the same arithmetic in the same order); the tolerance is
     for other thread counts and mixed precision."""
     return all(torch.allclose(a, b, rtol=rtol, atol=atol) for a, b in zip(ours, reference))

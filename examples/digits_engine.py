@@ -35,9 +35,7 @@ def main() -> None:
     loss_fn = nn.CrossEntropyLoss()
 
     trainer = create_supervised_trainer(model, optimizer, loss_fn)
-    evaluator = create_supervised_evaluator(
-        model, metrics={"val_accuracy": Accuracy(), "val_loss": Loss(loss_fn)}
-    )
+    evaluator = create_supervised_evaluator(model, metrics={"val_accuracy": Accuracy(), "val_loss": Loss(loss_fn)})
     # the epoch's mean training loss, accumulated on the device and read once per epoch
     Average(output_transform=lambda loss: loss).attach(trainer, "train_loss")
     # a bar on a terminal (nothing when the output is piped to a file)

@@ -44,8 +44,13 @@ COMMAND_MARKER = "TRACKTRAIN_TEST_COMMAND"
 # Processes that outlive the test that started them by design and serve the rest of the session: multiprocessing's
 # helpers; tracktrain's logger delivery child, kept warm a minute for this process's next logger (and ended with
 # it); W&B's service, which the wandb library starts once per process and reuses for every run.
-_SHARED_HELPERS = (b"multiprocessing.resource_tracker", b"multiprocessing.forkserver",
-                   b"tracktrain.loggers.sender_child", b"wandb-core", b"wandb-symon")
+_SHARED_HELPERS = (
+    b"multiprocessing.resource_tracker",
+    b"multiprocessing.forkserver",
+    b"tracktrain.loggers.sender_child",
+    b"wandb-core",
+    b"wandb-symon",
+)
 
 _PROC = Path("/proc")
 _DUMP_WAIT = 3.0  # seconds a process gets to print its stack and die before it is killed
@@ -85,7 +90,7 @@ def _stat(pid: int) -> tuple[int, str] | None:
     except OSError:
         return None
     # "pid (command) S ppid ...": the command may hold spaces and parentheses, the last ")" ends it
-    fields = text[text.rindex(b")") + 2:].split(b" ", 2)
+    fields = text[text.rindex(b")") + 2 :].split(b" ", 2)
     return int(fields[1]), fields[0].decode()
 
 
@@ -244,8 +249,11 @@ def stop(find: Callable[[], set[int]], collect: Callable[[], str] | None = None,
         _signal(pid, signal.SIGKILL)
     for _ in range(20):  # and anything found since: orphans, children started between two looks
         table = process_table()
-        left = {pid for pid in find() | frozen | set().union(*(descendants(pid, table) for pid in frozen))
-                if pid != os.getpid() and pid in table and table[pid][1] not in "ZX"}
+        left = {
+            pid
+            for pid in find() | frozen | set().union(*(descendants(pid, table) for pid in frozen))
+            if pid != os.getpid() and pid in table and table[pid][1] not in "ZX"
+        }
         if not left:
             break
         for pid in left:
@@ -271,8 +279,14 @@ class Command:
     Use it as a context manager (or call `wait`): whatever of it still runs at the end of the block is stopped,
     with stacks when the block raised."""
 
-    def __init__(self, args: list[str], *, cwd: str | Path | None = None, env: dict[str, str] | None = None,
-                 merge_stderr: bool = False) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        *,
+        cwd: str | Path | None = None,
+        env: dict[str, str] | None = None,
+        merge_stderr: bool = False,
+    ) -> None:
         self.args = [str(arg) for arg in args]
         self.marker = uuid.uuid4().hex
         environment_ = dict(os.environ if env is None else env)
@@ -280,8 +294,14 @@ class Command:
         environment_.setdefault("PYTHONFAULTHANDLER", "1")
         environment_[COMMAND_MARKER] = self.marker
         self.process = subprocess.Popen(
-            self.args, cwd=cwd, env=environment_, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE, text=True, errors="replace",
+            self.args,
+            cwd=cwd,
+            env=environment_,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+            text=True,
+            errors="replace",
             start_new_session=True,
         )
         self.pid = self.process.pid
@@ -290,8 +310,9 @@ class Command:
         self._changed = threading.Condition()
         self._readers = [threading.Thread(target=self._read, args=(self.process.stdout, self._out), daemon=True)]
         if not merge_stderr:
-            self._readers.append(threading.Thread(target=self._read, args=(self.process.stderr, self._err),
-                                                  daemon=True))
+            self._readers.append(
+                threading.Thread(target=self._read, args=(self.process.stderr, self._err), daemon=True)
+            )
         self._open = len(self._readers)
         for reader in self._readers:
             reader.start()
@@ -399,8 +420,10 @@ class Command:
         """Stop every process with its stack; the error to raise, with the stacks and the output's ends."""
         before = (len(self.stdout), len(self.stderr))  # the output's ends shown: those before the stacks
         stacks = self.stop(dump=True)
-        return ProcessHang(f"{' '.join(self.args)}\n{what}; the stacks of its processes, then the ends of its "
-                           f"output:\n{stacks or '(none was running)'}\n{self.tails(until=before)}")
+        return ProcessHang(
+            f"{' '.join(self.args)}\n{what}; the stacks of its processes, then the ends of its "
+            f"output:\n{stacks or '(none was running)'}\n{self.tails(until=before)}"
+        )
 
     def stop(self, dump: bool = True) -> str:
         """Every process stopped (with `dump`, each Python one printing its stack first); the report."""
@@ -426,14 +449,14 @@ class Command:
             time.sleep(0.02)
         with self._changed:
             text = "".join(stream)
-        new, self._reported = text[self._reported:], len(text)
+        new, self._reported = text[self._reported :], len(text)
         return new
 
     def tails(self, characters: int = 3000, until: tuple[int, int] | None = None) -> str:
         """The last `characters` of stdout and stderr (of what they held at `until`, their lengths then)."""
         out, err = self.stdout, self.stderr
         if until is not None:
-            out, err = out[:until[0]], err[:until[1]]
+            out, err = out[: until[0]], err[: until[1]]
         parts = [f"--- stdout (last {characters} characters)\n{out[-characters:]}"]
         if len(self._readers) == 2:
             parts.append(f"--- stderr (last {characters} characters)\n{err[-characters:]}")
@@ -465,8 +488,20 @@ def torchrun(*arguments: str, nproc: int = 2) -> list[str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(nproc),
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", *map(str, arguments)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--nproc_per_node",
+        str(nproc),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        *map(str, arguments),
+    ]
 
 
 # ------------------------------------------------------------------------------------------------------- one test
@@ -491,11 +526,14 @@ class Watch:
             found |= carrying(TEST_MARKER, self.marker)
             for command in self.commands():
                 found |= carrying(COMMAND_MARKER, command.marker)
-        return {pid for pid in found
-                if pid in table and table[pid][1] not in "ZX" and pid != os.getpid() and not shared_helper(pid)}
+        return {
+            pid
+            for pid in found
+            if pid in table and table[pid][1] not in "ZX" and pid != os.getpid() and not shared_helper(pid)
+        }
 
     def commands(self) -> list[Command]:
-        return _STARTED[self.first_command:]
+        return _STARTED[self.first_command :]
 
     def stop(self, read_captured: Callable[[], str] | None = None, dump: bool = True) -> str:
         """Stop what is left; with `dump`, the report holds each Python process's stack, read from the test's

@@ -48,8 +48,11 @@ def _no_process_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[No
         if left:
             names = "; ".join(_processes.describe(pid) for pid in left)
             watch.stop(dump=False)
-            warnings.warn(f"{request.node.nodeid} left {len(left)} process(es) running, killed: {names}",
-                          pytest.PytestWarning, stacklevel=1)
+            warnings.warn(
+                f"{request.node.nodeid} left {len(left)} process(es) running, killed: {names}",
+                pytest.PytestWarning,
+                stacklevel=1,
+            )
 
 
 @pytest.hookimpl(wrapper=True)
@@ -82,8 +85,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """After the session's fixtures stopped their servers: nothing started by a test outlives pytest (a process
     started by a module fixture, say, that hung). multiprocessing's own helpers end with this process."""
     table = _processes.process_table()
-    left = {pid for pid in _processes.descendants(os.getpid(), table)
-            if table[pid][1] not in "ZX" and not _processes.shared_helper(pid)}
+    left = {
+        pid
+        for pid in _processes.descendants(os.getpid(), table)
+        if table[pid][1] not in "ZX" and not _processes.shared_helper(pid)
+    }
     if left:
         names = "; ".join(_processes.describe(pid) for pid in sorted(left))
         _processes.stop(lambda: left, dump=False)

@@ -28,12 +28,12 @@ KNOWN_UPWARD = {
 
 MAX_LINES = 400
 # longer modules today, with the length they may not outgrow while they wait to be split
-KNOWN_LONG = {
-    "tracktrain/engine/engine.py": 850,
-    "tracktrain/trainer/trainer.py": 470,
-    "tracktrain/handlers/checkpoint.py": 680,
-    "tracktrain/engine/supervised.py": 430,
-    "tracktrain/metrics/metric.py": 420,
+KNOWN_LONG = {  # lengths as ruff format writes them
+    "tracktrain/engine/engine.py": 861,
+    "tracktrain/handlers/checkpoint.py": 665,
+    "tracktrain/trainer/trainer.py": 512,  # of which 80 are the documentation of its arguments
+    "tracktrain/metrics/metric.py": 411,
+    "integrations/tracktrain_integrations/wandb.py": 415,
 }
 
 
@@ -180,8 +180,10 @@ def test_the_architecture_checks_can_fail():
     assert _PRIVATE_REACH.search("        self.trainer._stop_now()")
     assert not _PRIVATE_REACH.search("        trainer.request_stop()")
     assert _layer_of("tracktrain.callbacks.base") == "callbacks" and _layer_of("tracktrain.storage") is None
-    source = ("from typing import TYPE_CHECKING\nimport tracktrain.loggers.base\n"
-              "if TYPE_CHECKING:\n    from tracktrain.callbacks.progress import TrainerProgressBar\n")
+    source = (
+        "from typing import TYPE_CHECKING\nimport tracktrain.loggers.base\n"
+        "if TYPE_CHECKING:\n    from tracktrain.callbacks.progress import TrainerProgressBar\n"
+    )
     assert {_layer_of(module) for module in _imports_in(source)} == {None, "loggers"}
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
     assert "tracktrain.storage" in _imports_in("from tracktrain import storage\n")

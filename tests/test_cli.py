@@ -35,8 +35,13 @@ class Hparams(Classifier):
 def run_root(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("cli")
     root = folder / "runs"
-    trainer = Trainer(max_epochs=2, enable_progress_bar=False, default_root_dir=root, seed=3,
-                      loggers=[MLflowLogger(experiment_name="cli-test")])
+    trainer = Trainer(
+        max_epochs=2,
+        enable_progress_bar=False,
+        default_root_dir=root,
+        seed=3,
+        loggers=[MLflowLogger(experiment_name="cli-test")],
+    )
     trainer.fit(Hparams(), make_loader(), make_loader(n=16))
     return root
 
@@ -69,21 +74,30 @@ def test_inspect_refuses_a_damaged_checkpoint_and_names_a_missing_one(run_root, 
     data[-100] ^= 0xFF
     damaged.write_bytes(bytes(data))
     (tmp_path / "checkpoint_16.pt.manifest.json").write_bytes(
-        (run_root / "checkpoints" / "checkpoint_16.pt.manifest.json").read_bytes())
+        (run_root / "checkpoints" / "checkpoint_16.pt.manifest.json").read_bytes()
+    )
     result = tracktrain("inspect", str(damaged), cwd=tmp_path)
     assert result.returncode == 2 and "SHA-256" in result.stderr, result.stdout + result.stderr
 
     missing = tracktrain("inspect", "runs/checkpoints/checkpoint_99.pt", cwd=run_root.parent)
     assert missing.returncode == 2
-    assert missing.stderr.strip() == ("tracktrain inspect: No checkpoint at runs/checkpoints/checkpoint_99.pt. "
-                                      "`tracktrain runs ROOT` lists the checkpoints of the run under ROOT.")
+    assert missing.stderr.strip() == (
+        "tracktrain inspect: No checkpoint at runs/checkpoints/checkpoint_99.pt. "
+        "`tracktrain runs ROOT` lists the checkpoints of the run under ROOT."
+    )
 
 
 @pytest.mark.slow  # starts the MLflow UI (~13 s); CI's slow run keeps it
 def test_ui_serves_the_runs_own_mlflow_store(run_root):
     port = free_port()
-    server = subprocess.Popen([TRACKTRAIN, "ui", "runs", "--port", str(port)], cwd=run_root.parent,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    server = subprocess.Popen(
+        [TRACKTRAIN, "ui", "runs", "--port", str(port)],
+        cwd=run_root.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert server.stdout.readline().startswith(f"MLflow UI of runs: http://127.0.0.1:{port}")
         names = experiment_names(port, 90, lambda: server.poll() is None)
@@ -97,4 +111,6 @@ def test_ui_serves_the_runs_own_mlflow_store(run_root):
 def test_ui_without_a_tracker_store_says_what_to_do(tmp_path):
     (tmp_path / "runs").mkdir()
     result = tracktrain("ui", "runs", cwd=tmp_path)
-    assert result.returncode == 2 and "No tracker store under" in result.stderr and "tracktrain runs runs" in result.stderr
+    assert (
+        result.returncode == 2 and "No tracker store under" in result.stderr and "tracktrain runs runs" in result.stderr
+    )

@@ -48,9 +48,14 @@ def metrics(step: int) -> Record:
 def _run(mode: str, root, target) -> subprocess.Popen:
     """tests/_delivery_run.py in a process of its own (the training process of a run logging through a sender child)."""
     code = "from tests._delivery_run import main; main()"
-    return subprocess.Popen([sys.executable, "-c", code, mode, str(root), str(target)], cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, mode, str(root), str(target)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _gone(pid: int, timeout: float = 30.0) -> bool:
@@ -96,7 +101,10 @@ def test_records_in_flight_and_waiting_survive_a_sigkill_after_persist(tmp_path)
     header, survived = read_spill(spill)  # what the kill left on disk
     assert header["run_id"] == "run-1" and header["target"] == str(target)
     assert [(record.kind, record.step, record.payload) for record in survived] == [
-        ("metrics", 1, {"loss": 1.0}), ("metrics", 2, {"loss": 0.5}), ("metrics", 3, {"loss": 0.25})]
+        ("metrics", 1, {"loss": 1.0}),
+        ("metrics", 2, {"loss": 0.5}),
+        ("metrics", 3, {"loss": 0.25}),
+    ]
 
     again = _run("restart", tmp_path / "root", target)
     out, err = again.communicate(timeout=120)

@@ -119,7 +119,8 @@ def test_log_to_file_writes_rank_zero_file_in_a_created_directory(logger, tmp_pa
     logger.error("second")
     lines = file.read_text().splitlines()
     assert [LINE.match(line).group(1, 2, 4) for line in lines] == [
-        ("INFO", logger.name, "first"), ("ERROR", logger.name, "second")
+        ("INFO", logger.name, "first"),
+        ("ERROR", logger.name, "second"),
     ]
     assert len(stderr_lines(capsys)) == 2  # the console still gets them too
 
@@ -285,7 +286,9 @@ def test_each_rank_writes_the_lines_its_ranks_allow(two_rank_logs):
     train = two_rank_logs / "train"
     assert sorted(p.name for p in train.iterdir()) == ["rank_0_run.log", "rank_1_run.log"]
     assert messages(train / "rank_0_run.log") == [
-        (" [rank 0]", "default from 0"), (" [rank 0]", "all from 0"), (" [rank 0]", "warning default from 0"),
+        (" [rank 0]", "default from 0"),
+        (" [rank 0]", "all from 0"),
+        (" [rank 0]", "warning default from 0"),
     ]
     assert messages(train / "rank_1_run.log") == [(" [rank 1]", "all from 1"), (" [rank 1]", "only one from 1")]
 
@@ -296,8 +299,13 @@ def test_each_rank_prints_the_lines_its_ranks_allow(two_rank_logs):
     def printed(rank: int) -> list[str]:
         return [LINE.match(line).group(4) for line in (two_rank_logs / f"stderr_{rank}.txt").read_text().splitlines()]
 
-    assert printed(0) == ["early default from 0", "early all from 0", "default from 0", "all from 0",
-                          "warning default from 0"]
+    assert printed(0) == [
+        "early default from 0",
+        "early all from 0",
+        "default from 0",
+        "all from 0",
+        "warning default from 0",
+    ]
     assert printed(1) == ["early all from 1", "all from 1", "only one from 1"]
 
 

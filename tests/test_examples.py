@@ -14,7 +14,11 @@ EPOCH_LINE = r"epoch\s+(\d+)/5\s+train_loss ([\d.]+)\s+val_loss ([\d.]+)\s+val_a
 def _run(script: str, *args: str, cwd: Path) -> str:
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / script), "--epochs", "5", *args],
-        check=True, capture_output=True, text=True, timeout=300, cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
     )
     return result.stdout
 

@@ -28,8 +28,9 @@ import tracktrain.handlers as tracktrain_handlers  # noqa: E402
 import tracktrain.metrics as tracktrain_metrics  # noqa: E402
 from tests.engine._trace import Raised  # noqa: E402
 
-TRACKTRAIN = types.SimpleNamespace(name="tracktrain", engine=tracktrain_engine, handlers=tracktrain_handlers,
-                                   metrics=tracktrain_metrics)
+TRACKTRAIN = types.SimpleNamespace(
+    name="tracktrain", engine=tracktrain_engine, handlers=tracktrain_handlers, metrics=tracktrain_metrics
+)
 IGNITE = types.SimpleNamespace(name="ignite", engine=ignite_engine, handlers=ignite_handlers, metrics=ignite_metrics)
 
 
@@ -61,32 +62,34 @@ def _compute_before_update(name: str, *args: Any) -> Callable[[Any, Path], Any]:
 
 def _trainer(lib: Any, **kwargs: Any) -> Any:
     model = _model()
-    return lib.engine.create_supervised_trainer(model, torch.optim.SGD(model.parameters(), 0.1), nn.MSELoss(),
-                                                **kwargs)
+    return lib.engine.create_supervised_trainer(model, torch.optim.SGD(model.parameters(), 0.1), nn.MSELoss(), **kwargs)
 
 
 CASES: dict[str, Callable[[Any, Path], Any]] = {
     # Checkpoint
     "checkpoint_to_save_not_a_mapping": lambda lib, folder: lib.handlers.Checkpoint([_model()], _saver(lib, folder)),
     "checkpoint_object_without_state_dict": lambda lib, folder: lib.handlers.Checkpoint(
-        {"model": 3}, _saver(lib, folder)),
+        {"model": 3}, _saver(lib, folder)
+    ),
     "checkpoint_global_step_transform_not_callable": lambda lib, folder: _checkpoint(
-        lib, folder, global_step_transform=3),
+        lib, folder, global_step_transform=3
+    ),
     "checkpoint_save_handler_of_a_wrong_type": lambda lib, folder: lib.handlers.Checkpoint({"model": _model()}, 3),
     "checkpoint_reserved_key_with_include_self": lambda lib, folder: lib.handlers.Checkpoint(
-        {"checkpointer": _model()}, _saver(lib, folder), include_self=True),
+        {"checkpointer": _model()}, _saver(lib, folder), include_self=True
+    ),
     # DiskSaver / ModelCheckpoint
-    "disk_saver_missing_folder": lambda lib, folder: lib.handlers.DiskSaver(str(folder / "missing"),
-                                                                            create_dir=False),
+    "disk_saver_missing_folder": lambda lib, folder: lib.handlers.DiskSaver(str(folder / "missing"), create_dir=False),
     "disk_saver_folder_not_empty": lambda lib, folder: lib.handlers.DiskSaver(str(_nonempty_folder(folder / "d"))),
     "model_checkpoint_folder_not_empty": lambda lib, folder: lib.handlers.ModelCheckpoint(
-        str(_nonempty_folder(folder / "m")), "model"),
+        str(_nonempty_folder(folder / "m")), "model"
+    ),
     # EarlyStopping
     "early_stopping_patience_zero": lambda lib, folder: lib.handlers.EarlyStopping(0, lambda e: 0.0, _engine(lib)),
-    "early_stopping_score_function_not_callable": lambda lib, folder: lib.handlers.EarlyStopping(
-        2, 3, _engine(lib)),
+    "early_stopping_score_function_not_callable": lambda lib, folder: lib.handlers.EarlyStopping(2, 3, _engine(lib)),
     "early_stopping_negative_threshold": lambda lib, folder: lib.handlers.EarlyStopping(
-        2, lambda e: 0.0, _engine(lib), threshold=-1.0),
+        2, lambda e: 0.0, _engine(lib), threshold=-1.0
+    ),
     "early_stopping_trainer_not_an_engine": lambda lib, folder: lib.handlers.EarlyStopping(2, lambda e: 0.0, 3),
     # LRScheduler
     "lr_scheduler_not_a_scheduler": lambda lib, folder: lib.handlers.LRScheduler(3),
@@ -99,12 +102,15 @@ CASES: dict[str, Callable[[Any, Path], Any]] = {
     "top_k_before_update": _compute_before_update("TopKCategoricalAccuracy"),
     # metric arguments and inputs
     "accuracy_shapes_that_do_not_match": lambda lib, folder: lib.metrics.Accuracy().update(
-        (torch.zeros(4, 3, 5), torch.zeros(4, 2).long())),
+        (torch.zeros(4, 3, 5), torch.zeros(4, 2).long())
+    ),
     "running_average_without_src_or_output_transform": lambda lib, folder: lib.metrics.RunningAverage(),
     "running_average_alpha_out_of_range": lambda lib, folder: lib.metrics.RunningAverage(
-        output_transform=lambda x: x, alpha=2.0),
+        output_transform=lambda x: x, alpha=2.0
+    ),
     "metric_attach_with_an_unknown_usage": lambda lib, folder: lib.metrics.Accuracy().attach(
-        _engine(lib), "acc", usage="sometimes"),
+        _engine(lib), "acc", usage="sometimes"
+    ),
     # supervised helpers
     "trainer_gradient_accumulation_steps_zero": lambda lib, folder: _trainer(lib, gradient_accumulation_steps=0),
     "trainer_scaler_without_amp": lambda lib, folder: _trainer(lib, scaler=True),

@@ -63,9 +63,12 @@ def listing(directory: str) -> dict[str, tuple]:
     """Name -> what changes when a file is written (size, and mtime or ETag), for the files in `directory`."""
     fs, path = storage.open_filesystem(directory)
     fs.invalidate_cache(path)
-    return {entry["name"].rsplit("/", 1)[-1]: tuple(entry.get(key) for key in ("size", "mtime", "ino", "ETag",
-                                                                            "LastModified"))
-            for entry in fs.ls(path, detail=True)}
+    return {
+        entry["name"].rsplit("/", 1)[-1]: tuple(
+            entry.get(key) for key in ("size", "mtime", "ino", "ETag", "LastModified")
+        )
+        for entry in fs.ls(path, detail=True)
+    }
 
 
 def wait_until_stopped(pid: int, timeout: float = 60.0) -> None:
@@ -87,9 +90,16 @@ def wait_until_stopped(pid: int, timeout: float = 60.0) -> None:
 def another_host(heartbeat_age: float) -> lease.LeaseRecord:
     """A lease of a process on another machine, whose last heartbeat is `heartbeat_age` seconds old."""
     now = time.time()
-    return lease.LeaseRecord(holder="f" * 32, host="gpu-node-7.invalid", pid=4242, boot_id="another-boot",
-                             pid_namespace=None, started=now - heartbeat_age - 600, heartbeat=now - heartbeat_age,
-                             stale_after=120.0)
+    return lease.LeaseRecord(
+        holder="f" * 32,
+        host="gpu-node-7.invalid",
+        pid=4242,
+        boot_id="another-boot",
+        pid_namespace=None,
+        started=now - heartbeat_age - 600,
+        heartbeat=now - heartbeat_age,
+        stale_after=120.0,
+    )
 
 
 def assert_finished_with_intact_checkpoints(run: Run, root: str) -> None:
@@ -98,7 +108,11 @@ def assert_finished_with_intact_checkpoints(run: Run, root: str) -> None:
     committed, problems = committed_checkpoints(checkpoint_dir(root))
     assert problems == []
     assert sorted(c.data_filename for c in committed) == [  # save_top_k=2, save_last=2 of a save every 3 steps
-        "checkpoint_45.pt", "checkpoint_48.pt", "last_checkpoint_45.pt", "last_checkpoint_48.pt"]
+        "checkpoint_45.pt",
+        "checkpoint_48.pt",
+        "last_checkpoint_45.pt",
+        "last_checkpoint_48.pt",
+    ]
     for checkpoint in committed:
         _, check = read_checked(checkpoint.url)
         check()  # every byte as its manifest says
@@ -244,8 +258,13 @@ def test_a_store_failing_under_the_heartbeat_does_not_stop_training(tmp_path, mo
         write(target, data)
 
     monkeypatch.setattr(storage, "write_bytes_atomic", lease_store_down)  # checkpoints still get written
-    trainer = Trainer(max_epochs=4, default_root_dir=tmp_path, enable_progress_bar=False, loggers=False,
-                      callbacks=[ModelCheckpoint(directory, save_top_k=1), SlowSteps()])
+    trainer = Trainer(
+        max_epochs=4,
+        default_root_dir=tmp_path,
+        enable_progress_bar=False,
+        loggers=False,
+        callbacks=[ModelCheckpoint(directory, save_top_k=1), SlowSteps()],
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer.fit(Classifier(), make_loader())
@@ -285,9 +304,13 @@ def test_two_checkpoint_callbacks_on_one_directory_share_the_lease(tmp_path):
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
             seen.append(read_lease(str(tmp_path)).holder)
 
-    trainer = Trainer(max_epochs=1, default_root_dir=tmp_path, enable_progress_bar=False, loggers=False,
-                      callbacks=[ModelCheckpoint(directory), ModelCheckpoint(directory, filename_prefix="also"),
-                                 LookAtLease()])
+    trainer = Trainer(
+        max_epochs=1,
+        default_root_dir=tmp_path,
+        enable_progress_bar=False,
+        loggers=False,
+        callbacks=[ModelCheckpoint(directory), ModelCheckpoint(directory, filename_prefix="also"), LookAtLease()],
+    )
     trainer.fit(Classifier(), make_loader())
     assert len(set(seen)) == 1 and len(seen) == 8
     assert not os.path.exists(os.path.join(directory, lease.LEASE_NAME))  # the last one out deleted it
@@ -314,8 +337,9 @@ def test_a_fit_that_fails_releases_the_lease(tmp_path):
             if failures:
                 raise failures.pop()
 
-    trainer = Trainer(max_epochs=1, default_root_dir=tmp_path, enable_progress_bar=False, loggers=False,
-                      callbacks=[Fail()])
+    trainer = Trainer(
+        max_epochs=1, default_root_dir=tmp_path, enable_progress_bar=False, loggers=False, callbacks=[Fail()]
+    )
     with pytest.raises(RuntimeError, match="boom"):
         trainer.fit(Classifier(), make_loader())
     assert not os.path.exists(tmp_path / "checkpoints" / lease.LEASE_NAME)
@@ -368,8 +392,15 @@ def test_an_exclusive_create_never_replaces_a_file(tmp_path, where):
 def test_lease_records_are_checked_field_by_field():
     record = another_host(heartbeat_age=0)
     assert lease.LeaseRecord.parse(record.to_bytes()) == record
-    for field, value in [("pid", 0), ("pid", -1), ("pid", True), ("holder", ""), ("stale_after", 0),
-                         ("heartbeat", float("nan")), ("host", None)]:
+    for field, value in [
+        ("pid", 0),
+        ("pid", -1),
+        ("pid", True),
+        ("holder", ""),
+        ("stale_after", 0),
+        ("heartbeat", float("nan")),
+        ("host", None),
+    ]:
         with pytest.raises(ValueError, match=field):
             lease.LeaseRecord.parse(dataclasses.replace(record, **{field: value}).to_bytes())
     with pytest.raises(ValueError, match="not JSON"):

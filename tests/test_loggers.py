@@ -39,8 +39,13 @@ def trainer_and_task():
 
 def test_csv_logger_is_the_default_and_holds_every_published_value(tmp_path):
     Trainer, Classifier, make_loader = trainer_and_task()
-    trainer = Trainer(max_epochs=2, enable_progress_bar=False, enable_checkpointing=False, default_root_dir=tmp_path,
-                      log_every_n_steps=4)
+    trainer = Trainer(
+        max_epochs=2,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        default_root_dir=tmp_path,
+        log_every_n_steps=4,
+    )
     trainer.fit(Classifier(), make_loader(), make_loader())
     run_dir = tmp_path / "logs" / "version_0"
     rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
@@ -350,8 +355,14 @@ def test_a_run_whose_tracker_stays_down_is_replayed_by_the_documented_command(tm
         logger.finalize("FINISHED")
     assert not target.exists()
     os.remove(f"{target}.down")
-    result = subprocess.run([sys.executable, "-m", "tracktrain.loggers.replay", logger.spill_path], cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "tracktrain.loggers.replay", logger.spill_path],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert [line["step"] for line in received(target)] == list(range(1, 11))
     assert target.with_suffix(".status").read_text() == "FINISHED"  # the replayed run ends as training did
@@ -379,8 +390,14 @@ def test_loggers_on_a_plain_engine(tmp_path):
     trainer = create_supervised_trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss())
     Average(output_transform=lambda loss: loss).attach(trainer, "epoch_loss")
     logger = CSVLogger(tmp_path / "logs")
-    attach_loggers(trainer, [logger], root_dir=tmp_path, output_transform=lambda loss: {"loss": loss}, every=4,
-                   hyperparams={"lr": 0.1})
+    attach_loggers(
+        trainer,
+        [logger],
+        root_dir=tmp_path,
+        output_transform=lambda loss: {"loss": loss},
+        every=4,
+        hyperparams={"lr": 0.1},
+    )
     trainer.run(make_loader(), max_epochs=2)
     rows = list(csv.DictReader(open(tmp_path / "logs" / "version_0" / "metrics.csv")))
     assert [int(r["step"]) for r in rows if r["name"] == "loss"] == [4, 8, 12, 16]
@@ -444,8 +461,9 @@ def test_close_interrupts_a_send_still_running(tmp_path):
         events.append("send interrupted" if release.wait(120) else "send ended on its own")
         raise ConnectionError("interrupted")
 
-    queue = DeliveryQueue(hanging_send, tmp_path / "spill.jsonl", {"logger": "x"}, linger=0.0, max_backoff=0.1,
-                          interrupt=release.set)
+    queue = DeliveryQueue(
+        hanging_send, tmp_path / "spill.jsonl", {"logger": "x"}, linger=0.0, max_backoff=0.1, interrupt=release.set
+    )
     for step in range(3):
         queue.put(Record("metrics", {"loss": 1.0}, step))
     assert entered.wait(30)  # the thread is now inside the hanging send
@@ -463,8 +481,13 @@ def test_a_send_still_hanging_at_close_is_kept_in_the_spill_file(tmp_path):
         raise ConnectionError("timed out")
 
     entered = threading.Event()
-    queue = DeliveryQueue(lambda batch: (entered.set(), hanging_send(batch)), tmp_path / "spill.jsonl",
-                          {"logger": "x"}, linger=0.0, max_backoff=0.1)
+    queue = DeliveryQueue(
+        lambda batch: (entered.set(), hanging_send(batch)),
+        tmp_path / "spill.jsonl",
+        {"logger": "x"},
+        linger=0.0,
+        max_backoff=0.1,
+    )
     for step in range(3):
         queue.put(Record("metrics", {"loss": 1.0}, step))
     assert entered.wait(30)  # the thread is now inside the hanging send
@@ -613,8 +636,9 @@ time.sleep(600)
 @pytest.mark.parametrize("busy", [False, True], ids=["idle", "busy"])
 def test_the_child_exits_when_the_training_process_is_killed(tmp_path, busy):
     script = tmp_path / "train.py"
-    script.write_text(SENDER_SCRIPT.format(root=str(ROOT), target=str(tmp_path / "tracker.jsonl"), out=str(tmp_path),
-                                           busy=busy))
+    script.write_text(
+        SENDER_SCRIPT.format(root=str(ROOT), target=str(tmp_path / "tracker.jsonl"), out=str(tmp_path), busy=busy)
+    )
     process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         child = int(process.stdout.readline())
@@ -684,9 +708,14 @@ print("sent", flush=True)
 
 def test_the_sender_child_and_its_parent_exit_without_resource_warnings(tmp_path):
     target = tmp_path / "tracker.jsonl"
-    result = subprocess.run([sys.executable, "-X", "dev", "-c", CHILD_RUN, str(target), str(tmp_path)], cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "always::ResourceWarning"},
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-X", "dev", "-c", CHILD_RUN, str(target), str(tmp_path)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "always::ResourceWarning"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0 and result.stdout.strip() == "sent", result.stderr[-3000:]
     assert len(received(target)) == 20
     assert "ResourceWarning" not in result.stderr, result.stderr[-3000:]  # the child writes to the same stderr

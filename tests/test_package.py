@@ -15,10 +15,21 @@ import tracktrain.engine
 ROOT = Path(__file__).resolve().parents[1]
 
 ENGINE_EXPORTS = [
-    "Engine", "Events", "EventEnum", "EventsList", "CallableEventWithFilter", "RemovableEventHandle", "State",
-    "DeterministicEngine", "create_supervised_trainer", "create_supervised_evaluator",
-    "supervised_training_step", "supervised_training_step_amp", "supervised_training_step_tpu",
-    "supervised_evaluation_step", "supervised_evaluation_step_amp",
+    "Engine",
+    "Events",
+    "EventEnum",
+    "EventsList",
+    "CallableEventWithFilter",
+    "RemovableEventHandle",
+    "State",
+    "DeterministicEngine",
+    "create_supervised_trainer",
+    "create_supervised_evaluator",
+    "supervised_training_step",
+    "supervised_training_step_amp",
+    "supervised_training_step_tpu",
+    "supervised_evaluation_step",
+    "supervised_evaluation_step_amp",
 ]
 
 
@@ -28,8 +39,10 @@ def test_engine_exports(name):
     assert getattr(tracktrain.engine, name) is not None
 
 
-@pytest.mark.parametrize("name", ["Engine", "Events", "State", "DeterministicEngine", "create_supervised_trainer",
-                                  "create_supervised_evaluator"])
+@pytest.mark.parametrize(
+    "name",
+    ["Engine", "Events", "State", "DeterministicEngine", "create_supervised_trainer", "create_supervised_evaluator"],
+)
 def test_common_names_are_reexported(name):
     assert getattr(tracktrain, name) is getattr(tracktrain.engine, name)
 

@@ -31,7 +31,8 @@ def test_a_stuck_rank_fails_its_test_in_seconds_with_every_ranks_stack_and_leave
     started = time.monotonic()
     command = _processes.Command(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--durations=0", str(CASES)],
-        cwd=tmp_path, env={**os.environ, "STUCK_RANK_OUT": str(tmp_path)},
+        cwd=tmp_path,
+        env={**os.environ, "STUCK_RANK_OUT": str(tmp_path)},
     )
     status = command.wait(timeout=180)
     seconds = time.monotonic() - started
@@ -39,8 +40,11 @@ def test_a_stuck_rank_fails_its_test_in_seconds_with_every_ranks_stack_and_leave
     assert status == 1 and "3 failed" in output, output[-5000:]
 
     reports = dict(re.findall(r"_{3,} (test_\w+) _{3,}\n(.*?)(?=\n_{3,} test_|\n={3,} slowest)", output, re.S))
-    assert set(reports) == {"test_spawned_ranks_under_pytest_timeout", "test_torchrun_ranks_past_a_commands_deadline",
-                            "test_torchrun_ranks_under_pytest_timeout"}, output[-5000:]
+    assert set(reports) == {
+        "test_spawned_ranks_under_pytest_timeout",
+        "test_torchrun_ranks_past_a_commands_deadline",
+        "test_torchrun_ranks_under_pytest_timeout",
+    }, output[-5000:]
     for name, report in reports.items():
         # both ranks' stacks, where each one waits: rank 0 in the barrier, rank 1 away from it
         assert report.count("Fatal Python error: Aborted") >= 2, (name, report[-5000:])
@@ -52,8 +56,9 @@ def test_a_stuck_rank_fails_its_test_in_seconds_with_every_ranks_stack_and_leave
     assert "Timeout" in reports["test_spawned_ranks_under_pytest_timeout"]
     assert "ProcessHang" in reports["test_torchrun_ranks_past_a_commands_deadline"]
 
-    durations = {name: float(value) for value, name in
-                 re.findall(r"([\d.]+)s call +tests/_stuck_rank_case.py::(\w+)", output)}
+    durations = {
+        name: float(value) for value, name in re.findall(r"([\d.]+)s call +tests/_stuck_rank_case.py::(\w+)", output)
+    }
     assert len(durations) == 3 and max(durations.values()) < 60, durations
 
     # nothing left: every rank's pid is gone, and no process carries the inner pytest's marker
@@ -82,8 +87,11 @@ def test_what_a_test_leaves_running_is_found_even_once_orphaned_and_killed():
     os.environ[_processes.TEST_MARKER] = watch.marker  # as tests/conftest.py does for every test
     try:
         # the shell prints its background sleep's pid and exits: the sleep's parent is gone
-        orphan = int(subprocess.run(["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"], capture_output=True,
-                                    text=True, timeout=30).stdout)
+        orphan = int(
+            subprocess.run(
+                ["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True, timeout=30
+            ).stdout
+        )
         parent = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60; true"])
         deadline = time.monotonic() + 10
         while len(_processes.descendants(parent.pid)) < 2 and time.monotonic() < deadline:

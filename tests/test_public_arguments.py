@@ -21,15 +21,33 @@ from tracktrain import Engine, Trainer  # noqa: E402
 from tracktrain.callbacks import EarlyStopping, ModelCheckpoint  # noqa: E402
 
 WRONG = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**40), max_value=2**40), st.floats(), st.text(max_size=4),
-    st.binary(max_size=4), st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=2), st.integers(),
-                                                                                  max_size=2),
-    st.tuples(st.integers()), st.builds(object),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**40), max_value=2**40),
+    st.floats(),
+    st.text(max_size=4),
+    st.binary(max_size=4),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+    st.tuples(st.integers()),
+    st.builds(object),
 )
-NOT_DATA = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=4), st.binary(max_size=4),
-                     st.dictionaries(st.text(max_size=2), st.integers(), max_size=2), st.builds(object))
-FUZZ = settings(max_examples=30, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+NOT_DATA = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=4),
+    st.binary(max_size=4),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+    st.builds(object),
+)
+FUZZ = settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 def check_call(call, argument: str, value) -> None:
@@ -45,8 +63,11 @@ def check_call(call, argument: str, value) -> None:
 
 
 def parameters(function, leave_out=()) -> list[str]:
-    return [name for name, p in inspect.signature(function).parameters.items()
-            if name != "self" and name not in leave_out and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    return [
+        name
+        for name, p in inspect.signature(function).parameters.items()
+        if name != "self" and name not in leave_out and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+    ]
 
 
 @pytest.mark.parametrize("argument", parameters(Trainer.__init__))
@@ -76,8 +97,9 @@ def test_early_stopping_arguments(argument, value):
 @given(value=WRONG, data_value=NOT_DATA)
 def test_fit_arguments(tmp_path, argument, value, data_value):
     given_value = data_value if argument.endswith("dataloaders") else value
-    trainer = Trainer(default_root_dir=tmp_path, max_epochs=1, enable_progress_bar=False, loggers=False,
-                      enable_checkpointing=False)
+    trainer = Trainer(
+        default_root_dir=tmp_path, max_epochs=1, enable_progress_bar=False, loggers=False, enable_checkpointing=False
+    )
     options = {"module": Classifier(), "train_dataloaders": make_loader(n=8), argument: given_value}
     check_call(lambda: trainer.fit(**options), argument, given_value)
 

@@ -27,8 +27,9 @@ def test_quickstart_trains_and_checkpoints(tmp_path):
     script.write_text(_block("Quickstart") + check)  # as printed: it makes its own data
     result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    checkpoints = sorted(p.name for p in (tmp_path / "runs" / "exp1" / "checkpoints").iterdir()
-                         if not p.name.endswith(".manifest.json"))
+    checkpoints = sorted(
+        p.name for p in (tmp_path / "runs" / "exp1" / "checkpoints").iterdir() if not p.name.endswith(".manifest.json")
+    )
     assert checkpoints[-1].startswith("last_checkpoint_") and len(checkpoints) == 3  # top-2 by val_acc, and last
 
 
@@ -41,12 +42,14 @@ def test_every_python_block_runs_as_written_in_order(tmp_path):
     one failed)."""
     blocks = _python_blocks()
     assert len(blocks) >= 7
-    script = "".join(f"print('README block {number}', flush=True)\n{block}\n"
-                     for number, block in enumerate(blocks, start=1))
+    script = "".join(
+        f"print('README block {number}', flush=True)\n{block}\n" for number, block in enumerate(blocks, start=1)
+    )
     (tmp_path / "readme_blocks.py").write_text(script)
     environment = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(tmp_path)}
-    result = subprocess.run([sys.executable, "readme_blocks.py"], cwd=tmp_path, env=environment, capture_output=True,
-                            text=True, timeout=900)
+    result = subprocess.run(
+        [sys.executable, "readme_blocks.py"], cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=900
+    )
     reached = re.findall(r"README block (\d+)", result.stdout)
     assert result.returncode == 0, f"block {reached[-1] if reached else '?'}: {result.stderr[-3000:]}"
     assert reached == [str(number) for number in range(1, len(blocks) + 1)]

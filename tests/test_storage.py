@@ -425,8 +425,13 @@ def test_rejected_credentials_are_reported_without_the_secret(s3_bucket, s3_endp
 def test_missing_credentials_are_reported(s3_bucket, monkeypatch, tmp_path):
     from s3fs import S3FileSystem
 
-    for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-                     "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_WEB_IDENTITY_TOKEN_FILE"):
+    for variable in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+    ):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
@@ -489,6 +494,7 @@ def test_a_silent_endpoint_is_given_up_on_at_the_timeout(s3_bucket, monkeypatch)
 def _check_writable_without_root(directory: str) -> tuple[str, str]:
     """(exception name, message) of `check_writable(directory)` in a process that may not write where
     it is not allowed to: this one, or a forked child with the `nobody` user's ids when this one runs as root."""
+
     def check() -> tuple[str, str]:
         try:
             check_writable(directory)
@@ -536,12 +542,19 @@ def test_a_read_only_directory_is_reported():
         shutil.rmtree(directory)
 
 
-@pytest.mark.parametrize("variable, text, words", [
-    ("TRACKTRAIN_STORAGE_CONNECT_TIMEOUT", "soon", "must be a positive number of seconds; unset it for the default"),
-    ("TRACKTRAIN_STORAGE_READ_TIMEOUT", "-3", "must be a positive number of seconds"),
-    ("TRACKTRAIN_STORAGE_ATTEMPTS", "2.5", "must be a positive whole number; unset it for the default (3)"),
-    ("TRACKTRAIN_STORAGE_ATTEMPTS", "nan", "must be a positive whole number"),
-])
+@pytest.mark.parametrize(
+    "variable, text, words",
+    [
+        (
+            "TRACKTRAIN_STORAGE_CONNECT_TIMEOUT",
+            "soon",
+            "must be a positive number of seconds; unset it for the default",
+        ),
+        ("TRACKTRAIN_STORAGE_READ_TIMEOUT", "-3", "must be a positive number of seconds"),
+        ("TRACKTRAIN_STORAGE_ATTEMPTS", "2.5", "must be a positive whole number; unset it for the default (3)"),
+        ("TRACKTRAIN_STORAGE_ATTEMPTS", "nan", "must be a positive whole number"),
+    ],
+)
 def test_a_bad_storage_setting_names_the_variable_its_value_and_the_default(monkeypatch, variable, text, words):
     monkeypatch.setenv(variable, text)
     with pytest.raises(ValueError, match=re.escape(f"{variable}={text!r} {words}")):

@@ -26,11 +26,19 @@ def memory_dir():
         fs.rm(url, recursive=True)
 
 
-@pytest.mark.parametrize(("url", "remote"), [
-    ("runs/a", False), ("/runs/a", False), ("file:///runs/a", False), ("local:///runs/a", False),
-    ("memory://runs/a", True), ("s3://bucket/a", True), ("simplecache::s3://bucket/a", True),
-    ("simplecache::file:///runs/a", True),  # a cache in front of the disk is not the disk
-])
+@pytest.mark.parametrize(
+    ("url", "remote"),
+    [
+        ("runs/a", False),
+        ("/runs/a", False),
+        ("file:///runs/a", False),
+        ("local:///runs/a", False),
+        ("memory://runs/a", True),
+        ("s3://bucket/a", True),
+        ("simplecache::s3://bucket/a", True),
+        ("simplecache::file:///runs/a", True),  # a cache in front of the disk is not the disk
+    ],
+)
 def test_is_remote_reads_the_protocols_of_the_text(url, remote):
     assert storage.is_remote(url) is remote
 
@@ -65,7 +73,9 @@ def test_get_last_checkpoint_takes_only_committed_checkpoints_where_manifests_ar
     newest = storage.join(directory, "checkpoint_8.pt")
     assert Checkpoint.get_last_checkpoint(directory) == newest
     assert [checkpoint.url for checkpoint in committed_checkpoints(directory)[0]] == [
-        newest, storage.join(directory, "checkpoint_4.pt")]
+        newest,
+        storage.join(directory, "checkpoint_4.pt"),
+    ]
     with pytest.warns(UserWarning, match=r"checkpoint_16.pt: checkpoint_16.pt is 3 bytes"):
         assert resume_candidates([directory])[0].url == newest
 

@@ -86,8 +86,9 @@ def test_a_hung_store_fails_resume_in_bounded_time_with_the_endpoint_and_the_fix
     error, seconds = resume_at("s3://bucket/run")
     assert isinstance(error, TimeoutError), repr(error)
     message = str(error)
-    assert message.startswith("Cannot resume from s3://bucket/run/checkpoints: listing its checkpoints failed with "
-                              "ReadTimeoutError"), message
+    assert message.startswith(
+        "Cannot resume from s3://bucket/run/checkpoints: listing its checkpoints failed with ReadTimeoutError"
+    ), message
     assert "No answer after 2 tries of at most 1 s to connect and 1 s to answer" in message
     assert f"AWS_ENDPOINT_URL is {hung_endpoint}" in message
     assert "secret-value-never-shown" not in message
@@ -101,8 +102,10 @@ def test_a_stopped_store_fails_resume_at_once_saying_where_it_tried(aws, stopped
     aws.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     error, seconds = resume_at("s3://bucket/run")
     assert isinstance(error, ConnectionError), repr(error)
-    assert "Cannot resume from s3://bucket/run/checkpoints: listing its checkpoints failed with " \
-           "EndpointConnectionError" in str(error)
+    assert (
+        "Cannot resume from s3://bucket/run/checkpoints: listing its checkpoints failed with "
+        "EndpointConnectionError" in str(error)
+    )
     assert f"Check AWS_ENDPOINT_URL (AWS_ENDPOINT_URL is {stopped_endpoint})" in str(error)
     assert seconds < 20, seconds
 

@@ -75,7 +75,9 @@ class SwitchableProxy:
 
 
 @pytest.fixture
-def proxied_bucket(s3_bucket: str, s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, SwitchableProxy]]:
+def proxied_bucket(
+    s3_bucket: str, s3_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[str, SwitchableProxy]]:
     from s3fs import S3FileSystem
 
     proxy = SwitchableProxy(s3_endpoint)
@@ -105,8 +107,14 @@ class Outage(Callback):
 
 
 def fit(root: str, epochs: int, *callbacks: Callback, resume=None) -> Trainer:
-    trainer = Trainer(max_epochs=epochs, enable_progress_bar=False, default_root_dir=root, loggers=False,
-                      resume=resume, callbacks=list(callbacks))
+    trainer = Trainer(
+        max_epochs=epochs,
+        enable_progress_bar=False,
+        default_root_dir=root,
+        loggers=False,
+        resume=resume,
+        callbacks=list(callbacks),
+    )
     trainer.fit(Classifier(), make_loader(), make_loader(n=16, seed=1))
     return trainer
 
@@ -122,8 +130,9 @@ def spool_files(tmp_path) -> list[str]:
     return sorted(os.listdir(next(spool.iterdir()))) if spool.exists() else []
 
 
-def test_training_goes_on_through_an_outage_and_the_checkpoints_reach_the_store_after(proxied_bucket, tmp_path,
-                                                                                     monkeypatch):
+def test_training_goes_on_through_an_outage_and_the_checkpoints_reach_the_store_after(
+    proxied_bucket, tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)  # the spool of a remote root lives under ./.tracktrain
     bucket, proxy = proxied_bucket
     root = f"{bucket}/run"
@@ -141,8 +150,9 @@ def test_training_goes_on_through_an_outage_and_the_checkpoints_reach_the_store_
     assert resumed.ckpt_path == f"{root}/checkpoints/checkpoint_48.pt" and resumed.global_step == 56
 
 
-def test_a_run_ending_while_the_store_is_down_leaves_its_checkpoints_to_the_next_run(proxied_bucket, tmp_path,
-                                                                                    monkeypatch):
+def test_a_run_ending_while_the_store_is_down_leaves_its_checkpoints_to_the_next_run(
+    proxied_bucket, tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     bucket, proxy = proxied_bucket
     root = f"{bucket}/run"

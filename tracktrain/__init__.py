@@ -22,7 +22,18 @@ _LAZY = {
     "LoopModule": "tracktrain.trainer",
     "Trainer": "tracktrain.trainer",
     "Callback": "tracktrain.callbacks",
-    **dict.fromkeys(("DeterministicEngine", "ModelEngine", "create_supervised_evaluator", "create_supervised_trainer", "supervised_evaluation_step", "supervised_training_step", "initialize"), "tracktrain.engine"),
+    **dict.fromkeys(
+        (
+            "DeterministicEngine",
+            "ModelEngine",
+            "create_supervised_evaluator",
+            "create_supervised_trainer",
+            "supervised_evaluation_step",
+            "supervised_training_step",
+            "initialize",
+        ),
+        "tracktrain.engine",
+    ),
 }
 
 __all__ = [

@@ -36,8 +36,16 @@ def get_dataloader(
         sampler: torch.utils.data.DistributedSampler[int] = torch.utils.data.DistributedSampler(
             dataset, shuffle=shuffle, seed=seed, drop_last=drop_last
         )
-        return DataLoader(dataset, sampler=sampler, drop_last=drop_last, pin_memory=pin_memory,
-                          num_workers=num_workers, **kwargs)
+        return DataLoader(
+            dataset, sampler=sampler, drop_last=drop_last, pin_memory=pin_memory, num_workers=num_workers, **kwargs
+        )
     generator = torch.Generator().manual_seed(seed) if shuffle else None
-    return DataLoader(dataset, shuffle=shuffle, generator=generator, drop_last=drop_last, pin_memory=pin_memory,
-                      num_workers=num_workers, **kwargs)
+    return DataLoader(
+        dataset,
+        shuffle=shuffle,
+        generator=generator,
+        drop_last=drop_last,
+        pin_memory=pin_memory,
+        num_workers=num_workers,
+        **kwargs,
+    )

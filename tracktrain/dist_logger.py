@@ -43,8 +43,9 @@ class _RankFormatter(logging.Formatter):
     """
 
     def __init__(self, name: str) -> None:
-        super().__init__(f"[%(asctime)s] %(levelname)s {name.replace('%', '%%')}%(rank_tag)s - %(message)s",
-                         _DATE_FORMAT)
+        super().__init__(
+            f"[%(asctime)s] %(levelname)s {name.replace('%', '%%')}%(rank_tag)s - %(message)s", _DATE_FORMAT
+        )
 
     def format(self, record: logging.LogRecord) -> str:
         if not hasattr(record, "rank_tag"):  # a record logged on `.logger` directly, not through DistributedLogger
@@ -130,8 +131,9 @@ class DistributedLogger:
         self._console.setLevel(_level_number(level, "DistributedLogger.set_level"))
         self._update_logger_level()
 
-    def log_to_file(self, path: str | os.PathLike[str], mode: str = "a", level: str = "INFO",
-                    suffix: str | None = None) -> Path:
+    def log_to_file(
+        self, path: str | os.PathLike[str], mode: str = "a", level: str = "INFO", suffix: str | None = None
+    ) -> Path:
         """Also write messages of `level` and above to `path/rank_{rank}.log` (`rank_{rank}_{suffix}.log` with a
         suffix), one file per rank; `path` is a directory, created if missing. Returns the file.
 

@@ -147,10 +147,16 @@ def spawn(fn: Callable[..., Any], nprocs: int, args: tuple = (), master_port: in
 
 
 def _run_as_rank(rank: int, world_size: int, port: int, fn: Callable[..., Any], args: tuple) -> None:
-    os.environ.update({
-        "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(world_size),
-        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-    })
+    os.environ.update(
+        {
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(world_size),
+            "LOCAL_WORLD_SIZE": str(world_size),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+    )
     try:
         fn(*args)
     except BaseException:

@@ -20,6 +20,8 @@ def positive_setting(variable: str, default: float, kind: type = float, unit: st
     if not 0 < value < float("inf"):  # NaN fails this too
         whole = "whole " if kind is int else ""
         of_unit = f" of {unit}" if unit else ""
-        raise ValueError(f"{variable}={text!r} must be a positive {whole}number{of_unit}; unset it for the default "
-                         f"({default}{' ' + unit if unit else ''}).")
+        raise ValueError(
+            f"{variable}={text!r} must be a positive {whole}number{of_unit}; unset it for the default "
+            f"({default}{' ' + unit if unit else ''})."
+        )
     return value

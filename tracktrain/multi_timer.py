@@ -147,10 +147,7 @@ class StopWatch:
         return f"StopWatch {self.name!r}" if self.name else "StopWatch"
 
     def __repr__(self) -> str:
-        return (
-            f"StopWatch({self.name!r}, running={self._running}, last={self._last:.6f}s, "
-            f"history_count={self._count})"
-        )
+        return f"StopWatch({self.name!r}, running={self._running}, last={self._last:.6f}s, history_count={self._count})"
 
 
 class MultiTimer:

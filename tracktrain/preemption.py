@@ -19,7 +19,9 @@ from typing import Any
 __all__ = ["PREEMPTION_SIGNALS", "SignalWatch", "Terminated"]
 
 PREEMPTION_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGUSR1") if hasattr(signal, name)  # no SIGUSR1 on Windows
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGUSR1")
+    if hasattr(signal, name)  # no SIGUSR1 on Windows
 )
 
 
@@ -39,8 +41,9 @@ class Terminated(SystemExit):
 class SignalWatch:
     """Records the first pre-emption signal while installed (in the main thread only; elsewhere it does nothing)."""
 
-    def __init__(self, signals: tuple[int, ...] = PREEMPTION_SIGNALS,
-                 on_signal: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self, signals: tuple[int, ...] = PREEMPTION_SIGNALS, on_signal: Callable[[int], None] | None = None
+    ) -> None:
         self.signals = signals
         self.on_signal = on_signal  # called (in the main thread) with the first signal: to arm a check
         self.received: int | None = None

@@ -37,8 +37,11 @@ def split_credentials(url: str) -> tuple[str, str | None, str | None]:
         return url, None, None
     host = parts.hostname or ""
     bare = urlunsplit(parts._replace(netloc=f"{host}:{parts.port}" if parts.port else host))
-    return (bare, None if parts.username is None else unquote(parts.username),
-            None if parts.password is None else unquote(parts.password))
+    return (
+        bare,
+        None if parts.username is None else unquote(parts.username),
+        None if parts.password is None else unquote(parts.password),
+    )
 
 
 def is_secret_free(error: BaseException, fs: AbstractFileSystem) -> bool:

@@ -36,8 +36,7 @@ def manual_seed(seed: int) -> None:
 @functools.cache  # which accelerators a process can use does not change while it runs
 def _has_accelerator() -> bool:
     xpu = getattr(torch, "xpu", None)
-    return (torch.cuda.is_available() or torch.backends.mps.is_available()
-            or (xpu is not None and xpu.is_available()))
+    return torch.cuda.is_available() or torch.backends.mps.is_available() or (xpu is not None and xpu.is_available())
 
 
 def get_rng_states() -> dict[str, Any]:

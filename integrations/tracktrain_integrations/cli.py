@@ -55,8 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 # ------------------------------------------------------------------------------------------------------ runs
 def show_runs(root: str) -> int:
     if not storage.exists(root):
-        raise FileNotFoundError(f"No run at {root}: give the run's root directory (Trainer(default_root_dir=...), "
-                                "the template's run.root_dir), e.g. `tracktrain runs runs`.")
+        raise FileNotFoundError(
+            f"No run at {root}: give the run's root directory (Trainer(default_root_dir=...), "
+            "the template's run.root_dir), e.g. `tracktrain runs runs`."
+        )
     directory = storage.join(root, "checkpoints")
     found, problems = committed_checkpoints(directory)
     print(f"checkpoints in {directory}:")
@@ -64,15 +66,19 @@ def show_runs(root: str) -> int:
         summary = checkpoint.manifest["summary"]
         size = sum(entry["bytes"] for entry in checkpoint.manifest["files"].values())
         created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(checkpoint.manifest["created"]))
-        print(f"  {checkpoint.data_filename:<40} step {summary.get('global_step', '?'):>7}  epoch "
-              f"{summary.get('epoch', '?'):>4}  {_size(size):>9}  {created}")
+        print(
+            f"  {checkpoint.data_filename:<40} step {summary.get('global_step', '?'):>7}  epoch "
+            f"{summary.get('epoch', '?'):>4}  {_size(size):>9}  {created}"
+        )
     if not found:
         print("  none complete: a fit here starts a new run")
     for problem in problems:
         print(f"  not complete (skipped by resume): {problem}")
     if found:
-        print(f"  resume=\"auto\" continues from {found[0].data_filename}; "
-              f"`tracktrain inspect {found[0].url}` shows what it holds")
+        print(
+            f'  resume="auto" continues from {found[0].data_filename}; '
+            f"`tracktrain inspect {found[0].url}` shows what it holds"
+        )
     print(f"writer: {lease.status(directory)}")
     spool = Spool(spool_dir_for(directory, root), directory)
     if not spool.is_empty:
@@ -92,10 +98,15 @@ def _show_mlflow_runs(root: str) -> None:
     print(f"MLflow runs in sqlite:///{database} (open them: tracktrain ui {root}):")
     for experiment in client.search_experiments():
         for run in client.search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"]):
-            steps = [metric.step for name in run.data.metrics for metric in client.get_metric_history(
-                run.info.run_id, name)[-1:]]
-            print(f"  {experiment.name} / {run.info.run_name}  {run.info.status}  last step "
-                  f"{max(steps) if steps else '-'}  id {run.info.run_id}")
+            steps = [
+                metric.step
+                for name in run.data.metrics
+                for metric in client.get_metric_history(run.info.run_id, name)[-1:]
+            ]
+            print(
+                f"  {experiment.name} / {run.info.run_name}  {run.info.status}  last step "
+                f"{max(steps) if steps else '-'}  id {run.info.run_id}"
+            )
 
 
 def _show_wandb_runs(root: str) -> None:
@@ -108,8 +119,10 @@ def _show_wandb_runs(root: str) -> None:
         by_id.setdefault(path.rsplit("-", 1)[-1], []).append(path)
     print(f"W&B offline runs in {folder} (look: wandb leet {folder}):")
     for run_id, paths in by_id.items():
-        print(f"  run {run_id}: {len(paths)} folder{'s' if len(paths) > 1 else ''}; upload: wandb sync "
-              f"{folder}/offline-run-*-{run_id}")
+        print(
+            f"  run {run_id}: {len(paths)} folder{'s' if len(paths) > 1 else ''}; upload: wandb sync "
+            f"{folder}/offline-run-*-{run_id}"
+        )
 
 
 # --------------------------------------------------------------------------------------------------- inspect
@@ -123,11 +136,14 @@ def inspect_checkpoint(url: str) -> int:
         print(f"manifest: valid ({files})")
     except FileNotFoundError:
         if not storage.exists(url):
-            raise FileNotFoundError(f"No checkpoint at {url}. `tracktrain runs ROOT` lists the checkpoints of the "
-                                    "run under ROOT.") from None
+            raise FileNotFoundError(
+                f"No checkpoint at {url}. `tracktrain runs ROOT` lists the checkpoints of the run under ROOT."
+            ) from None
         complete = False
-        print("manifest: none — not a committed checkpoint (a save cut short, or one written without a manifest); "
-              "resume=\"auto\" never takes it")
+        print(
+            "manifest: none — not a committed checkpoint (a save cut short, or one written without a manifest); "
+            'resume="auto" never takes it'
+        )
     except CheckpointCorrupted as error:
         complete = False
         print(f"manifest: not valid — {error}")
@@ -136,8 +152,10 @@ def inspect_checkpoint(url: str) -> int:
     trainer = states.get("trainer") or {} if isinstance(states, dict) else {}
     engine = states.get("train_engine") or {} if isinstance(states, dict) else {}
     if trainer:
-        print(f"step {trainer.get('global_step')}, iteration {engine.get('iteration')}, epoch length "
-              f"{engine.get('epoch_length')}, samples seen {trainer.get('samples_seen')}")
+        print(
+            f"step {trainer.get('global_step')}, iteration {engine.get('iteration')}, epoch length "
+            f"{engine.get('epoch_length')}, samples seen {trainer.get('samples_seen')}"
+        )
         settings = trainer.get("settings") or {}
         if settings:
             print(f"module: {settings.get('module/class')}")
@@ -181,23 +199,38 @@ def open_ui(root: str, host: str, port: int) -> int:
     database = os.path.join(local, "mlflow.db")
     if os.path.exists(database):
         mlflow = os.path.join(os.path.dirname(sys.executable), "mlflow")
-        command = [mlflow if os.path.exists(mlflow) else "mlflow", "ui", "--backend-store-uri",
-                   f"sqlite:///{database}", "--host", host, "--port", str(port)]
+        command = [
+            mlflow if os.path.exists(mlflow) else "mlflow",
+            "ui",
+            "--backend-store-uri",
+            f"sqlite:///{database}",
+            "--host",
+            host,
+            "--port",
+            str(port),
+        ]
         print(f"MLflow UI of {root}: http://{host}:{port}  (Ctrl-C stops it)", flush=True)
         from mlflow.tracking import MlflowClient
 
         for experiment in MlflowClient(f"sqlite:///{database}").search_experiments():
             if experiment.name != "Default":  # in its model-training view: MLflow 3's UI opens in its GenAI view
-                print(f"  {experiment.name}: http://{host}:{port}/#/experiments/{experiment.experiment_id}"
-                      "?workflowType=machine_learning", flush=True)
+                print(
+                    f"  {experiment.name}: http://{host}:{port}/#/experiments/{experiment.experiment_id}"
+                    "?workflowType=machine_learning",
+                    flush=True,
+                )
         os.execvp(command[0], command)
     wandb_folder = os.path.join(local, "wandb")
     if os.path.isdir(wandb_folder):
-        print(f"{root} has W&B runs, no MLflow store: look at them with `wandb leet {wandb_folder}`, or upload them "
-              f"with `wandb sync {wandb_folder}/offline-run-*`.")
+        print(
+            f"{root} has W&B runs, no MLflow store: look at them with `wandb leet {wandb_folder}`, or upload them "
+            f"with `wandb sync {wandb_folder}/offline-run-*`."
+        )
         return 0
-    raise FileNotFoundError(f"No tracker store under {local} (no mlflow.db, no wandb folder): was the run tracked? "
-                            f"`tracktrain runs {root}` shows what it has.")
+    raise FileNotFoundError(
+        f"No tracker store under {local} (no mlflow.db, no wandb folder): was the run tracked? "
+        f"`tracktrain runs {root}` shows what it has."
+    )
 
 
 def _size(size: int) -> str:

@@ -118,10 +118,13 @@ class MLflowLogger(QueuedLogger):
         if on_unreachable not in ("raise", "queue"):
             raise ValueError(f'MLflowLogger(on_unreachable=...) must be "raise" or "queue", got {on_unreachable!r}.')
         if registered_model_name is not None and not log_model:
-            raise ValueError(f"MLflowLogger(registered_model_name={registered_model_name!r}) registers the logged "
-                             "model: pass log_model=True too.")
-        super().__init__(flush_timeout=flush_timeout, close_timeout=close_timeout, max_pending=max_pending,
-                         delivery=delivery)
+            raise ValueError(
+                f"MLflowLogger(registered_model_name={registered_model_name!r}) registers the logged "
+                "model: pass log_model=True too."
+            )
+        super().__init__(
+            flush_timeout=flush_timeout, close_timeout=close_timeout, max_pending=max_pending, delivery=delivery
+        )
         self.experiment_name = experiment_name
         self.run_name = run_name if run_name is not None else default_run_name(experiment_name)
         self.tags = {str(key): str(value) for key, value in (tags or {}).items()}
@@ -131,8 +134,15 @@ class MLflowLogger(QueuedLogger):
         self.on_unreachable = on_unreachable
         self.request_timeout = request_timeout
         self._reported: set[tuple[str, str]] = set()  # refusals a sender child has told the training process of
-        self._mlflow = MlflowRun(tracking_uri, experiment_name, self.run_name, self.tags, run_key=uuid.uuid4().hex,
-                                 request_timeout=request_timeout, on_late_success=self._tracker_is_back)
+        self._mlflow = MlflowRun(
+            tracking_uri,
+            experiment_name,
+            self.run_name,
+            self.tags,
+            run_key=uuid.uuid4().hex,
+            request_timeout=request_timeout,
+            on_late_success=self._tracker_is_back,
+        )
         self._names: dict[str, str] = {}
         self._latest_step = 0
         self._system_metrics = self._system_metrics_sampler(log_system_metrics, system_metrics_interval)
@@ -143,8 +153,9 @@ class MLflowLogger(QueuedLogger):
         by_mlflow, mlflow_interval = mlflow_defaults()
         if not (by_mlflow if enabled is None else enabled):
             return None
-        return SystemMetricsSampler(self._log_system_metrics, lambda: self._latest_step,
-                                    mlflow_interval if interval is None else interval)
+        return SystemMetricsSampler(
+            self._log_system_metrics, lambda: self._latest_step, mlflow_interval if interval is None else interval
+        )
 
     def _log_system_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         if self._queue is not None:  # not after finalize
@@ -205,8 +216,11 @@ class MLflowLogger(QueuedLogger):
         super().finalize(status)
         if self.rejected:
             first = "; ".join(list(self._mlflow.refusals.values())[:5])
-            warnings.warn(f"MLflow refused {self.rejected} value(s) of run {self._mlflow.run_id}, dropped since "
-                          f"sending them again cannot succeed: {first}", stacklevel=2)
+            warnings.warn(
+                f"MLflow refused {self.rejected} value(s) of run {self._mlflow.run_id}, dropped since "
+                f"sending them again cannot succeed: {first}",
+                stacklevel=2,
+            )
 
     def log_final_model(self, module: Any) -> None:
         """With `log_model`, keep the trained `module` in the run under `model/` (MLflow's pytorch flavour) and
@@ -217,10 +231,12 @@ class MLflowLogger(QueuedLogger):
             return
         run_id = self._mlflow.run_id
         if run_id is None or self._mlflow.client is None:
-            warnings.warn("MLflowLogger(log_model=True): the trained model is not logged, since the MLflow run "
-                          f"does not exist yet (tracking server {self._mlflow.uri} unreachable since the start). Save it "
-                          "with torch.save, then log it with mlflow.pytorch.log_model once the server is back.",
-                          stacklevel=2)
+            warnings.warn(
+                "MLflowLogger(log_model=True): the trained model is not logged, since the MLflow run "
+                f"does not exist yet (tracking server {self._mlflow.uri} unreachable since the start). Save it "
+                "with torch.save, then log it with mlflow.pytorch.log_model once the server is back.",
+                stacklevel=2,
+            )
             return
         try:
             # the records logged so far go first; then the delivery thread is idle and its requests leave ours alone
@@ -233,9 +249,12 @@ class MLflowLogger(QueuedLogger):
             if self.registered_model_name is not None:
                 self._mlflow.register(self.registered_model_name)
         except Exception as error:
-            warnings.warn(f"MLflowLogger could not log the trained {type(module).__name__} to MLflow run {run_id} at "
-                          f"{self._mlflow.uri} ({type(error).__name__}: {error}); the training result is unaffected. Log "
-                          "it yourself with mlflow.pytorch.log_model, or log_model=False to skip it.", stacklevel=2)
+            warnings.warn(
+                f"MLflowLogger could not log the trained {type(module).__name__} to MLflow run {run_id} at "
+                f"{self._mlflow.uri} ({type(error).__name__}: {error}); the training result is unaffected. Log "
+                "it yourself with mlflow.pytorch.log_model, or log_model=False to skip it.",
+                stacklevel=2,
+            )
 
     def _name(self, name: str, kind: str) -> str:
         """`name` as MLflow accepts it, warning the first time a name has to change."""
@@ -243,9 +262,11 @@ class MLflowLogger(QueuedLogger):
         if known is None:
             known = self._names[name] = mlflow_name(name)
             if known != name:
-                warnings.warn(f"MLflow does not accept the {kind} name {name!r} (names may hold letters, digits, "
-                              f"_ - . space / : and at most {MAX_KEY_LENGTH} characters); it is logged as {known!r}.",
-                              stacklevel=3)
+                warnings.warn(
+                    f"MLflow does not accept the {kind} name {name!r} (names may hold letters, digits, "
+                    f"_ - . space / : and at most {MAX_KEY_LENGTH} characters); it is logged as {known!r}.",
+                    stacklevel=3,
+                )
         return known
 
     # ------------------------------------------------------------------------------ QueuedLogger's three parts
@@ -264,8 +285,11 @@ class MLflowLogger(QueuedLogger):
                     "(e.g. `mlflow server --host 127.0.0.1 --port 5000`), correct MLflowLogger(tracking_uri=...), "
                     "or pass on_unreachable='queue' to train anyway and send the records once it answers."
                 ) from error
-            warnings.warn(f"The MLflow tracking server at {self._mlflow.uri} does not answer ({error}); training goes on "
-                          "and the records are sent once it does.", stacklevel=4)
+            warnings.warn(
+                f"The MLflow tracking server at {self._mlflow.uri} does not answer ({error}); training goes on "
+                "and the records are sent once it does.",
+                stacklevel=4,
+            )
             return self._mlflow.run_id or f"pending-{self._mlflow.run_key}"
 
     def _send(self, records: list[Record]) -> None:
@@ -293,18 +317,31 @@ class MLflowLogger(QueuedLogger):
 
     def _spill_header(self) -> dict[str, Any]:
         run = self._mlflow
-        return {**super()._spill_header(), "run_id": run.run_id, "run_key": run.run_key, "tracking_uri": run.uri,
-                "experiment_name": self.experiment_name, "run_name": self.run_name, "tags": self.tags,
-                "artifact_location": run.artifact_location, "reopen": run.reopen,
-                "request_timeout": self.request_timeout}
+        return {
+            **super()._spill_header(),
+            "run_id": run.run_id,
+            "run_key": run.run_key,
+            "tracking_uri": run.uri,
+            "experiment_name": self.experiment_name,
+            "run_name": self.run_name,
+            "tags": self.tags,
+            "artifact_location": run.artifact_location,
+            "reopen": run.reopen,
+            "request_timeout": self.request_timeout,
+        }
 
     @classmethod
     def for_replay(cls, header: Mapping[str, Any]) -> MLflowLogger:
         """A logger that sends a spill file's records to its run (created, once, when the header has no run id).
         Credentials are not in the header: give them as MLflow reads them (MLFLOW_TRACKING_USERNAME/_PASSWORD…)."""
-        logger = cls(tracking_uri=header["tracking_uri"], experiment_name=header["experiment_name"],
-                     run_name=header.get("run_name"), tags=header.get("tags"),
-                     request_timeout=header.get("request_timeout", 10.0), log_system_metrics=False)
+        logger = cls(
+            tracking_uri=header["tracking_uri"],
+            experiment_name=header["experiment_name"],
+            run_name=header.get("run_name"),
+            tags=header.get("tags"),
+            request_timeout=header.get("request_timeout", 10.0),
+            log_system_metrics=False,
+        )
         logger._mlflow.run_key = header["run_key"]
         logger._mlflow.may_exist = True  # the training process may have created it in an attempt it saw fail
         logger._mlflow.artifact_location = header.get("artifact_location")

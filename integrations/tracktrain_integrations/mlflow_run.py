@@ -29,8 +29,16 @@ class MlflowRun:
     """The run `run_id` (None until created) of `experiment_name` at `tracking_uri`; `run_key` tags it, so that a
     retried or replayed creation finds it rather than making a second one."""
 
-    def __init__(self, tracking_uri: str | None, experiment_name: str, run_name: str, tags: Mapping[str, str],
-                 run_key: str, request_timeout: float, on_late_success: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        tracking_uri: str | None,
+        experiment_name: str,
+        run_name: str,
+        tags: Mapping[str, str],
+        run_key: str,
+        request_timeout: float,
+        on_late_success: Callable[[], None],
+    ) -> None:
         self.tracking_uri = tracking_uri
         self.experiment_name = experiment_name
         self.run_name = run_name
@@ -83,8 +91,12 @@ class MlflowRun:
         if experiment is None:
             try:
                 # MLflow 3's UI opens an experiment by its kind: this one is model training, not GenAI evaluation
-                return self.call(self.client.create_experiment, self.experiment_name,
-                                 artifact_location=self.artifact_location, tags=EXPERIMENT_TAGS)
+                return self.call(
+                    self.client.create_experiment,
+                    self.experiment_name,
+                    artifact_location=self.artifact_location,
+                    tags=EXPERIMENT_TAGS,
+                )
             except MlflowException as error:  # another process created it meanwhile
                 if error.error_code != "RESOURCE_ALREADY_EXISTS":
                     raise
@@ -100,8 +112,12 @@ class MlflowRun:
         return experiment.experiment_id
 
     def _find(self, experiment_id: str) -> str | None:
-        runs = self.call(self.client.search_runs, [experiment_id], max_results=1,
-                         filter_string=f"tags.`tracktrain.run_key` = '{self.run_key}'")
+        runs = self.call(
+            self.client.search_runs,
+            [experiment_id],
+            max_results=1,
+            filter_string=f"tags.`tracktrain.run_key` = '{self.run_key}'",
+        )
         return runs[0].info.run_id if runs else None
 
     def _create(self, experiment_id: str) -> str:
@@ -150,8 +166,13 @@ class MlflowRun:
         except MlflowException as error:  # it exists already: the usual case after the first run
             if error.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
-        self.call(self.client.create_model_version, name, source=f"runs:/{self.run_id}/model", run_id=self.run_id,
-                  await_creation_for=0)  # a local or tracking-server registry makes it READY at once
+        self.call(
+            self.client.create_model_version,
+            name,
+            source=f"runs:/{self.run_id}/model",
+            run_id=self.run_id,
+            await_creation_for=0,
+        )  # a local or tracking-server registry makes it READY at once
 
     def terminate(self, status: str) -> None:
         if self.run_id is not None:  # a run never created is created and filled by replay
@@ -180,8 +201,12 @@ def save_pytorch_model(module: Any, path: str) -> None:
         memo[id(buffer)] = buffer.detach().cpu()
     # pickled: MLflow's default format outside Databricks, "pt2", needs an example input this logger does not have.
     # The flavour's own requirements: inferring them loads the model again in a subprocess (seconds, at every fit end)
-    mlflow.pytorch.save_model(copy.deepcopy(module, memo), path, serialization_format="pickle",
-                              pip_requirements=mlflow.pytorch.get_default_pip_requirements())
+    mlflow.pytorch.save_model(
+        copy.deepcopy(module, memo),
+        path,
+        serialization_format="pickle",
+        pip_requirements=mlflow.pytorch.get_default_pip_requirements(),
+    )
 
 
 def refused(error: BaseException, status: int | None = None) -> bool:

@@ -46,8 +46,10 @@ def _monitors() -> list:
         from mlflow.system_metrics.metrics.disk_monitor import DiskMonitor
         from mlflow.system_metrics.metrics.network_monitor import NetworkMonitor
     except ImportError as error:  # psutil, which MLflow's monitors use, is not one of MLflow's own requirements
-        raise ImportError(f"MLflowLogger(log_system_metrics=True) needs psutil ({error}): pip install psutil, or "
-                          "pip install 'tracktrain[mlflow]'.") from error
+        raise ImportError(
+            f"MLflowLogger(log_system_metrics=True) needs psutil ({error}): pip install psutil, or "
+            "pip install 'tracktrain[mlflow]'."
+        ) from error
     monitors = [CPUMonitor(), DiskMonitor(), NetworkMonitor()]
     try:
         from mlflow.system_metrics.metrics.gpu_monitor import GPUMonitor
@@ -63,11 +65,16 @@ class SystemMetricsSampler:
     sample to `record(metrics, step)`, at the global step `current_step()` reads (the latest training step logged,
     so the samples line up with the training curves). Its cost to training is a few psutil calls per sample."""
 
-    def __init__(self, record: Callable[[Mapping[str, float], int], None], current_step: Callable[[], int],
-                 interval: float | None = None) -> None:
+    def __init__(
+        self,
+        record: Callable[[Mapping[str, float], int], None],
+        current_step: Callable[[], int],
+        interval: float | None = None,
+    ) -> None:
         if interval is not None and not interval > 0:
-            raise ValueError(f"MLflowLogger(system_metrics_interval=...) must be a positive number of seconds, got "
-                             f"{interval!r}.")
+            raise ValueError(
+                f"MLflowLogger(system_metrics_interval=...) must be a positive number of seconds, got {interval!r}."
+            )
         self._monitors = _monitors()
         self._record = record
         self._current_step = current_step

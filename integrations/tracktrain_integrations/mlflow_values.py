@@ -27,26 +27,32 @@ def scalar(name: str, value: Any) -> float:
         return float(value)
     if getattr(value, "ndim", None) == 0:  # a 0-d tensor or array (a tensor on an accelerator is read here)
         return float(value)
-    raise TypeError(f"MLflowLogger.log_metrics: metric {name!r} must be a number, got {type(value).__name__} "
-                    f"{value!r}. Log one number per name (e.g. {name}/0, {name}/1 for the elements).")
+    raise TypeError(
+        f"MLflowLogger.log_metrics: metric {name!r} must be a number, got {type(value).__name__} "
+        f"{value!r}. Log one number per name (e.g. {name}/0, {name}/1 for the elements)."
+    )
 
 
 def mlflow_name(name: str) -> str:
     """`name` with the characters MLflow rejects as `_`, and no empty, `.` or `..` path parts (MLflow refuses names
     that would resolve to another path); long names keep a hash of the full name, so they stay distinct."""
-    parts = [part if part not in (".", "..") else "_" * len(part)
-             for part in _REJECTED_CHARACTERS.sub("_", name).split("/") if part]
+    parts = [
+        part if part not in (".", "..") else "_" * len(part)
+        for part in _REJECTED_CHARACTERS.sub("_", name).split("/")
+        if part
+    ]
     cleaned = "/".join(parts) or "_"
     if len(cleaned) > MAX_KEY_LENGTH:
-        cleaned = f"{cleaned[:MAX_KEY_LENGTH - 9]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+        cleaned = f"{cleaned[: MAX_KEY_LENGTH - 9]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
     return cleaned
 
 
 def truncated(name: Any, value: str, limit: int, kind: str) -> str:
     if len(value) <= limit:
         return value
-    warnings.warn(f"The {kind} {name!r} is {len(value)} characters long; MLflow keeps {limit}, so it is truncated.",
-                  stacklevel=3)
+    warnings.warn(
+        f"The {kind} {name!r} is {len(value)} characters long; MLflow keeps {limit}, so it is truncated.", stacklevel=3
+    )
     return value[:limit]
 
 
@@ -55,8 +61,9 @@ def batches(params: list[Any], tags: list[Any], metrics: list[Any]) -> Iterator[
     limits = {"params": MAX_PARAMS, "tags": MAX_TAGS, "metrics": MAX_METRICS}
     batch: dict[str, list[Any]] = {"params": [], "tags": [], "metrics": []}
     count = size = 0
-    entities = itertools.chain((("params", p) for p in params), (("tags", t) for t in tags),
-                               (("metrics", m) for m in metrics))
+    entities = itertools.chain(
+        (("params", p) for p in params), (("tags", t) for t in tags), (("metrics", m) for m in metrics)
+    )
     for kind, entity in entities:
         entity_size = len(entity.key) + len(str(entity.value)) + 80  # the JSON around a metric is ~80 bytes
         if count == MAX_ENTITIES or len(batch[kind]) == limits[kind] or size + entity_size > MAX_REQUEST_BYTES:

@@ -106,4 +106,3 @@ class TensorboardHook(Callback):
             self.logger.finalize()
             trainer.loggers.remove(self.logger)
             self.logger = None
-

@@ -43,15 +43,29 @@ class MlflowServer:
     def start(self, timeout: float = 90.0) -> float:
         """Start it and wait for /health; returns the seconds that took."""
         started = time.perf_counter()
-        command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
-                   "--workers", "1", "--backend-store-uri", f"sqlite:///{self.root / 'mlflow.db'}",
-                   "--artifacts-destination", str(self.artifacts)]
+        command = [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{self.root / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(self.artifacts),
+        ]
         # the background job runner (a dozen huey processes) is not needed for tracking, triples the start-up and
         # would share the CPUs
         child_environment = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         with open(self.root / "server.log", "ab") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=child_environment,
-                                            start_new_session=True)  # its own group: its uvicorn worker stops with it
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=child_environment, start_new_session=True
+            )  # its own group: its uvicorn worker stops with it
         while time.perf_counter() - started < timeout:
             if self.process.poll() is not None:
                 raise RuntimeError(f"mlflow server exited with {self.process.returncode}:\n{self.log_tail()}")
@@ -94,9 +108,12 @@ def experiment_names(port: int, timeout: float, running: Callable[[], bool]) -> 
     once it answers (within `timeout` seconds, while `running()`); None if it never did."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and running():
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/experiments/search",
-                                         data=b'{"max_results": 100}', method="POST",
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/experiments/search",
+            data=b'{"max_results": 100}',
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(request, timeout=5) as response:
                 return [experiment["name"] for experiment in json.loads(response.read())["experiments"]]

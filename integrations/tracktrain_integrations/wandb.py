@@ -102,21 +102,29 @@ class WandbLogger(QueuedLogger):
         **init_kwargs: Any,
     ) -> None:
         if delivery == "process" and watch is not None:
-            raise ValueError(f"WandbLogger(watch={watch!r}) logs histograms into the row W&B holds open, which only "
-                             "delivery='thread' keeps at the step being trained: pass delivery='thread' or None.")
+            raise ValueError(
+                f"WandbLogger(watch={watch!r}) logs histograms into the row W&B holds open, which only "
+                "delivery='thread' keeps at the step being trained: pass delivery='thread' or None."
+            )
         # Records gather for a moment into one delivery round (each round is a run.log per step), except with
         # watch(): its histograms join W&B's open row, which must then still be the step being trained.
-        super().__init__(flush_timeout=flush_timeout, close_timeout=close_timeout, max_pending=max_pending,
-                         linger=0.0 if watch is not None else 0.2,
-                         delivery=delivery or ("thread" if watch is not None else "process"))
+        super().__init__(
+            flush_timeout=flush_timeout,
+            close_timeout=close_timeout,
+            max_pending=max_pending,
+            linger=0.0 if watch is not None else 0.2,
+            delivery=delivery or ("thread" if watch is not None else "process"),
+        )
         self._wandb = _import_wandb()
         _check_choice("mode", mode, MODES)
         _check_choice("watch", watch, WATCH_MODES)
         _check_choice("resume", resume, RESUME_MODES)
         unknown = set(init_kwargs) - set(inspect.signature(self._wandb.init).parameters)
         if unknown:
-            raise TypeError(f"WandbLogger got arguments wandb.init does not take: {sorted(unknown)}; see "
-                            f"help(wandb.init) for the ones it does.")
+            raise TypeError(
+                f"WandbLogger got arguments wandb.init does not take: {sorted(unknown)}; see "
+                f"help(wandb.init) for the ones it does."
+            )
         self.project = project
         self.run_name = name if name is not None else default_run_name(project or "tracktrain")
         self.resume_mode = resume
@@ -166,12 +174,20 @@ class WandbLogger(QueuedLogger):
         deferred = {"settings": self._wandb.Settings(x_save_requirements=False)} if self._requirements_by_child else {}
         try:
             run = self._wandb.init(
-                project=self.project, entity=self.entity, name=self.run_name, id=self._run_id, resume=resume,
-                mode=self.mode, config=self.config, tags=self.tags, dir=save_dir,
+                project=self.project,
+                entity=self.entity,
+                name=self.run_name,
+                id=self._run_id,
+                resume=resume,
+                mode=self.mode,
+                config=self.config,
+                tags=self.tags,
+                dir=save_dir,
                 # our run leaves other runs of this process alone, except with `watch`: W&B's torch hooks log to
                 # the process's current run (`wandb.run`), which only a run that finishes the others becomes
                 reinit="finish_previous" if self.watch else "create_new",
-                **deferred, **self.init_kwargs,
+                **deferred,
+                **self.init_kwargs,
             )
         except Exception as error:
             raise RuntimeError(
@@ -241,7 +257,11 @@ class WandbLogger(QueuedLogger):
             self.skipped_records += len(stale)
             _logger.warning(
                 "W&B run %s: %d metric records at steps %s not logged: W&B already holds step %d and its step axis "
-                "only grows", run.id, len(stale), sorted(set(stale)), step,
+                "only grows",
+                run.id,
+                len(stale),
+                sorted(set(stale)),
+                step,
             )
 
     def _add_tags(self, run: Any, tags: Mapping[str, str]) -> None:
@@ -254,8 +274,9 @@ class WandbLogger(QueuedLogger):
         is_url = storage.is_remote(local_path)  # a reference to it, kept where it is
         if not is_url and not os.path.exists(local_path):
             if artifact_path == CHECKPOINT_ARTIFACTS:  # retention deleted it before its upload: not kept, as meant
-                _logger.debug("W&B run %s: checkpoint %s was deleted by retention before its upload", run.id,
-                              local_path)
+                _logger.debug(
+                    "W&B run %s: checkpoint %s was deleted by retention before its upload", run.id, local_path
+                )
                 return
             _logger.warning("W&B run %s: artifact %s no longer exists; not uploaded", run.id, local_path)
             return
@@ -264,9 +285,12 @@ class WandbLogger(QueuedLogger):
             name=re.sub(r"[^\w.-]", "-", f"{artifact_path or 'model'}-{run.id}"),
             type="model",
             # the checkpoint's own step: it may be announced after later rows were logged
-            metadata={"global_step": step if record.step is None else int(record.step),
-                      "original_filename": filename, "source": local_path,
-                      "logged_at": record.timestamp},
+            metadata={
+                "global_step": step if record.step is None else int(record.step),
+                "original_filename": filename,
+                "source": local_path,
+                "logged_at": record.timestamp,
+            },
         )
         if is_url:
             artifact.add_reference(local_path, name=filename, checksum=False)  # kept where it is, not copied
@@ -283,13 +307,24 @@ class WandbLogger(QueuedLogger):
 
     # -------------------------------------------------------------------------------------------- replay
     def _spill_header(self) -> dict[str, Any]:
-        return {**super()._spill_header(), "project": self.project, "entity": self.entity, "mode": self.mode,
-                "save_dir": self.resolved_save_dir}
+        return {
+            **super()._spill_header(),
+            "project": self.project,
+            "entity": self.entity,
+            "mode": self.mode,
+            "save_dir": self.resolved_save_dir,
+        }
 
     @classmethod
     def for_replay(cls, header: Mapping[str, Any]) -> WandbLogger:
-        logger = cls(project=header["project"], entity=header.get("entity"), id=header["run_id"],
-                     mode=header.get("mode"), save_dir=header["save_dir"], delivery="thread")
+        logger = cls(
+            project=header["project"],
+            entity=header.get("entity"),
+            id=header["run_id"],
+            mode=header.get("mode"),
+            save_dir=header["save_dir"],
+            delivery="thread",
+        )
         logger._run_id = logger._open(header["save_dir"])
         return logger
 
@@ -301,8 +336,14 @@ class WandbLogger(QueuedLogger):
     @classmethod
     def for_sender(cls, header: Mapping[str, Any]) -> WandbLogger:
         """The training process's run, attached to through W&B's service (WANDB_SERVICE, in the environment)."""
-        logger = cls(project=header["project"], entity=header.get("entity"), id=header["run_id"],
-                     mode=header.get("mode"), save_dir=header["save_dir"], delivery="thread")
+        logger = cls(
+            project=header["project"],
+            entity=header.get("entity"),
+            id=header["run_id"],
+            mode=header.get("mode"),
+            save_dir=header["save_dir"],
+            delivery="thread",
+        )
         logger._run = logger._wandb.attach(run_id=header["run_id"])
         logger._attached = True
         logger._step = header["step"]
@@ -352,8 +393,9 @@ def _checked_tag(tag: str) -> str:
 def _truncated_tag(tag: str) -> str:
     if len(tag) <= MAX_TAG_LENGTH:
         return tag
-    _logger.warning("W&B tag %r is longer than %d characters; kept as its first %d", tag, MAX_TAG_LENGTH,
-                    MAX_TAG_LENGTH)
+    _logger.warning(
+        "W&B tag %r is longer than %d characters; kept as its first %d", tag, MAX_TAG_LENGTH, MAX_TAG_LENGTH
+    )
     return tag[:MAX_TAG_LENGTH]
 
 

@@ -26,7 +26,10 @@ def test_quick_run_reports_every_case(tmp_path, positive):
     out = tmp_path / "checkpoint.json"
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--json", str(out), "--root-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "## Stall per checkpoint" in result.stdout
@@ -59,10 +62,17 @@ def test_quick_run_reports_every_case(tmp_path, positive):
         assert payload["lightning_bit_identical"], "Lightning's checkpoints were never compared with tracktrain's"
 
     resume = {(row["storage"], row["library"], row["how"]): row for row in payload["resume"]}
-    expected = [(storage, "tracktrain", how) for storage in storages
-                for how in ("from scratch", "ckpt_path=<file>", 'ckpt_path="last"')]
-    expected += [(storage, "lightning", how) for storage in storages if HAS_LIGHTNING
-                 for how in ("from scratch", "ckpt_path=<file>")]
+    expected = [
+        (storage, "tracktrain", how)
+        for storage in storages
+        for how in ("from scratch", "ckpt_path=<file>", 'ckpt_path="last"')
+    ]
+    expected += [
+        (storage, "lightning", how)
+        for storage in storages
+        if HAS_LIGHTNING
+        for how in ("from scratch", "ckpt_path=<file>")
+    ]
     assert sorted(resume) == sorted(expected)
     for key, row in resume.items():
         assert row["error"] is None, (key, row["error"])

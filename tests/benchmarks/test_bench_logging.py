@@ -46,7 +46,10 @@ def test_quick_run_reports_every_variant_reads_every_run_back_and_stops_its_serv
     out = tmp_path / "logging.json"
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--json", str(out)],
-        capture_output=True, text=True, timeout=280, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "## Throughput with 5 metrics logged at every step, start-up and end of fit excluded" in result.stdout
@@ -73,8 +76,11 @@ def test_quick_run_reports_every_variant_reads_every_run_back_and_stops_its_serv
             continue
         assert math.isclose(row["ratio"], row["it_per_s"] / baseline["it_per_s"]), key
         # every fit's run (the warm-up's too) held each metric at every step of the fit, and was closed
-        assert row["arrived"] == {"runs": arguments["repeats"] + 1, "complete_runs": arguments["repeats"] + 1,
-                                  "values_per_metric": payload["steps_per_fit"]}, key
+        assert row["arrived"] == {
+            "runs": arguments["repeats"] + 1,
+            "complete_runs": arguments["repeats"] + 1,
+            "values_per_metric": payload["steps_per_fit"],
+        }, key
         if framework == "tracktrain":  # the goal is tracktrain's; its verdict follows from the ratio
             assert row["goal_ratio"] == 0.95
             assert row["goal_met"].split()[0] == ("yes" if row["ratio"] >= 0.95 else "NO"), row
@@ -95,15 +101,18 @@ def test_a_real_fit_is_timed_from_its_second_epoch_and_read_back_complete(bench,
     from tracktrain.loggers import CSVLogger
 
     problems: list[str] = []
-    variants = [bench.Variant("tracktrain/none", "tracktrain", "none", bench.tracktrain_fitter(None)),
-                bench.Variant("tracktrain/csv", "tracktrain", "CSVLogger", bench.tracktrain_fitter(CSVLogger))]
+    variants = [
+        bench.Variant("tracktrain/none", "tracktrain", "none", bench.tracktrain_fitter(None)),
+        bench.Variant("tracktrain/csv", "tracktrain", "CSVLogger", bench.tracktrain_fitter(CSVLogger)),
+    ]
     fits = [bench.run_fit(measurement, variant, str(tmp_path), 1, problems) for variant in variants]
     assert problems == []
     for fit in fits:
         assert fit.steps == 9 and fit.timed_steps == 6 and fit.seconds > 0 and fit.tail_seconds >= 0
     assert fits[0].delivery is None and fits[1].delivery.kind == "csv"
     assert bench.verify_deliveries(measurement.deliveries, measurement.steps, problems) == {
-        "tracktrain/csv": {"runs": 1, "complete_runs": 1, "values_per_metric": 9}}
+        "tracktrain/csv": {"runs": 1, "complete_runs": 1, "values_per_metric": 9}
+    }
     assert problems == []
 
 
@@ -141,8 +150,14 @@ def test_ratios_and_verdicts_follow_the_throughput_and_the_noise(bench):
     def variant(key, logger):
         return bench.Variant(key, key.split("/")[0], logger, fit=None)
 
-    variants = [variant("tracktrain/none", "none"), variant("tracktrain/a", "A"), variant("tracktrain/b", "B"),
-                variant("tracktrain/c", "C"), variant("lightning/none", "none"), variant("lightning/a", "A")]
+    variants = [
+        variant("tracktrain/none", "none"),
+        variant("tracktrain/a", "A"),
+        variant("tracktrain/b", "B"),
+        variant("tracktrain/c", "C"),
+        variant("lightning/none", "none"),
+        variant("lightning/a", "A"),
+    ]
     fits = {
         "tracktrain/none": [_fit(bench, 1000)] * 5,
         "tracktrain/a": [_fit(bench, 980)] * 5,  # 0.98: met, with no spread at all
@@ -166,11 +181,24 @@ def test_ratios_and_verdicts_follow_the_throughput_and_the_noise(bench):
 
 
 def test_selecting_variants_keeps_each_frameworks_baseline(bench):
-    variants = [bench.Variant(key, key.split("/")[0], "none" if key.endswith("/none") else key, fit=None)
-                for key in ("tracktrain/none", "tracktrain/csv", "tracktrain/mlflow-sqlite", "lightning/none",
-                            "lightning/mlflow-sqlite")]
-    assert [v.key for v in bench.select(variants, "tracktrain/mlflow")] == ["tracktrain/none",
-                                                                             "tracktrain/mlflow-sqlite"]
+    variants = [
+        bench.Variant(key, key.split("/")[0], "none" if key.endswith("/none") else key, fit=None)
+        for key in (
+            "tracktrain/none",
+            "tracktrain/csv",
+            "tracktrain/mlflow-sqlite",
+            "lightning/none",
+            "lightning/mlflow-sqlite",
+        )
+    ]
+    assert [v.key for v in bench.select(variants, "tracktrain/mlflow")] == [
+        "tracktrain/none",
+        "tracktrain/mlflow-sqlite",
+    ]
     assert [v.key for v in bench.select(variants, "mlflow")] == [
-        "tracktrain/none", "tracktrain/mlflow-sqlite", "lightning/none", "lightning/mlflow-sqlite"]
+        "tracktrain/none",
+        "tracktrain/mlflow-sqlite",
+        "lightning/none",
+        "lightning/mlflow-sqlite",
+    ]
     assert bench.select(variants, None) == variants

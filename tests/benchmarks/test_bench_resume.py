@@ -26,7 +26,10 @@ def test_quick_run_reports_every_framework_and_point(tmp_path, positive):
     out = tmp_path / "resume.json"
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--json", str(out), "--root-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "## Resume: from the call that resumes to the first training step" in result.stdout
@@ -34,8 +37,12 @@ def test_quick_run_reports_every_framework_and_point(tmp_path, positive):
 
     payload = json.loads(out.read_text())
     assert payload["problems"] == []
-    expected = ["tracktrain"] + (["ignite"] if HAS_IGNITE else []) + (["lightning"] if HAS_LIGHTNING else []) \
+    expected = (
+        ["tracktrain"]
+        + (["ignite"] if HAS_IGNITE else [])
+        + (["lightning"] if HAS_LIGHTNING else [])
         + (["lightning+sdl"] if HAS_LIGHTNING and HAS_TORCHDATA else [])
+    )
     assert payload["frameworks"] == expected
     assert positive(payload["batch_load_ms"])
     arguments = payload["arguments"]
@@ -47,7 +54,9 @@ def test_quick_run_reports_every_framework_and_point(tmp_path, positive):
         assert sorted(row["frameworks"]) == sorted(expected), point
         for key, cell in row["frameworks"].items():
             assert len(cell["samples_ms"]) == arguments["repeats"] and all(map(positive, cell["samples_ms"])), (
-                point, key)
+                point,
+                key,
+            )
             assert positive(cell["ms"]) and positive(cell["batches"]), (point, key)
             assert cell["verdicts"], (point, key)  # every resumed run's first batch was compared
         # a line of the table per point, with a cell per framework
@@ -65,8 +74,9 @@ def test_resume_loads_no_skipped_sample_and_the_checks_catch_what_is_not_exact(t
     epoch, another order and a wrong step apart; and a resume that loaded skipped samples is a problem."""
     bench_module = load_benchmark("bench_resume", "resume_frameworks")
     workload = bench_module.Workload(batches=20, batch_size=4, sample_us=0, seed=0)
-    framework = bench_module.Framework(bench_module.TRACKTRAIN, bench_module.run_tracktrain,
-                                       bench_module.tracktrain_checkpoint)
+    framework = bench_module.Framework(
+        bench_module.TRACKTRAIN, bench_module.run_tracktrain, bench_module.tracktrain_checkpoint
+    )
     bench = bench_module.Bench(workload, [framework], str(tmp_path))
     bench.train_references(lambda what: None)
     assert bench.problems == [] and len(framework.reference) == 19
@@ -82,8 +92,10 @@ def test_resume_loads_no_skipped_sample_and_the_checks_catch_what_is_not_exact(t
     assert bench_module.verdict(replayed, 18, framework.reference) == bench_module.REPLAYED
     other = FirstStep(0.01, 18, [-1, -2, -3, -4], 4)
     assert bench_module.verdict(other, 18, framework.reference) == bench_module.OTHER
-    assert bench_module.verdict(FirstStep(0.01, 0, framework.reference[18], 4), 18, framework.reference) == \
-        bench_module.WRONG_STEP
+    assert (
+        bench_module.verdict(FirstStep(0.01, 0, framework.reference[18], 4), 18, framework.reference)
+        == bench_module.WRONG_STEP
+    )
     bench.check(framework, 90, FirstStep(0.01, 18, framework.reference[18], 76))
     bench.check(framework, 90, replayed)
     text = "\n".join(bench.problems)

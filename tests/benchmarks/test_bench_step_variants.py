@@ -32,7 +32,10 @@ def test_quick_run_reports_every_variant_with_consistent_rows(tmp_path, positive
     out = tmp_path / "variants.json"
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--json", str(out)],
-        capture_output=True, text=True, timeout=230, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=230,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "## Time per optimizer step, start-up and first epoch excluded" in result.stdout
@@ -120,8 +123,9 @@ def test_verdicts_follow_the_overhead_and_the_noise(bench):
     costly = bench.summarize({"raw": steady, "tracktrain": [1100.0] * 5}, "median")
     assert costly["goal_met"] == "NO"
     # an interquartile range of 100 µs hides a margin of 20 µs
-    noisy = bench.summarize({"raw": [900.0, 950, 1000, 1050, 1100], "tracktrain": [970.0, 1020, 1070, 1120, 1170]},
-                            "median")
+    noisy = bench.summarize(
+        {"raw": [900.0, 950, 1000, 1050, 1100], "tracktrain": [970.0, 1020, 1070, 1120, 1170]}, "median"
+    )
     assert noisy["overhead_us"] == 70 and noisy["noise_us"] == 100 and noisy["goal_met"] == "NO (within noise)"
     # paired: the difference within each round, whose drift the two variants share
     drifting = bench.summarize({"raw": [1000.0, 1200, 900], "tracktrain": [1010.0, 1210, 1300]}, "median")

@@ -24,7 +24,10 @@ def test_quick_run_reports_every_row_with_positive_times(tmp_path, positive):
     out = tmp_path / "trainer.json"
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--json", str(out)],
-        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "## Time per iteration, start-up excluded" in result.stdout

@@ -115,8 +115,13 @@ def make_trainer(tmp_path: Path) -> Callable[..., Trainer]:
     def make(**options: Any) -> Trainer:
         options.setdefault("max_epochs", 1)
         recorder = RecordingLogger()
-        trainer = Trainer(enable_progress_bar=False, enable_checkpointing=False, default_root_dir=tmp_path,
-                          loggers=[recorder], **options)
+        trainer = Trainer(
+            enable_progress_bar=False,
+            enable_checkpointing=False,
+            default_root_dir=tmp_path,
+            loggers=[recorder],
+            **options,
+        )
         trainer.recorder = recorder
         return trainer
 

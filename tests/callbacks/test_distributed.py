@@ -34,21 +34,29 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
 
     torch.set_num_threads(1)
     out = Path(out_dir)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
-                            timeout=timedelta(seconds=30))
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=timedelta(seconds=30)
+    )
     try:
         logger = get_dist_logger("printer")
         logger.log_to_file(out)
         early_stopping = EarlyStopping("val_metric", patience=1)
-        trainer = Trainer(max_epochs=5, enable_progress_bar=False, enable_checkpointing=False, default_root_dir=out,
-                          callbacks=[early_stopping, MetricPrinter(logger), AccuracyTracker()])
+        trainer = Trainer(
+            max_epochs=5,
+            enable_progress_bar=False,
+            enable_checkpointing=False,
+            default_root_dir=out,
+            callbacks=[early_stopping, MetricPrinter(logger), AccuracyTracker()],
+        )
         module = TinyModule(val_script=SCRIPTS[rank])
         trainer.fit(module, batches(2, seed=rank), batches(2, batch_size=3 + 4 * rank, seed=10 + rank))
         result = {
-            "validations": module.validations, "stopped_epoch": early_stopping.stopped_epoch,
+            "validations": module.validations,
+            "stopped_epoch": early_stopping.stopped_epoch,
             "reason": early_stopping.stopping_reason.name,
             "val_accuracy": float(trainer.callback_metrics["val_accuracy"]),
-            "weights": module.net.weight.detach().tolist(), "bias": module.net.bias.detach().tolist(),
+            "weights": module.net.weight.detach().tolist(),
+            "bias": module.net.bias.detach().tolist(),
         }
         (out / f"result_{rank}.json").write_text(json.dumps(result))
         dist.barrier()

@@ -82,9 +82,13 @@ def test_matches_lightning_on_the_same_values():
     for trial in range(40):
         values = (torch.rand(12, generator=g) * 2).tolist()
         values[int(torch.randint(0, 12, (1,), generator=g))] = [math.nan, 0.05, 1.95][trial % 3]
-        options = {"mode": ("min", "max")[trial % 2], "min_delta": [0.0, 0.1, 0.3][trial % 3],
-                   "patience": 1 + trial % 4, "stopping_threshold": [None, 0.1, 1.9][trial % 3],
-                   "divergence_threshold": [None, 1.9, 0.1][trial % 5 % 3]}
+        options = {
+            "mode": ("min", "max")[trial % 2],
+            "min_delta": [0.0, 0.1, 0.3][trial % 3],
+            "patience": 1 + trial % 4,
+            "stopping_threshold": [None, 0.1, 1.9][trial % 3],
+            "divergence_threshold": [None, 1.9, 0.1][trial % 5 % 3],
+        }
         ours, theirs = EarlyStopping("m", **options), lightning.EarlyStopping("m", **options)
         for value in values:
             our_stop, _ = ours._evaluate(value)
@@ -130,7 +134,9 @@ def test_a_validate_call_of_its_own_does_not_count(make_trainer):
 
 def test_a_metric_never_logged_is_a_key_error_listing_the_logged_ones(make_trainer):
     trainer = make_trainer(callbacks=[EarlyStopping("val_acc")])
-    with pytest.raises(KeyError, match=r"EarlyStopping monitors 'val_acc'.*Logged metrics: \['train_loss', 'val_metric'\]"):
+    with pytest.raises(
+        KeyError, match=r"EarlyStopping monitors 'val_acc'.*Logged metrics: \['train_loss', 'val_metric'\]"
+    ):
         trainer.fit(TinyModule(val_script=[1.0]), batches(1), batches(1))
 
 

@@ -183,8 +183,11 @@ def groups(module: TinyModule, names: tuple[str | None, str | None]) -> list[dic
 
 @pytest.mark.parametrize(
     "names, expected",
-    [((None, None), ["lr-SGD/pg1", "lr-SGD/pg2"]), (("body", "head"), ["lr-SGD/body", "lr-SGD/head"]),
-     ((None, "head"), ["lr-SGD/pg1", "lr-SGD/head"])],
+    [
+        ((None, None), ["lr-SGD/pg1", "lr-SGD/pg2"]),
+        (("body", "head"), ["lr-SGD/body", "lr-SGD/head"]),
+        ((None, "head"), ["lr-SGD/pg1", "lr-SGD/head"]),
+    ],
 )
 def test_parameter_groups_are_named_like_lightning(make_trainer, names, expected):
     def optimizers(module):

@@ -41,8 +41,9 @@ def test_step_interval_reports_at_the_trainers_log_steps(make_trainer):
 
 
 def test_step_interval_reports_once_per_optimizer_step_under_accumulation(make_trainer):
-    trainer = make_trainer(max_epochs=1, log_every_n_steps=1, accumulate_grad_batches=2,
-                           callbacks=[MemoryMonitor(logging_interval="step")])
+    trainer = make_trainer(
+        max_epochs=1, log_every_n_steps=1, accumulate_grad_batches=2, callbacks=[MemoryMonitor(logging_interval="step")]
+    )
     trainer.fit(TinyModule(), batches(6))
     assert trainer.recorder.steps_of("memory/rss_mb") == [1, 2, 3]
 

@@ -68,8 +68,13 @@ def test_a_plain_model_fit_as_a_supervised_module(make_trainer):
     model = torch.nn.Linear(3, 2)
     trainer = make_trainer(max_epochs=1, callbacks=[AccuracyTracker()])
     data = batches(3, seed=4)
-    trainer.fit(model, batches(2), data, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
-                criterion=torch.nn.CrossEntropyLoss())
+    trainer.fit(
+        model,
+        batches(2),
+        data,
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+        criterion=torch.nn.CrossEntropyLoss(),
+    )
     with torch.no_grad():
         expected = torch.cat([(model(x).argmax(1) == y) for x, y in data]).double().mean().item()
     assert float(trainer.callback_metrics["val_accuracy"]) == expected
@@ -87,10 +92,13 @@ def test_tuple_outputs_custom_transforms_and_train_accuracy(make_trainer):
             return self.net(x), y
 
     pick = lambda output: (output["scores"], output["labels"]) if isinstance(output, dict) else output  # noqa: E731
-    trainer = make_trainer(max_epochs=1, callbacks=[
-        LossTracker(output_transform=lambda output: output["loss"] * 2),
-        AccuracyTracker(pick, stages=("fit", "validate")),
-    ])
+    trainer = make_trainer(
+        max_epochs=1,
+        callbacks=[
+            LossTracker(output_transform=lambda output: output["loss"] * 2),
+            AccuracyTracker(pick, stages=("fit", "validate")),
+        ],
+    )
     module = TupleModule()
     data = batches(1, batch_size=16)  # one batch: the epoch's accuracy is the accuracy of that batch
     with torch.no_grad():

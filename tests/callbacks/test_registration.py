@@ -24,8 +24,9 @@ ENGINES = ("train_engine", "eval_engine", "test_engine")
 def handler_counts(trainer) -> dict[str, Counter]:
     """The number of handlers of each event on each engine (events without any left out)."""
     return {
-        engine: Counter({event: len(records) for event, records in getattr(trainer, engine)._event_handlers.items()
-                         if records})
+        engine: Counter(
+            {event: len(records) for event, records in getattr(trainer, engine)._event_handlers.items() if records}
+        )
         for engine in ENGINES
     }
 
@@ -65,36 +66,85 @@ CASES = [
     # (callback, fit with validation, hooks it overrides, handlers added during fit, handlers added during test)
     (LearningRateMonitor("epoch"), False, [], {"train_engine": {"STARTED": 1, "EPOCH_STARTED": 1}}, {}),
     (LearningRateMonitor("step"), False, [], {"train_engine": {"STARTED": 1, "ITERATION_STARTED": 1}}, {}),
-    (LearningRateMonitor(), False, [],
-     {"train_engine": {"STARTED": 1, "ITERATION_STARTED": 1, "EPOCH_STARTED": 1}}, {}),
+    (
+        LearningRateMonitor(),
+        False,
+        [],
+        {"train_engine": {"STARTED": 1, "ITERATION_STARTED": 1, "EPOCH_STARTED": 1}},
+        {},
+    ),
     (EarlyStopping("val_loss"), True, [], {"eval_engine": {"COMPLETED": 1}}, {}),
     (EarlyStopping("train_loss"), False, [], {"train_engine": {"EPOCH_COMPLETED": 1}}, {}),
-    (MetricPrinter(), True,
-     ["on_train_epoch_start", "on_train_epoch_end", "on_validation_start", "on_validation_end", "on_test_start",
-      "on_test_end"],
-     {"train_engine": {"EPOCH_STARTED": 1, "EPOCH_COMPLETED": 1}, "eval_engine": {"STARTED": 1, "COMPLETED": 1}},
-     {"test_engine": {"STARTED": 1, "COMPLETED": 1}}),
-    (Timing(), True,
-     ["on_train_epoch_start", "on_train_batch_start", "on_train_batch_end", "on_train_epoch_end",
-      "on_validation_start", "on_validation_end"],
-     {"train_engine": {"EPOCH_STARTED": 1, "ITERATION_STARTED": 1, "ITERATION_COMPLETED": 1, "EPOCH_COMPLETED": 1},
-      "eval_engine": {"STARTED": 1, "COMPLETED": 1}}, {}),
+    (
+        MetricPrinter(),
+        True,
+        [
+            "on_train_epoch_start",
+            "on_train_epoch_end",
+            "on_validation_start",
+            "on_validation_end",
+            "on_test_start",
+            "on_test_end",
+        ],
+        {"train_engine": {"EPOCH_STARTED": 1, "EPOCH_COMPLETED": 1}, "eval_engine": {"STARTED": 1, "COMPLETED": 1}},
+        {"test_engine": {"STARTED": 1, "COMPLETED": 1}},
+    ),
+    (
+        Timing(),
+        True,
+        [
+            "on_train_epoch_start",
+            "on_train_batch_start",
+            "on_train_batch_end",
+            "on_train_epoch_end",
+            "on_validation_start",
+            "on_validation_end",
+        ],
+        {
+            "train_engine": {
+                "EPOCH_STARTED": 1,
+                "ITERATION_STARTED": 1,
+                "ITERATION_COMPLETED": 1,
+                "EPOCH_COMPLETED": 1,
+            },
+            "eval_engine": {"STARTED": 1, "COMPLETED": 1},
+        },
+        {},
+    ),
     (MemoryMonitor(), False, [], {"train_engine": {"EPOCH_COMPLETED": 1}}, {}),
-    (MemoryMonitor(logging_interval="step"), False, [], {"train_engine": {"STARTED": 1, "ITERATION_COMPLETED": 1}},
-     {}),
-    (LossTracker(), True, [], {"train_engine": {"EPOCH_STARTED": 1, "ITERATION_COMPLETED": 1, "EPOCH_COMPLETED": 1}},
-     {}),
-    (LossTracker(F.cross_entropy), True, [],
-     {"train_engine": {"EPOCH_STARTED": 1, "ITERATION_COMPLETED": 1, "EPOCH_COMPLETED": 1},
-      "eval_engine": {"EPOCH_STARTED": 1, "ITERATION_COMPLETED": 1, "EPOCH_COMPLETED": 1}},
-     {"test_engine": {"EPOCH_STARTED": 1, "ITERATION_COMPLETED": 1, "EPOCH_COMPLETED": 1}}),
-    (AccuracyTracker(), True, [], {"eval_engine": {"EPOCH_STARTED": 1, "ITERATION_COMPLETED": 1, "EPOCH_COMPLETED": 1}},
-     {"test_engine": {"EPOCH_STARTED": 1, "ITERATION_COMPLETED": 1, "EPOCH_COMPLETED": 1}}),
+    (MemoryMonitor(logging_interval="step"), False, [], {"train_engine": {"STARTED": 1, "ITERATION_COMPLETED": 1}}, {}),
+    (
+        LossTracker(),
+        True,
+        [],
+        {"train_engine": {"EPOCH_STARTED": 1, "ITERATION_COMPLETED": 1, "EPOCH_COMPLETED": 1}},
+        {},
+    ),
+    (
+        LossTracker(F.cross_entropy),
+        True,
+        [],
+        {
+            "train_engine": {"EPOCH_STARTED": 1, "ITERATION_COMPLETED": 1, "EPOCH_COMPLETED": 1},
+            "eval_engine": {"EPOCH_STARTED": 1, "ITERATION_COMPLETED": 1, "EPOCH_COMPLETED": 1},
+        },
+        {"test_engine": {"EPOCH_STARTED": 1, "ITERATION_COMPLETED": 1, "EPOCH_COMPLETED": 1}},
+    ),
+    (
+        AccuracyTracker(),
+        True,
+        [],
+        {"eval_engine": {"EPOCH_STARTED": 1, "ITERATION_COMPLETED": 1, "EPOCH_COMPLETED": 1}},
+        {"test_engine": {"EPOCH_STARTED": 1, "ITERATION_COMPLETED": 1, "EPOCH_COMPLETED": 1}},
+    ),
 ]
 
 
-@pytest.mark.parametrize("callback, validate, hooks, during_fit, during_test", CASES,
-                         ids=lambda value: type(value).__name__ if isinstance(value, Callback) else None)
+@pytest.mark.parametrize(
+    "callback, validate, hooks, during_fit, during_test",
+    CASES,
+    ids=lambda value: type(value).__name__ if isinstance(value, Callback) else None,
+)
 def test_only_the_needed_handlers_are_attached(make_trainer, callback, validate, hooks, during_fit, during_test):
     assert sorted(overridden_hooks(callback, Callback)) == sorted(hooks)
     baseline_fit, baseline_test = census(make_trainer, [], validate)
@@ -106,7 +156,14 @@ def test_only_the_needed_handlers_are_attached(make_trainer, callback, validate,
 
 
 def test_repeated_fits_never_attach_twice(make_trainer):
-    callbacks = [LossTracker(F.cross_entropy), AccuracyTracker(), Timing(), MetricPrinter(), EarlyStopping("val_loss"),
-                 LearningRateMonitor(), MemoryMonitor()]
+    callbacks = [
+        LossTracker(F.cross_entropy),
+        AccuracyTracker(),
+        Timing(),
+        MetricPrinter(),
+        EarlyStopping("val_loss"),
+        LearningRateMonitor(),
+        MemoryMonitor(),
+    ]
     first, second, third, _ = census(make_trainer, callbacks, validate=True, repeats=3)
     assert first == second == third

@@ -77,8 +77,11 @@ def test_checkpoints_kills_left_behind_are_counted_and_deleted_at_the_next_start
     def trainer(*callbacks):
         checkpoint = ModelCheckpoint(dirpath=where, every_n_train_steps=4, save_top_k=2, save_last=2)
         start = AtStart(checkpoint)
-        return Trainer(**quiet(tmp_path, max_epochs=3, seed=1, resume="auto", loggers=False,
-                               callbacks=[checkpoint, start, *callbacks])), start
+        return Trainer(
+            **quiet(
+                tmp_path, max_epochs=3, seed=1, resume="auto", loggers=False, callbacks=[checkpoint, start, *callbacks]
+            )
+        ), start
 
     # every deletion is lost, as when each save is killed right after its commit; then the run dies at step 17
     with monkeypatch.context() as patch:
@@ -87,22 +90,29 @@ def test_checkpoints_kills_left_behind_are_counted_and_deleted_at_the_next_start
         with pytest.raises(RuntimeError, match="killed"):
             first.fit(Classifier(), make_loader())
     steps = [4, 8, 12, 16]
-    assert committed(where) == {"top": [f"checkpoint_{s}.pt" for s in steps],
-                                "last": [f"last_checkpoint_{s}.pt" for s in steps]}
+    assert committed(where) == {
+        "top": [f"checkpoint_{s}.pt" for s in steps],
+        "last": [f"last_checkpoint_{s}.pt" for s in steps],
+    }
 
     again, start = trainer()
     again.fit(Classifier(), make_loader())
     assert again.ckpt_path == storage.join(where, "last_checkpoint_16.pt")
     # before anything new is saved, the rules hold again: the newest two of each kind
-    assert start.seen == {"top": ["checkpoint_12.pt", "checkpoint_16.pt"],
-                          "last": ["last_checkpoint_12.pt", "last_checkpoint_16.pt"]}
-    assert committed(where) == {"top": ["checkpoint_20.pt", "checkpoint_24.pt"],
-                                "last": ["last_checkpoint_20.pt", "last_checkpoint_24.pt"]}
+    assert start.seen == {
+        "top": ["checkpoint_12.pt", "checkpoint_16.pt"],
+        "last": ["last_checkpoint_12.pt", "last_checkpoint_16.pt"],
+    }
+    assert committed(where) == {
+        "top": ["checkpoint_20.pt", "checkpoint_24.pt"],
+        "last": ["last_checkpoint_20.pt", "last_checkpoint_24.pt"],
+    }
     only_committed_files(where)
 
 
 def test_adopted_checkpoints_rank_by_the_exact_score_and_the_resumed_from_one_goes_after_a_newer_commit(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     """Scores that differ only past the 4 decimals of the file names: ranking needs the manifest's exact score."""
     scores = [0.50001, 0.50004, 0.50002, 0.50003]
     directory = tmp_path / "ckpt"
@@ -114,25 +124,39 @@ def test_adopted_checkpoints_rank_by_the_exact_score_and_the_resumed_from_one_go
     def trainer():
         checkpoint = ModelCheckpoint(dirpath=directory, monitor="val_score", mode="max", save_top_k=2, save_last=2)
         start = AtStart(checkpoint)
-        return Trainer(**quiet(tmp_path, max_epochs=4, limit_train_batches=2, limit_val_batches=1, loggers=False,
-                               callbacks=[checkpoint, start])), start
+        return Trainer(
+            **quiet(
+                tmp_path,
+                max_epochs=4,
+                limit_train_batches=2,
+                limit_val_batches=1,
+                loggers=False,
+                callbacks=[checkpoint, start],
+            )
+        ), start
 
     with monkeypatch.context() as patch:  # every deletion lost: all 4 epochs' checkpoints stay
         patch.setattr(FsspecSaver, "remove", lambda self, filename: None)
         trainer()[0].fit(Scored(), make_loader(), make_loader())
     top = {step: f"checkpoint_{step}_val_score=0.5000.pt" for step in (2, 4, 6, 8)}
-    assert committed(str(directory)) == {"top": list(top.values()),
-                                         "last": [f"last_checkpoint_{step}.pt" for step in (2, 4, 6, 8)]}
+    assert committed(str(directory)) == {
+        "top": list(top.values()),
+        "last": [f"last_checkpoint_{step}.pt" for step in (2, 4, 6, 8)],
+    }
 
     # resume from step 4: its own lists know steps 2 and 4 only
     again, start = trainer()
     again.fit(Scored(), make_loader(), make_loader(), ckpt_path=directory / "last_checkpoint_4.pt")
     # the best two by exact score are 0.50004 (step 4) and 0.50003 (step 8); the latest two are 6 and 8, and the
     # checkpoint the run resumed from stays until a newer latest checkpoint is committed
-    assert start.seen == {"top": [top[4], top[8]],
-                          "last": ["last_checkpoint_4.pt", "last_checkpoint_6.pt", "last_checkpoint_8.pt"]}
-    assert committed(str(directory)) == {"top": [top[4], top[8]],
-                                         "last": ["last_checkpoint_6.pt", "last_checkpoint_8.pt"]}
+    assert start.seen == {
+        "top": [top[4], top[8]],
+        "last": ["last_checkpoint_4.pt", "last_checkpoint_6.pt", "last_checkpoint_8.pt"],
+    }
+    assert committed(str(directory)) == {
+        "top": [top[4], top[8]],
+        "last": ["last_checkpoint_6.pt", "last_checkpoint_8.pt"],
+    }
     only_committed_files(str(directory))
 
 
@@ -140,7 +164,8 @@ def test_a_new_run_leaves_another_runs_checkpoints_in_the_directory_alone(tmp_pa
     def fit(every, resume):
         checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=every, save_top_k=2, save_last=2)
         Trainer(**quiet(tmp_path, max_epochs=1, resume=resume, loggers=False, callbacks=[checkpoint])).fit(
-            Classifier(), make_loader())
+            Classifier(), make_loader()
+        )
 
     fit(4, resume=None)
     fit(3, resume=None)  # not resuming: these are not its checkpoints
@@ -162,8 +187,13 @@ def test_a_list_longer_than_n_saved_keeps_the_n_best_at_the_next_save(tmp_path):
     for name in ("a.pt", "b.pt", "c.pt"):
         (tmp_path / name).write_bytes(b"x")
     scores = iter([5.0, 8.0])
-    checkpoint = Checkpoint({"model": nn.Linear(1, 1)}, saver, score_function=lambda engine: next(scores),
-                            filename_pattern="{score}.pt", n_saved=2)
+    checkpoint = Checkpoint(
+        {"model": nn.Linear(1, 1)},
+        saver,
+        score_function=lambda engine: next(scores),
+        filename_pattern="{score}.pt",
+        n_saved=2,
+    )
     checkpoint.load_state_dict({"_saved": [(1.0, "a.pt"), (7.0, "b.pt"), (9.0, "c.pt")]})
     engine = Engine(lambda engine, batch: None)
     checkpoint(engine)  # 5 does not beat the second best, 7
@@ -191,8 +221,15 @@ def _fit_with_lost_deletions_then_resume_from_an_older_one(out: str) -> None:
             self.checkpoint = checkpoint
 
         def on_fit_start(self, trainer, module):
-            _save(out, "lists", {kind: state["_saved"] for kind, state in self.checkpoint.state_dict().items()
-                                 if kind in ("best", "last")})
+            _save(
+                out,
+                "lists",
+                {
+                    kind: state["_saved"]
+                    for kind, state in self.checkpoint.state_dict().items()
+                    if kind in ("best", "last")
+                },
+            )
 
     remove = FsspecSaver.remove
     FsspecSaver.remove = lambda self, filename: None
@@ -215,8 +252,14 @@ def test_under_ddp_every_rank_takes_the_lists_rank_zero_adopted(tmp_path):
 
     spawn(_fit_with_lost_deletions_then_resume_from_an_older_one, 2, args=(str(tmp_path),))
     lists = _load(tmp_path, "lists")
-    assert lists[0] == lists[1] == {"best": [[4, "checkpoint_4.pt"], [6, "checkpoint_6.pt"]],
-                                    "last": [[4, "last_checkpoint_4.pt"], [6, "last_checkpoint_6.pt"]]}
+    assert (
+        lists[0]
+        == lists[1]
+        == {
+            "best": [[4, "checkpoint_4.pt"], [6, "checkpoint_6.pt"]],
+            "last": [[4, "last_checkpoint_4.pt"], [6, "last_checkpoint_6.pt"]],
+        }
+    )
 
 
 # ------------------------------------------------------------------- real processes killed at random moments
@@ -260,8 +303,10 @@ def kill_and_restart(root: str, tmp_path: Path, cycles: int, seed: int, monkeypa
     final = harness.Run(root, out, 0)
     assert final.finish() == 0, final.stderr[-3000:]
     assert final.lines[-1] == f"done {harness.STEPS}"
-    assert committed(directory) == {"top": ["checkpoint_45.pt", "checkpoint_48.pt"],
-                                    "last": ["last_checkpoint_45.pt", "last_checkpoint_48.pt"]}
+    assert committed(directory) == {
+        "top": ["checkpoint_45.pt", "checkpoint_48.pt"],
+        "last": ["last_checkpoint_45.pt", "last_checkpoint_48.pt"],
+    }
     only_committed_files(directory)
 
 

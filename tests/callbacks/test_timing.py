@@ -89,7 +89,8 @@ def test_epoch_step_validation_seconds_and_throughput(make_trainer, dist_logger,
     messages = logged_messages(tmp_path / "logs" / "rank_0.log")
     assert [message.split(" | ")[0] for message in messages] == ["Epoch 1", "Validation", "Epoch 2", "Validation"]
     assert messages[0].split(" | ")[1:] == [
-        f"time/epoch={epochs[0]:.4f}", f"time/step_mean={step_means[0]:.4f}",
+        f"time/epoch={epochs[0]:.4f}",
+        f"time/step_mean={step_means[0]:.4f}",
         f"throughput/samples_per_sec={throughputs[0]:.4f}",
     ]
 

@@ -25,8 +25,9 @@ def test_seed_example_runs_as_written(tmp_path, monkeypatch):
 
     features, labels = load_digits(return_X_y=True)
     dataset = TensorDataset(torch.tensor(features / 16.0, dtype=torch.float32), torch.tensor(labels))
-    train_dataset, test_dataset = torch.utils.data.random_split(dataset, [1400, 397],
-                                                                generator=torch.Generator().manual_seed(0))
+    train_dataset, test_dataset = torch.utils.data.random_split(
+        dataset, [1400, 397], generator=torch.Generator().manual_seed(0)
+    )
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
     criterion = nn.CrossEntropyLoss()
@@ -45,23 +46,19 @@ def test_seed_example_runs_as_written(tmp_path, monkeypatch):
     logger = get_dist_logger()
 
     # if you want to save log to file
-    logger.log_to_file('./logs/')
+    logger.log_to_file("./logs/")
 
-    trainer = Trainer(
-        engine=engine,
-        timer=timer,
-        logger=logger
-    )
+    trainer = Trainer(engine=engine, timer=timer, logger=logger)
 
     hook_list = [
         hooks.LossHook(),
         hooks.LRSchedulerHook(lr_scheduler=lr_scheduler, by_epoch=False),
         hooks.AccuracyHook(),
-        hooks.TensorboardHook(log_dir='./tb_logs', ranks=[0]),
+        hooks.TensorboardHook(log_dir="./tb_logs", ranks=[0]),
         hooks.LogMetricByEpochHook(logger),
         hooks.LogMemoryByEpochHook(logger),
         hooks.LogTimingByEpochHook(timer, logger),
-        hooks.SaveCheckpointHook(checkpoint_dir='./ckpt')
+        hooks.SaveCheckpointHook(checkpoint_dir="./ckpt"),
     ]
 
     trainer.fit(
@@ -70,7 +67,7 @@ def test_seed_example_runs_as_written(tmp_path, monkeypatch):
         test_dataloader=test_dataloader,
         test_interval=1,
         hooks=hook_list,
-        display_progress=True
+        display_progress=True,
     )
 
     # ---- what it did -----------------------------------------------------------------------------------------
@@ -105,8 +102,14 @@ def test_lr_scheduler_hook_state_rides_in_the_checkpoints(tmp_path, monkeypatch)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
     engine, *_ = initialize(model, optimizer, nn.CrossEntropyLoss())
     data = [(torch.randn(8, 4), torch.randint(0, 2, (8,))) for _ in range(3)]
-    Trainer(engine).fit(data, epochs=2, hooks=[hooks.LRSchedulerHook(scheduler, by_epoch=True),
-                                               hooks.SaveCheckpointHook(checkpoint_dir=str(tmp_path / "ckpt"))])
+    Trainer(engine).fit(
+        data,
+        epochs=2,
+        hooks=[
+            hooks.LRSchedulerHook(scheduler, by_epoch=True),
+            hooks.SaveCheckpointHook(checkpoint_dir=str(tmp_path / "ckpt")),
+        ],
+    )
     saved = torch.load(sorted((tmp_path / "ckpt").glob("*.pt"))[-1], weights_only=False)
     state = saved["trainer"]["callbacks"]["LRSchedulerHook"]["scheduler"]
     assert state["last_epoch"] == 2 and state["_last_lr"] == [0.25]

@@ -52,8 +52,15 @@ IGNITE = (
 BATCH_EVENTS = frozenset({"ITERATION_STARTED"})
 # ... and those at which the output is worth recording too (it is reset to None once a batch has been fetched).
 BATCH_AND_OUTPUT_EVENTS = frozenset(
-    {"GET_BATCH_COMPLETED", "ITERATION_COMPLETED", "DATALOADER_STOP_ITERATION", "EPOCH_COMPLETED", "COMPLETED",
-     "TERMINATE", "INTERRUPT"}
+    {
+        "GET_BATCH_COMPLETED",
+        "ITERATION_COMPLETED",
+        "DATALOADER_STOP_ITERATION",
+        "EPOCH_COMPLETED",
+        "COMPLETED",
+        "TERMINATE",
+        "INTERRUPT",
+    }
 )
 DRY_ITERATOR_WARNING = "Data iterator can not provide data anymore"
 
@@ -315,7 +322,7 @@ def assert_traces_equal(tt_trace: list, ig_trace: list) -> None:
             )
     raise AssertionError(
         f"traces differ in length: tracktrain {len(tt_trace)} vs ignite {len(ig_trace)}; "
-        f"tracktrain tail {tt_trace[len(ig_trace):][:6]!r}, ignite tail {ig_trace[len(tt_trace):][:6]!r}"
+        f"tracktrain tail {tt_trace[len(ig_trace) :][:6]!r}, ignite tail {ig_trace[len(tt_trace) :][:6]!r}"
     )
 
 

@@ -120,16 +120,19 @@ def test_terminate_epoch_completes_the_epoch_and_starts_the_next(record):
     state = engine.run(range(4), max_epochs=2)
     names = recorder.names()
     at = names.index("TERMINATE_SINGLE_EPOCH")
-    assert names[at - 1 : at + 3] == ["ITERATION_COMPLETED", "TERMINATE_SINGLE_EPOCH", "EPOCH_COMPLETED", "EPOCH_STARTED"]
+    assert names[at - 1 : at + 3] == [
+        "ITERATION_COMPLETED",
+        "TERMINATE_SINGLE_EPOCH",
+        "EPOCH_COMPLETED",
+        "EPOCH_STARTED",
+    ]
     assert counters == [2]
     assert (state.epoch, state.iteration) == (2, 6)
 
 
 def test_terminate_epoch_can_skip_epoch_completed(record):
     engine = Engine(lambda e, b: b)
-    engine.add_event_handler(
-        Events.ITERATION_COMPLETED(once=1), lambda e: e.terminate_epoch(skip_epoch_completed=True)
-    )
+    engine.add_event_handler(Events.ITERATION_COMPLETED(once=1), lambda e: e.terminate_epoch(skip_epoch_completed=True))
     recorder = record(engine)
     engine.run(range(3), max_epochs=2)
     names = recorder.names()
@@ -368,10 +371,21 @@ def test_load_state_dict_with_epoch_key_and_max_iters():
         ({"epoch_length": 3, "iteration": 1}, ValueError, "exactly one of"),
         ({"epoch_length": 3, "iteration": 1, "max_epochs": 2, "max_iters": 4}, ValueError, "exactly one of"),
         ({"epoch_length": 3, "iteration": -1, "max_epochs": 2}, ValueError, "integer >= 0, got -1"),
-        ({"epoch_length": 0, "iteration": 1, "max_epochs": 2}, ValueError, "epoch_length must be a positive integer to calculate"),
-        ({"epoch_length": 3, "iteration": 12, "max_epochs": 2}, ValueError,
-         "Argument max_epochs should be greater than or equal to the start epoch defined in the state: 2 vs 4"),
-        ({"epoch_length": None, "epoch": 1, "max_epochs": 2}, ValueError, "epoch_length must be a positive integer to calculate"),
+        (
+            {"epoch_length": 0, "iteration": 1, "max_epochs": 2},
+            ValueError,
+            "epoch_length must be a positive integer to calculate",
+        ),
+        (
+            {"epoch_length": 3, "iteration": 12, "max_epochs": 2},
+            ValueError,
+            "Argument max_epochs should be greater than or equal to the start epoch defined in the state: 2 vs 4",
+        ),
+        (
+            {"epoch_length": None, "epoch": 1, "max_epochs": 2},
+            ValueError,
+            "epoch_length must be a positive integer to calculate",
+        ),
     ],
 )
 def test_malformed_state_dicts_are_rejected_with_the_reason(state_dict, error, match):

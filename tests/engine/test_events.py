@@ -52,8 +52,11 @@ def test_every_one_returns_an_unfiltered_event():
         ({}, ValueError, "without a filter"),
         ({"every": 2, "once": 3}, ValueError, "got every=2 and once=3; pass one"),
         ({"once": 2, "before": 5}, ValueError, "got once=2 with before/after"),
-        ({"event_filter": lambda e, i: True, "every": 2}, ValueError,
-         "Only one of the input arguments.*cannot combine event_filter"),
+        (
+            {"event_filter": lambda e, i: True, "every": 2},
+            ValueError,
+            "Only one of the input arguments.*cannot combine event_filter",
+        ),
         ({"every": 0}, ValueError, r"Argument every should be integer and greater than zero.*got 0"),
         ({"every": -3}, ValueError, "got -3"),
         ({"every": 2.5}, ValueError, "got 2.5"),

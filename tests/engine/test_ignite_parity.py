@@ -253,8 +253,16 @@ def test_one_shot_iterator_running_dry_in_max_iters_mode_loops_forever_on_both()
         (lambda: Reiterable([1, 2, 3, 4, 5]), dict(max_iters=3)),  # stops before the length is known
         (lambda: None, dict(max_iters=7, epoch_length=3)),
     ],
-    ids=["mid_epoch", "epoch_end", "within_first_epoch", "epoch_length", "short_data", "unknown_len",
-         "unknown_len_short", "no_data"],
+    ids=[
+        "mid_epoch",
+        "epoch_end",
+        "within_first_epoch",
+        "epoch_length",
+        "short_data",
+        "unknown_len",
+        "unknown_len_short",
+        "no_data",
+    ],
 )
 def test_max_iters(make_data, kwargs):
     def scenario(lib):
@@ -417,6 +425,7 @@ def test_interrupt_and_resume(point, config):
 
     def scenario(lib):
         h = Harness(lib)
+
         def action(e):
             e.interrupt()
 
@@ -426,6 +435,7 @@ def test_interrupt_and_resume(point, config):
         return h
 
     tt, ig = assert_same(scenario)
+
     # the batches processed over all the calls are those of an uninterrupted run
     def scenario_plain(lib):
         h = Harness(lib)
@@ -568,8 +578,19 @@ def test_exception_in_process_function(fail_at, record_exceptions, config):
 @pytest.mark.parametrize("record_exceptions", [False, True])
 @pytest.mark.parametrize(
     "event",
-    ["STARTED", "EPOCH_STARTED", "GET_BATCH_STARTED", "GET_BATCH_COMPLETED", "ITERATION_STARTED",
-     "ITERATION_COMPLETED", "EPOCH_COMPLETED", "COMPLETED", "TERMINATE", "INTERRUPT", "DATALOADER_STOP_ITERATION"],
+    [
+        "STARTED",
+        "EPOCH_STARTED",
+        "GET_BATCH_STARTED",
+        "GET_BATCH_COMPLETED",
+        "ITERATION_STARTED",
+        "ITERATION_COMPLETED",
+        "EPOCH_COMPLETED",
+        "COMPLETED",
+        "TERMINATE",
+        "INTERRUPT",
+        "DATALOADER_STOP_ITERATION",
+    ],
 )
 def test_exception_in_a_handler(event, record_exceptions):
     def scenario(lib):
@@ -733,6 +754,7 @@ FILTER_SPECS: dict[str, dict] = {
     "event_filter": dict(event_filter=lambda engine, event: event % 3 == 1 or engine.state.epoch == 2),
     "event_filter_no_counter": dict(event_filter=lambda engine, event: engine.state.iteration in (0, 4, 5)),
 }
+
 
 def _filter_params():
     for spec in FILTER_SPECS:
@@ -1092,9 +1114,15 @@ def _custom_scenario(lib):
     )
     engine = h.engine
     engine.register_events("custom_string_event")
-    h.trace.append(("registered", engine.has_registered_events(BackpropEvents.OPTIM_STEP),
-                    engine.has_registered_events("custom_string_event"),
-                    engine.has_registered_events("nope"), engine.state.backward_count))
+    h.trace.append(
+        (
+            "registered",
+            engine.has_registered_events(BackpropEvents.OPTIM_STEP),
+            engine.has_registered_events("custom_string_event"),
+            engine.has_registered_events("nope"),
+            engine.state.backward_count,
+        )
+    )
     h.on(BackpropEvents.BACKWARD_STARTED(every=2), "every2")
     h.on(BackpropEvents.BACKWARD_COMPLETED(once=[1, 5]), "once")
     h.on(BackpropEvents.BACKWARD_STARTED(event_filter=lambda e, c: c > 4), "custom_filter")
@@ -1433,8 +1461,14 @@ def _terminate_single_epoch_handler(lib, h, form):
 
 @pytest.mark.parametrize(
     "form",
-    ["iter_counter_only", "iter_counter_default_only", "engine_and_iter_counter", "engine_and_iter_counter_default",
-     "var_args", "extra_args"],
+    [
+        "iter_counter_only",
+        "iter_counter_default_only",
+        "engine_and_iter_counter",
+        "engine_and_iter_counter_default",
+        "var_args",
+        "extra_args",
+    ],
 )
 def test_terminate_single_epoch_handler_forms(form):
     def scenario(lib):
@@ -1632,11 +1666,13 @@ class _EndlessRandom:
             yield round(torch.rand(1).item(), 6)
 
 
-@pytest.mark.parametrize("saved", [{"iteration": 5, "max_epochs": 2}, {"epoch": 1, "max_epochs": 2},
-                                   {"iteration": 15, "max_epochs": 3}])
+@pytest.mark.parametrize(
+    "saved", [{"iteration": 5, "max_epochs": 2}, {"epoch": 1, "max_epochs": 2}, {"iteration": 15, "max_epochs": 3}]
+)
 def test_deterministic_engine_resumed_from_an_ignite_state_over_an_endless_random_stream(saved):
     """An Ignite-written state (counters only, no RNG states): both continue the stream where an uninterrupted
     run would be (Ignite's rule: seed, then replay the data up to the iteration)."""
+
     def batches(lib, state):
         seen = []
         engine = lib.DeterministicEngine(lambda e, batch: seen.append(batch))
@@ -1650,7 +1686,7 @@ def test_deterministic_engine_resumed_from_an_ignite_state_over_an_endless_rando
     assert batches(TRACKTRAIN, None) == uninterrupted
     start = saved.get("iteration", saved.get("epoch", 0) * 10)
     resumed = batches(TRACKTRAIN, saved)
-    assert resumed == batches(IGNITE, saved) == uninterrupted[start:start + len(resumed)]
+    assert resumed == batches(IGNITE, saved) == uninterrupted[start : start + len(resumed)]
 
 
 class _OldStyleLoader:

@@ -17,8 +17,9 @@ def _model() -> nn.Module:
 
 def _batches(n: int = 4, size: int = 8):
     generator = torch.Generator().manual_seed(1)
-    return [(torch.randn(size, 8, generator=generator), torch.randint(0, 3, (size,), generator=generator))
-            for _ in range(n)]
+    return [
+        (torch.randn(size, 8, generator=generator), torch.randint(0, 3, (size,), generator=generator)) for _ in range(n)
+    ]
 
 
 def test_the_seed_example_runs_as_written_and_matches_a_hand_written_loop():
@@ -57,10 +58,18 @@ def test_step_runs_gradient_handlers_then_clipping_then_the_optimizer():
             for p in model.parameters():
                 p.grad.mul_(2)
 
-    optimizer.register_step_pre_hook(lambda opt, args, kwargs: order.append(
-        ("step", torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()])).item())))
-    engine = ModelEngine(model, optimizer, nn.CrossEntropyLoss(), gradient_handlers=[AllReduceStandIn(),
-                         lambda: order.append("callable handler")], clip_grad_norm=0.25)
+    optimizer.register_step_pre_hook(
+        lambda opt, args, kwargs: order.append(
+            ("step", torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()])).item())
+        )
+    )
+    engine = ModelEngine(
+        model,
+        optimizer,
+        nn.CrossEntropyLoss(),
+        gradient_handlers=[AllReduceStandIn(), lambda: order.append("callable handler")],
+        clip_grad_norm=0.25,
+    )
     x, y = _batches(1)[0]
     engine.zero_grad()
     engine.backward(engine.criterion(engine(x), y))
@@ -71,7 +80,9 @@ def test_step_runs_gradient_handlers_then_clipping_then_the_optimizer():
 
 def test_clip_by_value():
     model = _model()
-    engine = ModelEngine(model, torch.optim.SGD(model.parameters(), lr=0.0), nn.CrossEntropyLoss(), clip_grad_value=1e-3)
+    engine = ModelEngine(
+        model, torch.optim.SGD(model.parameters(), lr=0.0), nn.CrossEntropyLoss(), clip_grad_value=1e-3
+    )
     x, y = _batches(1)[0]
     engine.backward(100 * engine.criterion(engine(x), y))
     engine.step()
@@ -82,8 +93,9 @@ def test_fp16_scaler_skips_an_inf_step_and_bf16_autocast_runs_forward_and_loss_i
     model = _model()
     before = [p.clone() for p in model.parameters()]
     scaler = torch.amp.GradScaler("cpu")
-    engine = ModelEngine(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.MSELoss(), scaler=scaler,
-                         autocast_dtype=torch.float16)
+    engine = ModelEngine(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), nn.MSELoss(), scaler=scaler, autocast_dtype=torch.float16
+    )
     x = torch.randn(4, 8)
     output = engine(x)
     assert output.dtype == torch.float16
@@ -167,8 +179,9 @@ def test_create_supervised_trainer_steps_through_a_model_engine():
     from tracktrain.engine import create_supervised_trainer
 
     model = _model()
-    trainer = create_supervised_trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(),
-                                        clip_grad_norm=1.0)
+    trainer = create_supervised_trainer(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(), clip_grad_norm=1.0
+    )
     model_engine = trainer._process_function.model_engine
     assert isinstance(model_engine, ModelEngine) and model_engine.clip_grad_norm == 1.0
 

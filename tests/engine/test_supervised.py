@@ -102,8 +102,12 @@ def test_fp16_with_grad_scaler_on_cpu_skips_steps_with_inf_gradients_and_backs_o
         return loss * float("inf") if poison["on"] else loss
 
     trainer = create_supervised_trainer(
-        model, torch.optim.SGD(model.parameters(), lr=0.1), maybe_inf_loss,
-        amp_mode="amp", scaler=True, amp_dtype=torch.float16,
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        maybe_inf_loss,
+        amp_mode="amp",
+        scaler=True,
+        amp_dtype=torch.float16,
     )
     scaler = trainer.state.scaler
     assert isinstance(scaler, torch.amp.GradScaler)
@@ -139,8 +143,9 @@ def test_clip_grad_norm_clips_the_true_gradients(amp):
     # a small initial scale so that no step overflows and is skipped
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0)
     amp_args = {"amp_mode": "amp", "scaler": scaler, "amp_dtype": torch.float16} if amp else {}
-    trainer = create_supervised_trainer(model, optimizer, lambda p, y: 1000 * nn.MSELoss()(p.float(), y),
-                                        clip_grad_norm=0.5, **amp_args)
+    trainer = create_supervised_trainer(
+        model, optimizer, lambda p, y: 1000 * nn.MSELoss()(p.float(), y), clip_grad_norm=0.5, **amp_args
+    )
     trainer.run(_batches(3, 8))
     assert len(norms) == 3 and all(n <= 0.5 + 1e-4 for n in norms)
 
@@ -149,8 +154,9 @@ def test_matches_ignite_create_supervised_trainer_exactly():
     ignite_engine = pytest.importorskip("ignite.engine")
     ours, theirs = _model(), _model()
     batches = _batches(6, 8)
-    create_supervised_trainer(ours, torch.optim.Adam(ours.parameters(), lr=0.01), nn.MSELoss(),
-                              gradient_accumulation_steps=2).run(batches, max_epochs=2)
+    create_supervised_trainer(
+        ours, torch.optim.Adam(ours.parameters(), lr=0.01), nn.MSELoss(), gradient_accumulation_steps=2
+    ).run(batches, max_epochs=2)
     ignite_engine.create_supervised_trainer(
         theirs, torch.optim.Adam(theirs.parameters(), lr=0.01), nn.MSELoss(), gradient_accumulation_steps=2
     ).run(batches, max_epochs=2)
@@ -188,7 +194,9 @@ def test_trainer_switches_an_evaluated_model_back_to_train_mode():
     model = _model()
     modes = []
     trainer = create_supervised_trainer(
-        model, torch.optim.SGD(model.parameters(), lr=0.1), nn.MSELoss(),
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        nn.MSELoss(),
         output_transform=lambda x, y, y_pred, loss: modes.append(model.training),
     )
     evaluator = create_supervised_evaluator(model)
@@ -225,15 +233,20 @@ def test_convert_tensor_keeps_structure():
 
 def test_deterministic_flag_builds_a_deterministic_engine():
     model = _model()
-    trainer = create_supervised_trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.MSELoss(),
-                                        deterministic=True)
+    trainer = create_supervised_trainer(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), nn.MSELoss(), deterministic=True
+    )
     assert isinstance(trainer, DeterministicEngine)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"gradient_accumulation_steps": 0}, ValueError, "Gradient_accumulation_steps must be strictly positive.*Got 0"),
+        (
+            {"gradient_accumulation_steps": 0},
+            ValueError,
+            "Gradient_accumulation_steps must be strictly positive.*Got 0",
+        ),
         ({"clip_grad_norm": -1.0}, ValueError, "clip_grad_norm must be a positive number"),
         ({"amp_mode": "fp8"}, ValueError, "amp_mode must be None or 'amp', got 'fp8'"),
         ({"amp_mode": "apex"}, ValueError, "apex is not supported.*amp_mode='amp'"),

@@ -21,16 +21,24 @@ def _windows_over(windows, epoch_length: int, epochs: int) -> list[tuple[int, bo
 def test_ignite_windows_count_the_runs_iterations_across_epoch_ends():
     seen = _windows_over(IterationWindows(2), epoch_length=3, epochs=2)
     assert [(start, end) for _, start, end in seen] == [
-        (True, False), (False, True), (True, False),  # epoch 1: its last batch opens a window ...
-        (False, True), (True, False), (False, True),  # ... that epoch 2's first batch closes
+        (True, False),
+        (False, True),
+        (True, False),  # epoch 1: its last batch opens a window ...
+        (False, True),
+        (True, False),
+        (False, True),  # ... that epoch 2's first batch closes
     ]
 
 
 def test_trainer_windows_start_at_each_epoch_and_its_last_batch_ends_one():
     seen = _windows_over(EpochWindows(2), epoch_length=3, epochs=2)
     assert [(start, end) for _, start, end in seen] == [
-        (True, False), (False, True), (True, True),  # the short last window is stepped in its epoch
-        (True, False), (False, True), (True, True),
+        (True, False),
+        (False, True),
+        (True, True),  # the short last window is stepped in its epoch
+        (True, False),
+        (False, True),
+        (True, True),
     ]
 
 
@@ -39,8 +47,13 @@ def _step(accept_loss=None, windows=None):
     model = nn.Linear(3, 1)
     model_engine = ModelEngine(model, torch.optim.SGD(model.parameters(), lr=0.1))
     stepped = []
-    step = TrainingStep(model_engine, lambda engine, batch: model(batch).pow(2).mean(), windows=windows,
-                        accept_loss=accept_loss, on_optimizer_step=lambda: stepped.append(True))
+    step = TrainingStep(
+        model_engine,
+        lambda engine, batch: model(batch).pow(2).mean(),
+        windows=windows,
+        accept_loss=accept_loss,
+        on_optimizer_step=lambda: stepped.append(True),
+    )
     return model, step, stepped
 
 

@@ -160,6 +160,7 @@ class Boundaries:
                 if name is not None:
                     tracer.point(f"rename {tracer.name(source)} -> {name}")
                 real(source, target, *args, **kwargs)
+
             return traced
 
         def remove_tracer(real: Callable) -> Callable:
@@ -168,16 +169,23 @@ class Boundaries:
                 if name is not None:
                     tracer.point(f"remove {name}")
                 real(path, *args, **kwargs)
+
             return traced
 
-        replacements = [(builtins, "open", traced_open), (os, "fsync", traced_fsync),
-                        (os, "replace", rename_tracer(real_replace)), (os, "rename", rename_tracer(real_rename)),
-                        (os, "remove", remove_tracer(real_remove)), (os, "unlink", remove_tracer(real_unlink))]
+        replacements = [
+            (builtins, "open", traced_open),
+            (os, "fsync", traced_fsync),
+            (os, "replace", rename_tracer(real_replace)),
+            (os, "rename", rename_tracer(real_rename)),
+            (os, "remove", remove_tracer(real_remove)),
+            (os, "unlink", remove_tracer(real_unlink)),
+        ]
         for module, attribute, replacement in replacements:
             original = getattr(module, attribute)
             setattr(module, attribute, replacement)
-            self._undo.append(lambda module=module, attribute=attribute, original=original:
-                              setattr(module, attribute, original))
+            self._undo.append(
+                lambda module=module, attribute=attribute, original=original: setattr(module, attribute, original)
+            )
 
     def uninstall(self) -> None:
         while self._undo:
@@ -196,7 +204,7 @@ class S3Boundaries(Boundaries):
         prefix = self.directory.split("://")[-1].rstrip("/")
         if not path.startswith(prefix + "/"):
             return None
-        name = path[len(prefix) + 1:]
+        name = path[len(prefix) + 1 :]
         temporary = _TEMPORARY.fullmatch(name)
         return f"tmp({temporary.group(1)})" if temporary else name
 
@@ -207,8 +215,9 @@ class S3Boundaries(Boundaries):
         for method, verb in (("_pipe_file", "put"), ("_put_file", "put"), ("_rm_file", "remove")):
             original = S3FileSystem.__dict__[method]
 
-            async def traced(fs: Any, path: Any, *args: Any, _original: Any = original, _verb: str = verb,
-                             **kwargs: Any) -> Any:
+            async def traced(
+                fs: Any, path: Any, *args: Any, _original: Any = original, _verb: str = verb, **kwargs: Any
+            ) -> Any:
                 name = tracer.name(path)
                 if name is not None:
                     tracer.point(f"{_verb} {name}")
@@ -232,8 +241,13 @@ def save_twice(scenario: str, directory: str, tracer: Boundaries) -> None:
     if scenario == "async":
         saver = AsyncSaver(saver)
     steps = [1]
-    handler = Checkpoint(objects, saver, n_saved=1, global_step_transform=lambda engine, event: steps[0],
-                         filename_pattern="{name}.{ext}" if scenario == "overwrite" else None)
+    handler = Checkpoint(
+        objects,
+        saver,
+        n_saved=1,
+        global_step_transform=lambda engine, event: steps[0],
+        filename_pattern="{name}.{ext}" if scenario == "overwrite" else None,
+    )
     engine = Engine(lambda engine, batch: None)
     handler(engine)
     getattr(saver, "wait", lambda: None)()
@@ -281,9 +295,15 @@ def kill_at_every_boundary(scenario: str, root: str, work: str) -> dict[str, Any
     for k, label in enumerate(labels):
         directory = storage.join(root, f"{scenario}-kill{k:02d}")
         status = run_child(scenario, directory, k, None)
-        outcomes.append({"k": k, "label": label, "directory": directory,
-                         "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-                         "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None})
+        outcomes.append(
+            {
+                "k": k,
+                "label": label,
+                "directory": directory,
+                "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+                "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            }
+        )
     return {"labels": labels, "outcomes": outcomes}
 
 

@@ -160,11 +160,22 @@ def memory_dir():
 # -------------------------------------------------------------------------------------------- file names (oracle)
 def _named_configs():
     for prefix, with_score, score_name, with_step, pattern, multi in itertools.product(
-        ["", "best"], [False, True], [None, "acc"], [False, True], [None, "{global_step}-{name}-{score}.chk.{ext}"],
+        ["", "best"],
+        [False, True],
+        [None, "acc"],
+        [False, True],
+        [None, "{global_step}-{name}-{score}.chk.{ext}"],
         [False, True],
     ):
-        yield pytest.param(prefix, with_score, score_name, with_step, pattern, multi,
-                           id=f"{prefix or '-'}-{with_score}-{score_name}-{with_step}-{pattern is not None}-{multi}")
+        yield pytest.param(
+            prefix,
+            with_score,
+            score_name,
+            with_step,
+            pattern,
+            multi,
+            id=f"{prefix or '-'}-{with_score}-{score_name}-{with_step}-{pattern is not None}-{multi}",
+        )
 
 
 @pytest.mark.parametrize("prefix, with_score, score_name, with_step, pattern, multi", list(_named_configs()))
@@ -243,8 +254,11 @@ def test_default_filenames(tmp_path):
         (dict(score_function=lambda e: 0.99991), {"model": model}, "model_0.9999.pt"),
         (dict(score_function=lambda e: 7), {"model": model}, "model_7.pt"),
         (dict(score_name="acc"), {"model": model}, "model_acc=0.5000.pt"),
-        (dict(score_name="acc", global_step_transform=lambda e, _: e.state.epoch), {"model": model},
-         "model_12_acc=0.5000.pt"),
+        (
+            dict(score_name="acc", global_step_transform=lambda e, _: e.state.epoch),
+            {"model": model},
+            "model_12_acc=0.5000.pt",
+        ),
         (dict(filename_pattern="{name}.{ext}"), {"a": model, "b": model}, "checkpoint.pt"),
     ]
     for i, (kwargs, to_save, expected) in enumerate(cases):
@@ -309,8 +323,12 @@ def test_best_k_keeps_the_highest_scores(tmp_path):
 def test_greater_or_equal_decides_ties(tmp_path, greater_or_equal, kept_epoch):
     engine = engine_at()
     checkpoint = Checkpoint(
-        {"model": nn.Linear(2, 1)}, DiskSaver(tmp_path), n_saved=1, score_function=lambda e: 0.5,
-        global_step_transform=lambda e, _: e.state.epoch, greater_or_equal=greater_or_equal,
+        {"model": nn.Linear(2, 1)},
+        DiskSaver(tmp_path),
+        n_saved=1,
+        score_function=lambda e: 0.5,
+        global_step_transform=lambda e, _: e.state.epoch,
+        greater_or_equal=greater_or_equal,
     )
     for epoch in (1, 2, 3):
         engine.state.epoch = epoch
@@ -326,7 +344,11 @@ def test_best_models_from_an_evaluator_are_named_by_the_trainers_epoch(tmp_path)
     evaluator.add_event_handler(Events.COMPLETED, lambda e: e.state.metrics.update(accuracy=next(accuracies)))
     trainer.add_event_handler(Events.EPOCH_COMPLETED, lambda: evaluator.run([0]))
     checkpoint = Checkpoint(
-        {"model": nn.Linear(2, 1)}, DiskSaver(tmp_path), filename_prefix="best", n_saved=2, score_name="accuracy",
+        {"model": nn.Linear(2, 1)},
+        DiskSaver(tmp_path),
+        filename_prefix="best",
+        n_saved=2,
+        score_name="accuracy",
         global_step_transform=global_step_from_engine(trainer),
     )
     evaluator.add_event_handler(Events.COMPLETED, checkpoint)
@@ -349,12 +371,14 @@ def test_a_fixed_filename_is_replaced_not_deleted(tmp_path):
 def test_saved_checkpoint_event_fires_after_each_save_only(tmp_path):
     trainer = Engine(lambda e, b: None)
     fired: list[tuple[int, list[str]]] = []
-    checkpoint = Checkpoint({"model": nn.Linear(2, 1)}, DiskSaver(tmp_path), n_saved=1,
-                            score_function=lambda e: -abs(e.state.iteration - 3))
+    checkpoint = Checkpoint(
+        {"model": nn.Linear(2, 1)}, DiskSaver(tmp_path), n_saved=1, score_function=lambda e: -abs(e.state.iteration - 3)
+    )
     trainer.add_event_handler(Events.ITERATION_COMPLETED, checkpoint)
     trainer.register_events(*CheckpointEvents)
-    trainer.add_event_handler(Checkpoint.SAVED_CHECKPOINT,
-                              lambda e: fired.append((e.state.iteration, os.listdir(tmp_path))))
+    trainer.add_event_handler(
+        Checkpoint.SAVED_CHECKPOINT, lambda e: fired.append((e.state.iteration, os.listdir(tmp_path)))
+    )
     trainer.run(range(6))
     # scores -2, -1, 0, -1, -2, -3: only the first three improve on the kept one
     assert fired == [(1, ["model_-2.pt"]), (2, ["model_-1.pt"]), (3, ["model_0.pt"])]
@@ -391,8 +415,15 @@ def test_every_object_type_round_trips_through_a_file(tmp_path):
     deterministic.run(range(4), max_epochs=1, seed=7)
     patience = PatienceCounter()
     patience.counter, patience.best_score = 3, 0.25
-    to_save = {"model": model, "optimizer": optimizer, "lr_scheduler": scheduler, "scaler": scaler,
-               "trainer": trainer, "deterministic": deterministic, "early_stopping": patience}
+    to_save = {
+        "model": model,
+        "optimizer": optimizer,
+        "lr_scheduler": scheduler,
+        "scaler": scaler,
+        "trainer": trainer,
+        "deterministic": deterministic,
+        "early_stopping": patience,
+    }
     checkpoint = Checkpoint(to_save, DiskSaver(tmp_path), include_self=True)
     saved_rng = get_rng_states()  # what DeterministicEngine.state_dict() captures in the next line
     checkpoint(trainer)
@@ -400,9 +431,16 @@ def test_every_object_type_round_trips_through_a_file(tmp_path):
     model2, optimizer2, scheduler2, scaler2 = trained(seed=1)
     trainer2, deterministic2 = Engine(lambda e, b: None), DeterministicEngine(lambda e, b: None)
     patience2, checkpoint2 = PatienceCounter(), Checkpoint({"model": model2}, RecordingSaver())
-    to_load = {"model": model2, "optimizer": optimizer2, "lr_scheduler": scheduler2, "scaler": scaler2,
-               "trainer": trainer2, "deterministic": deterministic2, "early_stopping": patience2,
-               "checkpointer": checkpoint2}
+    to_load = {
+        "model": model2,
+        "optimizer": optimizer2,
+        "lr_scheduler": scheduler2,
+        "scaler": scaler2,
+        "trainer": trainer2,
+        "deterministic": deterministic2,
+        "early_stopping": patience2,
+        "checkpointer": checkpoint2,
+    }
     Checkpoint.load_objects(to_load, checkpoint.last_checkpoint)
 
     assert_same_tensors(model2.state_dict(), model.state_dict())
@@ -452,11 +490,13 @@ def test_nested_objects_round_trip(memory_dir):
 
 def test_retention_continues_after_a_resume(tmp_path):
     """The checkpoint's own state travels in the file (include_self), so a new process keeps deleting old files."""
+
     def build():
         trainer = Engine(lambda e, b: None)
         model = nn.Linear(2, 1)
-        checkpoint = Checkpoint({"trainer": trainer, "model": model}, DiskSaver(tmp_path, require_empty=False),
-                                n_saved=2, include_self=True)
+        checkpoint = Checkpoint(
+            {"trainer": trainer, "model": model}, DiskSaver(tmp_path, require_empty=False), n_saved=2, include_self=True
+        )
         trainer.add_event_handler(Events.EPOCH_COMPLETED, checkpoint)
         return trainer, model, checkpoint
 
@@ -533,8 +573,9 @@ def test_load_objects_strict_false_skips_missing_keys_and_loads_modules_partiall
         Checkpoint.load_objects({"features": features}, source.state_dict())
     counter = PatienceCounter()
     with pytest.warns(UserWarning, match=r"no state for \['counter'\]"):
-        Checkpoint.load_objects({"features": features, "counter": counter}, {"features": source.state_dict()},
-                                strict=False)
+        Checkpoint.load_objects(
+            {"features": features, "counter": counter}, {"features": source.state_dict()}, strict=False
+        )
     assert torch.equal(features[0].weight, source[0].weight)
     assert counter.counter == 0
 
@@ -543,14 +584,21 @@ def test_load_objects_checks_every_key_before_loading_anything():
     model, optimizer, _, _ = trained(seed=0)
     fresh = Net()
     before = params(fresh)
-    with pytest.raises(ValueError, match=r"^Key 'optimizer' from to_load is not found in the checkpoint dict: dict_keys\(\['model'\]\)\. It has no "
-                                         r"state for \['optimizer', 'trainer'\]\. Nothing was loaded"):
-        Checkpoint.load_objects({"model": fresh, "optimizer": optimizer, "trainer": Engine(lambda e, b: None)},
-                                {"model": model.state_dict()})
+    with pytest.raises(
+        ValueError,
+        match=r"^Key 'optimizer' from to_load is not found in the checkpoint dict: dict_keys\(\['model'\]\)\. It has no "
+        r"state for \['optimizer', 'trainer'\]\. Nothing was loaded",
+    ):
+        Checkpoint.load_objects(
+            {"model": fresh, "optimizer": optimizer, "trainer": Engine(lambda e, b: None)},
+            {"model": model.state_dict()},
+        )
     assert_same_tensors(params(fresh), before)  # "model" is present, but was not loaded either
     with pytest.raises(ValueError, match=r"list of 2 objects"):
-        Checkpoint.load_objects({"model": fresh, "heads": [nn.Linear(1, 1), nn.Linear(1, 1)]},
-                                {"model": model.state_dict(), "heads": [nn.Linear(1, 1).state_dict()]})
+        Checkpoint.load_objects(
+            {"model": fresh, "heads": [nn.Linear(1, 1), nn.Linear(1, 1)]},
+            {"model": model.state_dict(), "heads": [nn.Linear(1, 1).state_dict()]},
+        )
     assert_same_tensors(params(fresh), before)
 
 
@@ -559,8 +607,11 @@ def test_an_optimizer_state_that_is_not_a_mapping_is_refused_before_anything_loa
     saved = {"model": model.state_dict(), "optimizer": {**optimizer.state_dict(), "state": [0.5, 0.5]}}
     target_model, target_optimizer, _, _ = trained(seed=1)
     before = params(target_model)
-    with pytest.raises(ValueError, match=r"^its 'state' is a list, not a mapping of parameter index to state\. Cannot "
-                                         r"load \['optimizer'\] \(Adam\) from the checkpoint dict: nothing was loaded"):
+    with pytest.raises(
+        ValueError,
+        match=r"^its 'state' is a list, not a mapping of parameter index to state\. Cannot "
+        r"load \['optimizer'\] \(Adam\) from the checkpoint dict: nothing was loaded",
+    ):
         Checkpoint.load_objects({"model": target_model, "optimizer": target_optimizer}, saved)
     assert_same_tensors(params(target_model), before)
 
@@ -571,9 +622,13 @@ def test_a_failing_load_state_dict_names_the_object_and_leaves_every_object_as_i
     model = nn.Linear(3, 4)
     before = params(model)
     with pytest.raises(KeyError, match="best_score") as failure:
-        Checkpoint.load_objects({"model": model, "counter": counter}, {
-            "model": nn.Linear(3, 4).state_dict(), "counter": {"counter": 1},
-        })
+        Checkpoint.load_objects(
+            {"model": model, "counter": counter},
+            {
+                "model": nn.Linear(3, 4).state_dict(),
+                "counter": {"counter": 1},
+            },
+        )
     assert_same_tensors(params(model), before)  # modules load last: the counter failed before the model was touched
     notes = "".join(getattr(failure.value, "__notes__", []))
     if hasattr(failure.value, "add_note"):
@@ -585,9 +640,15 @@ def test_a_malformed_state_found_only_while_loading_changes_no_object(malformed)
     """Each of these passes the checks before loading and fails inside its object's own load_state_dict, after
     other objects were loaded: every object is restored to what it was."""
     model, optimizer, scheduler, scaler = trained(seed=0)
-    saved = copy.deepcopy({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                           "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
-                           "trainer": engine_at(iteration=10).state_dict()})
+    saved = copy.deepcopy(
+        {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "scaler": scaler.state_dict(),
+            "trainer": engine_at(iteration=10).state_dict(),
+        }
+    )
     if malformed == "optimizer":
         group = saved["optimizer"]["param_groups"][0]  # as many parameters, but as lists: torch cannot index them
         group["params"] = [[index] for index in group["params"]]
@@ -596,8 +657,13 @@ def test_a_malformed_state_found_only_while_loading_changes_no_object(malformed)
     else:
         saved["trainer"] = {"epoch_length": 4, "max_epochs": 2}  # neither iteration nor epoch
     target_model, target_optimizer, target_scheduler, target_scaler = trained(seed=1)
-    objects = {"model": target_model, "optimizer": target_optimizer, "scheduler": target_scheduler,
-               "scaler": target_scaler, "trainer": engine_at(iteration=3, epoch_length=4, max_epochs=2)}
+    objects = {
+        "model": target_model,
+        "optimizer": target_optimizer,
+        "scheduler": target_scheduler,
+        "scaler": target_scaler,
+        "trainer": engine_at(iteration=3, epoch_length=4, max_epochs=2),
+    }
     before = {name: copy.deepcopy(obj.state_dict()) for name, obj in objects.items()}
     with pytest.raises(Exception) as failure:  # each object's own error type
         Checkpoint.load_objects(objects, saved)
@@ -605,7 +671,8 @@ def test_a_malformed_state_found_only_while_loading_changes_no_object(malformed)
         assert_same_state(obj.state_dict(), before[name])
     if hasattr(failure.value, "add_note"):
         assert f"while loading ['{malformed}'] from the checkpoint dict; every object was left as it was" in "".join(
-            failure.value.__notes__)
+            failure.value.__notes__
+        )
 
 
 @pytest.mark.parametrize("damage", ["missing", "truncated", "garbage", "empty"])
@@ -627,8 +694,11 @@ def test_a_missing_or_corrupted_file_names_it_and_changes_nothing(tmp_path, dama
     fresh, fresh_optimizer, _, _ = trained(seed=1)
     before, optimizer_before = params(fresh), fresh_optimizer.state_dict()["state"][0]["exp_avg"].clone()
     error = FileNotFoundError if damage == "missing" else RuntimeError
-    message = (rf"^\[Errno 2\] No such file or directory: '{path}'\. Check the path" if damage == "missing"
-               else rf"Checkpoint file {path}.*truncated or corrupted")
+    message = (
+        rf"^\[Errno 2\] No such file or directory: '{path}'\. Check the path"
+        if damage == "missing"
+        else rf"Checkpoint file {path}.*truncated or corrupted"
+    )
     with pytest.raises(error, match=message):
         Checkpoint.load_objects({"model": fresh, "optimizer": fresh_optimizer}, path)
     assert_same_tensors(params(fresh), before)
@@ -649,7 +719,9 @@ def test_a_file_with_arbitrary_python_objects_is_refused_with_the_way_out(tmp_pa
 def test_load_objects_bad_arguments():
     with pytest.raises(TypeError, match="should be a string or a dictionary"):
         Checkpoint.load_objects({"model": nn.Linear(1, 1)}, [1])
-    with pytest.raises(TypeError, match=r"^Object <class 'int'> should have `load_state_dict` method \(to_load\['a'\]\['b'\]\)"):
+    with pytest.raises(
+        TypeError, match=r"^Object <class 'int'> should have `load_state_dict` method \(to_load\['a'\]\['b'\]\)"
+    ):
         Checkpoint.load_objects({"a": {"b": 3}}, {"a": {"b": {}}})
     with pytest.raises(ValueError, match=r"holds a list at \['a'\], where to_load has a dict \['x'\]"):
         Checkpoint.load_objects({"a": {"x": nn.Linear(1, 1)}, "b": nn.Linear(1, 1)}, {"a": [], "b": {}})
@@ -790,7 +862,9 @@ def test_checkpoint_arguments_are_checked():
     saver = RecordingSaver()
     with pytest.raises(TypeError, match="`to_save` should be a dictionary"):
         Checkpoint([model], saver)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"^Object <class 'int'> should have `state_dict` method \(to_save\['model'\]\['abc'\]\)"):
+    with pytest.raises(
+        TypeError, match=r"^Object <class 'int'> should have `state_dict` method \(to_save\['model'\]\['abc'\]\)"
+    ):
         Checkpoint({"model": {"abc": 12}}, saver)
     with pytest.raises(TypeError, match=r"^Object <class 'str'> should have `state_dict` method \(to_save\['name'\]\)"):
         Checkpoint({"name": "text"}, saver)
@@ -841,8 +915,15 @@ def test_model_checkpoint_as_in_ignites_docs(tmp_path, memory_dir):
 def test_get_last_checkpoint_orders_by_global_step(tmp_path, memory_dir):
     assert Checkpoint.get_last_checkpoint(tmp_path / "missing") is None
     assert Checkpoint.get_last_checkpoint(tmp_path) is None
-    for name in ["checkpoint_9.pt", "checkpoint_10.pt", "best_checkpoint_99.pt", "checkpoint_11.txt",
-                 "model_acc=0.9000.pt", ".checkpoint_12.pt.0123abcd.tmp", "checkpoint_100_acc=0.5000.pt"]:
+    for name in [
+        "checkpoint_9.pt",
+        "checkpoint_10.pt",
+        "best_checkpoint_99.pt",
+        "checkpoint_11.txt",
+        "model_acc=0.9000.pt",
+        ".checkpoint_12.pt.0123abcd.tmp",
+        "checkpoint_100_acc=0.5000.pt",
+    ]:
         (tmp_path / name).write_bytes(b"")
         storage.write_bytes_atomic(f"{memory_dir}/{name}", b"")
     # "best_checkpoint_99.pt" has a prefix: without one, only `{name}_{step}.pt` counts
@@ -857,14 +938,17 @@ def test_get_last_checkpoint_orders_by_global_step(tmp_path, memory_dir):
 LOAD_OBJECTS_ERRORS = {
     "checkpoint_of_a_wrong_type": lambda m: ({"model": m}, 3),
     "object_without_load_state_dict": lambda m: ({"model": object()}, {"model": {}}),
-    "a_key_not_in_the_checkpoint": lambda m: ({"model": m, "opt": torch.optim.SGD(m.parameters(), 0.1)},
-                                              {"model": m.state_dict()}),
+    "a_key_not_in_the_checkpoint": lambda m: (
+        {"model": m, "opt": torch.optim.SGD(m.parameters(), 0.1)},
+        {"model": m.state_dict()},
+    ),
     "a_missing_file": lambda m: ({"model": m}, "/nonexistent/checkpoint_1.pt"),
     "a_missing_module_key": lambda m: ({"model": m}, {"model": {"weight": torch.zeros(2, 2)}}),
     "a_shape_mismatch": lambda m: ({"model": m}, {"model": {"weight": torch.zeros(3, 2), "bias": torch.zeros(2)}}),
     "fewer_parameter_groups": lambda m: (
         {"opt": torch.optim.SGD([{"params": [m.weight]}, {"params": [m.bias]}], 0.1)},
-        {"opt": torch.optim.SGD(m.parameters(), 0.1).state_dict()}),
+        {"opt": torch.optim.SGD(m.parameters(), 0.1).state_dict()},
+    ),
 }
 
 
@@ -898,15 +982,19 @@ def test_a_plain_callable_save_handler_is_called_as_ignite_calls_it(with_metadat
     def calls_of(checkpoint_class, engine_class, events):
         calls = []
         if with_metadata:
+
             def handler(checkpoint, filename, metadata):
                 calls.append((filename, sorted(checkpoint), metadata))
         else:
+
             def handler(checkpoint, filename):
                 calls.append((filename, sorted(checkpoint)))
+
         torch.manual_seed(0)
         engine = engine_class(lambda e, b: None)
-        engine.add_event_handler(events.EPOCH_COMPLETED,
-                                 checkpoint_class({"model": nn.Linear(2, 2)}, handler, "run", n_saved=None))
+        engine.add_event_handler(
+            events.EPOCH_COMPLETED, checkpoint_class({"model": nn.Linear(2, 2)}, handler, "run", n_saved=None)
+        )
         engine.run([1, 2], max_epochs=2)
         return calls
 
@@ -924,11 +1012,18 @@ def test_positional_arguments_follow_ignites_order(tmp_path):
         score = lambda engine: 1.0  # noqa: E731
         checkpoint = checkpoint_class({"model": nn.Linear(2, 2)}, saver_class(folder / "a"), "pre", score, "acc")
         model_checkpoint = model_checkpoint_class(folder / "b", "pfx")
-        return (checkpoint.filename_prefix, checkpoint.score_name, checkpoint.score_function is score,
-                model_checkpoint.filename_prefix)
+        return (
+            checkpoint.filename_prefix,
+            checkpoint.score_name,
+            checkpoint.score_function is score,
+            model_checkpoint.filename_prefix,
+        )
 
-    assert fields(Checkpoint, DiskSaver, ModelCheckpoint, tmp_path / "ours") == \
-        fields(IgniteCheckpoint, IgniteDiskSaver, IgniteModelCheckpoint, tmp_path / "ignite") == ("pre", "acc", True, "pfx")
+    assert (
+        fields(Checkpoint, DiskSaver, ModelCheckpoint, tmp_path / "ours")
+        == fields(IgniteCheckpoint, IgniteDiskSaver, IgniteModelCheckpoint, tmp_path / "ignite")
+        == ("pre", "acc", True, "pfx")
+    )
 
 
 def test_disk_saver_refuses_an_unknown_keyword_when_built_not_at_the_first_save(tmp_path):
@@ -966,8 +1061,13 @@ def test_a_run_checkpointed_by_ignite_resumes_here_and_retention_goes_on(tmp_pat
     to_save = {"trainer": ignite_trainer, "model": ignite_model} if objects == "several" else {"model": ignite_model}
     ignite_trainer.add_event_handler(
         IgniteEvents.EPOCH_COMPLETED,
-        IgniteCheckpoint(to_save, IgniteDiskSaver(tmp_path, require_empty=False), n_saved=2, include_self=True,
-                         global_step_transform=lambda engine, event: engine.state.epoch),
+        IgniteCheckpoint(
+            to_save,
+            IgniteDiskSaver(tmp_path, require_empty=False),
+            n_saved=2,
+            include_self=True,
+            global_step_transform=lambda engine, event: engine.state.epoch,
+        ),
     )
     ignite_trainer.run(range(3), max_epochs=3)
     name = "checkpoint" if objects == "several" else "model"
@@ -975,8 +1075,13 @@ def test_a_run_checkpointed_by_ignite_resumes_here_and_retention_goes_on(tmp_pat
 
     trainer, model = Engine(lambda e, b: None), nn.Linear(2, 1)
     ours = {"trainer": trainer, "model": model} if objects == "several" else {"model": model}
-    checkpoint = Checkpoint(ours, DiskSaver(tmp_path, require_empty=False), n_saved=2, include_self=True,
-                            global_step_transform=lambda engine, event: engine.state.epoch)
+    checkpoint = Checkpoint(
+        ours,
+        DiskSaver(tmp_path, require_empty=False),
+        n_saved=2,
+        include_self=True,
+        global_step_transform=lambda engine, event: engine.state.epoch,
+    )
     state = torch.load(tmp_path / f"{name}_3.pt", weights_only=False)
     if objects == "one":  # Ignite's layout: the checkpointer's state inside the model's
         checkpoint.load_state_dict(state.pop("checkpointer"))

@@ -93,7 +93,7 @@ def test_sigkill_mid_save_never_leaves_a_torn_checkpoint(tmp_path):
             assert 1 <= len(checkpoints) <= 3, names  # n_saved=2, plus one committed but not yet pruned
             for name in checkpoints:
                 state = torch.load(directory / name)
-                step = int(name[len("blob_"):-len(".pt")])
+                step = int(name[len("blob_") : -len(".pt")])
                 assert state["step"] == step and state["data"].numel() == 8 * 2**18
                 assert bool((state["data"] == step).all()), name
             newest = Checkpoint.get_last_checkpoint(directory)

@@ -23,6 +23,7 @@ def engine_at(iteration: int) -> Engine:
 
 def snapshot(*objects) -> list:
     """Deep copies of every tensor and value in the objects' states, to prove later that nothing changed."""
+
     def copy(value):
         if isinstance(value, torch.Tensor):
             return value.detach().clone()
@@ -31,6 +32,7 @@ def snapshot(*objects) -> list:
         if isinstance(value, (list, tuple)):
             return [copy(v) for v in value]
         return value
+
     return [copy(obj.state_dict()) for obj in objects]
 
 
@@ -66,9 +68,12 @@ def test_a_shape_mismatch_loads_nothing_and_names_key_and_shapes(strict):
     optimizer = torch.optim.SGD(target.parameters(), lr=0.01)
     before = snapshot(target, optimizer)
     # the optimizer comes first in to_load: it used to be loaded before the model failed
-    with pytest.raises(RuntimeError, match=r"^Error\(s\) in loading state_dict for Sequential:\n\tsize mismatch for "
-                       r"1\.weight: copying a param with shape torch\.Size\(\[3, 4\]\) from checkpoint, the shape in "
-                       r"current model is torch\.Size\(\[2, 4\]\)\. Cannot load \['model'\] \(Sequential\).*nothing was"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"^Error\(s\) in loading state_dict for Sequential:\n\tsize mismatch for "
+        r"1\.weight: copying a param with shape torch\.Size\(\[3, 4\]\) from checkpoint, the shape in "
+        r"current model is torch\.Size\(\[2, 4\]\)\. Cannot load \['model'\] \(Sequential\).*nothing was",
+    ):
         Checkpoint.load_objects({"optimizer": optimizer, "model": target}, checkpoint, strict=strict)
     assert_equal_states(snapshot(target, optimizer), before)
     assert optimizer.param_groups[0]["lr"] == 0.01
@@ -78,10 +83,15 @@ def test_strict_key_mismatch_loads_nothing():
     source = nn.Sequential(nn.Linear(4, 2), nn.Linear(2, 1))
     target, counter_model = nn.Sequential(nn.Linear(4, 2)), nn.Linear(1, 1)
     before = snapshot(target, counter_model)
-    with pytest.raises(RuntimeError, match=r'^Error\(s\) in loading state_dict for Sequential:\n\tUnexpected key\(s\) in state_dict: "1\.weight", '
-                                         r'"1\.bias"\..*Cannot load \[\'features\'\]'):
-        Checkpoint.load_objects({"head": counter_model, "features": target},
-                                {"head": nn.Linear(1, 1).state_dict(), "features": source.state_dict()})
+    with pytest.raises(
+        RuntimeError,
+        match=r'^Error\(s\) in loading state_dict for Sequential:\n\tUnexpected key\(s\) in state_dict: "1\.weight", '
+        r'"1\.bias"\..*Cannot load \[\'features\'\]',
+    ):
+        Checkpoint.load_objects(
+            {"head": counter_model, "features": target},
+            {"head": nn.Linear(1, 1).state_dict(), "features": source.state_dict()},
+        )
     assert_equal_states(snapshot(target, counter_model), before)
     # with strict=False, the keys both have load and the rest are skipped, as nn.Module does
     Checkpoint.load_objects({"features": target}, {"features": source.state_dict()}, strict=False)
@@ -96,20 +106,28 @@ def test_an_optimizer_with_other_param_groups_or_state_shapes_loads_nothing():
     target = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
     split = torch.optim.Adam([{"params": target[0].parameters()}, {"params": target[1].parameters()}], lr=0.01)
     before = snapshot(target, split)
-    with pytest.raises(ValueError, match=r"^loaded state dict has a different number of parameter groups: the "
-                                         r"checkpoint has 1, the optimizer 2\. Cannot load \['optimizer'\] \(Adam\)"):
-        Checkpoint.load_objects({"model": target, "optimizer": split}, {"model": model.state_dict(),
-                                                                        "optimizer": saved})
+    with pytest.raises(
+        ValueError,
+        match=r"^loaded state dict has a different number of parameter groups: the "
+        r"checkpoint has 1, the optimizer 2\. Cannot load \['optimizer'\] \(Adam\)",
+    ):
+        Checkpoint.load_objects(
+            {"model": target, "optimizer": split}, {"model": model.state_dict(), "optimizer": saved}
+        )
     assert_equal_states(snapshot(target, split), before)
     # same counts, but state of another shape (a resumed optimizer of a different model): refused too
     other = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
     other_optimizer = _trained_adam(other, lr=0.01)
     wrong = {**saved, "state": {**saved["state"], 2: {**saved["state"][2], "exp_avg": torch.zeros(7, 4)}}}
     before = snapshot(other, other_optimizer)
-    with pytest.raises(ValueError, match=r"state\[2\]\['exp_avg'\] has shape \(7, 4\) in the checkpoint but "
-                                         r"\(1, 4\) here"):
-        Checkpoint.load_objects({"model": other, "optimizer": other_optimizer},
-                                {"model": model.state_dict(), "optimizer": wrong})
+    with pytest.raises(
+        ValueError,
+        match=r"state\[2\]\['exp_avg'\] has shape \(7, 4\) in the checkpoint but "
+        r"\(1, 4\) here",
+    ):
+        Checkpoint.load_objects(
+            {"model": other, "optimizer": other_optimizer}, {"model": model.state_dict(), "optimizer": wrong}
+        )
     assert_equal_states(snapshot(other, other_optimizer), before)
 
 
@@ -119,8 +137,10 @@ def test_an_unsafe_retention_list_in_the_file_loads_nothing(tmp_path):
     before = snapshot(target)
     checkpointer = Checkpoint({"model": target}, DiskSaver(tmp_path))
     with pytest.raises(ValueError, match=r"names the file '\.\./x\.pt'"):
-        Checkpoint.load_objects({"model": target, "checkpointer": checkpointer},
-                                {"model": model.state_dict(), "checkpointer": {"_saved": [(1, "../x.pt")]}})
+        Checkpoint.load_objects(
+            {"model": target, "checkpointer": checkpointer},
+            {"model": model.state_dict(), "checkpointer": {"_saved": [(1, "../x.pt")]}},
+        )
     assert_equal_states(snapshot(target), before)
     assert checkpointer.state_dict() == {"_saved": []}
 
@@ -198,7 +218,10 @@ def test_a_key_absent_from_a_multi_object_file_is_missing_not_the_whole_file():
     source, target = nn.Linear(2, 2), nn.Linear(2, 2)
     before = snapshot(target)
     checkpoint = {"model": source.state_dict(), "optimizer": {}}
-    with pytest.raises(ValueError, match=r"^Key 'net' from to_load is not found in the checkpoint dict: dict_keys\(\['model', 'optimizer'\]\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"^Key 'net' from to_load is not found in the checkpoint dict: dict_keys\(\['model', 'optimizer'\]\)",
+    ):
         Checkpoint.load_objects({"net": target}, checkpoint)
     with pytest.warns(UserWarning, match=r"no state for \['net'\] \(it holds \['model', 'optimizer'\]\)"):
         Checkpoint.load_objects({"net": target}, checkpoint, strict=False)

@@ -51,8 +51,13 @@ STEP_1_FILE = {"async": "checkpoint_1.pt", "overwrite": "checkpoint.pt", "s3": "
 # --------------------------------------------------------------------------------------------- kills, checked
 def kill_at_every_boundary(scenarios: str, root: str, work: Path) -> dict[str, Any]:
     report = work / "report.json"
-    result = subprocess.run([sys.executable, str(SCRIPT), scenarios, root, str(report)], cwd=ROOT,
-                            capture_output=True, text=True, timeout=240)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), scenarios, root, str(report)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr
     results = json.loads(report.read_text())
     for scenario in results.values():
@@ -70,8 +75,12 @@ def local_kills(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def same_state(loaded: dict[str, Any], step: int) -> bool:
     expected = objects_at(step)
     model, reference = loaded["model"].state_dict(), expected["model"].state_dict()
-    return (model.keys() == reference.keys() and all(torch.equal(model[key], reference[key]) for key in model)
-            and loaded["blob"].step == step and torch.equal(loaded["blob"].data, expected["blob"].data))
+    return (
+        model.keys() == reference.keys()
+        and all(torch.equal(model[key], reference[key]) for key in model)
+        and loaded["blob"].step == step
+        and torch.equal(loaded["blob"].data, expected["blob"].data)
+    )
 
 
 def newest_loaded_step(directory: str, where: str) -> int | None:
@@ -92,16 +101,20 @@ def newest_loaded_step(directory: str, where: str) -> int | None:
 def commit_point(labels: list[str]) -> int:
     """The boundary at which step 2 becomes committed: the manifest's rename (local) or its put (S3). A kill at it
     or before leaves step 2 uncommitted; a kill after it, committed."""
-    manifests = [k for k, label in enumerate(labels) if label.endswith(MANIFEST_SUFFIX) and label.startswith(
-        ("rename ", "put "))]
+    manifests = [
+        k for k, label in enumerate(labels) if label.endswith(MANIFEST_SUFFIX) and label.startswith(("rename ", "put "))
+    ]
     assert len(manifests) == 1, f"one manifest commit expected in the save's boundaries, got {labels}"
     return manifests[0]
 
 
 def first_change_to(name: str, labels: list[str]) -> int:
     """The first boundary that deletes the committed checkpoint `name` or its manifest, or renames onto them."""
-    touching = [k for k, label in enumerate(labels) if label.startswith(("remove ", "rename ", "put "))
-                and label.split()[-1] in (name, name + MANIFEST_SUFFIX)]
+    touching = [
+        k
+        for k, label in enumerate(labels)
+        if label.startswith(("remove ", "rename ", "put ")) and label.split()[-1] in (name, name + MANIFEST_SUFFIX)
+    ]
     return touching[0] if touching else len(labels)
 
 
@@ -138,7 +151,8 @@ def check_what_a_kill_left(scenario: str, outcome: dict[str, Any], labels: list[
     assert sorted(removed) == sorted(set(names) - kept), where
     assert set(storage.listdir(directory)) == kept, where
     assert [checkpoint.data_filename for checkpoint in committed_checkpoints(directory)[0]] == [
-        checkpoint.data_filename for checkpoint in committed], where
+        checkpoint.data_filename for checkpoint in committed
+    ], where
 
 
 @pytest.mark.parametrize("scenario", LOCAL_SCENARIOS)
@@ -225,6 +239,7 @@ class CommitSpy:
                 real(source, target, *args, **kwargs)
                 if status is not None:
                     self._add("rename", name, status.st_ino, status.st_size)
+
             return rename
 
         def remove(path, *args, **kwargs):
@@ -273,14 +288,17 @@ class CommitSpy:
         assert fsynced(data, 0, at), f"{data_name} was not fsynced, whole, before it was renamed into place:\n{story}"
         assert directory_fsynced(at + 1, commit), (
             f"the directory was not fsynced between the rename of {data_name} and the manifest's: a power loss could "
-            f"keep the manifest and lose the data file's name:\n{story}")
+            f"keep the manifest and lose the data file's name:\n{story}"
+        )
         assert fsynced(manifest, at + 1, commit), (
             f"{manifest_name} was not written and fsynced, whole, after {data_name} was in place and before its own "
-            f"rename:\n{story}")
+            f"rename:\n{story}"
+        )
         assert directory_fsynced(commit + 1, after), (
             f"the directory was not fsynced after the manifest's rename, before the saver went on (retention may "
             f"delete the checkpoint before it, which a power loss could then leave as the only one, uncommitted):"
-            f"\n{story}")
+            f"\n{story}"
+        )
 
 
 def test_a_saver_fsyncs_the_data_and_its_directory_before_the_manifest_and_the_manifest_after(tmp_path, monkeypatch):
@@ -293,7 +311,9 @@ def test_a_saver_fsyncs_the_data_and_its_directory_before_the_manifest_and_the_m
     for step in (1, 2):
         spy.check_commit(f"checkpoint_{step}.pt")
     assert [op.name for op in spy.operations if op.kind == "remove"] == [
-        "checkpoint_1.pt" + MANIFEST_SUFFIX, "checkpoint_1.pt"]  # uncommitted first, then its data deleted
+        "checkpoint_1.pt" + MANIFEST_SUFFIX,
+        "checkpoint_1.pt",
+    ]  # uncommitted first, then its data deleted
 
 
 def test_the_trainers_checkpoints_are_fsynced_in_commit_order(tmp_path, monkeypatch):
@@ -308,8 +328,9 @@ def test_the_trainers_checkpoints_are_fsynced_in_commit_order(tmp_path, monkeypa
     spy = CommitSpy(directory, monkeypatch)
     callback = ModelCheckpoint(dirpath=directory, every_n_train_steps=1, save_top_k=1)
     assert callback.async_save
-    trainer = Trainer(enable_progress_bar=False, default_root_dir=tmp_path, max_steps=2, callbacks=[callback],
-                      loggers=False)
+    trainer = Trainer(
+        enable_progress_bar=False, default_root_dir=tmp_path, max_steps=2, callbacks=[callback], loggers=False
+    )
     trainer.fit(Classifier(), make_loader(n=16))
     for name in ("checkpoint_1.pt", "checkpoint_2.pt"):
         spy.check_commit(name)

@@ -154,14 +154,22 @@ def test_mode_min_and_a_relative_threshold():
     # a loss: lower is better; an improvement must beat the best by 10 % of it
     handler = _identity_handler(10, mode="min", threshold=0.1, threshold_mode="rel", cumulative=True)
     assert _feed(handler, [1.0, 0.95, 0.89, 0.85, 0.7]) == [
-        (0, 1.0, False), (1, 1.0, False), (0, 0.89, False), (1, 0.89, False), (0, 0.7, False)]
+        (0, 1.0, False),
+        (1, 1.0, False),
+        (0, 0.89, False),
+        (1, 0.89, False),
+        (0, 0.7, False),
+    ]
 
 
 def test_ignites_deprecated_names_still_work_with_its_warning():
     with pytest.warns(DeprecationWarning) as caught:
         handler = _identity_handler(10, min_delta=0.1, cumulative_delta=True, min_delta_mode="abs")
     assert [str(w.message).split(" is deprecated")[0] for w in caught] == [
-        "min_delta", "min_delta_mode", "cumulative_delta"]
+        "min_delta",
+        "min_delta_mode",
+        "cumulative_delta",
+    ]
     assert "Please use 'threshold' instead" in str(caught[0].message)
     assert (handler.threshold, handler.cumulative, handler.threshold_mode) == (0.1, True, "abs")
     with pytest.warns(DeprecationWarning, match="cumulative_delta is deprecated"):

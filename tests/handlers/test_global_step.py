@@ -69,9 +69,11 @@ def test_same_steps_as_ignite():
             factory(trainer)(None, events.COMPLETED),
         ]
 
-    assert steps(Engine, Events, global_step_from_engine) == steps(
-        IgniteEngine, IgniteEvents, ignite_global_step_from_engine
-    ) == [3, 15, 15, 3]
+    assert (
+        steps(Engine, Events, global_step_from_engine)
+        == steps(IgniteEngine, IgniteEvents, ignite_global_step_from_engine)
+        == [3, 15, 15, 3]
+    )
 
 
 def test_rejects_a_non_engine():

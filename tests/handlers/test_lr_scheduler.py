@@ -164,7 +164,10 @@ def test_state_dict_resumes_the_schedule():
 
 def test_invalid_arguments_and_attachment():
     opt = make_optimizer()
-    with pytest.raises(TypeError, match="should be a subclass of torch.optim.lr_scheduler.LRScheduler, but given <class 'torch.optim.sgd.SGD'>"):
+    with pytest.raises(
+        TypeError,
+        match="should be a subclass of torch.optim.lr_scheduler.LRScheduler, but given <class 'torch.optim.sgd.SGD'>",
+    ):
         LRScheduler(opt)
     with pytest.raises(TypeError, match="ReduceLROnPlateau"):
         LRScheduler(sched.ReduceLROnPlateau(opt))

@@ -77,8 +77,12 @@ def _add_file(name: str) -> Callable[[dict, str], None]:
 # id -> (what to do to the parsed manifest, the field as the message names it, the value as shown, what it should be)
 CORRUPTIONS: dict[str, tuple[Callable, str, str, str]] = {
     "format-missing": (_delete("format"), "field 'format'", "missing", "present"),
-    "format-future": (_set("format", "tracktrain-checkpoint/2"), "field 'format'", "'tracktrain-checkpoint/2'",
-                      "'tracktrain-checkpoint/1'"),
+    "format-future": (
+        _set("format", "tracktrain-checkpoint/2"),
+        "field 'format'",
+        "'tracktrain-checkpoint/2'",
+        "'tracktrain-checkpoint/1'",
+    ),
     "format-wrong-type": (_set("format", 1), "field 'format'", "1", "'tracktrain-checkpoint/1'"),
     "created-missing": (_delete("created"), "field 'created'", "missing", "present"),
     "created-string": (_set("created", "yesterday"), "field 'created'", "'yesterday'", "a finite number"),
@@ -88,54 +92,95 @@ CORRUPTIONS: dict[str, tuple[Callable, str, str, str]] = {
     "files-missing": (_delete("files"), "field 'files'", "missing", "present"),
     "files-empty": (_set("files", {}), "field 'files'", "{}", "a non-empty object"),
     "files-list": (_set("files", ["x"]), "field 'files'", "['x']", "a non-empty object"),
-    "files-parent-traversal": (_add_file("../victim.pt"), "a name in field 'files'", "'../victim.pt'",
-                               "a plain file name"),
+    "files-parent-traversal": (
+        _add_file("../victim.pt"),
+        "a name in field 'files'",
+        "'../victim.pt'",
+        "a plain file name",
+    ),
     "files-subdirectory": (_add_file("sub/x.pt"), "a name in field 'files'", "'sub/x.pt'", "a plain file name"),
     "files-dotdot": (_add_file(".."), "a name in field 'files'", "'..'", "a plain file name"),
     "files-absolute": (_add_file("/etc/passwd"), "a name in field 'files'", "'/etc/passwd'", "a plain file name"),
     "files-entry-not-object": (_set("files|{data}", 12), "field 'files.{data}'", "12", "an object {bytes, sha256}"),
-    "files-bytes-missing": (_delete("files|{data}|bytes"), "field 'files.{data}.bytes'", "missing",
-                            "an integer >= 0"),
+    "files-bytes-missing": (_delete("files|{data}|bytes"), "field 'files.{data}.bytes'", "missing", "an integer >= 0"),
     "files-bytes-negative": (_set("files|{data}|bytes", -1), "field 'files.{data}.bytes'", "-1", "an integer >= 0"),
-    "files-bytes-string": (_set("files|{data}|bytes", "1234"), "field 'files.{data}.bytes'", "'1234'",
-                           "an integer >= 0"),
+    "files-bytes-string": (
+        _set("files|{data}|bytes", "1234"),
+        "field 'files.{data}.bytes'",
+        "'1234'",
+        "an integer >= 0",
+    ),
     "files-bytes-float": (_set("files|{data}|bytes", 1.5), "field 'files.{data}.bytes'", "1.5", "an integer >= 0"),
     "files-bytes-bool": (_set("files|{data}|bytes", True), "field 'files.{data}.bytes'", "True", "an integer >= 0"),
-    "files-sha256-missing": (_delete("files|{data}|sha256"), "field 'files.{data}.sha256'", "missing",
-                             "64 lowercase hexadecimal digits"),
-    "files-sha256-uppercase": (_set("files|{data}|sha256", "AB" * 32), "field 'files.{data}.sha256'",
-                               repr("AB" * 32), "64 lowercase hexadecimal digits"),
-    "files-sha256-short": (_set("files|{data}|sha256", "ab12"), "field 'files.{data}.sha256'", "'ab12'",
-                           "64 lowercase hexadecimal digits"),
-    "files-sha256-number": (_set("files|{data}|sha256", 12), "field 'files.{data}.sha256'", "12",
-                            "64 lowercase hexadecimal digits"),
-    "files-without-its-data-file": (lambda manifest, data: _rename_file(manifest, data, "other.pt"),
-                                    "field 'files'", "['other.pt']", "a listing that includes '{data}'"),
+    "files-sha256-missing": (
+        _delete("files|{data}|sha256"),
+        "field 'files.{data}.sha256'",
+        "missing",
+        "64 lowercase hexadecimal digits",
+    ),
+    "files-sha256-uppercase": (
+        _set("files|{data}|sha256", "AB" * 32),
+        "field 'files.{data}.sha256'",
+        repr("AB" * 32),
+        "64 lowercase hexadecimal digits",
+    ),
+    "files-sha256-short": (
+        _set("files|{data}|sha256", "ab12"),
+        "field 'files.{data}.sha256'",
+        "'ab12'",
+        "64 lowercase hexadecimal digits",
+    ),
+    "files-sha256-number": (
+        _set("files|{data}|sha256", 12),
+        "field 'files.{data}.sha256'",
+        "12",
+        "64 lowercase hexadecimal digits",
+    ),
+    "files-without-its-data-file": (
+        lambda manifest, data: _rename_file(manifest, data, "other.pt"),
+        "field 'files'",
+        "['other.pt']",
+        "a listing that includes '{data}'",
+    ),
     "summary-missing": (_delete("summary"), "field 'summary'", "missing", "present"),
     "summary-list": (_set("summary", [8]), "field 'summary'", "[8]", "an object"),
     "global_step-negative": (_set("summary|global_step", -1), "field 'summary.global_step'", "-1", "an integer >= 0"),
     "global_step-string": (_set("summary|global_step", "8"), "field 'summary.global_step'", "'8'", "an integer >= 0"),
     "global_step-list": (_set("summary|global_step", [8]), "field 'summary.global_step'", "[8]", "an integer >= 0"),
     "global_step-float": (_set("summary|global_step", 8.5), "field 'summary.global_step'", "8.5", "an integer >= 0"),
-    "global_step-nan": (_set("summary|global_step", math.nan), "field 'summary.global_step'", "nan",
-                        "an integer >= 0"),
-    "global_step-null": (_set("summary|global_step", None), "field 'summary.global_step'", "None",
-                         "an integer >= 0"),
+    "global_step-nan": (_set("summary|global_step", math.nan), "field 'summary.global_step'", "nan", "an integer >= 0"),
+    "global_step-null": (_set("summary|global_step", None), "field 'summary.global_step'", "None", "an integer >= 0"),
     "iteration-negative": (_set("summary|iteration", -3), "field 'summary.iteration'", "-3", "an integer >= 0"),
     "epoch-string": (_set("summary|epoch", "one"), "field 'summary.epoch'", "'one'", "an integer >= 0"),
-    "samples_seen-bool": (_set("summary|samples_seen", False), "field 'summary.samples_seen'", "False",
-                          "an integer >= 0"),
-    "run_ids-list": (_set("summary|run_ids", ["csv"]), "field 'summary.run_ids'", "['csv']",
-                     "an object of tracker name -> run id"),
-    "run_ids-number": (_set("summary|run_ids", {"csv": 3}), "field 'summary.run_ids'", "{'csv': 3}",
-                       "an object of tracker name -> run id"),
+    "samples_seen-bool": (
+        _set("summary|samples_seen", False),
+        "field 'summary.samples_seen'",
+        "False",
+        "an integer >= 0",
+    ),
+    "run_ids-list": (
+        _set("summary|run_ids", ["csv"]),
+        "field 'summary.run_ids'",
+        "['csv']",
+        "an object of tracker name -> run id",
+    ),
+    "run_ids-number": (
+        _set("summary|run_ids", {"csv": 3}),
+        "field 'summary.run_ids'",
+        "{'csv': 3}",
+        "an object of tracker name -> run id",
+    ),
     "metadata-missing": (_delete("metadata"), "field 'metadata'", "missing", "present"),
     "metadata-list": (_set("metadata", [1]), "field 'metadata'", "[1]", "an object"),
     "metadata-nested": (_set("metadata|priority", [8]), "field 'metadata.priority'", "[8]", "a JSON scalar"),
     "manifest-list": (_replace([1, 2]), "the manifest", "[1, 2]", "a JSON object"),
     "manifest-null": (_replace(None), "the manifest", "None", "a JSON object"),
-    "manifest-string": (_replace("tracktrain-checkpoint/1"), "the manifest", "'tracktrain-checkpoint/1'",
-                        "a JSON object"),
+    "manifest-string": (
+        _replace("tracktrain-checkpoint/1"),
+        "the manifest",
+        "'tracktrain-checkpoint/1'",
+        "a JSON object",
+    ),
 }
 # damaged below the JSON level: (what to do to the manifest's bytes, what the message says)
 UNREADABLE: dict[str, tuple[Callable[[bytes], bytes], str]] = {
@@ -159,8 +204,12 @@ def expected_message(case: str, manifest_url: str, data: str) -> list[str]:
     if case in UNREADABLE:
         return [manifest_url, UNREADABLE[case][1]]
     _, field, value, should = CORRUPTIONS[case]
-    return [manifest_url, field.replace("{data}", data), f" is {value.replace('{data}', data)}",
-            f"it should be {should.replace('{data}', data)}"]
+    return [
+        manifest_url,
+        field.replace("{data}", data),
+        f" is {value.replace('{data}', data)}",
+        f"it should be {should.replace('{data}', data)}",
+    ]
 
 
 ALL_CASES = [*CORRUPTIONS, *UNREADABLE]
@@ -220,8 +269,9 @@ def resume_after_corrupting(template, root: Path, directory: str, case: str) -> 
 
 
 @pytest.mark.parametrize("case", ALL_CASES)
-def test_resume_auto_skips_an_invalid_manifest_with_a_warning_and_takes_the_newest_valid_one(template, tmp_path, where,
-                                                                                            case):
+def test_resume_auto_skips_an_invalid_manifest_with_a_warning_and_takes_the_newest_valid_one(
+    template, tmp_path, where, case
+):
     trainer, warned = resume_after_corrupting(template, tmp_path, where, case)
     for data in NEWEST:
         assert "Skipping a checkpoint that is not committed" in warned
@@ -237,17 +287,20 @@ def test_no_type_error_anywhere_from_a_wrongly_typed_manifest(template, tmp_path
     directory = tmp_path / "ckpt"
     put(str(directory), template)
     (directory / manifest_name("last_checkpoint_8.pt")).write_bytes(
-        corrupted(template[manifest_name("last_checkpoint_8.pt")], "global_step-list", "last_checkpoint_8.pt"))
+        corrupted(template[manifest_name("last_checkpoint_8.pt")], "global_step-list", "last_checkpoint_8.pt")
+    )
     with pytest.warns(UserWarning, match=r"field 'summary.global_step' is \[8\]"):
         candidates = resume_candidates([str(directory)])
     assert [c.data_filename for c in candidates] == ["checkpoint_8.pt", "last_checkpoint_4.pt", "checkpoint_4.pt"]
 
 
 # ---------------------------------------------------------------------------- an explicit ckpt_path is refused
-@pytest.mark.parametrize("case", ["format-future", "global_step-negative", "files-sha256-uppercase",
-                                  "metadata-nested", "truncated"])
-def test_an_explicit_ckpt_path_with_an_invalid_manifest_is_refused_naming_it_and_the_fix(template, tmp_path, where,
-                                                                                       case):
+@pytest.mark.parametrize(
+    "case", ["format-future", "global_step-negative", "files-sha256-uppercase", "metadata-nested", "truncated"]
+)
+def test_an_explicit_ckpt_path_with_an_invalid_manifest_is_refused_naming_it_and_the_fix(
+    template, tmp_path, where, case
+):
     put(where, template)
     data = "checkpoint_8.pt"
     name = manifest_name(data)
@@ -255,8 +308,9 @@ def test_an_explicit_ckpt_path_with_an_invalid_manifest_is_refused_naming_it_and
     module = Classifier()
     before = [p.detach().clone() for p in module.parameters()]
     with pytest.raises(CheckpointCorrupted) as caught:
-        Trainer(**quiet(tmp_path, max_epochs=1, loggers=False)).fit(module, make_loader(),
-                                                                   ckpt_path=storage.join(where, data))
+        Trainer(**quiet(tmp_path, max_epochs=1, loggers=False)).fit(
+            module, make_loader(), ckpt_path=storage.join(where, data)
+        )
     for part in expected_message(case, storage.join(where, name), data):
         assert part in str(caught.value)
     assert "restore the manifest from a copy, or load another checkpoint" in str(caught.value)
@@ -290,9 +344,11 @@ def test_every_file_a_manifest_lists_must_be_there_with_its_size(where, damage):
         storage.write_bytes(extra, data[:-5] if damage == "shorter" else data + b"!")
     fresh = nn.Linear(3, 2)
     before = fresh.weight.detach().clone()
-    expected = {"missing": r"model\.pt\.extra is missing",
-                "shorter": r"model\.pt\.extra is 325 bytes, its manifest says 330 \(truncated",
-                "longer": r"model\.pt\.extra is 331 bytes, its manifest says 330 \(appended to"}[damage]
+    expected = {
+        "missing": r"model\.pt\.extra is missing",
+        "shorter": r"model\.pt\.extra is 325 bytes, its manifest says 330 \(truncated",
+        "longer": r"model\.pt\.extra is 331 bytes, its manifest says 330 \(appended to",
+    }[damage]
     with pytest.raises(CheckpointCorrupted, match=rf"Checkpoint {url} is incomplete: {expected}.*restore the file"):
         Checkpoint.load_objects({"model": fresh}, url)
     assert torch.equal(fresh.weight, before)
@@ -307,8 +363,11 @@ def test_a_manifest_that_does_not_list_its_own_file_is_refused(tmp_path):
     manifest = json.loads((tmp_path / "model.pt.manifest.json").read_text())
     del manifest["files"]["model.pt"]
     (tmp_path / "model.pt.manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(CheckpointCorrupted, match=r"field 'files' is \['model.pt.extra'\], it should be a listing "
-                                                  r"that includes 'model.pt'"):
+    with pytest.raises(
+        CheckpointCorrupted,
+        match=r"field 'files' is \['model.pt.extra'\], it should be a listing "
+        r"that includes 'model.pt'",
+    ):
         Checkpoint.load_objects({"model": nn.Linear(3, 2)}, tmp_path / "model.pt")
 
 

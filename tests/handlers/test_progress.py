@@ -241,8 +241,18 @@ def test_postfix_flattens_dicts_sequences_tensors_and_state_attributes(terminal)
     engine.run(range(2), max_epochs=1)
     line = terminal.screen()[0]
     postfix = line.split("|")[-1]
-    for expected in ("acc=0.75", "nested_top1=0.5", "nested_top5=0.875", "name=run-a", "loss=0.25",
-                     "parts_0=1", "parts_1=2", "lr_0=0.1", "lr_1=0.01", "alpha=3"):
+    for expected in (
+        "acc=0.75",
+        "nested_top1=0.5",
+        "nested_top5=0.875",
+        "name=run-a",
+        "loss=0.25",
+        "parts_0=1",
+        "parts_1=2",
+        "lr_0=0.1",
+        "lr_1=0.01",
+        "alpha=3",
+    ):
         assert expected in postfix, (expected, line)
 
 
@@ -324,7 +334,6 @@ def test_bar_left_by_an_exception_is_closed_by_the_next_run_or_by_close(terminal
     screen = terminal.screen()
     assert screen[0].startswith("Iteration: [3/5]  60%")
     assert screen[1].startswith("Iteration: [5/5] 100%")
-
 
 
 def test_context_manager_closes_the_bar_after_an_exception():

@@ -9,8 +9,13 @@ import sys
 
 
 def _inspect(run_dir, *flags) -> str:
-    result = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", *flags, str(run_dir)],
-                            capture_output=True, text=True, timeout=60, check=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", *flags, str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return result.stdout
 
 

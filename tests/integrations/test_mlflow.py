@@ -83,9 +83,12 @@ def rest_run(server, run_id: str) -> dict:
     """The run as REST returns it, with params and tags as dicts."""
     run = rest(server, "runs/get", run_id=run_id)["run"]
     data = run["data"]
-    return {"info": run["info"], "params": {p["key"]: p["value"] for p in data.get("params", [])},
-            "tags": {t["key"]: t["value"] for t in data.get("tags", [])},
-            "metrics": {m["key"]: m["value"] for m in data.get("metrics", [])}}
+    return {
+        "info": run["info"],
+        "params": {p["key"]: p["value"] for p in data.get("params", [])},
+        "tags": {t["key"]: t["value"] for t in data.get("tags", [])},
+        "metrics": {m["key"]: m["value"] for m in data.get("metrics", [])},
+    }
 
 
 def runs_of(client, experiment_name: str) -> list:
@@ -104,7 +107,7 @@ class Expected:
 
     def steps(self, first: int, last: int) -> None:
         for step in range(first, last):
-            values = {"loss": 1.0 / (step + 1), "acc": step / 100, "lr": 0.1 * 0.95 ** step}
+            values = {"loss": 1.0 / (step + 1), "acc": step / 100, "lr": 0.1 * 0.95**step}
             self.logger.log_metrics(values, step)
             for name, value in values.items():
                 self.metrics.setdefault(name, {})[step] = value
@@ -128,16 +131,19 @@ class Expected:
             if history != logged:
                 differences[f"metric {name}"] = {
                     "missing": [pair for pair in logged if pair not in history],
-                    "extra": [pair for pair in history if pair not in logged or history.count(pair) > 1]}
+                    "extra": [pair for pair in history if pair not in logged or history.count(pair) > 1],
+                }
         run = client.get_run(run_id)
         if run.data.params != self.params:
             differences["params"] = {
                 "missing": {key: value for key, value in self.params.items() if run.data.params.get(key) != value},
-                "extra": {key: value for key, value in run.data.params.items() if key not in self.params}}
+                "extra": {key: value for key, value in run.data.params.items() if key not in self.params},
+            }
         tags = {name: run.data.tags.get(name) for name in self.tags}
         if tags != self.tags:
-            differences["tags"] = {name: {"logged": value, "held": tags[name]} for name, value in self.tags.items()
-                                   if tags[name] != value}
+            differences["tags"] = {
+                name: {"logged": value, "held": tags[name]} for name, value in self.tags.items() if tags[name] != value
+            }
         return differences
 
 
@@ -164,7 +170,11 @@ def test_the_default_is_an_embedded_sqlite_file_in_the_root_dir_holding_the_whol
     assert steps_and_values(client, logger.run_id, "loss") == [(step, 1.0 / step) for step in range(1, 31)]
     assert steps_and_values(client, logger.run_id, "acc") == [(step, step / 30) for step in range(1, 31)]
     assert {key: run.data.tags[key] for key in ("team", "stage", "tracktrain.version", "mlflow.runName")} == {
-        "team": "vision", "stage": "pretrain", "tracktrain.version": tracktrain.__version__, "mlflow.runName": "first"}
+        "team": "vision",
+        "stage": "pretrain",
+        "tracktrain.version": tracktrain.__version__,
+        "mlflow.runName": "first",
+    }
     assert [artifact.path for artifact in client.list_artifacts(logger.run_id, "configs")] == ["configs/config.yaml"]
     # the artifacts sit next to the database, not in the working directory
     (uploaded,) = (root / "mlartifacts").rglob("config.yaml")
@@ -177,7 +187,9 @@ def test_the_default_is_an_embedded_sqlite_file_in_the_root_dir_holding_the_whol
 def test_an_experiment_made_without_a_kind_gets_the_training_kind_and_a_chosen_kind_is_kept(sqlite_uri, tmp_path):
     client = tracking.MlflowClient(sqlite_uri)
     plain = client.create_experiment(f"plain-{uuid.uuid4().hex[:8]}")
-    chosen = client.create_experiment(f"chosen-{uuid.uuid4().hex[:8]}", tags={"mlflow.experimentKind": "genai_development"})
+    chosen = client.create_experiment(
+        f"chosen-{uuid.uuid4().hex[:8]}", tags={"mlflow.experimentKind": "genai_development"}
+    )
     for experiment_id in (plain, chosen):
         logger = MLflowLogger(experiment_name=client.get_experiment(experiment_id).name, tracking_uri=sqlite_uri)
         logger.start(str(tmp_path))
@@ -256,8 +268,17 @@ def test_numbers_of_any_type_are_logged_and_anything_else_fails_at_log_time(sqli
     for value in ([1.0, 2.0], "0.5", torch.ones(2), None):
         with pytest.raises(TypeError, match=r"metric 'loss' must be a number, got .*loss/0, loss/1"):
             logger.log_metrics({"acc": 1.0, "loss": value}, 1)
-    logger.log_metrics({"int": 3, "numpy": np.float32(0.25), "tensor": torch.tensor(0.5), "nan": math.nan,
-                        "inf": math.inf, "minus_inf": -math.inf}, 2)
+    logger.log_metrics(
+        {
+            "int": 3,
+            "numpy": np.float32(0.25),
+            "tensor": torch.tensor(0.5),
+            "nan": math.nan,
+            "inf": math.inf,
+            "minus_inf": -math.inf,
+        },
+        2,
+    )
     logger.finalize("FINISHED")
 
     logged = tracking.MlflowClient(sqlite_uri).get_run(logger.run_id).data.metrics
@@ -306,21 +327,29 @@ def test_a_sender_child_killed_mid_run_is_replaced_and_every_metric_arrives_once
 def test_the_sender_child_does_not_import_torch(tmp_path):
     """`python -X importtime` in both processes (the variable reaches the child): a script that imports no torch
     leaves no torch import anywhere, though its records went through a child."""
-    code = ("import os\n"
-            "from tracktrain_integrations.mlflow import MLflowLogger\n"
-            f"logger = MLflowLogger(tracking_uri='sqlite:///{tmp_path}/mlflow.db')\n"
-            f"logger.start({str(tmp_path)!r})\n"
-            "logger.log_metrics({'loss': 0.5}, 1)\n"
-            "assert logger.flush(120)\n"
-            "print(os.getpid(), logger.sender_pid, logger.run_id)\n"
-            "logger.finalize('FINISHED')\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
-                            env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"})
+    code = (
+        "import os\n"
+        "from tracktrain_integrations.mlflow import MLflowLogger\n"
+        f"logger = MLflowLogger(tracking_uri='sqlite:///{tmp_path}/mlflow.db')\n"
+        f"logger.start({str(tmp_path)!r})\n"
+        "logger.log_metrics({'loss': 0.5}, 1)\n"
+        "assert logger.flush(120)\n"
+        "print(os.getpid(), logger.sender_pid, logger.run_id)\n"
+        "logger.finalize('FINISHED')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     script, child, run_id = result.stdout.split()
     assert child not in ("None", script)
-    imported = [line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines()
-                if line.startswith("import time:")]
+    imported = [
+        line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")
+    ]
     assert imported.count("mlflow.tracking") == 2  # the script's imports and the child's
     assert not [name for name in imported if name == "torch" or name.startswith("torch.")]
     history = tracking.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").get_metric_history(run_id, "loss")
@@ -348,8 +377,12 @@ def test_batches_stay_within_mlflows_limits():
     batches = list(mlflow_batches(params, tags, metrics))
     for batch in batches:
         _validate_batch_log_limits(batch["metrics"], batch["params"], batch["tags"])
-        request = LogBatch(run_id="0" * 32, metrics=[m.to_proto() for m in batch["metrics"]],
-                           params=[p.to_proto() for p in batch["params"]], tags=[t.to_proto() for t in batch["tags"]])
+        request = LogBatch(
+            run_id="0" * 32,
+            metrics=[m.to_proto() for m in batch["metrics"]],
+            params=[p.to_proto() for p in batch["params"]],
+            tags=[t.to_proto() for t in batch["tags"]],
+        )
         assert len(json.dumps(json.loads(message_to_json(request)))) <= MAX_BATCH_LOG_REQUEST_SIZE
     for kind, sent in (("params", params), ("tags", tags), ("metrics", metrics)):
         assert [entity for batch in batches for entity in batch[kind]] == sent
@@ -359,8 +392,11 @@ def test_batches_stay_within_mlflows_limits():
 def test_an_unreachable_server_at_start_fails_fast_naming_it_and_the_fixes(tmp_path):
     uri = f"http://127.0.0.1:{free_port()}"
     began = time.monotonic()
-    with pytest.raises(ConnectionError, match=rf"cannot reach the MLflow tracking server at {uri} .*mlflow server "
-                                              r".*on_unreachable='queue'"):
+    with pytest.raises(
+        ConnectionError,
+        match=rf"cannot reach the MLflow tracking server at {uri} .*mlflow server "
+        r".*on_unreachable='queue'",
+    ):
         started(tmp_path, tracking_uri=uri, request_timeout=1.0)
     # a liveness bound: request_timeout (1 s) and the start's own work, not the four minutes MLflow's client spends
     # retrying a refused port
@@ -404,9 +440,11 @@ def test_bad_on_unreachable_is_refused_at_construction():
 
 
 def test_without_mlflow_the_module_imports_and_the_logger_names_the_extra():
-    code = ("import sys; sys.modules['mlflow'] = None\n"
-            "import tracktrain_integrations.mlflow as module\n"
-            "try:\n    module.MLflowLogger()\nexcept ImportError as error:\n    print(error)\n")
+    code = (
+        "import sys; sys.modules['mlflow'] = None\n"
+        "import tracktrain_integrations.mlflow as module\n"
+        "try:\n    module.MLflowLogger()\nexcept ImportError as error:\n    print(error)\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "MLflowLogger needs MLflow" in result.stdout and "pip install 'tracktrain[mlflow]'" in result.stdout
@@ -417,8 +455,15 @@ def test_a_run_that_cannot_reach_its_server_keeps_everything_in_the_spill_file(t
     close_timeout at most, leaving a spill file that names the server but not its credentials."""
     port = free_port()
     with pytest.warns(UserWarning, match=rf"server at http://127.0.0.1:{port} does not answer") as caught:
-        logger = started(tmp_path, tracking_uri=f"http://alice:secret@127.0.0.1:{port}", on_unreachable="queue",
-                         request_timeout=0.5, close_timeout=1.0, experiment_name="offline", run_name="r1")
+        logger = started(
+            tmp_path,
+            tracking_uri=f"http://alice:secret@127.0.0.1:{port}",
+            on_unreachable="queue",
+            request_timeout=0.5,
+            close_timeout=1.0,
+            experiment_name="offline",
+            run_name="r1",
+        )
     assert caught[0].filename == __file__ and logger.run_id is None
     logger.log_hyperparams({"lr": 0.1})
     for step in range(50):  # that these never wait for the network: the frozen-server test shows it by ordering
@@ -443,8 +488,13 @@ def test_a_run_that_cannot_reach_its_server_keeps_everything_in_the_spill_file(t
 
 # ------------------------------------------------------------------------------------------------ a real server
 def test_a_trainer_run_read_back_through_the_client_and_the_rest_api(mlflow_server, experiment, tmp_path):
-    logger = MLflowLogger(tracking_uri=mlflow_server.url, experiment_name=experiment, run_name="e2e",
-                          tags={"team": "vision"}, log_checkpoints=True)
+    logger = MLflowLogger(
+        tracking_uri=mlflow_server.url,
+        experiment_name=experiment,
+        run_name="e2e",
+        tags={"team": "vision"},
+        log_checkpoints=True,
+    )
     checkpoints = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=None)
     trainer = Trainer(**quiet(tmp_path, max_epochs=2, log_every_n_steps=4, loggers=[logger], callbacks=[checkpoints]))
     trainer.fit(Classifier(), make_loader(), make_loader())
@@ -473,8 +523,9 @@ def test_a_trainer_run_read_back_through_the_client_and_the_rest_api(mlflow_serv
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="freezes the server with SIGSTOP")
-def test_logging_never_waits_for_a_frozen_server_and_every_record_arrives_when_it_thaws(mlflow_server, experiment,
-                                                                                        tmp_path):
+def test_logging_never_waits_for_a_frozen_server_and_every_record_arrives_when_it_thaws(
+    mlflow_server, experiment, tmp_path
+):
     """The server is frozen (SIGSTOP to its process group: connections are accepted, nothing answers), as a hung
     server is. Every log call returns while it is frozen; flush says the records wait; once it thaws, they all
     arrive. A log call that waited for the network would wait for the server's answer: until it thaws, which here
@@ -489,8 +540,9 @@ def test_logging_never_waits_for_a_frozen_server_and_every_record_arrives_when_i
     group = mlflow_server.process.pid  # the server's own group (started in a new session): it and its worker
     os.killpg(group, signal.SIGSTOP)
     try:
-        training = threading.Thread(target=lambda: (expected.steps(10, 210), expected.set_tags(stage="frozen")),
-                                    daemon=True)
+        training = threading.Thread(
+            target=lambda: (expected.steps(10, 210), expected.set_tags(stage="frozen")), daemon=True
+        )
         training.start()
         training.join(60)  # a liveness bound: a call waiting on the frozen server would wait as long as it is frozen
         # ordering, not a stopwatch: every call returned while the server could not answer any request
@@ -509,7 +561,8 @@ def test_a_fit_resumed_from_a_checkpoint_continues_the_same_run_and_step_axis(ml
     first = MLflowLogger(tracking_uri=mlflow_server.url, experiment_name=experiment)
     checkpoints = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=None)
     Trainer(**quiet(tmp_path, max_epochs=1, log_every_n_steps=4, loggers=[first], callbacks=[checkpoints])).fit(
-        Classifier(), make_loader(), make_loader())
+        Classifier(), make_loader(), make_loader()
+    )
 
     second = MLflowLogger(tracking_uri=mlflow_server.url, experiment_name=experiment)
     trainer = Trainer(**quiet(tmp_path, max_epochs=2, log_every_n_steps=4, loggers=[second]))
@@ -546,8 +599,9 @@ def test_a_fit_that_raises_ends_its_run_failed_or_killed(sqlite_uri, experiment,
 
 # ------------------------------------------------------------------------------------------------- fault tests
 @pytest.mark.slow  # two server starts (~14 s); tests/test_loggers.py counts every record across an outage by default
-def test_every_record_logged_across_a_server_outage_arrives_exactly_once(start_mlflow_server, tmp_path, caplog,
-                                                                         monkeypatch):
+def test_every_record_logged_across_a_server_outage_arrives_exactly_once(
+    start_mlflow_server, tmp_path, caplog, monkeypatch
+):
     """A real server is stopped mid-run (SIGTERM to the group of the PID that started it) while metrics, params and
     tags are logged, until the delivery has had a batch refused; then it is started again on the same port and
     database. Read back through MlflowClient, the run holds every metric's exact (step, value) history, every param
@@ -589,8 +643,14 @@ def test_every_record_logged_across_a_server_outage_arrives_exactly_once(start_m
 @pytest.mark.slow  # ~20 s: two server starts, and MLflow's client waits 4, then 8 s before retrying a request
 def test_a_server_stopped_mid_run_and_started_again_receives_every_metric(start_mlflow_server, tmp_path):
     server = start_mlflow_server()
-    logger = started(tmp_path, tracking_uri=server.url, experiment_name="faults", request_timeout=2.0,
-                     close_timeout=90.0, max_pending=16)
+    logger = started(
+        tmp_path,
+        tracking_uri=server.url,
+        experiment_name="faults",
+        request_timeout=2.0,
+        close_timeout=90.0,
+        max_pending=16,
+    )
     for step in range(20):
         logger.log_metrics({"loss": float(step), "lr": 0.1}, step)
     assert logger.flush(30)
@@ -616,11 +676,18 @@ def test_a_server_stopped_mid_run_and_started_again_receives_every_metric(start_
 
 
 @pytest.mark.slow  # ~12 s: a server start and the replay process
-def test_a_fit_with_the_server_down_throughout_completes_and_the_replay_command_delivers_it(start_mlflow_server,
-                                                                                           tmp_path):
+def test_a_fit_with_the_server_down_throughout_completes_and_the_replay_command_delivers_it(
+    start_mlflow_server, tmp_path
+):
     port = free_port()
-    logger = MLflowLogger(tracking_uri=f"http://127.0.0.1:{port}", experiment_name="down", on_unreachable="queue",
-                          request_timeout=1.0, close_timeout=2.0, log_checkpoints=True)
+    logger = MLflowLogger(
+        tracking_uri=f"http://127.0.0.1:{port}",
+        experiment_name="down",
+        on_unreachable="queue",
+        request_timeout=1.0,
+        close_timeout=2.0,
+        log_checkpoints=True,
+    )
     checkpoints = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=None)
     trainer = Trainer(**quiet(tmp_path, max_epochs=2, log_every_n_steps=4, loggers=[logger], callbacks=[checkpoints]))
     began = time.monotonic()
@@ -637,8 +704,12 @@ def test_a_fit_with_the_server_down_throughout_completes_and_the_replay_command_
     assert len([record for record in records if record.kind == "artifact"]) == 2
 
     server = start_mlflow_server(port)
-    result = subprocess.run([sys.executable, "-m", "tracktrain.loggers.replay", logger.spill_path],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "tracktrain.loggers.replay", logger.spill_path],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     sent = [record for record in records if record.kind != "status"]
     assert f"{len(sent)} records delivered" in result.stdout and not os.path.exists(logger.spill_path)
@@ -646,8 +717,7 @@ def test_a_fit_with_the_server_down_throughout_completes_and_the_replay_command_
     client = tracking.MlflowClient(server.url)
     (run,) = runs_of(client, "down")  # created once, by the replay
     assert [step for step, _ in rest_history(server, run.info.run_id, "train_loss")] == [4, 8, 12, 16]
-    assert rest_history(server, run.info.run_id, "val_loss")[-1][1] == pytest.approx(
-        trainer.logged_metrics["val_loss"])
+    assert rest_history(server, run.info.run_id, "val_loss")[-1][1] == pytest.approx(trainer.logged_metrics["val_loss"])
     assert rest_run(server, run.info.run_id)["params"]["trainer/max_epochs"] == "2"
     assert rest_run(server, run.info.run_id)["info"]["status"] == "FINISHED"  # ended by the replay, as fit ended
     listed = rest(server, "artifacts/list", run_id=run.info.run_id, path="checkpoints")["files"]
@@ -655,15 +725,21 @@ def test_a_fit_with_the_server_down_throughout_completes_and_the_replay_command_
 
 
 @pytest.mark.slow  # ~10 s: a server start
-def test_a_run_started_while_its_server_is_down_is_created_once_when_it_answers(start_mlflow_server, tmp_path,
-                                                                               monkeypatch):
+def test_a_run_started_while_its_server_is_down_is_created_once_when_it_answers(
+    start_mlflow_server, tmp_path, monkeypatch
+):
     """on_unreachable="queue" with MLflow's own retries off (the documented knob): the background thread creates
     the run as soon as the server answers, and delivery goes on at once."""
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     port = free_port()
     with pytest.warns(UserWarning, match="does not answer"):
-        logger = started(tmp_path, tracking_uri=f"http://127.0.0.1:{port}", experiment_name="late",
-                         on_unreachable="queue", close_timeout=60.0)
+        logger = started(
+            tmp_path,
+            tracking_uri=f"http://127.0.0.1:{port}",
+            experiment_name="late",
+            on_unreachable="queue",
+            close_timeout=60.0,
+        )
     for step in range(20):
         logger.log_metrics({"loss": float(step)}, step)
     assert logger.run_id is None
@@ -696,8 +772,9 @@ def mlflow_tracking_uri():
     mlflow.set_tracking_uri(previous)
 
 
-def test_the_trained_module_is_logged_loadable_and_registered_as_a_new_version(sqlite_uri, experiment, tmp_path,
-                                                                               mlflow_tracking_uri):
+def test_the_trained_module_is_logged_loadable_and_registered_as_a_new_version(
+    sqlite_uri, experiment, tmp_path, mlflow_tracking_uri
+):
     import mlflow.pytorch
 
     module = Classifier()
@@ -705,8 +782,9 @@ def test_the_trained_module_is_logged_loadable_and_registered_as_a_new_version(s
     name = f"classifier-{experiment}"
     runs = []
     for _ in range(2):  # the second run adds version 2 to the registered model the first one created
-        logger = started(tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment, log_model=True,
-                         registered_model_name=name)
+        logger = started(
+            tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment, log_model=True, registered_model_name=name
+        )
         logger.log_metrics({"loss": 0.5}, 1)
         with warnings.catch_warnings():
             warnings.simplefilter("error", UserWarning)  # it succeeds without a warning of its own
@@ -747,8 +825,13 @@ def test_without_log_model_nothing_is_saved(sqlite_uri, experiment, tmp_path):
 def test_a_model_that_cannot_be_saved_warns_and_the_run_still_ends_finished(sqlite_uri, experiment, tmp_path):
     module = Classifier()
     module.lock = threading.Lock()  # neither copied nor pickled
-    logger = started(tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment, log_model=True,
-                     registered_model_name=f"never-{experiment}")
+    logger = started(
+        tmp_path,
+        tracking_uri=sqlite_uri,
+        experiment_name=experiment,
+        log_model=True,
+        registered_model_name=f"never-{experiment}",
+    )
     with pytest.warns(UserWarning, match=r"could not log the trained Classifier to MLflow run .*log_model=False"):
         logger.log_final_model(module)
     logger.finalize("FINISHED")
@@ -764,9 +847,13 @@ def test_registering_needs_log_model():
 
 
 # ------------------------------------------------------------------------------------------------ system metrics
-SYSTEM_METRICS = {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes",
-                  "system/system_memory_usage_percentage", "system/disk_usage_percentage",
-                  "system/network_receive_megabytes"}
+SYSTEM_METRICS = {
+    "system/cpu_utilization_percentage",
+    "system/system_memory_usage_megabytes",
+    "system/system_memory_usage_percentage",
+    "system/disk_usage_percentage",
+    "system/network_receive_megabytes",
+}
 
 
 class SlowClassifier(Classifier):
@@ -778,8 +865,9 @@ class SlowClassifier(Classifier):
 
 
 def test_system_metrics_are_sampled_while_training_at_the_global_step(sqlite_uri, experiment, tmp_path):
-    logger = MLflowLogger(tracking_uri=sqlite_uri, experiment_name=experiment, log_system_metrics=True,
-                          system_metrics_interval=0.2)
+    logger = MLflowLogger(
+        tracking_uri=sqlite_uri, experiment_name=experiment, log_system_metrics=True, system_metrics_interval=0.2
+    )
     trainer = Trainer(**quiet(tmp_path, max_epochs=3, log_every_n_steps=1, loggers=[logger]))
     trainer.fit(SlowClassifier(), make_loader())  # 24 steps of > 20 ms: about 3 samples
     assert logger.undelivered == 0
@@ -799,8 +887,9 @@ def test_system_metrics_follow_mlflows_own_switch_unless_told(sqlite_uri, experi
     monkeypatch.setenv("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "true")
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.1")
     on = started(tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment, delivery="thread")
-    off = started(tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment, delivery="thread",
-                  log_system_metrics=False)
+    off = started(
+        tmp_path, tracking_uri=sqlite_uri, experiment_name=experiment, delivery="thread", log_system_metrics=False
+    )
     time.sleep(0.35)
     for logger in (on, off):
         logger.log_metrics({"loss": 1.0}, 1)
@@ -811,7 +900,9 @@ def test_system_metrics_follow_mlflows_own_switch_unless_told(sqlite_uri, experi
 
 
 def test_a_bad_system_metrics_interval_is_refused_at_construction():
-    with pytest.raises(ValueError, match=r"system_metrics_interval=\.\.\.\) must be a positive number of seconds, got 0"):
+    with pytest.raises(
+        ValueError, match=r"system_metrics_interval=\.\.\.\) must be a positive number of seconds, got 0"
+    ):
         MLflowLogger(log_system_metrics=True, system_metrics_interval=0)
 
 
@@ -824,13 +915,23 @@ def test_system_metrics_without_psutil_name_the_install_at_construction(monkeypa
     MLflowLogger(log_system_metrics=False)  # without them, nothing needs psutil
 
 
-def test_a_resume_records_changed_settings_as_tags_and_a_finished_rerun_leaves_the_run_alone(sqlite_uri, experiment,
-                                                                                            tmp_path):
+def test_a_resume_records_changed_settings_as_tags_and_a_finished_rerun_leaves_the_run_alone(
+    sqlite_uri, experiment, tmp_path
+):
     def fit(max_epochs, clip):
         logger = MLflowLogger(tracking_uri=sqlite_uri, experiment_name=experiment)
         checkpoints = ModelCheckpoint(dirpath=tmp_path / "ckpt")
-        trainer = Trainer(**quiet(tmp_path, max_epochs=max_epochs, log_every_n_steps=4, loggers=[logger],
-                                  callbacks=[checkpoints], resume="auto", gradient_clip_val=clip))
+        trainer = Trainer(
+            **quiet(
+                tmp_path,
+                max_epochs=max_epochs,
+                log_every_n_steps=4,
+                loggers=[logger],
+                callbacks=[checkpoints],
+                resume="auto",
+                gradient_clip_val=clip,
+            )
+        )
         trainer.fit(Classifier(), make_loader())
         return logger.run_id
 

@@ -15,8 +15,9 @@ from tracktrain_integrations.tensorboard import TensorboardHook  # noqa: E402
 def _scalars(log_dir):
     accumulator = event_accumulator.EventAccumulator(str(log_dir))
     accumulator.Reload()
-    return {tag: [(event.step, event.value) for event in accumulator.Scalars(tag)]
-            for tag in accumulator.Tags()["scalars"]}
+    return {
+        tag: [(event.step, event.value) for event in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]
+    }
 
 
 def test_published_values_are_written_at_their_global_step(tmp_path):
@@ -27,7 +28,7 @@ def test_published_values_are_written_at_their_global_step(tmp_path):
     assert [step for step, _ in scalars["train_loss"]] == [4, 8, 12, 16]
     assert [step for step, _ in scalars["val_loss"]] == [8, 16]
     assert scalars["val_loss"][-1][1] == pytest.approx(trainer.logged_metrics["val_loss"])
-    assert hook.logger is None and not any(type(logger).__name__ == 'TensorBoardLogger' for logger in trainer.loggers)
+    assert hook.logger is None and not any(type(logger).__name__ == "TensorBoardLogger" for logger in trainer.loggers)
 
 
 def test_ranks_must_be_a_list():

@@ -225,16 +225,23 @@ def test_the_documented_replay_command_delivers_a_spill_file_to_the_same_run(tmp
     logger.log_metrics({"loss": 1.0}, step=1)
     logger.finalize("FAILED")
     spill = tmp_path / "wandb-spilled.undelivered.jsonl"
-    lines = [{"header": logger._spill_header()},
-             {"kind": "metrics", "payload": {"loss": 0.5}, "step": 2, "timestamp": 0.0},
-             {"kind": "metrics", "payload": {"acc": 0.75}, "step": 2, "timestamp": 0.0},
-             {"kind": "params", "payload": {"lr": 0.1}, "step": None, "timestamp": 0.0}]
+    lines = [
+        {"header": logger._spill_header()},
+        {"kind": "metrics", "payload": {"loss": 0.5}, "step": 2, "timestamp": 0.0},
+        {"kind": "metrics", "payload": {"acc": 0.75}, "step": 2, "timestamp": 0.0},
+        {"kind": "params", "payload": {"lr": 0.1}, "step": None, "timestamp": 0.0},
+    ]
     spill.write_text("".join(json.dumps(line) + "\n" for line in lines))
 
     # as from a fresh shell: its own W&B service, not this process's (whose address W&B leaves in the environment)
     environment = {key: value for key, value in os.environ.items() if key != "WANDB_SERVICE"}
-    result = subprocess.run([sys.executable, "-m", "tracktrain.loggers.replay", str(spill)],
-                            capture_output=True, text=True, timeout=60, env=environment)
+    result = subprocess.run(
+        [sys.executable, "-m", "tracktrain.loggers.replay", str(spill)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environment,
+    )
     assert result.returncode == 0, result.stderr
     assert "3 records delivered" in result.stdout and not spill.exists()
     attempts = sorted(Path(logger.run_dir).parent.glob(f"offline-run-*-{logger.run_id}*"))
@@ -252,14 +259,17 @@ def test_missing_wandb_names_the_extra(monkeypatch):
         WandbLogger()
 
 
-@pytest.mark.parametrize(("kwargs", "error", "message"), [
-    ({"mode": "onlin"}, ValueError, r"mode=\.\.\.\) must be one of .* got 'onlin'"),
-    ({"watch": "grads"}, ValueError, r"watch=\.\.\.\) must be one of .* got 'grads'"),
-    ({"resume": True}, ValueError, r"resume=\.\.\.\) must be one of .* got True"),
-    ({"tags": ["x" * 65]}, ValueError, r"tags=\.\.\.\) takes strings of 1 to 64 characters"),
-    ({"jobtype": "train"}, TypeError, r"wandb.init does not take: \[.jobtype.\]; see help\(wandb.init\)"),
-    ({"watch": "all", "delivery": "process"}, ValueError, r"watch='all'\) .* pass delivery='thread' or None"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"mode": "onlin"}, ValueError, r"mode=\.\.\.\) must be one of .* got 'onlin'"),
+        ({"watch": "grads"}, ValueError, r"watch=\.\.\.\) must be one of .* got 'grads'"),
+        ({"resume": True}, ValueError, r"resume=\.\.\.\) must be one of .* got True"),
+        ({"tags": ["x" * 65]}, ValueError, r"tags=\.\.\.\) takes strings of 1 to 64 characters"),
+        ({"jobtype": "train"}, TypeError, r"wandb.init does not take: \[.jobtype.\]; see help\(wandb.init\)"),
+        ({"watch": "all", "delivery": "process"}, ValueError, r"watch='all'\) .* pass delivery='thread' or None"),
+    ],
+)
 def test_bad_arguments_fail_at_construction(kwargs, error, message):
     with pytest.raises(error, match=message):
         WandbLogger(**kwargs)
@@ -296,23 +306,38 @@ def test_a_trainer_run_lands_in_one_w_and_b_run(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_DIR")  # the run goes under the Trainer's root dir
     logger = WandbLogger(project="e2e", log_checkpoints=True, watch="gradients", watch_log_freq=4)
     checkpoints = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=None)
-    trainer = Trainer(**quiet(tmp_path, max_epochs=2, log_every_n_steps=4, loggers=[logger],
-                              callbacks=[checkpoints, WatchAtFitStart(logger)]))
+    trainer = Trainer(
+        **quiet(
+            tmp_path,
+            max_epochs=2,
+            log_every_n_steps=4,
+            loggers=[logger],
+            callbacks=[checkpoints, WatchAtFitStart(logger)],
+        )
+    )
     trainer.fit(Classifier(), make_loader(), make_loader())
 
     assert Path(logger.run_dir).parent == tmp_path / "wandb"
     run = read_run(logger.run_dir)
     # W&B's gradient hooks log without a step, into the row open at the time: some rows hold only histograms
-    scalars = [{key: value for key, value in row.items() if not key.startswith("gradients/")}
-               for row in run["history"]]
+    scalars = [{key: value for key, value in row.items() if not key.startswith("gradients/")} for row in run["history"]]
     scalars = [row for row in scalars if len(row) > 1]
     assert [row["_step"] for row in scalars] == [4, 8, 12, 16]  # 8 optimizer steps per epoch, published every 4
     assert all("val_loss" in row for row in scalars if row["_step"] in (8, 16))  # the same row as train_loss
     assert scalars[-1]["val_loss"] == pytest.approx(trainer.logged_metrics["val_loss"])
     assert scalars[-1]["train_loss"] == pytest.approx(trainer.logged_metrics["train_loss"])
     # W&B names the hooks' keys after the module, prefixed "graph_N" when its process watched another module before
-    weight = [next((key[: -len("._type")] for key in row if re.fullmatch(r"gradients/(graph_\d+)?net\.weight\._type", key)
-                    and row[key] == "histogram"), None) for row in run["history"]]
+    weight = [
+        next(
+            (
+                key[: -len("._type")]
+                for key in row
+                if re.fullmatch(r"gradients/(graph_\d+)?net\.weight\._type", key) and row[key] == "histogram"
+            ),
+            None,
+        )
+        for row in run["history"]
+    ]
     histograms = [(row, key) for row, key in zip(run["history"], weight) if key is not None]
     assert len(histograms) == 4  # every 4th of 16 backward passes
     assert all(len(row[f"{key}.bins"]) == len(row[f"{key}.values"]) + 1 for row, key in histograms)
@@ -326,7 +351,8 @@ def test_a_fit_resumed_from_a_checkpoint_continues_the_same_run(tmp_path):
     first = WandbLogger()
     checkpoints = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=None)
     Trainer(**quiet(tmp_path, max_epochs=1, log_every_n_steps=4, loggers=[first], callbacks=[checkpoints])).fit(
-        Classifier(), make_loader(), make_loader())
+        Classifier(), make_loader(), make_loader()
+    )
 
     second = WandbLogger()
     trainer = Trainer(**quiet(tmp_path, max_epochs=2, log_every_n_steps=4, loggers=[second]))
@@ -338,4 +364,3 @@ def test_a_fit_resumed_from_a_checkpoint_continues_the_same_run(tmp_path):
     assert resumed["run"]["run_id"] == first.run_id and resumed["runs"][0]["resume"] is True
     assert [row["_step"] for row in resumed["history"]] == [12, 16]  # the global step goes on
     assert "tracktrain.changed.trainer/max_epochs:1 -> 2 (resumed at step 8)" in resumed["run"]["tags"]
-

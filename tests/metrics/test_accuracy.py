@@ -158,7 +158,10 @@ def test_multilabel_needs_same_shapes_with_several_labels(y_pred_shape, y_shape)
 def test_a_change_of_kind_is_an_error():
     accuracy = Accuracy()
     accuracy.update((torch.tensor([1, 0]), torch.tensor([1, 1])))
-    with pytest.raises(RuntimeError, match=r"Input data type has changed from binary to multiclass\. Accuracy got y_pred of shape \(2, 3\)"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"Input data type has changed from binary to multiclass\. Accuracy got y_pred of shape \(2, 3\)",
+    ):
         accuracy.update((torch.randn(2, 3), torch.tensor([0, 2])))
 
 
@@ -187,7 +190,10 @@ def test_binary_values_other_than_zero_and_one_fail_compute():
     accuracy.update((torch.tensor([0.2, 0.9, 1.0]), torch.tensor([0, 1, 1])))  # probabilities, not thresholded
     accuracy.update((torch.tensor([1, 0]), torch.tensor([1, 2])))
     accuracy.update((torch.tensor([0.7, 1.0]), torch.tensor([1, 1])))
-    with pytest.raises(ValueError, match=r"For binary cases, y_pred must be comprised of 0's and 1's\. Accuracy got binary inputs whose y_pred held other values in 2 update"):
+    with pytest.raises(
+        ValueError,
+        match=r"For binary cases, y_pred must be comprised of 0's and 1's\. Accuracy got binary inputs whose y_pred held other values in 2 update",
+    ):
         accuracy.compute()
     accuracy.reset()
     accuracy.update((torch.tensor([1, 0]), torch.tensor([1, 2])))

@@ -71,8 +71,14 @@ def metrics_over(parts: list[dict[str, Any]]) -> dict[str, Any]:
         for number in part["numbers"]:
             numbers.update(number)
     return {
-        "accuracy": accuracy.compute(), "top2": top2.compute(), "loss": loss.compute(), "binary": binary.compute(),
-        "mse": mse.compute(), "mae": mae.compute(), "vectors": vectors.compute(), "numbers": numbers.compute(),
+        "accuracy": accuracy.compute(),
+        "top2": top2.compute(),
+        "loss": loss.compute(),
+        "binary": binary.compute(),
+        "mse": mse.compute(),
+        "mae": mae.compute(),
+        "vectors": vectors.compute(),
+        "numbers": numbers.compute(),
         "ratio": ratio.compute(),
     }
 
@@ -138,7 +144,10 @@ def run_rank(rank: int) -> dict[str, Any]:
 
 def _worker(rank: int, port: int, out_dir: str) -> None:
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD_SIZE,
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=WORLD_SIZE,
         timeout=timedelta(seconds=20),
     )
     try:
@@ -168,9 +177,7 @@ def assert_same(actual: Any, expected: Any) -> None:
         assert actual == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
-@pytest.mark.parametrize(
-    "name", ["accuracy", "top2", "loss", "binary", "mse", "mae", "vectors", "numbers", "ratio"]
-)
+@pytest.mark.parametrize("name", ["accuracy", "top2", "loss", "binary", "mse", "mae", "vectors", "numbers", "ratio"])
 def test_every_rank_computes_the_metric_of_all_data(rank_results, name):
     expected = metrics_over([rank_data(rank) for rank in range(WORLD_SIZE)])[name]
     local = metrics_over([rank_data(0)])[name]
@@ -215,7 +222,8 @@ def test_errors_are_raised_on_every_rank(rank_results):
         assert result["nothing"].startswith("NotComputableError: Accuracy must have at least one example")
         assert result["bad_binary"].startswith(
             "ValueError: For binary cases, y_pred must be comprised of 0's and 1's. Accuracy got binary inputs whose "
-            "y_pred held other values in 1 update")
+            "y_pred held other values in 1 update"
+        )
 
 
 def test_running_average_averages_the_ranks_outputs_each_step(rank_results):

@@ -123,11 +123,20 @@ def test_usage_names_are_the_usages(name, usage_cls):
 
 def test_events_of_each_usage_match_ignite():
     assert (EpochWise().STARTED, EpochWise().ITERATION_COMPLETED, EpochWise().COMPLETED) == (
-        Events.EPOCH_STARTED, Events.ITERATION_COMPLETED, Events.EPOCH_COMPLETED)
+        Events.EPOCH_STARTED,
+        Events.ITERATION_COMPLETED,
+        Events.EPOCH_COMPLETED,
+    )
     assert (RunningEpochWise().STARTED, RunningEpochWise().ITERATION_COMPLETED, RunningEpochWise().COMPLETED) == (
-        Events.STARTED, Events.EPOCH_COMPLETED, Events.EPOCH_COMPLETED)
+        Events.STARTED,
+        Events.EPOCH_COMPLETED,
+        Events.EPOCH_COMPLETED,
+    )
     assert (BatchWise().STARTED, BatchWise().ITERATION_COMPLETED, BatchWise().COMPLETED) == (
-        Events.ITERATION_STARTED, Events.ITERATION_COMPLETED, Events.ITERATION_COMPLETED)
+        Events.ITERATION_STARTED,
+        Events.ITERATION_COMPLETED,
+        Events.ITERATION_COMPLETED,
+    )
 
 
 def test_unknown_usage_is_refused():
@@ -294,8 +303,10 @@ def test_device_must_be_a_device():
 def test_ratio_of_two_metrics_is_precision():
     sklearn_metrics = pytest.importorskip("sklearn.metrics")
     generator = torch.Generator().manual_seed(0)
-    batches = [(torch.randint(0, 2, (n,), generator=generator), torch.randint(0, 2, (n,), generator=generator))
-               for n in (7, 12, 5)]
+    batches = [
+        (torch.randint(0, 2, (n,), generator=generator), torch.randint(0, 2, (n,), generator=generator))
+        for n in (7, 12, 5)
+    ]
     true_positives = Average(output_transform=lambda out: (out[0] * out[1]).sum())
     predicted_positives = Average(output_transform=lambda out: out[0].sum())
     precision = true_positives / predicted_positives

@@ -29,8 +29,21 @@ from tracktrain.metrics import (
 )
 
 SYNCING = {
-    "item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__", "__index__", "__complex__", "__array__",
-    "__repr__", "__format__", "equal", "allclose", "is_nonzero",
+    "item",
+    "tolist",
+    "numpy",
+    "cpu",
+    "__bool__",
+    "__float__",
+    "__int__",
+    "__index__",
+    "__complex__",
+    "__array__",
+    "__repr__",
+    "__format__",
+    "equal",
+    "allclose",
+    "is_nonzero",
 }
 
 
@@ -99,8 +112,17 @@ def tensor_state(metric: Metric) -> set[tuple[int, str]]:
 
 
 # the cases whose compute() returns a scalar read from a recorded tensor: the recorder's positive control
-SCALAR_FROM_RECORDED = {"accuracy-binary", "accuracy-multiclass", "accuracy-multilabel", "loss", "loss-kwargs", "mae",
-                        "mse", "top-k", "average-scalar-tensor"}
+SCALAR_FROM_RECORDED = {
+    "accuracy-binary",
+    "accuracy-multiclass",
+    "accuracy-multilabel",
+    "loss",
+    "loss-kwargs",
+    "mae",
+    "mse",
+    "top-k",
+    "average-scalar-tensor",
+}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -147,7 +169,9 @@ def test_an_epoch_wise_run_reads_nothing_back_between_reset_and_compute():
     # registered before the metrics' own EPOCH_COMPLETED handlers, so compute() is left out of the window
     engine.add_event_handler(Events.EPOCH_COMPLETED, lambda: window.append(list(HostReadRecorder.calls)))
     for name, metric in {
-        "acc": Accuracy(), "top2": TopKCategoricalAccuracy(k=2), "loss": Loss(F.cross_entropy),
+        "acc": Accuracy(),
+        "top2": TopKCategoricalAccuracy(k=2),
+        "loss": Loss(F.cross_entropy),
         "mean_score": Average(output_transform=lambda out: out[0]),
     }.items():
         metric.attach(engine, name)

@@ -54,7 +54,8 @@ def test_running_average_bound_to_the_epoch_restarts_each_epoch(how):
         RunningAverage(alpha=ALPHA, output_transform=lambda loss: loss, epoch_bound=True).attach(engine, "loss")
     else:
         RunningAverage(alpha=ALPHA, output_transform=lambda loss: loss).attach(
-            engine, "loss", usage="single_epoch_running_batch_wise")
+            engine, "loss", usage="single_epoch_running_batch_wise"
+        )
     values = per_iteration(engine, "loss")
     engine.run(LOSSES, max_epochs=2)
     assert [float(v) for v in values] == pytest.approx(ema(LOSSES) + ema([v + 10 for v in LOSSES]))
@@ -63,7 +64,8 @@ def test_running_average_bound_to_the_epoch_restarts_each_epoch(how):
 def test_epoch_bound_false_runs_across_epochs_whatever_the_usage():
     engine = loss_engine()
     RunningAverage(alpha=ALPHA, output_transform=lambda loss: loss, epoch_bound=False).attach(
-        engine, "loss", usage="single_epoch_running_batch_wise")
+        engine, "loss", usage="single_epoch_running_batch_wise"
+    )
     values = per_iteration(engine, "loss")
     engine.run(LOSSES, max_epochs=2)
     assert [float(v) for v in values] == pytest.approx(ema(LOSSES + [v + 10 for v in LOSSES]))
@@ -162,9 +164,17 @@ def test_compute_before_update():
     ("kwargs", "error", "message"),
     [
         ({"src": 3}, TypeError, "Argument src should be a Metric or None. RunningAverage got src=3"),
-        ({"src": Accuracy(), "alpha": 0.0}, ValueError, r"Argument alpha should be a float between 0.0 and 1.0. RunningAverage got alpha=0.0"),
+        (
+            {"src": Accuracy(), "alpha": 0.0},
+            ValueError,
+            r"Argument alpha should be a float between 0.0 and 1.0. RunningAverage got alpha=0.0",
+        ),
         ({"src": Accuracy(), "alpha": 1.5}, ValueError, r"alpha=1.5"),
-        ({"src": Accuracy(), "output_transform": lambda x: x}, ValueError, "Argument output_transform should be None if src is a Metric"),
+        (
+            {"src": Accuracy(), "output_transform": lambda x: x},
+            ValueError,
+            "Argument output_transform should be None if src is a Metric",
+        ),
         ({"src": Accuracy(), "device": "cpu"}, ValueError, "Argument device should be None if src is a Metric"),
         ({}, ValueError, "needs src .* or output_transform"),
         ({"output_transform": lambda x: x, "epoch_bound": "yes"}, TypeError, "epoch_bound must be None, True or False"),

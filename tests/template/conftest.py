@@ -20,8 +20,17 @@ pytest.importorskip("cookiecutter")
 def cookiecutter(output_dir: Path, *arguments: str, **answers: str) -> subprocess.CompletedProcess:
     """`cookiecutter REPOSITORY --no-input -o OUTPUT_DIR ARGUMENTS... KEY=VALUE...`, not checked."""
     answers = {"tracktrain_requirement": f"tracktrain @ {REPOSITORY.as_uri()}", **answers}
-    command = [sys.executable, "-m", "cookiecutter", str(REPOSITORY), "--no-input", "-o", str(output_dir),
-               *arguments, *(f"{key}={value}" for key, value in answers.items())]
+    command = [
+        sys.executable,
+        "-m",
+        "cookiecutter",
+        str(REPOSITORY),
+        "--no-input",
+        "-o",
+        str(output_dir),
+        *arguments,
+        *(f"{key}={value}" for key, value in answers.items()),
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
@@ -29,8 +38,14 @@ def project_environment(project: Path, **extra: str) -> dict[str, str]:
     """This interpreter (tracktrain installed in it) with the generated package importable, as an install would
     make it, without the minutes an install takes; W&B offline with every folder it writes under the project."""
     environment = {key: value for key, value in os.environ.items() if not key.startswith(("WANDB_", "MLFLOW_"))}
-    environment.update(PYTHONPATH=str(project), WANDB_MODE="offline", WANDB_SILENT="true",
-                       HOME=str(project / ".home"), WANDB_BASE_URL="http://127.0.0.1:9", **extra)
+    environment.update(
+        PYTHONPATH=str(project),
+        WANDB_MODE="offline",
+        WANDB_SILENT="true",
+        HOME=str(project / ".home"),
+        WANDB_BASE_URL="http://127.0.0.1:9",
+        **extra,
+    )
     for name in ("WANDB_DIR", "WANDB_DATA_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR"):
         environment[name] = str(project / "wandb-home")
     return environment

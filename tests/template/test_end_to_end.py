@@ -30,15 +30,32 @@ NO_CHROMIUM = "the MLflow UI was not checked: no chromium binary (install it wit
 
 
 def train_command(server_root: Path) -> list[str]:
-    settings = [f'run.root_dir="{server_root}"', 'run.checkpoint_dir="runs/checkpoints"', "data.batch_size=16",
-                f"trainer.log_every_n_steps={LOG_EVERY}", 'trainer.progress_bar="never"']
-    return [sys.executable, "-m", "digits_classifier.train", "--epochs", str(EPOCHS),
-            *(argument for setting in settings for argument in ("--set", setting))]
+    settings = [
+        f'run.root_dir="{server_root}"',
+        'run.checkpoint_dir="runs/checkpoints"',
+        "data.batch_size=16",
+        f"trainer.log_every_n_steps={LOG_EVERY}",
+        'trainer.progress_bar="never"',
+    ]
+    return [
+        sys.executable,
+        "-m",
+        "digits_classifier.train",
+        "--epochs",
+        str(EPOCHS),
+        *(argument for setting in settings for argument in ("--set", setting)),
+    ]
 
 
 def kill_after_first_checkpoint(project: Path, command: list[str]) -> None:
-    process = subprocess.Popen(command, cwd=project, env=project_environment(project), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, start_new_session=True)
+    process = subprocess.Popen(
+        command,
+        cwd=project,
+        env=project_environment(project),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while not glob.glob(str(project / "runs" / "checkpoints" / "*.pt")):
@@ -53,9 +70,11 @@ def kill_after_first_checkpoint(project: Path, command: list[str]) -> None:
 
 
 def rest(server: MlflowServer, path: str, body: dict | None = None) -> dict:
-    request = urllib.request.Request(f"{server.url}/api/2.0/mlflow/{path}",
-                                     data=None if body is None else json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{server.url}/api/2.0/mlflow/{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.load(response)
 
@@ -75,8 +94,9 @@ def test_generate_train_kill_resume_and_read_the_run_back(generate, tmp_path):
     command = train_command(server_root)
 
     kill_after_first_checkpoint(project, command)
-    finished = subprocess.run(command, cwd=project, env=project_environment(project), capture_output=True,
-                              text=True, timeout=300)
+    finished = subprocess.run(
+        command, cwd=project, env=project_environment(project), capture_output=True, text=True, timeout=300
+    )
 
     assert finished.returncode == 0, finished.stdout[-3000:] + finished.stderr[-3000:]
     assert "resumed from " in finished.stdout
@@ -93,8 +113,9 @@ def test_generate_train_kill_resume_and_read_the_run_back(generate, tmp_path):
         (run,) = runs
         assert run["info"]["status"] == "FINISHED"
 
-        browser_checked = check_the_run_page_in_chromium(server, experiment["experiment_id"], run["info"]["run_id"],
-                                                         tmp_path)
+        browser_checked = check_the_run_page_in_chromium(
+            server, experiment["experiment_id"], run["info"]["run_id"], tmp_path
+        )
 
         train_loss = history(server, run["info"]["run_id"], "train_loss_step")
         steps = sorted({step for step, _ in train_loss})
@@ -126,9 +147,16 @@ def check_the_run_page_in_chromium(server: MlflowServer, experiment_id: str, run
     browser = chromium()
     if browser is None:
         return False
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--run-all-compositor-stages-before-draw", "--virtual-time-budget=20000", "--window-size=1400,1000",
-             f"--user-data-dir={tmp_path / 'chromium-profile'}"]
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--run-all-compositor-stages-before-draw",
+        "--virtual-time-budget=20000",
+        "--window-size=1400,1000",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+    ]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
 
     def look(address: str, name: str) -> str:
@@ -137,8 +165,9 @@ def check_the_run_page_in_chromium(server: MlflowServer, experiment_id: str, run
         subprocess.run([browser, *flags, f"--screenshot={screenshot}", address], capture_output=True, timeout=120)
         if screenshot.exists():
             shutil.copy(screenshot, ARTIFACTS / screenshot.name)
-        dom = subprocess.run([browser, *flags, "--dump-dom", address], capture_output=True, text=True,
-                             timeout=120).stdout
+        dom = subprocess.run(
+            [browser, *flags, "--dump-dom", address], capture_output=True, text=True, timeout=120
+        ).stdout
         (ARTIFACTS / f"{name}.html").write_text(dom)
         return dom
 
@@ -159,13 +188,15 @@ def check_the_run_page_in_chromium(server: MlflowServer, experiment_id: str, run
     charts = f"{page}/model-metrics"
     screenshot = tmp_path / "mlflow-run-metrics.png"
     subprocess.run([browser, *flags, f"--screenshot={screenshot}", charts], capture_output=True, timeout=120)
-    chart_dom = subprocess.run([browser, *flags, "--dump-dom", charts], capture_output=True, text=True,
-                               timeout=120).stdout
+    chart_dom = subprocess.run(
+        [browser, *flags, "--dump-dom", charts], capture_output=True, text=True, timeout=120
+    ).stdout
     (ARTIFACTS / "mlflow-run-metrics.html").write_text(chart_dom)
     assert screenshot.stat().st_size > 10_000  # a rendered page, not a blank one
     shutil.copy(screenshot, ARTIFACTS / screenshot.name)
     assert "val_accuracy" in chart_dom and ("<canvas" in chart_dom or "<svg" in chart_dom)
-    system = subprocess.run([browser, *flags, "--dump-dom", f"{page}/system-metrics"], capture_output=True,
-                            text=True, timeout=120).stdout
+    system = subprocess.run(
+        [browser, *flags, "--dump-dom", f"{page}/system-metrics"], capture_output=True, text=True, timeout=120
+    ).stdout
     assert "cpu_utilization_percentage" in system, f"no system metrics on {page}/system-metrics"
     return True

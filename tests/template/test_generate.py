@@ -15,8 +15,14 @@ from tests.template.conftest import project_environment
 
 
 def run_project_tests(project) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x"], cwd=project,
-                          env=project_environment(project), capture_output=True, text=True, timeout=240)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x"],
+        cwd=project,
+        env=project_environment(project),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
 
 
 @pytest.mark.slow
@@ -39,25 +45,49 @@ def test_the_root_index_and_the_template_directory_generate_the_same_project(gen
     by_directory = generate(directory=True, project_slug="by_directory")
 
     assert through_index.name == "digits_classifier"  # the default name, slugged
-    files = sorted(p.relative_to(through_index).as_posix().replace("digits_classifier", "SLUG")
-                   for p in through_index.rglob("*") if p.is_file())
-    assert files == sorted(p.relative_to(by_directory).as_posix().replace("by_directory", "SLUG")
-                           for p in by_directory.rglob("*") if p.is_file())
-    assert {"pyproject.toml", "README.md", "SLUG/config.toml", "SLUG/module.py", "SLUG/data.py", "SLUG/train.py",
-            "tests/test_smoke.py"} <= set(files)
+    files = sorted(
+        p.relative_to(through_index).as_posix().replace("digits_classifier", "SLUG")
+        for p in through_index.rglob("*")
+        if p.is_file()
+    )
+    assert files == sorted(
+        p.relative_to(by_directory).as_posix().replace("by_directory", "SLUG")
+        for p in by_directory.rglob("*")
+        if p.is_file()
+    )
+    assert {
+        "pyproject.toml",
+        "README.md",
+        "SLUG/config.toml",
+        "SLUG/module.py",
+        "SLUG/data.py",
+        "SLUG/train.py",
+        "tests/test_smoke.py",
+    } <= set(files)
 
 
 def test_the_answers_reach_the_config_and_the_readme(generate):
-    project = generate(project_name="Fraud Model", tracker="both", precision="bf16-mixed", strategy="ddp",
-                       checkpoint_location="memory://fraud/checkpoints")
+    project = generate(
+        project_name="Fraud Model",
+        tracker="both",
+        precision="bf16-mixed",
+        strategy="ddp",
+        checkpoint_location="memory://fraud/checkpoints",
+    )
 
     config = tomllib.loads((project / "fraud_model" / "config.toml").read_text())
     assert config["trainer"]["precision"] == "bf16-mixed" and config["trainer"]["strategy"] == "ddp"
     assert config["run"]["checkpoint_dir"] == "memory://fraud/checkpoints"
     assert config["tracking"] == {**config["tracking"], "tracker": "both", "experiment": "fraud_model"}
     readme = (project / "README.md").read_text()
-    for needed in ("python -m fraud_model.train", "torchrun --standalone --nproc_per_node 2 -m fraud_model.train",
-                   "mlflow ui --backend-store-uri sqlite:///", "wandb sync", "--no-resume", "tracktrain @ file://"):
+    for needed in (
+        "python -m fraud_model.train",
+        "torchrun --standalone --nproc_per_node 2 -m fraud_model.train",
+        "mlflow ui --backend-store-uri sqlite:///",
+        "wandb sync",
+        "--no-resume",
+        "tracktrain @ file://",
+    ):
         assert needed in readme
     scripts = tomllib.loads((project / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts == {"fraud-model-train": "fraud_model.train:main"}
@@ -66,8 +96,14 @@ def test_the_answers_reach_the_config_and_the_readme(generate):
 def test_the_entry_point_rejects_a_bad_override_with_the_choices(generate):
     project = generate(tracker="none")
 
-    result = subprocess.run([sys.executable, "-m", "digits_classifier.train", "--set", "trainer.epochs=3"],
-                            cwd=project, env=project_environment(project), capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "digits_classifier.train", "--set", "trainer.epochs=3"],
+        cwd=project,
+        env=project_environment(project),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
     assert result.returncode == 2
     assert "unknown key trainer.epochs; [trainer] has [" in result.stderr and "'max_epochs'" in result.stderr
@@ -76,8 +112,14 @@ def test_the_entry_point_rejects_a_bad_override_with_the_choices(generate):
 @pytest.mark.slow
 def test_the_wandb_choice_writes_an_offline_run_whose_history_holds_the_metrics(generate):
     project = generate(tracker="wandb", project_slug="digits_wandb_run")
-    result = subprocess.run([sys.executable, "-m", "digits_wandb_run.train", "--epochs", "2"], cwd=project,
-                            env=project_environment(project), capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "digits_wandb_run.train", "--epochs", "2"],
+        cwd=project,
+        env=project_environment(project),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     steps = int(result.stdout.split("final metrics after ")[1].split()[0])
     assert "wandb sync" in result.stdout
@@ -92,8 +134,14 @@ def test_the_wandb_choice_writes_an_offline_run_whose_history_holds_the_metrics(
 
     # resumed for one more epoch: W&B writes a second offline folder for the same run id; the printed commands
     # cover both folders of that id, and point `wandb leet` at them
-    again = subprocess.run([sys.executable, "-m", "digits_wandb_run.train", "--epochs", "3"], cwd=project,
-                           env=project_environment(project), capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        [sys.executable, "-m", "digits_wandb_run.train", "--epochs", "3"],
+        cwd=project,
+        env=project_environment(project),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     run_dirs = sorted(project.glob("**/offline-run-*"))
     assert len(run_dirs) == 2 and len({path.name.rsplit("-", 1)[1] for path in run_dirs}) == 1, run_dirs

@@ -20,16 +20,27 @@ def failed(result: subprocess.CompletedProcess, output_dir: Path) -> str:
     return result.stdout + result.stderr
 
 
-@pytest.mark.parametrize(("answers", "message"), [
-    ({"project_slug": "My-Model"}, "project_slug 'My-Model' is not a Python package name: use lowercase letters, "
-                                   "digits and underscores, starting with a letter (e.g. project_slug='my_model')"),
-    ({"project_slug": "2fast"}, "project_slug '2fast' is not a Python package name"),
-    ({"project_slug": "torch"}, "project_slug 'torch' would shadow a Python keyword or a package the project imports"),
-    ({"checkpoint_location": "s4://bucket/ckpt"}, "checkpoint_location 's4://bucket/ckpt' uses the protocol 's4', "
-                                                  "which fsspec does not know"),
-    ({"checkpoint_location": " runs"}, "checkpoint_location ' runs' must be a directory path or an fsspec URL"),
-    ({"tracktrain_requirement": ""}, "tracktrain_requirement '' must be one pip requirement"),
-])
+@pytest.mark.parametrize(
+    ("answers", "message"),
+    [
+        (
+            {"project_slug": "My-Model"},
+            "project_slug 'My-Model' is not a Python package name: use lowercase letters, "
+            "digits and underscores, starting with a letter (e.g. project_slug='my_model')",
+        ),
+        ({"project_slug": "2fast"}, "project_slug '2fast' is not a Python package name"),
+        (
+            {"project_slug": "torch"},
+            "project_slug 'torch' would shadow a Python keyword or a package the project imports",
+        ),
+        (
+            {"checkpoint_location": "s4://bucket/ckpt"},
+            "checkpoint_location 's4://bucket/ckpt' uses the protocol 's4', which fsspec does not know",
+        ),
+        ({"checkpoint_location": " runs"}, "checkpoint_location ' runs' must be a directory path or an fsspec URL"),
+        ({"tracktrain_requirement": ""}, "tracktrain_requirement '' must be one pip requirement"),
+    ],
+)
 def test_a_bad_answer_is_refused_by_the_hook(tmp_path, answers, message):
     output = failed(cookiecutter(tmp_path, **answers), tmp_path)
 
@@ -40,8 +51,10 @@ def test_an_unknown_tracker_on_the_command_line_is_refused_with_the_choices(tmp_
     output = failed(cookiecutter(tmp_path, tracker="tensorboard"), tmp_path)
 
     # cookiecutter checks a choice given on the command line before any hook runs
-    assert "tensorboard provided for choice variable tracker, but the choices are ['mlflow', 'wandb', 'both', 'none']" \
+    assert (
+        "tensorboard provided for choice variable tracker, but the choices are ['mlflow', 'wandb', 'both', 'none']"
         in output
+    )
 
 
 def test_an_unknown_tracker_that_bypasses_the_prompts_is_refused_by_the_hook(tmp_path, own_home):
@@ -53,13 +66,29 @@ def test_an_unknown_tracker_that_bypasses_the_prompts_is_refused_by_the_hook(tmp
     replay_file.write_text(json.dumps(replay))
     (tmp_path / "second").mkdir()
 
-    result = subprocess.run([sys.executable, "-m", "cookiecutter", str(REPOSITORY), "--directory",
-                             "templates/project", "--replay-file", str(replay_file), "-o", str(tmp_path / "second")],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cookiecutter",
+            str(REPOSITORY),
+            "--directory",
+            "templates/project",
+            "--replay-file",
+            str(replay_file),
+            "-o",
+            str(tmp_path / "second"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
     output = failed(result, tmp_path / "second")
-    assert "ERROR: tracker 'tensorboard' is not one of ['mlflow', 'wandb', 'both', 'none']; pass e.g. " \
-           "tracker='mlflow'." in output
+    assert (
+        "ERROR: tracker 'tensorboard' is not one of ['mlflow', 'wandb', 'both', 'none']; pass e.g. "
+        "tracker='mlflow'." in output
+    )
 
 
 @pytest.fixture
@@ -105,5 +134,6 @@ def test_regenerating_into_an_unwritable_project_dir_is_refused_by_the_hook(tmp_
 
     assert result.returncode != 0
     error = "Operation not permitted" if os.geteuid() == 0 else "Permission denied"
-    assert (f"ERROR: cannot write into the output directory '{project}' ({error}); pass a writable one with "
-            "--output-dir.") in result.stdout + result.stderr
+    assert (
+        f"ERROR: cannot write into the output directory '{project}' ({error}); pass a writable one with --output-dir."
+    ) in result.stdout + result.stderr

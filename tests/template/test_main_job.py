@@ -15,8 +15,13 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_main_job_generates_trains_and_says_how_to_open_the_run(tmp_path):
     environment = {**os.environ, "EPOCHS": "2"}
-    result = subprocess.run(["bash", str(REPOSITORY / "scripts" / "main-job.sh"), str(tmp_path)], env=environment,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        ["bash", str(REPOSITORY / "scripts" / "main-job.sh"), str(tmp_path)],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     database = tmp_path / "digits_classifier" / "runs" / "mlflow.db"
     assert f"mlflow ui --backend-store-uri sqlite:///{database}" in result.stdout
@@ -32,8 +37,13 @@ def test_main_job_generates_trains_and_says_how_to_open_the_run(tmp_path):
     tracking = pytest.importorskip("mlflow.tracking")
     client = tracking.MlflowClient(f"sqlite:///{database}")
     (run,) = client.search_runs(client.get_experiment_by_name("digits_classifier").experiment_id)
-    again = subprocess.run(["bash", str(REPOSITORY / "scripts" / "main-job.sh"), str(tmp_path)], env=environment,
-                           capture_output=True, text=True, timeout=600)
+    again = subprocess.run(
+        ["bash", str(REPOSITORY / "scripts" / "main-job.sh"), str(tmp_path)],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert "Run already finished at epoch 2, step 46" in again.stderr and "raise max_epochs (now 2)" in again.stderr
     assert "final metrics" not in again.stdout and "Epoch 1/" not in again.stdout + again.stderr
@@ -41,8 +51,13 @@ def test_main_job_generates_trains_and_says_how_to_open_the_run(tmp_path):
     assert unchanged.info.end_time == run.info.end_time and unchanged.data.metrics == run.data.metrics
 
     # a raised limit continues the same run, its steps and epochs going on from where they were
-    longer = subprocess.run(["bash", str(REPOSITORY / "scripts" / "main-job.sh"), str(tmp_path)],
-                            env={**environment, "EPOCHS": "3"}, capture_output=True, text=True, timeout=600)
+    longer = subprocess.run(
+        ["bash", str(REPOSITORY / "scripts" / "main-job.sh"), str(tmp_path)],
+        env={**environment, "EPOCHS": "3"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert longer.returncode == 0, longer.stderr[-3000:]
     assert "final metrics after 69 steps" in longer.stdout
     (continued,) = client.search_runs(run.info.experiment_id)
@@ -62,9 +77,14 @@ def assert_the_printed_mlflow_command_works_when_pasted(output: str) -> None:
     command = re.search(r"open the run in the MLflow UI: (.*?)  \(then http", output).group(1)
     port = free_port()
     environment = {**os.environ, "PATH": "/usr/bin:/bin"}
-    server = subprocess.Popen([*shlex.split(command), "--host", "127.0.0.1", "--port", str(port)], cwd="/",
-                              env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              start_new_session=True)
+    server = subprocess.Popen(
+        [*shlex.split(command), "--host", "127.0.0.1", "--port", str(port)],
+        cwd="/",
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         names = experiment_names(port, 90, lambda: server.poll() is None)
         assert names is not None, server.stderr.read().decode()[-3000:] if server.poll() is not None else "no answer"

@@ -25,17 +25,27 @@ def test_the_readme_template_commands_generate_install_test_and_train(tmp_path):
     assert "/tmp/projects" in block
     script = block.replace("/tmp/projects", str(tmp_path))
     environment = {key: value for key, value in os.environ.items() if key != "VIRTUAL_ENV"}
-    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=REPOSITORY, env=environment,
-                            capture_output=True, text=True, timeout=1500)
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=REPOSITORY,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     project = tmp_path / "fraud_model"
     assert "final metrics after" in result.stdout
-    installed = subprocess.run([str(project / ".venv" / "bin" / "pip"), "freeze"], capture_output=True, text=True,
-                               timeout=120).stdout
+    installed = subprocess.run(
+        [str(project / ".venv" / "bin" / "pip"), "freeze"], capture_output=True, text=True, timeout=120
+    ).stdout
     assert re.search(r"^torch==2\.13\.0(\+cpu)?$", installed, re.M), installed  # the pinned build
     assert not [line for line in installed.splitlines() if line.lower().startswith("nvidia-")]  # no CUDA wheels
-    pins = dict(line.split("==") for line in (REPOSITORY / "constraints.txt").read_text().splitlines()
-                if "==" in line and not line.startswith("#"))
+    pins = dict(
+        line.split("==")
+        for line in (REPOSITORY / "constraints.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
     for line in installed.splitlines():
         if "==" in line:
             name, version = line.split("==")

@@ -20,8 +20,16 @@ STEPS_PER_EPOCH = 23  # 1437 training images, 2 ranks, batches of 32 per rank: c
 
 
 def torchrun_command(epochs: int, *settings: str) -> list[str]:
-    command = _processes.torchrun("-m", "digits_classifier.train", "--epochs", str(epochs),
-                                  "--set", "data.batch_size=32", "--set", 'trainer.progress_bar="never"')
+    command = _processes.torchrun(
+        "-m",
+        "digits_classifier.train",
+        "--epochs",
+        str(epochs),
+        "--set",
+        "data.batch_size=32",
+        "--set",
+        'trainer.progress_bar="never"',
+    )
     for setting in settings:
         command += ["--set", setting]
     return command

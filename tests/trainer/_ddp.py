@@ -13,8 +13,14 @@ from tracktrain import Trainer
 
 def ddp_trainer(root: str, **kwargs) -> Trainer:
     """strategy="ddp", 2 epochs, no progress bar or checkpoints, rooted in `root` (each option overridable)."""
-    options = {"max_epochs": 2, "enable_progress_bar": False, "enable_checkpointing": False,
-               "default_root_dir": root, "strategy": "ddp", **kwargs}
+    options = {
+        "max_epochs": 2,
+        "enable_progress_bar": False,
+        "enable_checkpointing": False,
+        "default_root_dir": root,
+        "strategy": "ddp",
+        **kwargs,
+    }
     return Trainer(**options)
 
 

@@ -41,7 +41,14 @@ class Report(Callback):
             out.write(json.dumps(record) + "\n")
 
 
-trainer = Trainer(max_epochs=3, strategy="ddp", seed=3, resume="auto", default_root_dir=root,
-                  enable_progress_bar=False, loggers=False,
-                  callbacks=[ModelCheckpoint(every_n_train_steps=100, save_last=True), Report()])
+trainer = Trainer(
+    max_epochs=3,
+    strategy="ddp",
+    seed=3,
+    resume="auto",
+    default_root_dir=root,
+    enable_progress_bar=False,
+    loggers=False,
+    callbacks=[ModelCheckpoint(every_n_train_steps=100, save_last=True), Report()],
+)
 trainer.fit(Classifier(), make_loader(n=128, shuffle=True))

@@ -33,8 +33,13 @@ def main(root: str, async_save: bool) -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as a full disk does
     resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, LIMIT))
     checkpoint = ModelCheckpoint(dirpath=f"{root}/checkpoints", save_top_k=None, async_save=async_save)
-    trainer = Trainer(max_epochs=4, enable_progress_bar=False, default_root_dir=root, loggers=False,
-                      callbacks=[GrowingState(), checkpoint])
+    trainer = Trainer(
+        max_epochs=4,
+        enable_progress_bar=False,
+        default_root_dir=root,
+        loggers=False,
+        callbacks=[GrowingState(), checkpoint],
+    )
     try:
         trainer.fit(Classifier(), make_loader())
     except Exception as error:  # noqa: BLE001 - the test reads it

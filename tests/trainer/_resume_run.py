@@ -19,8 +19,9 @@ class Run:
     they come, and a way to kill it at a chosen line. A deadline missed fails with the stack of every process of
     the run."""
 
-    def __init__(self, root: str, out: Path, data: str | int, seed: int | None = None, ranks: int = 1,
-                 script: Path | None = None) -> None:
+    def __init__(
+        self, root: str, out: Path, data: str | int, seed: int | None = None, ranks: int = 1, script: Path | None = None
+    ) -> None:
         arguments = [script or SCRIPT, root, out, data, *([seed] if seed is not None else [])]
         # torchrun, as users start DDP (gloo on this CPU)
         command = _processes.torchrun(*arguments, nproc=ranks) if ranks > 1 else [sys.executable, *map(str, arguments)]

@@ -111,15 +111,21 @@ def main() -> None:
     seed = int(sys.argv[4]) if len(sys.argv) > 4 else (None if data == "noseed" else 7)
     module = Noisy()
     trainer = Trainer(
-        max_epochs=4, seed=seed, resume="auto", default_root_dir=root,
+        max_epochs=4,
+        seed=seed,
+        resume="auto",
+        default_root_dir=root,
         strategy="ddp" if "LOCAL_RANK" in os.environ else "auto",
         loggers=None if "://" not in root else False,  # the CSV logger writes local files only
-        enable_progress_bar=False, preemption_timeout=30,
+        enable_progress_bar=False,
+        preemption_timeout=30,
         callbacks=[ModelCheckpoint(every_n_train_steps=3, save_top_k=2, save_last=2), Announce()],
     )
     trainer.fit(module, loader_for(data))
-    torch.save({name: value for name, value in module.state_dict().items() if name != "ballast"},
-               out if RANK == 0 else f"{out}.rank{RANK}")
+    torch.save(
+        {name: value for name, value in module.state_dict().items() if name != "ballast"},
+        out if RANK == 0 else f"{out}.rank{RANK}",
+    )
     if RANK == 0:
         say(f"done {trainer.global_step}")
 

@@ -88,7 +88,11 @@ def fit(root: str, ranks: int, extra_callbacks: tuple = ()) -> tuple[Noisy, Trai
     """The command run, killed, and run again: resumes from the newest checkpoint in `root`, if any."""
     module = Noisy()
     trainer = Trainer(
-        max_epochs=EPOCHS, seed=SEED, resume="auto", default_root_dir=root, enable_progress_bar=False,
+        max_epochs=EPOCHS,
+        seed=SEED,
+        resume="auto",
+        default_root_dir=root,
+        enable_progress_bar=False,
         strategy="ddp" if ranks > 1 else "auto",
         callbacks=[ModelCheckpoint(every_n_train_steps=SAVE_EVERY), *extra_callbacks],
     )
@@ -96,8 +100,9 @@ def fit(root: str, ranks: int, extra_callbacks: tuple = ()) -> tuple[Noisy, Trai
     # batch (tracktrain.engine.deterministic), and the model's draws then follow from the batch alone. The worker
     # forked, as in a rank torchrun starts (in a rank that spawn started, the default start method is spawn's, which
     # starts a worker in 3 s, every pass)
-    data = DataLoader(make_loader(n=64).dataset, batch_size=8 // ranks, shuffle=True, num_workers=1,
-                      multiprocessing_context="fork")
+    data = DataLoader(
+        make_loader(n=64).dataset, batch_size=8 // ranks, shuffle=True, num_workers=1, multiprocessing_context="fork"
+    )
     trainer.fit(module, data)
     return module, trainer
 
@@ -111,8 +116,12 @@ def resume_then_uninterrupted(root: str, reference_root: str, out: str, ranks: i
     parameters, draws, and where it started from in `out` (one file per run and rank)."""
     for name, directory in (("resumed", root), ("uninterrupted", reference_root)):
         module, trainer = fit(directory, ranks)
-        result = {"params": module.state_dict(), "draws": module.draws, "ckpt_path": trainer.ckpt_path,
-                  "global_step": trainer.global_step}
+        result = {
+            "params": module.state_dict(),
+            "draws": module.draws,
+            "ckpt_path": trainer.ckpt_path,
+            "global_step": trainer.global_step,
+        }
         torch.save(result, Path(out, f"{name}_rank{rank()}.pt"))
 
 

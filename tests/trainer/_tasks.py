@@ -73,8 +73,10 @@ class GAN(LoopModule):
         self.log_dict({"d_loss": d_loss, "g_loss": g_loss})
 
     def configure_optimizers(self):
-        return [torch.optim.SGD(self.discriminator.parameters(), lr=0.1),
-                torch.optim.SGD(self.generator.parameters(), lr=0.1)]
+        return [
+            torch.optim.SGD(self.discriminator.parameters(), lr=0.1),
+            torch.optim.SGD(self.generator.parameters(), lr=0.1),
+        ]
 
 
 @pytest.fixture

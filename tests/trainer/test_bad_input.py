@@ -21,7 +21,11 @@ from ._tasks import GAN, Classifier, make_loader, quiet
         ({"max_steps": -1}, ValueError, r"max_steps.*got -1"),
         ({"accumulate_grad_batches": 0}, ValueError, "accumulate_grad_batches"),
         ({"gradient_clip_val": -1.0}, ValueError, "gradient_clip_val.*>= 0"),
-        ({"gradient_clip_val": float("nan")}, ValueError, r"gradient_clip_val=\.\.\.\) must be a finite number >= 0 or None, got nan"),
+        (
+            {"gradient_clip_val": float("nan")},
+            ValueError,
+            r"gradient_clip_val=\.\.\.\) must be a finite number >= 0 or None, got nan",
+        ),
         ({"gradient_clip_val": float("inf")}, ValueError, r"gradient_clip_val.*got inf"),
         ({"preemption_timeout": float("nan")}, ValueError, r"preemption_timeout.*got nan"),
         ({"gradient_clip_algorithm": "l2"}, ValueError, "gradient_clip_algorithm.*'l2'"),
@@ -85,12 +89,27 @@ def _optimizer():
         ([], TypeError, "got list"),
         ({"optimizer": "sgd"}, TypeError, "the 'optimizer' entry is str"),
         ({"optimizer": _optimizer(), "scheduler": 1}, ValueError, r"Unknown key\(s\) \['scheduler'\]"),
-        (lambda o: {"optimizer": o, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(o, 1),
-                                                     "interval": "batch"}}, ValueError, r"\"interval\" must be"),
-        (lambda o: {"optimizer": o, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(o, 1),
-                                                     "frequency": 0}}, ValueError, r"\"frequency\" must be"),
-        (lambda o: {"optimizer": o, "lr_scheduler": torch.optim.lr_scheduler.ReduceLROnPlateau(o)}, ValueError,
-         "ReduceLROnPlateau needs a metric"),
+        (
+            lambda o: {
+                "optimizer": o,
+                "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(o, 1), "interval": "batch"},
+            },
+            ValueError,
+            r"\"interval\" must be",
+        ),
+        (
+            lambda o: {
+                "optimizer": o,
+                "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(o, 1), "frequency": 0},
+            },
+            ValueError,
+            r"\"frequency\" must be",
+        ),
+        (
+            lambda o: {"optimizer": o, "lr_scheduler": torch.optim.lr_scheduler.ReduceLROnPlateau(o)},
+            ValueError,
+            "ReduceLROnPlateau needs a metric",
+        ),
         (lambda o: ([o], [42]), TypeError, "has no step"),
     ],
 )
@@ -198,8 +217,11 @@ def test_an_on_exception_hook_that_fails_is_a_warning_and_the_run_s_error_is_rai
             raise ValueError("a hook's failure")
 
     trainer = Trainer(**quiet(tmp_path, max_epochs=1, callbacks=[Breaks(), FailsToo()]))
-    with pytest.warns(UserWarning, match=r"on_exception hook .* failed while the run was stopping on RuntimeError: "
-                                         r"ValueError: a hook's failure"):
+    with pytest.warns(
+        UserWarning,
+        match=r"on_exception hook .* failed while the run was stopping on RuntimeError: "
+        r"ValueError: a hook's failure",
+    ):
         with pytest.raises(RuntimeError, match="the run's own error"):
             trainer.fit(Classifier(), make_loader())
 

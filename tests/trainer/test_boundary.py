@@ -32,9 +32,13 @@ def _decision(name, value, agree, act, due=None):
 # ------------------------------------------------------------------------------------------------ one process
 def test_without_a_process_group_the_local_value_is_the_agreed_one():
     taken = {}
-    decide([_decision("stop", True, "any", lambda v: taken.update(stop=v)),
+    decide(
+        [
+            _decision("stop", True, "any", lambda v: taken.update(stop=v)),
             _decision("score", 0.25, "rank_zero", lambda v: taken.update(score=v)),
-            _decision("skipped", 1.0, "max", lambda v: taken.update(skipped=v), due=lambda: False)])
+            _decision("skipped", 1.0, "max", lambda v: taken.update(skipped=v), due=lambda: False),
+        ]
+    )
     assert taken == {"stop": 1.0, "score": 0.25}
 
 
@@ -44,8 +48,10 @@ def test_a_failing_proposal_raises_its_own_error_and_nothing_acts():
     def failing():
         raise KeyError("val_loss not logged")
 
-    decisions = [_decision("first", 1.0, "any", acted.append),
-                 Decision(Boundary.TRAIN_EPOCH_END, "score", propose=failing, agree="rank_zero", act=acted.append)]
+    decisions = [
+        _decision("first", 1.0, "any", acted.append),
+        Decision(Boundary.TRAIN_EPOCH_END, "score", propose=failing, agree="rank_zero", act=acted.append),
+    ]
     with pytest.raises(KeyError, match="val_loss not logged"):
         decide(decisions)
     assert acted == []
@@ -92,10 +98,14 @@ def _agree(out: str) -> None:
     calls = [0]
     _count_all_gathers(calls)
     taken: dict[str, float] = {}
-    decide([_decision("stop", rank == 1, "any", lambda v: taken.update(stop=v)),
+    decide(
+        [
+            _decision("stop", rank == 1, "any", lambda v: taken.update(stop=v)),
             _decision("largest", 3.0 + rank, "max", lambda v: taken.update(largest=v)),
             _decision("score", math.pi * (rank + 1), "rank_zero", lambda v: taken.update(score=v)),
-            _decision("nan score", math.nan if rank == 0 else 1.0, "rank_zero", lambda v: taken.update(nan=str(v)))])
+            _decision("nan score", math.nan if rank == 0 else 1.0, "rank_zero", lambda v: taken.update(nan=str(v))),
+        ]
+    )
     _save(out, {"taken": taken, "exchanges": calls[0]})
 
 
@@ -119,8 +129,17 @@ def _fail_on_rank_one(out: str) -> None:
 
     started = time.monotonic()
     try:
-        decide([Decision(Boundary.VALIDATION_END, "EarlyStopping(val_loss)", propose=propose, agree="any",
-                         act=lambda agreed: None)])
+        decide(
+            [
+                Decision(
+                    Boundary.VALIDATION_END,
+                    "EarlyStopping(val_loss)",
+                    propose=propose,
+                    agree="any",
+                    act=lambda agreed: None,
+                )
+            ]
+        )
         outcome = "acted"
     except Exception as error:  # noqa: BLE001 - the test reads what each rank raised
         outcome = f"{type(error).__name__}: {error}"
@@ -132,8 +151,9 @@ def test_a_proposal_failing_on_one_rank_fails_every_rank_at_once_not_after_a_tim
     spawn(_fail_on_rank_one, 2, args=(str(tmp_path),))
     rank0, rank1 = _load(tmp_path)
     assert rank1["outcome"] == "KeyError: 'val_loss was not logged on rank 1'"
-    assert rank0["outcome"].startswith("RuntimeError: Rank 1 failed while proposing 'EarlyStopping(val_loss)' at "
-                                       "the validation_end boundary")
+    assert rank0["outcome"].startswith(
+        "RuntimeError: Rank 1 failed while proposing 'EarlyStopping(val_loss)' at the validation_end boundary"
+    )
     assert rank0["seconds"] < 10 and rank1["seconds"] < 10  # the collective timeout is 60 s
 
 
@@ -152,8 +172,9 @@ def _disagree_on_what_is_due(out: str) -> None:
 def test_ranks_that_take_different_decisions_at_a_boundary_are_told_so_instead_of_mixing_values(tmp_path):
     spawn(_disagree_on_what_is_due, 2, args=(str(tmp_path),))
     for rank, result in enumerate(_load(tmp_path)):
-        assert result["outcome"].startswith("The ranks disagree on which decisions are due at the train_epoch_end "
-                                            f"boundary (this rank, {rank}: ")
+        assert result["outcome"].startswith(
+            f"The ranks disagree on which decisions are due at the train_epoch_end boundary (this rank, {rank}: "
+        )
 
 
 HANG = """
@@ -177,8 +198,13 @@ def test_a_hang_fails_within_the_collective_timeout_with_each_ranks_stack(tmp_pa
     script = tmp_path / "hang.py"
     script.write_text(HANG)
     started = time.monotonic()
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "TRACKTRAIN_DIST_TIMEOUT": "3"})
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TRACKTRAIN_DIST_TIMEOUT": "3"},
+    )
     seconds = time.monotonic() - started
     assert result.returncode != 0
     assert seconds < 60, seconds
@@ -212,16 +238,26 @@ def _long_fit(out: str) -> None:
     early_stopping = EarlyStopping("signal", mode="max", patience=EPOCHS, stopping_threshold=STOP_AT_EPOCH - 0.5)
     checkpoint = ModelCheckpoint(monitor="score", mode="max", save_top_k=2, save_last=True)
     counter = CountExchanges()
-    trainer = Trainer(max_epochs=EPOCHS, enable_progress_bar=False, default_root_dir=out, strategy="ddp",
-                      callbacks=[counter, early_stopping, checkpoint])
+    trainer = Trainer(
+        max_epochs=EPOCHS,
+        enable_progress_bar=False,
+        default_root_dir=out,
+        strategy="ddp",
+        callbacks=[counter, early_stopping, checkpoint],
+    )
     module = RankDependent()
     trainer.fit(module, make_loader(shuffle=True), make_loader(n=32, seed=1))
-    _save(out, {
-        "stopped_epoch": early_stopping.stopped_epoch, "reason": early_stopping.stopping_reason.name,
-        "global_step": trainer.global_step, "exchanges": counter.calls[0],
-        "kept": sorted(name for _, name in checkpoint.state_dict()["best"]["_saved"]),
-        "params": [p.detach().flatten().tolist() for p in module.parameters()],
-    })
+    _save(
+        out,
+        {
+            "stopped_epoch": early_stopping.stopped_epoch,
+            "reason": early_stopping.stopping_reason.name,
+            "global_step": trainer.global_step,
+            "exchanges": counter.calls[0],
+            "kept": sorted(name for _, name in checkpoint.state_dict()["best"]["_saved"]),
+            "params": [p.detach().flatten().tolist() for p in module.parameters()],
+        },
+    )
 
 
 @pytest.mark.distributed

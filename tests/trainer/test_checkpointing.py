@@ -24,12 +24,16 @@ class Scripted(Classifier):
 
 def test_top_k_by_a_monitored_metric(tmp_path):
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="score", mode="max", save_top_k=2, save_last=True)
-    trainer = Trainer(**quiet(tmp_path, max_epochs=5, limit_train_batches=2, limit_val_batches=1,
-                              callbacks=[checkpoint]))
+    trainer = Trainer(
+        **quiet(tmp_path, max_epochs=5, limit_train_batches=2, limit_val_batches=1, callbacks=[checkpoint])
+    )
     trainer.fit(Scripted([0.1, 0.9, 0.3, 0.8, 0.2]), make_loader(), make_loader())
     # two batches per epoch: the 0.9 epoch ends at step 4, the 0.8 one at step 8; the last one at step 10
     assert checkpoint_files(tmp_path / "ckpt") == [
-        "checkpoint_4_score=0.9000.pt", "checkpoint_8_score=0.8000.pt", "last_checkpoint_10.pt"]
+        "checkpoint_4_score=0.9000.pt",
+        "checkpoint_8_score=0.8000.pt",
+        "last_checkpoint_10.pt",
+    ]
     assert checkpoint.best_model_path.endswith("checkpoint_4_score=0.9000.pt")
     assert checkpoint.last_model_path.endswith("last_checkpoint_10.pt")
 
@@ -100,8 +104,9 @@ def test_resume_from_a_checkpoint_restores_everything_and_ends_where_an_uninterr
 def test_model_checkpoint_retention_survives_a_resume(tmp_path):
     def trainer(epochs):
         checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="score", mode="max", save_top_k=1)
-        return checkpoint, Trainer(**quiet(tmp_path, max_epochs=epochs, limit_train_batches=1, limit_val_batches=1,
-                                           callbacks=[checkpoint]))
+        return checkpoint, Trainer(
+            **quiet(tmp_path, max_epochs=epochs, limit_train_batches=1, limit_val_batches=1, callbacks=[checkpoint])
+        )
 
     scores = [0.5, 0.9, 0.1, 0.2]
     checkpoint, first = trainer(2)

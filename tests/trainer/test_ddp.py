@@ -50,7 +50,8 @@ def test_ranks_stay_identical_and_equal_one_process_on_the_full_batch(tmp_path, 
     # both ranks' gradients, which is the gradient of 2 x 8 x accumulate consecutive samples in one process
     single = Classifier()
     Trainer(max_epochs=2, enable_progress_bar=False, enable_checkpointing=False, default_root_dir=tmp_path).fit(
-        single, make_loader(batch_size=16 * accumulate))
+        single, make_loader(batch_size=16 * accumulate)
+    )
     for ddp_param, param in zip(params[0], _params(single)):
         assert ddp_param == pytest.approx(param, abs=1e-5)
     assert _load(tmp_path, f"steps{accumulate}") == [8 // accumulate] * 2  # 64 samples / 2 ranks / 8 per batch
@@ -311,8 +312,16 @@ def test_the_shard_loader_keeps_every_option_of_the_users_loader():
     try:
         strategy = DDPStrategy()
         strategy.seed = 3
-        options = dict(batch_size=4, num_workers=1, multiprocessing_context="fork", drop_last=True,
-                       persistent_workers=True, prefetch_factor=3, in_order=False, timeout=7.0)
+        options = dict(
+            batch_size=4,
+            num_workers=1,
+            multiprocessing_context="fork",
+            drop_last=True,
+            persistent_workers=True,
+            prefetch_factor=3,
+            in_order=False,
+            timeout=7.0,
+        )
         loader = DataLoader(list(range(32)), shuffle=True, **options)
         shard = strategy.distribute(loader, shuffle_default=False)
     finally:

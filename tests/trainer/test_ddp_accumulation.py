@@ -36,9 +36,9 @@ class Shard:
         self.x, self.y = make_loader(n=n).dataset.tensors
 
     def __iter__(self):
-        x, y = self.x[dist.get_rank()::RANKS], self.y[dist.get_rank()::RANKS]
+        x, y = self.x[dist.get_rank() :: RANKS], self.y[dist.get_rank() :: RANKS]
         for start in range(0, len(x), BATCH):
-            yield x[start:start + BATCH], y[start:start + BATCH]
+            yield x[start : start + BATCH], y[start : start + BATCH]
 
 
 class StepsAtBatchEnd(Callback):
@@ -55,13 +55,21 @@ def _fit_each(out: str) -> None:
     for data in DATA:  # 4 short fits in one pair of processes: starting them is what takes time
         for batches in BATCHES_PER_RANK:
             module, seen = Classifier(), StepsAtBatchEnd()
-            trainer = Trainer(max_epochs=EPOCHS, accumulate_grad_batches=ACCUMULATE, strategy="ddp",
-                              callbacks=[seen], enable_progress_bar=False, enable_checkpointing=False,
-                              default_root_dir=out)
+            trainer = Trainer(
+                max_epochs=EPOCHS,
+                accumulate_grad_batches=ACCUMULATE,
+                strategy="ddp",
+                callbacks=[seen],
+                enable_progress_bar=False,
+                enable_checkpointing=False,
+                default_root_dir=out,
+            )
             n = RANKS * BATCH * batches
             trainer.fit(module, make_loader(n=n, batch_size=BATCH) if data == "loader" else Shard(n))
-            torch.save({"params": module.state_dict(), "steps": trainer.global_step,
-                        "steps_at_batch_end": seen.steps}, Path(out, f"{data}{batches}_rank{dist.get_rank()}.pt"))
+            torch.save(
+                {"params": module.state_dict(), "steps": trainer.global_step, "steps_at_batch_end": seen.steps},
+                Path(out, f"{data}{batches}_rank{dist.get_rank()}.pt"),
+            )
 
 
 def _by_hand(batches: int) -> dict[str, torch.Tensor]:
@@ -105,5 +113,6 @@ def _check(out: Path, data: str, batches: int) -> None:
     # 1e-6 leaves room for other CPUs' kernels, and is far below what a skipped, unreduced or misscaled window
     # changes (1e-2 after these 4 steps of lr 0.1)
     for name, value in _by_hand(batches).items():
-        torch.testing.assert_close(ranks[0]["params"][name], value, rtol=0, atol=1e-6,
-                                   msg=lambda text, name=name: f"{where}, {name}: {text}")
+        torch.testing.assert_close(
+            ranks[0]["params"][name], value, rtol=0, atol=1e-6, msg=lambda text, name=name: f"{where}, {name}: {text}"
+        )

@@ -21,20 +21,25 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_checkpoint_that_does_not_fit_says_where_and_how_much_and_leaves_the_earlier_ones(tmp_path, mode):
-    result = subprocess.run([sys.executable, "-m", "tests.trainer._disk_full_script", str(tmp_path), mode],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.trainer._disk_full_script", str(tmp_path), mode],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1, result.stdout + result.stderr[-3000:]
     (error,) = [line for line in result.stdout.splitlines() if line.startswith("ERROR ")]
     directory = tmp_path / "checkpoints"
-    assert error.startswith(f"ERROR CheckpointWriteError: [Errno 27] Could not write checkpoint checkpoint_16.pt "
-                            f"(0.8 MB) to {directory}")
+    assert error.startswith(
+        f"ERROR CheckpointWriteError: [Errno 27] Could not write checkpoint checkpoint_16.pt (0.8 MB) to {directory}"
+    )
     assert "File too large;" in error and " MB free there." in error
     assert "the checkpoints saved before it are intact" in error and "ModelCheckpoint(dirpath=...)" in error
     # nothing of the failed save, no temporary: only the first epoch's committed checkpoint
     assert sorted(os.listdir(directory)) == ["checkpoint_8.pt", "checkpoint_8.pt.manifest.json"]
 
-    trainer = Trainer(max_epochs=2, enable_progress_bar=False, default_root_dir=tmp_path, loggers=False,
-                      resume="auto")
+    trainer = Trainer(max_epochs=2, enable_progress_bar=False, default_root_dir=tmp_path, loggers=False, resume="auto")
     trainer.fit(Classifier(), make_loader())  # (without the growing callback: its state is not required)
     assert trainer.ckpt_path == str(directory / "checkpoint_8.pt")
     assert trainer.global_step == 16
@@ -60,8 +65,11 @@ def test_a_manifest_that_cannot_be_written_takes_its_data_file_with_it(tmp_path,
         real_write(url, data)
 
     monkeypatch.setattr(storage, "write_bytes_atomic", full_at_the_manifest)
-    with pytest.raises(CheckpointWriteError, match=r"Could not write checkpoint checkpoint_2.pt .*No space left on "
-                                                   r"device; [\d.]+ MB free there") as caught:
+    with pytest.raises(
+        CheckpointWriteError,
+        match=r"Could not write checkpoint checkpoint_2.pt .*No space left on "
+        r"device; [\d.]+ MB free there",
+    ) as caught:
         saver({"model": {"w": torch.zeros(3)}}, "checkpoint_2.pt")
     assert caught.value.errno == errno.ENOSPC
     assert sorted(os.listdir(tmp_path)) == ["checkpoint_1.pt", "checkpoint_1.pt.manifest.json"]

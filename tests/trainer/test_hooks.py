@@ -56,18 +56,33 @@ def _collapse(calls: list[str]) -> list[str]:
 
 def test_fit_hook_order_with_validation_at_epoch_end(tmp_path):
     calls: list[str] = []
-    trainer = Trainer(**quiet(tmp_path, max_epochs=1, limit_train_batches=2, limit_val_batches=1,
-                              callbacks=[Recorder(calls)]))
+    trainer = Trainer(
+        **quiet(tmp_path, max_epochs=1, limit_train_batches=2, limit_val_batches=1, callbacks=[Recorder(calls)])
+    )
     trainer.fit(Classifier(), make_loader(), make_loader())
     assert calls == [
-        "on_fit_start", "on_train_start", "on_train_epoch_start",
-        "on_train_batch_start", "on_before_backward", "on_after_backward", "on_before_optimizer_step",
+        "on_fit_start",
+        "on_train_start",
+        "on_train_epoch_start",
+        "on_train_batch_start",
+        "on_before_backward",
+        "on_after_backward",
+        "on_before_optimizer_step",
         "on_train_batch_end",
-        "on_train_batch_start", "on_before_backward", "on_after_backward", "on_before_optimizer_step",
+        "on_train_batch_start",
+        "on_before_backward",
+        "on_after_backward",
+        "on_before_optimizer_step",
         "on_train_batch_end",
-        "on_validation_start", "on_validation_epoch_start", "on_validation_batch_start", "on_validation_batch_end",
-        "on_validation_epoch_end", "on_validation_end",
-        "on_train_epoch_end", "on_train_end", "on_fit_end",
+        "on_validation_start",
+        "on_validation_epoch_start",
+        "on_validation_batch_start",
+        "on_validation_batch_end",
+        "on_validation_epoch_end",
+        "on_validation_end",
+        "on_train_epoch_end",
+        "on_train_end",
+        "on_fit_end",
     ]
 
 
@@ -84,12 +99,30 @@ def test_validation_at_step_interval_runs_inside_the_epoch(tmp_path):
         def on_train_epoch_end(self, trainer, module):
             calls.append("epoch_end")
 
-    trainer = Trainer(**quiet(tmp_path, max_epochs=2, limit_train_batches=3, limit_val_batches=1,
-                              val_check_interval=2, callbacks=[Marks()]))
+    trainer = Trainer(
+        **quiet(
+            tmp_path,
+            max_epochs=2,
+            limit_train_batches=3,
+            limit_val_batches=1,
+            val_check_interval=2,
+            callbacks=[Marks()],
+        )
+    )
     trainer.fit(Classifier(), make_loader(), make_loader())
     # counted within each epoch, as Lightning does: after every 2nd batch of an epoch
-    assert calls == ["batch0", "batch1", "val@2", "batch2", "epoch_end",
-                     "batch0", "batch1", "val@5", "batch2", "epoch_end"]
+    assert calls == [
+        "batch0",
+        "batch1",
+        "val@2",
+        "batch2",
+        "epoch_end",
+        "batch0",
+        "batch1",
+        "val@5",
+        "batch2",
+        "epoch_end",
+    ]
 
 
 def test_val_every_n_epochs(tmp_path):
@@ -99,25 +132,41 @@ def test_val_every_n_epochs(tmp_path):
         def on_validation_start(self, trainer, module):
             epochs.append(trainer.current_epoch)
 
-    Trainer(**quiet(tmp_path, max_epochs=5, limit_train_batches=1, limit_val_batches=1, val_every_n_epochs=2,
-                    callbacks=[Marks()])).fit(Classifier(), make_loader(), make_loader())
+    Trainer(
+        **quiet(
+            tmp_path,
+            max_epochs=5,
+            limit_train_batches=1,
+            limit_val_batches=1,
+            val_every_n_epochs=2,
+            callbacks=[Marks()],
+        )
+    ).fit(Classifier(), make_loader(), make_loader())
     assert epochs == [1, 3]
 
 
 @pytest.mark.parametrize("stage", ["validate", "test", "predict"])
 def test_evaluation_hook_order(tmp_path, stage):
     calls: list[str] = []
-    trainer = Trainer(**quiet(tmp_path, callbacks=[Recorder(calls)], limit_val_batches=2, limit_test_batches=2,
-                              limit_predict_batches=2))
+    trainer = Trainer(
+        **quiet(
+            tmp_path, callbacks=[Recorder(calls)], limit_val_batches=2, limit_test_batches=2, limit_predict_batches=2
+        )
+    )
     loader = make_loader()
     if stage == "predict":
         loader = [x for x, _ in loader]
     getattr(trainer, stage)(Classifier(), loader)
     name = {"validate": "validation"}.get(stage, stage)
     assert calls == [
-        f"on_{name}_start", f"on_{name}_epoch_start",
-        f"on_{name}_batch_start", f"on_{name}_batch_end", f"on_{name}_batch_start", f"on_{name}_batch_end",
-        f"on_{name}_epoch_end", f"on_{name}_end",
+        f"on_{name}_start",
+        f"on_{name}_epoch_start",
+        f"on_{name}_batch_start",
+        f"on_{name}_batch_end",
+        f"on_{name}_batch_start",
+        f"on_{name}_batch_end",
+        f"on_{name}_epoch_end",
+        f"on_{name}_end",
     ]
 
 
@@ -192,7 +241,9 @@ def test_event_handlers_with_ignite_filters(tmp_path):
 
     class EveryThree(Callback):
         def event_handlers(self, trainer):
-            return [("fit", Events.ITERATION_COMPLETED(every=3), lambda engine: iterations.append(engine.state.iteration))]
+            return [
+                ("fit", Events.ITERATION_COMPLETED(every=3), lambda engine: iterations.append(engine.state.iteration))
+            ]
 
     Trainer(**quiet(tmp_path, max_epochs=2, callbacks=[EveryThree()])).fit(Classifier(), make_loader())
     assert iterations == [3, 6, 9, 12, 15]

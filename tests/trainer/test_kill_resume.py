@@ -16,7 +16,9 @@ import torch
 from tests.trainer._resume_run import STEPS, Run
 
 
-def reference_parameters(tmp_path: Path, data: str | int, seed: int | None = None, ranks: int = 1) -> dict[str, torch.Tensor]:
+def reference_parameters(
+    tmp_path: Path, data: str | int, seed: int | None = None, ranks: int = 1
+) -> dict[str, torch.Tensor]:
     run = Run(str(tmp_path / "reference"), tmp_path / "reference.pt", data, seed, ranks)
     assert run.finish() == 0, run.stderr[-3000:]
     return torch.load(tmp_path / "reference.pt", weights_only=True)
@@ -110,8 +112,10 @@ def test_sigterm_or_ctrl_c_saves_a_checkpoint_says_so_in_one_line_and_the_run_co
     assert (root / "checkpoints" / f"last_checkpoint_{last_step}.pt.manifest.json").is_file()
     said = [line for line in run.stderr.splitlines() if "Stopped by" in line]
     assert len(said) == 1, run.stderr[-3000:]
-    assert (f"Stopped by {signal.Signals(signum).name} after step {last_step}; {checkpoint} holds it: run the same "
-            "command again to resume.") in said[0]
+    assert (
+        f"Stopped by {signal.Signals(signum).name} after step {last_step}; {checkpoint} holds it: run the same "
+        "command again to resume."
+    ) in said[0]
     assert (root / "logs" / "version_0" / "status.txt").read_text().strip() == "KILLED"
 
     again = Run(str(root), tmp_path / "out.pt", 0)

@@ -61,8 +61,14 @@ def test_step_values_are_published_every_n_steps_at_their_step(tmp_path):
             self.log("step_no", float(self.global_step + 1))  # the step this batch's optimizer step will be
             return super().train_step(batch, batch_idx)
 
-    trainer = Trainer(enable_progress_bar=False, enable_checkpointing=False, max_epochs=2, log_every_n_steps=3,
-                      default_root_dir=tmp_path, loggers=[Sink()])
+    trainer = Trainer(
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        max_epochs=2,
+        log_every_n_steps=3,
+        default_root_dir=tmp_path,
+        loggers=[Sink()],
+    )
     trainer.fit(StepLogs(), make_loader())  # 16 steps
     step_rows = [(step, values["step_no"]) for step, values in published if "step_no" in values]
     assert step_rows == [(s, float(s)) for s in (3, 6, 9, 12, 15)]

@@ -31,8 +31,14 @@ class GoesNaN(Classifier):
 
 
 def fit(tmp_path, module, **kwargs):
-    options = {"max_epochs": 2, "default_root_dir": tmp_path, "enable_progress_bar": False, "log_every_n_steps": 5,
-               "callbacks": [ModelCheckpoint(every_n_train_steps=3, save_top_k=None)], **kwargs}
+    options = {
+        "max_epochs": 2,
+        "default_root_dir": tmp_path,
+        "enable_progress_bar": False,
+        "log_every_n_steps": 5,
+        "callbacks": [ModelCheckpoint(every_n_train_steps=3, save_top_k=None)],
+        **kwargs,
+    }
     trainer = Trainer(**options)
     trainer.fit(module, make_loader())  # 8 steps an epoch
     return trainer
@@ -51,8 +57,13 @@ def test_a_non_finite_loss_stops_the_fit_before_a_checkpoint_could_hold_it(tmp_p
 
 
 def test_it_is_found_at_the_next_logging_step_without_a_checkpoint(tmp_path):
-    trainer = Trainer(max_epochs=2, default_root_dir=tmp_path, enable_progress_bar=False, log_every_n_steps=5,
-                      enable_checkpointing=False)
+    trainer = Trainer(
+        max_epochs=2,
+        default_root_dir=tmp_path,
+        enable_progress_bar=False,
+        log_every_n_steps=5,
+        enable_checkpointing=False,
+    )
     with pytest.raises(NonFiniteLoss, match=r"at step 2: .*; no checkpoint was taken before it"):
         trainer.fit(GoesNaN(at=(2,)), make_loader())
     assert trainer.global_step == 5  # the first logging step after it, before the epoch's end (step 8)
@@ -66,8 +77,9 @@ def test_warn_goes_on_and_says_so(tmp_path):
 
 def test_skip_step_skips_those_steps_and_the_parameters_stay_finite(tmp_path):
     reference = Classifier()
-    expected = Trainer(max_epochs=2, default_root_dir=tmp_path / "ref", enable_progress_bar=False,
-                       enable_checkpointing=False)
+    expected = Trainer(
+        max_epochs=2, default_root_dir=tmp_path / "ref", enable_progress_bar=False, enable_checkpointing=False
+    )
     expected.fit(reference, make_loader())
     module = GoesNaN(at=(3, 11))
     with pytest.warns(UserWarning, match=r"Skipped 1 training step\(s\) whose loss was not finite"):
@@ -79,5 +91,7 @@ def test_skip_step_skips_those_steps_and_the_parameters_stay_finite(tmp_path):
 
 
 def test_a_bad_policy_is_refused_where_it_is_given():
-    with pytest.raises(ValueError, match=r"nonfinite=\.\.\.\) must be one of 'error', 'warn', 'skip_step', got 'ignore'"):
+    with pytest.raises(
+        ValueError, match=r"nonfinite=\.\.\.\) must be one of 'error', 'warn', 'skip_step', got 'ignore'"
+    ):
         Trainer(nonfinite="ignore")

@@ -165,8 +165,13 @@ def test_plain_model_with_optimizer_and_criterion(tmp_path):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
     trainer = Trainer(**quiet(tmp_path, max_epochs=15))
-    trainer.fit(model, make_loader(), make_loader(seed=1), optimizer=torch.optim.SGD(model.parameters(), lr=0.2),
-                criterion=nn.CrossEntropyLoss())
+    trainer.fit(
+        model,
+        make_loader(),
+        make_loader(seed=1),
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.2),
+        criterion=nn.CrossEntropyLoss(),
+    )
     assert trainer.callback_metrics["val_loss"] < 0.3
     (predictions,) = trainer.predict(dataloaders=[make_loader(seed=1).dataset.tensors[0]])
     assert predictions.shape == (64, 2)

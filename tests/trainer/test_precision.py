@@ -25,8 +25,9 @@ def test_mixed_precision_lands_where_fp32_does(tmp_path, precision):
     for a, b in zip(reference.parameters(), mixed.parameters()):
         assert a.dtype == b.dtype == torch.float32  # master weights stay fp32
         torch.testing.assert_close(a, b, atol=0.03, rtol=0.05)
-    assert float(trainer.callback_metrics["val_loss"]) == pytest.approx(float(fp32.callback_metrics["val_loss"]),
-                                                                        abs=0.02)
+    assert float(trainer.callback_metrics["val_loss"]) == pytest.approx(
+        float(fp32.callback_metrics["val_loss"]), abs=0.02
+    )
 
 
 def test_evaluation_runs_under_the_same_autocast(tmp_path):

@@ -55,8 +55,10 @@ def test_without_a_terminal_plain_lines_replace_the_bar(tmp_path, capsys):
     assert "\r" not in err and "█" not in err  # no bar frames in a log
     lines = [line for line in err.splitlines() if "| step " in line]
     assert lines, err
-    pattern = (r"\[.*\] INFO tracktrain - Epoch [12]/2 \| step \d/8 \(\d+%\) \| [\d.]+ it/s \| 0:00:0\d left in "
-               r"the epoch \| train_loss=[\d.]+")
+    pattern = (
+        r"\[.*\] INFO tracktrain - Epoch [12]/2 \| step \d/8 \(\d+%\) \| [\d.]+ it/s \| 0:00:0\d left in "
+        r"the epoch \| train_loss=[\d.]+"
+    )
     assert all(re.fullmatch(pattern, line) for line in lines), lines
 
 
@@ -64,8 +66,9 @@ def test_log_lines_never_land_inside_the_bars_line(tmp_path, capsys):
     from tracktrain.callbacks import MetricPrinter
 
     bar = TrainerProgressBar(disable=False, mininterval=0)  # drawn on stderr, where the log lines go too
-    trainer = Trainer(**{**quiet(tmp_path, max_epochs=2, callbacks=[bar, MetricPrinter()]),
-                         "enable_progress_bar": True})
+    trainer = Trainer(
+        **{**quiet(tmp_path, max_epochs=2, callbacks=[bar, MetricPrinter()]), "enable_progress_bar": True}
+    )
     trainer.fit(Slow(), make_loader())
     err = capsys.readouterr().err
     assert "█" in err or "8/8" in err  # the bar was drawn

@@ -37,8 +37,14 @@ class Counting(Classifier):
 
 def fit(root: Path, module=None, loader=None, **kwargs) -> tuple[Trainer, Counting]:
     module = module or Counting()
-    options = {"max_epochs": 2, "resume": "auto", "default_root_dir": root, "enable_progress_bar": False,
-               "log_every_n_steps": 1, **kwargs}
+    options = {
+        "max_epochs": 2,
+        "resume": "auto",
+        "default_root_dir": root,
+        "enable_progress_bar": False,
+        "log_every_n_steps": 1,
+        **kwargs,
+    }
     trainer = Trainer(**options)
     trainer.fit(module, loader or make_loader(n=32, shuffle=True))
     return trainer, module
@@ -151,8 +157,7 @@ def test_resuming_at_90_percent_of_an_epoch_loads_only_the_batches_it_trains_on(
     _, reference = fit(tmp_path / "reference", loader=loader, max_epochs=1, seed=5, enable_checkpointing=False)
     checkpoint = ModelCheckpoint(every_n_train_steps=900, save_top_k=1)
     with pytest.raises(KeyboardInterrupt):
-        fit(tmp_path, module=Counting(interrupt_at=901), loader=loader, max_epochs=1, seed=5,
-            callbacks=[checkpoint])
+        fit(tmp_path, module=Counting(interrupt_at=901), loader=loader, max_epochs=1, seed=5, callbacks=[checkpoint])
     dataset.loaded = 0
     again, module = fit(tmp_path, loader=loader, max_epochs=1, callbacks=[ModelCheckpoint(every_n_train_steps=900)])
     assert again.ckpt_path.endswith("checkpoint_900.pt")

@@ -20,8 +20,9 @@ from ._tasks import Classifier, checkpoint_files, make_loader, quiet
 
 def run_trainer(tmp_path, max_epochs, callbacks=(), **kwargs):
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=4, save_top_k=2, save_last=2)
-    options = quiet(tmp_path, max_epochs=max_epochs, seed=3, resume="auto",
-                    callbacks=[checkpoint, *callbacks], **kwargs)
+    options = quiet(
+        tmp_path, max_epochs=max_epochs, seed=3, resume="auto", callbacks=[checkpoint, *callbacks], **kwargs
+    )
     return Trainer(**options), checkpoint
 
 
@@ -65,8 +66,12 @@ def test_resume_skips_a_checkpoint_without_manifest_and_one_that_does_not_match_
     trainer, checkpoint = run_trainer(tmp_path, 1)
     trainer.fit(Classifier(), make_loader(shuffle=True))
     directory = tmp_path / "ckpt"
-    assert checkpoint_files(directory) == ["checkpoint_4.pt", "checkpoint_8.pt", "last_checkpoint_4.pt",
-                                           "last_checkpoint_8.pt"]
+    assert checkpoint_files(directory) == [
+        "checkpoint_4.pt",
+        "checkpoint_8.pt",
+        "last_checkpoint_4.pt",
+        "last_checkpoint_8.pt",
+    ]
     # a writer killed before its manifest: never considered
     (directory / "last_checkpoint_99.pt").write_bytes((directory / "last_checkpoint_8.pt").read_bytes())
     # the newest committed ones damaged after their commit: one truncated, one with a flipped byte
@@ -121,24 +126,30 @@ def test_retention_keeps_top_k_and_last_n_the_resumed_from_one_included(tmp_path
             self.log("val_score", float([5, 9, 7, 1, 2, 3][self.current_epoch]))
 
     def trainer(epochs):
-        checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="val_score", mode="max", save_top_k=2,
-                                     save_last=2)
-        return Trainer(**quiet(tmp_path, max_epochs=epochs, limit_train_batches=2, limit_val_batches=1,
-                               callbacks=[checkpoint])), checkpoint
+        checkpoint = ModelCheckpoint(
+            dirpath=tmp_path / "ckpt", monitor="val_score", mode="max", save_top_k=2, save_last=2
+        )
+        return Trainer(
+            **quiet(tmp_path, max_epochs=epochs, limit_train_batches=2, limit_val_batches=1, callbacks=[checkpoint])
+        ), checkpoint
 
     first, _ = trainer(3)
     first.fit(Scored(), make_loader(), make_loader())
     # epochs of 2 steps score 5, 9, 7: the best two are 9 (step 4) and 7 (step 6)
     assert checkpoint_files(tmp_path / "ckpt") == [
-        "checkpoint_4_val_score=9.0000.pt", "checkpoint_6_val_score=7.0000.pt",
-        "last_checkpoint_4.pt", "last_checkpoint_6.pt",
+        "checkpoint_4_val_score=9.0000.pt",
+        "checkpoint_6_val_score=7.0000.pt",
+        "last_checkpoint_4.pt",
+        "last_checkpoint_6.pt",
     ]
     # resume from an older last checkpoint: it counts like any other once newer ones are committed (issue 15)
     resumed, _ = trainer(6)
     resumed.fit(Scored(), make_loader(), make_loader(), ckpt_path=tmp_path / "ckpt" / "last_checkpoint_4.pt")
     assert checkpoint_files(tmp_path / "ckpt") == [
-        "checkpoint_4_val_score=9.0000.pt", "checkpoint_6_val_score=7.0000.pt",
-        "last_checkpoint_10.pt", "last_checkpoint_12.pt",
+        "checkpoint_4_val_score=9.0000.pt",
+        "checkpoint_6_val_score=7.0000.pt",
+        "last_checkpoint_10.pt",
+        "last_checkpoint_12.pt",
     ]
 
 
@@ -177,8 +188,13 @@ def test_checkpoint_files_a_killed_save_left_without_a_manifest_are_deleted_at_t
     names = set(os.listdir(directory))
     assert "checkpoint_4.pt" not in names
     assert {"model_4.pt", "checkpoint_2.pt", "last_checkpoint_12.pt.manifest.json"} <= names  # 12 saved anew
-    assert not [name for name in names if name.endswith(".pt") and f"{name}.manifest.json" not in names
-                and name not in ("model_4.pt", "checkpoint_2.pt")]
+    assert not [
+        name
+        for name in names
+        if name.endswith(".pt")
+        and f"{name}.manifest.json" not in names
+        and name not in ("model_4.pt", "checkpoint_2.pt")
+    ]
 
 
 def test_manifest_summarizes_the_run(tmp_path):
@@ -189,8 +205,9 @@ def test_manifest_summarizes_the_run(tmp_path):
     assert manifest["summary"]["iteration"] == 8 and manifest["summary"]["samples_seen"] == 64
     assert manifest["summary"]["run_ids"] == {"csv": "version_0"}  # the tracker runs it continues
     size = (tmp_path / "ckpt" / "last_checkpoint_8.pt").stat().st_size
-    assert manifest["files"] == {"last_checkpoint_8.pt": {"bytes": size, "sha256": manifest["files"][
-        "last_checkpoint_8.pt"]["sha256"]}}
+    assert manifest["files"] == {
+        "last_checkpoint_8.pt": {"bytes": size, "sha256": manifest["files"]["last_checkpoint_8.pt"]["sha256"]}
+    }
 
 
 def test_a_checkpoint_of_another_model_lists_the_mismatched_keys(tmp_path):
@@ -205,27 +222,39 @@ def test_a_checkpoint_of_another_model_lists_the_mismatched_keys(tmp_path):
 
     with pytest.raises(ResumeMismatch, match=r"module/class: 'Classifier' -> '.*Wider'"):  # refused first
         Trainer(**quiet(tmp_path, max_epochs=2)).fit(Wider(), make_loader(), ckpt_path=checkpoint.last_model_path)
-    with pytest.raises(RuntimeError, match=r'^Error\(s\) in loading state_dict for Wider:\n\tMissing key\(s\) in state_dict: '
-                                           r'"extra\.weight", "extra\.bias"\..*last_checkpoint_8\.pt: nothing was loaded'):
+    with pytest.raises(
+        RuntimeError,
+        match=r"^Error\(s\) in loading state_dict for Wider:\n\tMissing key\(s\) in state_dict: "
+        r'"extra\.weight", "extra\.bias"\..*last_checkpoint_8\.pt: nothing was loaded',
+    ):
         Trainer(**quiet(tmp_path, max_epochs=2, resume_with_changes=True)).fit(
-            Wider(), make_loader(), ckpt_path=checkpoint.last_model_path)
+            Wider(), make_loader(), ckpt_path=checkpoint.last_model_path
+        )
 
 
 def test_the_top_k_and_the_latest_checkpoint_of_one_step_hold_the_same_state(tmp_path):
     files = {}
     for mode in (True, False):
-        checkpoint = ModelCheckpoint(dirpath=tmp_path / str(mode), every_n_train_steps=3, save_top_k=1, save_last=True,
-                                     async_save=mode)
+        checkpoint = ModelCheckpoint(
+            dirpath=tmp_path / str(mode), every_n_train_steps=3, save_top_k=1, save_last=True, async_save=mode
+        )
         Trainer(**quiet(tmp_path, max_epochs=1, seed=0, callbacks=[checkpoint])).fit(Classifier(), make_loader())
-        files[mode] = {name: torch.load(tmp_path / str(mode) / name, weights_only=False)
-                       for name in checkpoint_files(tmp_path / str(mode))}
+        files[mode] = {
+            name: torch.load(tmp_path / str(mode) / name, weights_only=False)
+            for name in checkpoint_files(tmp_path / str(mode))
+        }
     assert list(files[True]) == list(files[False]) == ["checkpoint_6.pt", "last_checkpoint_6.pt"]
     for mode in (True, False):
         top, last = files[mode]["checkpoint_6.pt"], files[mode]["last_checkpoint_6.pt"]
         for part in ("model", "optimizers", "train_engine"):  # "trainer" holds each handler's own list of files
-            flat_top, flat_last = torch.utils._pytree.tree_leaves(top[part]), torch.utils._pytree.tree_leaves(last[part])
+            flat_top, flat_last = (
+                torch.utils._pytree.tree_leaves(top[part]),
+                torch.utils._pytree.tree_leaves(last[part]),
+            )
             assert len(flat_top) == len(flat_last)
-            assert all(torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b for a, b in zip(flat_top, flat_last))
+            assert all(
+                torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b for a, b in zip(flat_top, flat_last)
+            )
     for key, value in files[True]["last_checkpoint_6.pt"]["model"].items():  # and the same as a blocking save's
         assert torch.equal(value, files[False]["last_checkpoint_6.pt"]["model"][key])
 
@@ -233,8 +262,9 @@ def test_the_top_k_and_the_latest_checkpoint_of_one_step_hold_the_same_state(tmp
 def test_async_and_blocking_saves_write_the_same_checkpoints(tmp_path):
     states = {}
     for mode in (True, False):
-        checkpoint = ModelCheckpoint(dirpath=tmp_path / str(mode), every_n_train_steps=3, save_top_k=None,
-                                     async_save=mode)
+        checkpoint = ModelCheckpoint(
+            dirpath=tmp_path / str(mode), every_n_train_steps=3, save_top_k=None, async_save=mode
+        )
         Trainer(**quiet(tmp_path, max_epochs=1, seed=0, callbacks=[checkpoint])).fit(Classifier(), make_loader())
         states[mode] = {
             name: torch.load(tmp_path / str(mode) / name, weights_only=True)["model"]
@@ -282,6 +312,11 @@ def test_loggers_that_keep_checkpoints_get_every_committed_one_before_their_run_
     recorder = Recorder()
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=None, async_save=async_save)
     Trainer(**quiet(tmp_path, max_epochs=3, loggers=[recorder], callbacks=[checkpoint])).fit(
-        Classifier(), make_loader())
-    assert recorder.artifacts == [("checkpoint_8.pt", 8), ("checkpoint_16.pt", 16), ("checkpoint_24.pt", 24),
-                                  "finalized"]
+        Classifier(), make_loader()
+    )
+    assert recorder.artifacts == [
+        ("checkpoint_8.pt", 8),
+        ("checkpoint_16.pt", 16),
+        ("checkpoint_24.pt", 24),
+        "finalized",
+    ]

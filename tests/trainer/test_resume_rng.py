@@ -30,8 +30,9 @@ def kill_mid_epoch(root: Path, ranks: int) -> None:
     SIGKILL every one of its processes (the script, and the ranks spawn started), as a node failure would."""
     errors = root.with_name(f"{root.name}.stderr")  # a file: a full pipe nobody reads would block the script
     with errors.open("w") as stderr:
-        process = subprocess.Popen([sys.executable, str(SCRIPT), str(root), str(ranks)],
-                                   stdout=subprocess.PIPE, stderr=stderr, text=True)
+        process = subprocess.Popen(
+            [sys.executable, str(SCRIPT), str(root), str(ranks)], stdout=subprocess.PIPE, stderr=stderr, text=True
+        )
     try:
         line = process.stdout.readline()
         if line.strip() != "holding":
@@ -90,8 +91,11 @@ def test_sigkill_mid_epoch_resumes_dropout_and_every_generator_bit_identical(tmp
 @pytest.mark.timeout(180)
 def test_sigkill_of_ddp_ranks_mid_epoch_resumes_each_rank_from_its_own_generators(tmp_path):
     kill_mid_epoch(tmp_path / "run", ranks=2)
-    spawn(_rng_resume.resume_then_uninterrupted, 2,
-          args=(str(tmp_path / "run"), str(tmp_path / "reference"), str(tmp_path), 2))
+    spawn(
+        _rng_resume.resume_then_uninterrupted,
+        2,
+        args=(str(tmp_path / "run"), str(tmp_path / "reference"), str(tmp_path), 2),
+    )
     check_bit_identical(tmp_path, ranks=2)
 
 

@@ -64,10 +64,12 @@ def test_a_checkpoint_at_epoch_end_holds_the_stepped_scheduler(tmp_path):
     Trainer(**quiet(tmp_path, max_epochs=3, limit_train_batches=2)).fit(full, make_loader())
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt")
     Trainer(**quiet(tmp_path, max_epochs=1, limit_train_batches=2, callbacks=[checkpoint])).fit(
-        EpochScheduled(), make_loader())
+        EpochScheduled(), make_loader()
+    )
     resumed = EpochScheduled()
-    Trainer(**quiet(tmp_path, max_epochs=3, limit_train_batches=2)).fit(resumed, make_loader(),
-                                                                        ckpt_path=checkpoint.best_model_path)
+    Trainer(**quiet(tmp_path, max_epochs=3, limit_train_batches=2)).fit(
+        resumed, make_loader(), ckpt_path=checkpoint.best_model_path
+    )
     assert full.lrs == [1.0, 0.5, 0.25]
     assert resumed.lrs == full.lrs[1:]
 
@@ -133,7 +135,7 @@ class Stream(IterableDataset):
 
 def test_loaders_without_a_length_and_a_partial_accumulation_window(tmp_path):
     x, y = make_loader(n=56).dataset.tensors
-    batches = [(x[i:i + 8], y[i:i + 8]) for i in range(0, 56, 8)]  # 7 batches
+    batches = [(x[i : i + 8], y[i : i + 8]) for i in range(0, 56, 8)]  # 7 batches
     loader = DataLoader(Stream(batches), batch_size=None)
     steps_at_epoch_end = []
 

@@ -109,8 +109,15 @@ class EarlyStopping(Callback):
         if at_epoch_end is None:
             at_epoch_end = trainer.val_dataloaders is None
         boundary = Boundary.TRAIN_EPOCH_END if at_epoch_end else Boundary.VALIDATION_END
-        return [Decision(boundary, f"EarlyStopping({self.monitor})", propose=lambda: self._propose(trainer),
-                         agree="any", act=lambda agreed: self._act(trainer, agreed))]
+        return [
+            Decision(
+                boundary,
+                f"EarlyStopping({self.monitor})",
+                propose=lambda: self._propose(trainer),
+                agree="any",
+                act=lambda agreed: self._act(trainer, agreed),
+            )
+        ]
 
     def _propose(self, trainer: Trainer) -> bool:
         current = monitored_value(trainer.callback_metrics, self.monitor, "EarlyStopping")  # the check's one sync

@@ -72,7 +72,8 @@ class LearningRateMonitor(Callback):
             if without:
                 warnings.warn(
                     f"LearningRateMonitor(log_momentum=True), but {without} have no momentum; 0 is logged for them.",
-                    RuntimeWarning, stacklevel=2,
+                    RuntimeWarning,
+                    stacklevel=2,
                 )
         # counted from the global step after a checkpoint was loaded: a resumed run keeps its cadence
         self._logged_intervals = trainer.global_step // trainer.log_every_n_steps

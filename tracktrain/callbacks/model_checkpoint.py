@@ -104,8 +104,10 @@ class ModelCheckpoint(Callback):
 
     @property
     def state_key(self) -> str:
-        return f"ModelCheckpoint[monitor={self.monitor}, every_n_epochs={self.every_n_epochs}, " \
-               f"every_n_train_steps={self.every_n_train_steps}, prefix={self.filename_prefix!r}]"
+        return (
+            f"ModelCheckpoint[monitor={self.monitor}, every_n_epochs={self.every_n_epochs}, "
+            f"every_n_train_steps={self.every_n_train_steps}, prefix={self.filename_prefix!r}]"
+        )
 
     # ------------------------------------------------------------------------------------------------- paths
     @property
@@ -132,20 +134,37 @@ class ModelCheckpoint(Callback):
                 check_writable(self.dirpath)  # a missing bucket or credentials fail now, not after an epoch
             # a resumed run writes next to the checkpoints it resumes from
             # a remote store that stops answering never stops training: checkpoints wait on local disk meanwhile
-            spool = (None if storage.is_local(self.dirpath)
-                     else Spool(spool_dir_for(self.dirpath, trainer.default_root_dir), self.dirpath))
-            saver: Any = saver_for(self.dirpath, create_dir=True, require_empty=False, manifest=True,
-                                   summarize=summarize_checkpoint, **({"spool": spool} if spool else {}))
+            spool = (
+                None
+                if storage.is_local(self.dirpath)
+                else Spool(spool_dir_for(self.dirpath, trainer.default_root_dir), self.dirpath)
+            )
+            saver: Any = saver_for(
+                self.dirpath,
+                create_dir=True,
+                require_empty=False,
+                manifest=True,
+                summarize=summarize_checkpoint,
+                **({"spool": spool} if spool else {}),
+            )
             self._saver = AsyncSaver(saver) if self.async_save else saver
             self._checkpoint = Checkpoint(
-                trainer.checkpoint_objects(), self._saver, filename_prefix=self.filename_prefix,
-                score_function=self._score if self.monitor else None, score_name=self.monitor,
-                n_saved=self.save_top_k, global_step_transform=lambda engine, event: trainer.global_step,
+                trainer.checkpoint_objects(),
+                self._saver,
+                filename_prefix=self.filename_prefix,
+                score_function=self._score if self.monitor else None,
+                score_name=self.monitor,
+                n_saved=self.save_top_k,
+                global_step_transform=lambda engine, event: trainer.global_step,
             )
             # built even without save_last: a pre-emption checkpoint must be kept whatever its score
-            self._last = Checkpoint(trainer.checkpoint_objects(), self._saver, filename_prefix="last",
-                                    n_saved=max(int(self.save_last), 1),
-                                    global_step_transform=lambda engine, event: trainer.global_step)
+            self._last = Checkpoint(
+                trainer.checkpoint_objects(),
+                self._saver,
+                filename_prefix="last",
+                n_saved=max(int(self.save_last), 1),
+                global_step_transform=lambda engine, event: trainer.global_step,
+            )
         else:  # a later fit() of the same Trainer: the objects may be new ones
             for handler in (self._checkpoint, self._last):
                 if handler is not None:
@@ -171,13 +190,18 @@ class ModelCheckpoint(Callback):
     def _remove_what_killed_saves_left(self) -> None:
         assert self._saver is not None and self._checkpoint is not None and self._last is not None
         handlers = (self._checkpoint, self._last)
-        removed = remove_uncommitted(self._directory, keep=self._saver.protected,
-                                     owned=lambda name: any(handler.writes_filename(name) for handler in handlers))
+        removed = remove_uncommitted(
+            self._directory,
+            keep=self._saver.protected,
+            owned=lambda name: any(handler.writes_filename(name) for handler in handlers),
+        )
         orphans = [name for name in removed if not name.endswith(".tmp")]
         if orphans:
-            warnings.warn(f"Deleted {orphans} from {self.dirpath}: checkpoint files without a manifest, "
-                          "left by a run killed while saving or deleting them (they were never loadable).",
-                          stacklevel=2)
+            warnings.warn(
+                f"Deleted {orphans} from {self.dirpath}: checkpoint files without a manifest, "
+                "left by a run killed while saving or deleting them (they were never loadable).",
+                stacklevel=2,
+            )
 
     def _count_every_committed_checkpoint(self) -> None:
         """Retention counts every committed checkpoint of the directory that a handler names, not only those in the
@@ -222,9 +246,12 @@ class ModelCheckpoint(Callback):
         if saver is None or spool is None or spool.is_empty or global_rank() != 0:
             return
         if not spool.deliver(saver.write_serialized, saver.remove_now, force=True):
-            warnings.warn(f"The run ends with checkpoints not yet written to {self.dirpath}: {spool.behind()} They "
-                          f"are kept in {spool.directory}; the next run with this checkpoint directory and root "
-                          "directory delivers them before it resumes.", stacklevel=2)
+            warnings.warn(
+                f"The run ends with checkpoints not yet written to {self.dirpath}: {spool.behind()} They "
+                f"are kept in {spool.directory}; the next run with this checkpoint directory and root "
+                "directory delivers them before it resumes.",
+                stacklevel=2,
+            )
 
     def on_exception(self, trainer: Trainer, module: LoopModule, exception: BaseException) -> None:
         # the last checkpoint being written is the one a restart resumes from: let it commit (its own error, if
@@ -246,13 +273,20 @@ class ModelCheckpoint(Callback):
         self._save_with(trainer, self._last)
 
     def _due_at_epoch_end(self, trainer: Trainer) -> bool:
-        return (self.every_n_epochs is not None and (trainer.current_epoch + 1) % self.every_n_epochs == 0
-                and trainer.global_step != self._last_saved_step)
+        return (
+            self.every_n_epochs is not None
+            and (trainer.current_epoch + 1) % self.every_n_epochs == 0
+            and trainer.global_step != self._last_saved_step
+        )
 
     def _due_at_step_end(self, trainer: Trainer) -> bool:
         step = trainer.global_step
-        return (self.every_n_train_steps is not None and step > 0 and step % self.every_n_train_steps == 0
-                and step != self._last_saved_step)
+        return (
+            self.every_n_train_steps is not None
+            and step > 0
+            and step % self.every_n_train_steps == 0
+            and step != self._last_saved_step
+        )
 
     def decisions(self, trainer: Trainer) -> Iterable[Decision]:
         """With a monitor, every rank must take the same keep-or-skip decision (a save gathers every rank's RNG
@@ -261,11 +295,21 @@ class ModelCheckpoint(Callback):
         monitor = self.monitor
         if monitor is None:
             return []
-        boundary, due = ((Boundary.TRAIN_STEP_END, self._due_at_step_end) if self.every_n_train_steps is not None
-                         else (Boundary.TRAIN_EPOCH_END, self._due_at_epoch_end))
-        return [Decision(boundary, f"ModelCheckpoint({self.monitor}) score", agree="rank_zero",
-                         propose=lambda: monitored_value(trainer.callback_metrics, monitor, "ModelCheckpoint"),
-                         act=self._take_score, due=lambda: due(trainer))]
+        boundary, due = (
+            (Boundary.TRAIN_STEP_END, self._due_at_step_end)
+            if self.every_n_train_steps is not None
+            else (Boundary.TRAIN_EPOCH_END, self._due_at_epoch_end)
+        )
+        return [
+            Decision(
+                boundary,
+                f"ModelCheckpoint({self.monitor}) score",
+                agree="rank_zero",
+                propose=lambda: monitored_value(trainer.callback_metrics, monitor, "ModelCheckpoint"),
+                act=self._take_score,
+                due=lambda: due(trainer),
+            )
+        ]
 
     def _take_score(self, agreed: float) -> None:
         self._agreed_score = agreed
@@ -274,7 +318,9 @@ class ModelCheckpoint(Callback):
         if self._due_at_epoch_end(trainer):
             self._save(trainer)
 
-    def on_train_batch_end(self, trainer: Trainer, module: LoopModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Trainer, module: LoopModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self._due_at_step_end(trainer):
             self._save(trainer)
 
@@ -295,7 +341,8 @@ class ModelCheckpoint(Callback):
         # the resumed-from checkpoint's protection ends here (see _protect_resumed_from): if this save pushes it out,
         # it is deleted after this save's commit, in order behind it in the background writer
         self._saver.protected.difference_update(
-            [name for name in self._saver.protected if handler.writes_filename(name)])
+            [name for name in self._saver.protected if handler.writes_filename(name)]
+        )
         kept_before = set(handler.saved_paths)
         handler(trainer.train_engine)
         for path in set(handler.saved_paths) - kept_before:  # the file this save wrote, if it made the cut

@@ -37,8 +37,9 @@ class TrainerProgressBar(Callback):
         from tracktrain.handlers.progress import ProgressBar
 
         if not isinstance(plain_every, (int, float)) or isinstance(plain_every, bool) or not plain_every > 0:
-            raise ValueError(f"TrainerProgressBar(plain_every=...) must be a number of seconds > 0, got "
-                             f"{plain_every!r}.")
+            raise ValueError(
+                f"TrainerProgressBar(plain_every=...) must be a number of seconds > 0, got {plain_every!r}."
+            )
         self.bar = ProgressBar(persist=persist, **{"bar_format": BAR_FORMAT, **tqdm_kwargs})
         self.plain_every = float(plain_every)
         self._attached_to: Any = None
@@ -50,8 +51,7 @@ class TrainerProgressBar(Callback):
             return
         # attached once for the lifetime of the engine: ProgressBar closes its own bars at the end of each run
         if self._draws_a_bar():
-            self.bar.attach(trainer.train_engine,
-                            output_transform=lambda _: to_floats(trainer.progress_bar_metrics))
+            self.bar.attach(trainer.train_engine, output_transform=lambda _: to_floats(trainer.progress_bar_metrics))
         elif self.bar.tqdm_kwargs.get("disable") is None:
             engine = trainer.train_engine
             self._epoch_started = (time.monotonic(), engine.state.iteration)  # a resume may start mid-epoch
@@ -92,4 +92,3 @@ class TrainerProgressBar(Callback):
 def _duration(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-

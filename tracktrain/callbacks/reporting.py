@@ -35,10 +35,12 @@ def report(trainer: Trainer, values: Mapping[str, torch.Tensor | float]) -> None
     if not values:
         return
     # float64, so that reading a number back gives exactly the number reported
-    trainer.callback_metrics.update({
-        name: value if isinstance(value, torch.Tensor) else torch.tensor(float(value), dtype=torch.float64)
-        for name, value in values.items()
-    })
+    trainer.callback_metrics.update(
+        {
+            name: value if isinstance(value, torch.Tensor) else torch.tensor(float(value), dtype=torch.float64)
+            for name, value in values.items()
+        }
+    )
     trainer.publish(values)
 
 

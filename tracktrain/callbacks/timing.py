@@ -107,4 +107,3 @@ class Timing(Callback):
     def _report(self, trainer: Trainer, title: str, values: Mapping[str, float]) -> None:
         report(trainer, values)
         log_line(self.logger, title, values)
-

@@ -103,17 +103,30 @@ class LogTimingByEpochHook(Timing):
     """Epoch and step times and throughput after each epoch (and validation time), through `logger`, timed with
     `timer`."""
 
-    def __init__(self, timer: MultiTimer, logger: DistributedLogger, interval: int = 1, priority: int = 10,
-                 log_eval: bool = True, ignore_num_train_steps: int = 0) -> None:
-        _only_defaults("LogTimingByEpochHook", interval=(interval, 1), log_eval=(log_eval, True),
-                       ignore_num_train_steps=(ignore_num_train_steps, 0))
+    def __init__(
+        self,
+        timer: MultiTimer,
+        logger: DistributedLogger,
+        interval: int = 1,
+        priority: int = 10,
+        log_eval: bool = True,
+        ignore_num_train_steps: int = 0,
+    ) -> None:
+        _only_defaults(
+            "LogTimingByEpochHook",
+            interval=(interval, 1),
+            log_eval=(log_eval, True),
+            ignore_num_train_steps=(ignore_num_train_steps, 0),
+        )
         super().__init__(logger, timer)
 
 
 class SaveCheckpointHook(ModelCheckpoint):
     """Save a checkpoint every `interval` epochs into `checkpoint_dir`, keeping them all."""
 
-    def __init__(self, interval: int = 1, checkpoint_dir: str | None = None, suffix: str = "", priority: int = 10) -> None:
+    def __init__(
+        self, interval: int = 1, checkpoint_dir: str | None = None, suffix: str = "", priority: int = 10
+    ) -> None:
         super().__init__(dirpath=checkpoint_dir, filename_prefix=suffix, save_top_k=None, every_n_epochs=interval)
         self.priority = max(priority, self.priority)
 

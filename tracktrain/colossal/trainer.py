@@ -24,7 +24,9 @@ class Trainer:
         logger: the `DistributedLogger` for the run's messages.
     """
 
-    def __init__(self, engine: ModelEngine, timer: MultiTimer | None = None, logger: DistributedLogger | None = None) -> None:
+    def __init__(
+        self, engine: ModelEngine, timer: MultiTimer | None = None, logger: DistributedLogger | None = None
+    ) -> None:
         if not isinstance(engine, ModelEngine):
             raise TypeError(
                 f"Trainer(engine=...) takes the ModelEngine from tracktrain.colossal.initialize(...), got "
@@ -58,12 +60,18 @@ class Trainer:
         """Train for `epochs` (or `max_steps` optimizer steps), evaluating on `test_dataloader` every
         `test_interval` epochs; `hooks` run as callbacks; `display_progress` shows a bar on a terminal."""
         self.trainer = LoopTrainer(
-            max_epochs=epochs, max_steps=max_steps, val_every_n_epochs=test_interval, callbacks=list(hooks or ()),
-            enable_progress_bar=display_progress, enable_checkpointing=False,
+            max_epochs=epochs,
+            max_steps=max_steps,
+            val_every_n_epochs=test_interval,
+            callbacks=list(hooks or ()),
+            enable_progress_bar=display_progress,
+            enable_checkpointing=False,
         )
         self.trainer.fit(self.module, train_dataloader, test_dataloader)
         if self.logger is not None:
-            self.logger.info(f"Training finished: {self.trainer.global_step} steps, {self.trainer.current_epoch} epochs.")
+            self.logger.info(
+                f"Training finished: {self.trainer.global_step} steps, {self.trainer.current_epoch} epochs."
+            )
 
     def evaluate(
         self,
@@ -74,7 +82,8 @@ class Trainer:
         return_output_label: bool = True,
     ) -> dict[str, float]:
         """Evaluate on `test_dataloader`; returns the evaluation's values (`val_loss`, and what the hooks add)."""
-        trainer = LoopTrainer(callbacks=list(hooks or ()), enable_progress_bar=display_progress,
-                              enable_checkpointing=False)
+        trainer = LoopTrainer(
+            callbacks=list(hooks or ()), enable_progress_bar=display_progress, enable_checkpointing=False
+        )
         (values,) = trainer.validate(self.module, test_dataloader)
         return values

@@ -17,8 +17,6 @@ if TYPE_CHECKING:
     from tracktrain.engine.deterministic import DeterministicEngine, ReproducibleBatchSampler
     from tracktrain.engine.model_engine import BaseOpHook, ModelEngine, StepEvents, initialize
     from tracktrain.engine.supervised import (
-        create_supervised_evaluator,
-        create_supervised_trainer,
         supervised_evaluation_step,
         supervised_evaluation_step_amp,
         supervised_training_step,
@@ -26,6 +24,7 @@ if TYPE_CHECKING:
         supervised_training_step_apex,
         supervised_training_step_tpu,
     )
+    from tracktrain.engine.supervised_engines import create_supervised_evaluator, create_supervised_trainer
 
 _LAZY = {
     "BaseOpHook": "tracktrain.engine.model_engine",
@@ -34,8 +33,8 @@ _LAZY = {
     "initialize": "tracktrain.engine.model_engine",
     "DeterministicEngine": "tracktrain.engine.deterministic",
     "ReproducibleBatchSampler": "tracktrain.engine.deterministic",
-    "create_supervised_evaluator": "tracktrain.engine.supervised",
-    "create_supervised_trainer": "tracktrain.engine.supervised",
+    "create_supervised_evaluator": "tracktrain.engine.supervised_engines",
+    "create_supervised_trainer": "tracktrain.engine.supervised_engines",
     "supervised_evaluation_step": "tracktrain.engine.supervised",
     "supervised_evaluation_step_amp": "tracktrain.engine.supervised",
     "supervised_training_step": "tracktrain.engine.supervised",

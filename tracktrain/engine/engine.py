@@ -43,6 +43,7 @@ from tracktrain.number_checks import is_integral
 
 __all__ = ["Engine"]
 
+
 class _Record(NamedTuple):  # one attached handler; a tuple, so the hot path unpacks it as fast as a plain one
     handler: Callable
     pass_engine: bool  # the handler takes the engine as its first argument
@@ -51,6 +52,7 @@ class _Record(NamedTuple):  # one attached handler; a tuple, so the hot path unp
     event_filter: Any  # an event filter, or None
     counter_attr: Any  # the State attribute the filter reads (e.g. "iteration"), with the filter
     takes_event_kwargs: bool  # the handler accepts the keyword arguments fire_event passes
+
 
 _STARTED, _EPOCH_STARTED, _EPOCH_COMPLETED = Events.STARTED, Events.EPOCH_STARTED, Events.EPOCH_COMPLETED
 _GET_BATCH_STARTED, _GET_BATCH_COMPLETED = Events.GET_BATCH_STARTED, Events.GET_BATCH_COMPLETED
@@ -91,11 +93,14 @@ class Engine:
             ...
             return loss
 
+
         trainer = Engine(train_step)
+
 
         @trainer.on(Events.ITERATION_COMPLETED(every=100))
         def log_loss(engine):
             print(engine.state.iteration, engine.state.output)
+
 
         trainer.run(train_loader, max_epochs=10)
     """
@@ -200,6 +205,7 @@ class Engine:
             class TBPTTEvents(EventEnum):
                 TIME_ITERATION_STARTED = "time_iteration_started"
 
+
             engine.register_events(*TBPTTEvents, event_to_attr={TBPTTEvents.TIME_ITERATION_STARTED: "time_iteration"})
             # engine.state.time_iteration now exists (0); increment it before fire_event to use every=/once=
         """
@@ -273,9 +279,11 @@ class Engine:
         """
         event_args: tuple = (Exception(),) if key == "EXCEPTION_RAISED" else ()
         event_kwargs = {"iter_counter": 0} if key == "TERMINATE_SINGLE_EPOCH" else {}
-        conventions = [(True, True), (False, True), (True, False), (False, False)] if event_kwargs else [
-            (True, True), (False, True)
-        ]
+        conventions = (
+            [(True, True), (False, True), (True, False), (False, False)]
+            if event_kwargs
+            else [(True, True), (False, True)]
+        )
         for pass_engine, with_event_kwargs in conventions:
             lead = (self, *event_args) if pass_engine else event_args
             extra = event_kwargs if with_event_kwargs else {}
@@ -484,14 +492,13 @@ class Engine:
         """Validate a new `max_iters` against the state (not below the iteration reached) and set it (Ignite's)."""
         self._check_and_set_termination_param("max_iters", max_iters, "iteration", self.state.iteration)
 
-    def _check_and_set_termination_param(self, name: str, value: int | None, progress_name: str,
-                                         progress_value: int) -> None:
+    def _check_and_set_termination_param(
+        self, name: str, value: int | None, progress_name: str, progress_value: int
+    ) -> None:
         if value is None:
             return
         if value < 1:
-            raise ValueError(
-                f"Argument {name} is invalid. Please, set a correct {name} positive value (got {value})."
-            )
+            raise ValueError(f"Argument {name} is invalid. Please, set a correct {name} positive value (got {value}).")
         if value < progress_value:
             raise ValueError(
                 f"Argument {name} should be greater than or equal to the start {progress_name} defined in the state: "

@@ -210,6 +210,7 @@ class EventEnum(CallableEventWithFilter, Enum):
             BACKWARD_STARTED = "backward_started"
             BACKWARD_COMPLETED = "backward_completed"
 
+
         engine.register_events(*BackpropEvents, event_to_attr={BackpropEvents.BACKWARD_STARTED: "backward"})
     """
 

@@ -4,10 +4,10 @@ It owns the model, the optimizer and the criterion, and runs the parts of an opt
 that mixed precision and distributed training need::
 
     model_engine.zero_grad()
-    output = model_engine(inputs)                   # forward, under autocast when enabled
-    loss = model_engine.criterion(output, labels)   # the loss, under the same autocast
-    model_engine.backward(loss)                     # scaled by the GradScaler when there is one
-    model_engine.step()                             # gradient handlers -> unscale + clip -> optimizer step -> scaler update
+    output = model_engine(inputs)  # forward, under autocast when enabled
+    loss = model_engine.criterion(output, labels)  # the loss, under the same autocast
+    model_engine.backward(loss)  # scaled by the GradScaler when there is one
+    model_engine.step()  # gradient handlers -> unscale + clip -> optimizer step -> scaler update
 
 `TrainingStep` (`tracktrain.engine.training_step`) drives it for `create_supervised_trainer` and the Trainer;
 precision (autocast dtype, GradScaler), strategy (gradient handlers such as an all-reduce, an optimizer step such
@@ -320,7 +320,9 @@ class ModelEngine:
             handles.append(module.register_forward_pre_hook(lambda m, inputs: ophook.pre_fwd_exec(m, *inputs)))
             handles.append(module.register_forward_hook(lambda m, inputs, output: ophook.post_fwd_exec(m, *inputs)))
             handles.append(module.register_full_backward_pre_hook(lambda m, grad_out: ophook.pre_bwd_exec(m, grad_out)))
-            handles.append(module.register_full_backward_hook(lambda m, grad_in, grad_out: ophook.post_bwd_exec(m, grad_in)))
+            handles.append(
+                module.register_full_backward_hook(lambda m, grad_in, grad_out: ophook.post_bwd_exec(m, grad_in))
+            )
         self._ophooks.append(ophook)
         self._ophook_handles[id(ophook)] = handles
 
@@ -347,4 +349,9 @@ def initialize(
 
     Extra keyword arguments go to `ModelEngine` (`clip_grad_norm`, `scaler`, `autocast_dtype`, ...).
     """
-    return ModelEngine(model, optimizer, criterion, **model_engine_kwargs), train_dataloader, test_dataloader, lr_scheduler
+    return (
+        ModelEngine(model, optimizer, criterion, **model_engine_kwargs),
+        train_dataloader,
+        test_dataloader,
+        lr_scheduler,
+    )

@@ -84,7 +84,8 @@ class NonPipelineSchedule:
         the engine's criterion, backward unless `forward_only`; returns `(output, label, loss)` (output and label
         None unless `return_output_label`, loss None when neither needed nor asked for)."""
         inputs, label = split_batch(
-            next(data_iter), "execute_schedule",
+            next(data_iter),
+            "execute_schedule",
             "Split other layouts yourself and call model_engine(inputs) and model_engine.criterion(output, label).",
         )
         needs_loss = return_loss or not forward_only

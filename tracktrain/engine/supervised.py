@@ -11,13 +11,12 @@ Ignite returns `loss.item()`; pass `output_transform=lambda x, y, y_pred, loss: 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from tracktrain.engine.batches import convert_tensor, split_batch
-from tracktrain.engine.deterministic import DeterministicEngine
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.model_engine import ModelEngine
 from tracktrain.engine.training_step import IterationWindows, TrainingStep
@@ -26,8 +25,6 @@ from tracktrain.xla import mark_step, xla_model
 
 __all__ = [
     "convert_tensor",
-    "create_supervised_evaluator",
-    "create_supervised_trainer",
     "supervised_evaluation_step",
     "supervised_evaluation_step_amp",
     "supervised_training_step",
@@ -38,16 +35,19 @@ __all__ = [
 
 Device = str | torch.device | None
 
-_APEX_MESSAGE = (
+APEX_MESSAGE = (
     "NVIDIA apex is not supported: native PyTorch AMP replaces it. Use amp_mode='amp' (torch.autocast plus "
     "torch.amp.GradScaler via scaler=True) or supervised_training_step_amp."
 )
 
 
-def _prepare_batch(batch: Sequence[Any], device: Device = None, non_blocking: bool = False) -> tuple[Any, Any]:
+def default_prepare_batch(batch: Sequence[Any], device: Device = None, non_blocking: bool = False) -> tuple[Any, Any]:
     """Split a `(x, y)` batch and move both parts to `device`."""
-    x, y = split_batch(batch, "The default prepare_batch",
-                       "Pass prepare_batch=fn(batch, device, non_blocking) -> (x, y) for other batch layouts.")
+    x, y = split_batch(
+        batch,
+        "The default prepare_batch",
+        "Pass prepare_batch=fn(batch, device, non_blocking) -> (x, y) for other batch layouts.",
+    )
     return convert_tensor(x, device, non_blocking), convert_tensor(y, device, non_blocking)
 
 
@@ -55,23 +55,23 @@ def _loss_of(step_output: tuple[Any, Any, Any, torch.Tensor]) -> torch.Tensor:
     return step_output[3]
 
 
-def _identity(output: Any) -> Any:
+def identity(output: Any) -> Any:
     return output
 
 
-def _call_model(model: torch.nn.Module, x: Any) -> Any:
+def call_model(model: torch.nn.Module, x: Any) -> Any:
     return model(x)
 
 
-def _detached_loss(x: Any, y: Any, y_pred: Any, loss: torch.Tensor) -> torch.Tensor:
+def detached_loss(x: Any, y: Any, y_pred: Any, loss: torch.Tensor) -> torch.Tensor:
     return loss.detach()
 
 
-def _prediction_and_target(x: Any, y: Any, y_pred: Any) -> tuple[Any, Any]:
+def prediction_and_target(x: Any, y: Any, y_pred: Any) -> tuple[Any, Any]:
     return y_pred, y
 
 
-def _device_type(device: Device, model: torch.nn.Module) -> str:
+def device_type_of(device: Device, model: torch.nn.Module) -> str:
     if device is not None:
         return torch.device(device).type
     parameter = next(model.parameters(), None)
@@ -118,8 +118,15 @@ def _training_step(
         raise ValueError(f"clip_grad_norm must be a positive number or None, got {clip_grad_norm!r}.")
     step_kwargs: dict[str, Any] = {} if optimizer_step is None else {"optimizer_step": optimizer_step}
     model_engine = ModelEngine(
-        model, optimizer, loss_fn, gradient_handlers=gradient_handlers, clip_grad_norm=clip_grad_norm,
-        scaler=scaler, autocast_dtype=autocast_dtype, device_type=_device_type(device, model), **step_kwargs,
+        model,
+        optimizer,
+        loss_fn,
+        gradient_handlers=gradient_handlers,
+        clip_grad_norm=clip_grad_norm,
+        scaler=scaler,
+        autocast_dtype=autocast_dtype,
+        device_type=device_type_of(device, model),
+        **step_kwargs,
     )
 
     def forward(engine: Engine, batch: Any) -> tuple[Any, Any, Any, torch.Tensor]:
@@ -144,11 +151,11 @@ def supervised_training_step(
     loss_fn: Callable,
     device: Device = None,
     non_blocking: bool = False,
-    prepare_batch: Callable = _prepare_batch,
-    model_transform: Callable = _identity,
-    output_transform: Callable = _detached_loss,
+    prepare_batch: Callable = default_prepare_batch,
+    model_transform: Callable = identity,
+    output_transform: Callable = detached_loss,
     gradient_accumulation_steps: int = 1,
-    model_fn: Callable = _call_model,
+    model_fn: Callable = call_model,
     clip_grad_norm: float | None = None,
 ) -> Callable[[Engine, Any], Any]:
     """A process function for supervised training in full precision.
@@ -159,12 +166,21 @@ def supervised_training_step(
     end of the window). Returns `output_transform(x, y, y_pred, loss)`, by default the detached loss tensor.
     """
     return _training_step(
-        model, optimizer, loss_fn, device, non_blocking, prepare_batch, model_transform, output_transform,
-        gradient_accumulation_steps, model_fn, clip_grad_norm=clip_grad_norm,
+        model,
+        optimizer,
+        loss_fn,
+        device,
+        non_blocking,
+        prepare_batch,
+        model_transform,
+        output_transform,
+        gradient_accumulation_steps,
+        model_fn,
+        clip_grad_norm=clip_grad_norm,
     )
 
 
-def _resolve_amp(
+def resolve_amp(
     device_type: str, amp_dtype: torch.dtype | None, scaler: torch.amp.GradScaler | bool | None
 ) -> tuple[torch.dtype, torch.amp.GradScaler | None]:
     if amp_dtype is None:
@@ -186,12 +202,12 @@ def supervised_training_step_amp(
     loss_fn: Callable,
     device: Device = None,
     non_blocking: bool = False,
-    prepare_batch: Callable = _prepare_batch,
-    model_transform: Callable = _identity,
-    output_transform: Callable = _detached_loss,
+    prepare_batch: Callable = default_prepare_batch,
+    model_transform: Callable = identity,
+    output_transform: Callable = detached_loss,
     scaler: torch.amp.GradScaler | bool | None = None,
     gradient_accumulation_steps: int = 1,
-    model_fn: Callable = _call_model,
+    model_fn: Callable = call_model,
     amp_dtype: torch.dtype | None = None,
     clip_grad_norm: float | None = None,
 ) -> Callable[[Engine, Any], Any]:
@@ -200,17 +216,27 @@ def supervised_training_step_amp(
     `amp_dtype` defaults to float16 on CUDA and bfloat16 elsewhere. Use a scaler (`scaler=True` or your own)
     with float16; bfloat16 has float32's range and needs none. Gradients are unscaled before clipping.
     """
-    amp_dtype, scaler = _resolve_amp(_device_type(device, model), amp_dtype, scaler)
+    amp_dtype, scaler = resolve_amp(device_type_of(device, model), amp_dtype, scaler)
     return _training_step(
-        model, optimizer, loss_fn, device, non_blocking, prepare_batch, model_transform, output_transform,
-        gradient_accumulation_steps, model_fn, autocast_dtype=amp_dtype, scaler=scaler,
+        model,
+        optimizer,
+        loss_fn,
+        device,
+        non_blocking,
+        prepare_batch,
+        model_transform,
+        output_transform,
+        gradient_accumulation_steps,
+        model_fn,
+        autocast_dtype=amp_dtype,
+        scaler=scaler,
         clip_grad_norm=clip_grad_norm,
     )
 
 
 def supervised_training_step_apex(*args: Any, **kwargs: Any) -> Callable[[Engine, Any], Any]:
     """Kept for code ported from Ignite: always raises, pointing to native AMP."""
-    raise NotImplementedError(_APEX_MESSAGE)
+    raise NotImplementedError(APEX_MESSAGE)
 
 
 def supervised_training_step_tpu(
@@ -219,11 +245,11 @@ def supervised_training_step_tpu(
     loss_fn: Callable,
     device: Device = None,
     non_blocking: bool = False,
-    prepare_batch: Callable = _prepare_batch,
-    model_transform: Callable = _identity,
-    output_transform: Callable = _detached_loss,
+    prepare_batch: Callable = default_prepare_batch,
+    model_transform: Callable = identity,
+    output_transform: Callable = detached_loss,
     gradient_accumulation_steps: int = 1,
-    model_fn: Callable = _call_model,
+    model_fn: Callable = call_model,
     clip_grad_norm: float | None = None,
 ) -> Callable[[Engine, Any], Any]:
     """`supervised_training_step` for XLA devices: gradients are all-reduced across replicas (before any
@@ -236,8 +262,18 @@ def supervised_training_step_tpu(
         mark_step()
 
     return _training_step(
-        model, optimizer, loss_fn, device, non_blocking, prepare_batch, model_transform, output_transform,
-        gradient_accumulation_steps, model_fn, clip_grad_norm=clip_grad_norm, optimizer_step=xla_step,
+        model,
+        optimizer,
+        loss_fn,
+        device,
+        non_blocking,
+        prepare_batch,
+        model_transform,
+        output_transform,
+        gradient_accumulation_steps,
+        model_fn,
+        clip_grad_norm=clip_grad_norm,
+        optimizer_step=xla_step,
         gradient_handlers=[lambda: xm.reduce_gradients(optimizer)],
     )
 
@@ -252,7 +288,7 @@ def _evaluation_step(
     model_fn: Callable,
     autocast_dtype: torch.dtype | None,
 ) -> Callable[[Engine, Any], Any]:
-    device_type = _device_type(device, model)
+    device_type = device_type_of(device, model)
 
     def evaluate_step(engine: Engine, batch: Any) -> Any:
         if model.training:
@@ -273,131 +309,30 @@ def supervised_evaluation_step(
     model: torch.nn.Module,
     device: Device = None,
     non_blocking: bool = False,
-    prepare_batch: Callable = _prepare_batch,
-    model_transform: Callable = _identity,
-    output_transform: Callable = _prediction_and_target,
-    model_fn: Callable = _call_model,
+    prepare_batch: Callable = default_prepare_batch,
+    model_transform: Callable = identity,
+    output_transform: Callable = prediction_and_target,
+    model_fn: Callable = call_model,
 ) -> Callable[[Engine, Any], Any]:
     """A process function for evaluation: `model.eval()`, no gradients, returns `output_transform(x, y, y_pred)`
     (by default `(y_pred, y)`, what metrics take)."""
-    return _evaluation_step(model, device, non_blocking, prepare_batch, model_transform, output_transform, model_fn, None)
+    return _evaluation_step(
+        model, device, non_blocking, prepare_batch, model_transform, output_transform, model_fn, None
+    )
 
 
 def supervised_evaluation_step_amp(
     model: torch.nn.Module,
     device: Device = None,
     non_blocking: bool = False,
-    prepare_batch: Callable = _prepare_batch,
-    model_transform: Callable = _identity,
-    output_transform: Callable = _prediction_and_target,
-    model_fn: Callable = _call_model,
+    prepare_batch: Callable = default_prepare_batch,
+    model_transform: Callable = identity,
+    output_transform: Callable = prediction_and_target,
+    model_fn: Callable = call_model,
     amp_dtype: torch.dtype | None = None,
 ) -> Callable[[Engine, Any], Any]:
     """`supervised_evaluation_step` under `torch.autocast` (float16 on CUDA, bfloat16 elsewhere by default)."""
-    amp_dtype, _ = _resolve_amp(_device_type(device, model), amp_dtype, None)
+    amp_dtype, _ = resolve_amp(device_type_of(device, model), amp_dtype, None)
     return _evaluation_step(
         model, device, non_blocking, prepare_batch, model_transform, output_transform, model_fn, amp_dtype
     )
-
-
-def _check_amp_mode(amp_mode: str | None, on_xla: bool, scaler: Any) -> str | None:
-    if amp_mode == "apex":
-        raise ValueError(_APEX_MESSAGE)
-    if amp_mode not in (None, "amp"):
-        raise ValueError(f"amp_mode must be None or 'amp', got {amp_mode!r}.")
-    if on_xla and amp_mode is not None:
-        raise ValueError("amp_mode is for CUDA/CPU autocast; on an XLA device leave it None (XLA uses bf16 natively).")
-    if scaler not in (None, False) and amp_mode != "amp":
-        raise ValueError(
-            f"scaler argument is {scaler}, but amp_mode is {amp_mode}. Consider using amp_mode='amp': a GradScaler "
-            "only makes sense with autocast."
-        )
-    return amp_mode
-
-
-def create_supervised_trainer(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    loss_fn: Callable,
-    device: Device = None,
-    non_blocking: bool = False,
-    prepare_batch: Callable = _prepare_batch,
-    model_transform: Callable = _identity,
-    output_transform: Callable = _detached_loss,
-    deterministic: bool = False,
-    amp_mode: str | None = None,
-    scaler: torch.amp.GradScaler | bool = False,
-    gradient_accumulation_steps: int = 1,
-    model_fn: Callable = _call_model,
-    clip_grad_norm: float | None = None,
-    amp_dtype: torch.dtype | None = None,
-) -> Engine:
-    """An Engine that trains `model` on `(x, y)` batches.
-
-    Args:
-        device: where batches are moved (the model must already be there).
-        deterministic: use `DeterministicEngine` (reproducible and exactly resumable data order).
-        amp_mode: None for full precision, or "amp" for `torch.autocast` (`amp_dtype`, float16 on CUDA and
-            bfloat16 elsewhere by default). On an XLA device the TPU step is chosen automatically.
-        scaler: with amp_mode="amp", True creates a `torch.amp.GradScaler` (kept in `engine.state.scaler`, so
-            it can be checkpointed), or pass your own.
-        gradient_accumulation_steps: iterations whose gradients are summed before each optimizer step.
-        clip_grad_norm: clip the gradients' total norm before each optimizer step.
-        output_transform: `f(x, y, y_pred, loss)` -> `engine.state.output`; default: the detached loss.
-    """
-    on_xla = device is not None and "xla" in torch.device(device).type
-    amp_mode = _check_amp_mode(amp_mode, on_xla, scaler)
-    common: dict[str, Any] = dict(  # the arguments every step variant takes
-        device=device, non_blocking=non_blocking, prepare_batch=prepare_batch, model_transform=model_transform,
-        output_transform=output_transform, gradient_accumulation_steps=gradient_accumulation_steps,
-        model_fn=model_fn, clip_grad_norm=clip_grad_norm,
-    )
-    created_scaler = None
-    if on_xla:
-        step = supervised_training_step_tpu(model, optimizer, loss_fn, **common)
-    elif amp_mode == "amp":
-        amp_dtype, created_scaler = _resolve_amp(_device_type(device, model), amp_dtype, scaler)
-        step = supervised_training_step_amp(model, optimizer, loss_fn, scaler=created_scaler, amp_dtype=amp_dtype, **common)
-    else:
-        step = supervised_training_step(model, optimizer, loss_fn, **common)
-    trainer = DeterministicEngine(step) if deterministic else Engine(step)
-    if created_scaler is not None:
-        trainer.state.scaler = created_scaler
-    return trainer
-
-
-def create_supervised_evaluator(
-    model: torch.nn.Module,
-    metrics: Mapping[str, Any] | None = None,
-    device: Device = None,
-    non_blocking: bool = False,
-    prepare_batch: Callable = _prepare_batch,
-    model_transform: Callable = _identity,
-    output_transform: Callable = _prediction_and_target,
-    amp_mode: str | None = None,
-    model_fn: Callable = _call_model,
-    amp_dtype: torch.dtype | None = None,
-) -> Engine:
-    """An Engine that evaluates `model` on `(x, y)` batches and attaches `metrics` (name -> metric) to it.
-
-    Each metric receives `output_transform(x, y, y_pred)`, by default `(y_pred, y)`.
-    """
-    on_xla = device is not None and "xla" in torch.device(device).type
-    amp_mode = _check_amp_mode(amp_mode, on_xla, None)
-    common: dict[str, Any] = dict(  # the arguments every step variant takes
-        device=device, non_blocking=non_blocking, prepare_batch=prepare_batch, model_transform=model_transform,
-        output_transform=output_transform, model_fn=model_fn,
-    )
-    if amp_mode == "amp":
-        step = supervised_evaluation_step_amp(model, amp_dtype=amp_dtype, **common)
-    else:
-        step = supervised_evaluation_step(model, **common)
-    evaluator = Engine(step)
-    for name, metric in (metrics or {}).items():
-        if not callable(getattr(metric, "attach", None)):
-            raise TypeError(
-                f"Metric {name!r} must have an attach(engine, name) method (a tracktrain.metrics.Metric), "
-                f"got {metric!r}."
-            )
-        metric.attach(evaluator, name)
-    return evaluator

@@ -83,8 +83,9 @@ class AsyncSaver:
             self._error = self._failed_on = None
         if error is not None:
             if isinstance(error, CheckpointWriteError):  # says itself what was kept and what to do
-                raise CheckpointWriteError(error, failed_on or "", error.directory, error.size,
-                                           when="in the background") from error
+                raise CheckpointWriteError(
+                    error, failed_on or "", error.directory, error.size, when="in the background"
+                ) from error
             raise RuntimeError(
                 f"Saving checkpoint {failed_on!r} in the background failed: {error}. The previous checkpoints were "
                 "kept; nothing queued after it (retention) was done."
@@ -156,5 +157,11 @@ def _view_key(tensor: torch.Tensor) -> tuple:
     # sparse layouts, and devices whose storages have no data pointer to read (XLA): by object
     if tensor.layout != torch.strided or tensor.device.type not in ("cpu", "cuda"):
         return ("object", id(tensor))
-    return (tensor.untyped_storage().data_ptr(), tensor.device, tensor.storage_offset(), tuple(tensor.shape),
-            tensor.stride(), tensor.dtype)
+    return (
+        tensor.untyped_storage().data_ptr(),
+        tensor.device,
+        tensor.storage_offset(),
+        tuple(tensor.shape),
+        tensor.stride(),
+        tensor.dtype,
+    )

@@ -121,9 +121,7 @@ class Checkpoint:
             )
         _check_objects(to_save, "state_dict", "to_save")
         if include_self and "checkpointer" in to_save:
-            raise ValueError(
-                f"Cannot have key 'checkpointer' if `include_self` is True: {to_save}. Rename that entry."
-            )
+            raise ValueError(f"Cannot have key 'checkpointer' if `include_self` is True: {to_save}. Rename that entry.")
         if not isinstance(filename_prefix, str):
             raise TypeError(f"filename_prefix should be a str, got {filename_prefix!r}.")
         if score_function is not None and not callable(score_function):
@@ -188,10 +186,13 @@ class Checkpoint:
         name = next(iter(self.to_save)) if len(self.to_save) == 1 else "checkpoint"
         with_step = 0 if self.global_step_transform is not None or self.score_function is None else None  # as __call__
         fields = {
-            "filename_prefix": re.escape(self.filename_prefix), "name": re.escape(name), "ext": re.escape(self.ext),
+            "filename_prefix": re.escape(self.filename_prefix),
+            "name": re.escape(name),
+            "ext": re.escape(self.ext),
             "score_name": re.escape(str(self.score_name)),
             # "None": a custom pattern naming a part this handler does not have, as Ignite formats it
-            "global_step": r"\d+|None", "score": r"-?(?:\d+(?:\.\d+)?(?:e[-+]?\d+)?|nan|inf)|None",
+            "global_step": r"\d+|None",
+            "score": r"-?(?:\d+(?:\.\d+)?(?:e[-+]?\d+)?|nan|inf)|None",
         }
         pattern = "".join(
             re.escape(literal) + (f"(?:{fields[field]})" if field is not None else "")
@@ -268,7 +269,7 @@ class Checkpoint:
         saved.append(item)
         saved.sort(key=lambda kept: kept.priority)  # stable: among equal priorities, the oldest goes first
         surplus = len(saved) - self.n_saved if self.n_saved is not None else 0
-        return saved[max(surplus, 0):], saved[:max(surplus, 0)]
+        return saved[max(surplus, 0) :], saved[: max(surplus, 0)]
 
     def _remove(self, items: list[Checkpoint.Item]) -> None:
         if callable(getattr(self.save_handler, "remove", None)):
@@ -288,8 +289,11 @@ class Checkpoint:
         of this handler that pushes them out, once it is committed.
 
         Only for save handlers that keep manifests (`ModelCheckpoint`'s): Ignite's `Checkpoint` never adopts."""
-        mine = {checkpoint.data_filename: checkpoint for checkpoint in committed
-                if self.writes_filename(checkpoint.data_filename)}
+        mine = {
+            checkpoint.data_filename: checkpoint
+            for checkpoint in committed
+            if self.writes_filename(checkpoint.data_filename)
+        }
         kept = [item for item in self._saved if item.filename in mine]
         known = {item.filename for item in kept}
         for checkpoint in sorted(mine.values(), key=lambda checkpoint: checkpoint.order):  # ties: oldest first
@@ -299,13 +303,14 @@ class Checkpoint:
             if not is_real(priority) or isinstance(priority, bool):
                 warnings.warn(
                     f"Checkpoint {checkpoint.url} records no priority in its manifest, so retention cannot rank it "
-                    "and leaves it alone; delete it yourself if it is not wanted.", stacklevel=2,
+                    "and leaves it alone; delete it yourself if it is not wanted.",
+                    stacklevel=2,
                 )
                 continue
             kept.append(Checkpoint.Item(priority, checkpoint.data_filename))
         kept.sort(key=lambda item: item.priority)
         surplus = len(kept) - self.n_saved if self.n_saved is not None else 0
-        evicted = [item for item in kept[:max(surplus, 0)] if item.filename not in keep]
+        evicted = [item for item in kept[: max(surplus, 0)] if item.filename not in keep]
         self._saved = [item for item in kept if item not in evicted]
         self._remove(evicted)
         return [item.filename for item in evicted]
@@ -401,8 +406,7 @@ class Checkpoint:
         items = []
         for entry in state_dict["_saved"]:
             if not (
-                isinstance(entry, Sequence) and len(entry) == 2 and is_real(entry[0])
-                and isinstance(entry[1], str)
+                isinstance(entry, Sequence) and len(entry) == 2 and is_real(entry[0]) and isinstance(entry[1], str)
             ):
                 raise ValueError(f"Each entry of state_dict['_saved'] must be (priority, filename), got {entry!r}.")
             if not is_plain_name(entry[1]):
@@ -558,7 +562,11 @@ class ModelCheckpoint(Checkpoint):
         **kwargs: Any,
     ) -> None:
         saver = saver_for(
-            dirname, atomic=atomic, create_dir=create_dir, require_empty=require_empty, save_on_rank=save_on_rank,
+            dirname,
+            atomic=atomic,
+            create_dir=create_dir,
+            require_empty=require_empty,
+            save_on_rank=save_on_rank,
             **kwargs,
         )
         super().__init__(
@@ -580,9 +588,7 @@ class ModelCheckpoint(Checkpoint):
             raise RuntimeError(f"No objects to checkpoint found: pass a non-empty dict of objects, got {to_save!r}.")
         _check_objects(to_save, "state_dict", "to_save")
         if self.include_self and "checkpointer" in to_save:
-            raise ValueError(
-                f"Cannot have key 'checkpointer' if `include_self` is True: {to_save}. Rename that entry."
-            )
+            raise ValueError(f"Cannot have key 'checkpointer' if `include_self` is True: {to_save}. Rename that entry.")
         self.to_save = to_save
         super().__call__(engine)
 
@@ -603,8 +609,7 @@ def _apply_all_or_none(plan: list[tuple[str, Any, Any]], source: str, strict: bo
                 obj.load_state_dict(state)
         except Exception as error:
             not_restored = _restore([*applied, (key_path, obj, previous)])
-            outcome = ("every object was left as it was" if not not_restored
-                       else f"could not restore {not_restored}")
+            outcome = "every object was left as it was" if not not_restored else f"could not restore {not_restored}"
             if hasattr(error, "add_note"):  # Python >= 3.11
                 error.add_note(f"while loading {key_path} from {source}; {outcome}")
             raise

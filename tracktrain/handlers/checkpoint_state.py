@@ -62,8 +62,10 @@ def _match(objs: Any, states: Any, path: str, source: str, plan: list, missing: 
         return
     if isinstance(objs, Mapping):
         if not isinstance(states, Mapping):
-            raise ValueError(f"Checkpoint {source} holds a {type(states).__name__} at {path or 'top level'}, "
-                             f"where to_load has a dict {list(objs)}. Nothing was loaded.")
+            raise ValueError(
+                f"Checkpoint {source} holds a {type(states).__name__} at {path or 'top level'}, "
+                f"where to_load has a dict {list(objs)}. Nothing was loaded."
+            )
         for key, obj in objs.items():
             if key in states:
                 _match(obj, states[key], f"{path}[{key!r}]", source, plan, missing)
@@ -112,8 +114,11 @@ def _module_misfit(module: nn.Module, state: Any, strict: bool) -> str | None:
         missing = [key for key in current if key not in state]
         unexpected = [key for key in state if key not in current]
         if missing or unexpected:
-            listed = [f"{what} key(s) in state_dict: {', '.join(repr(key).replace(chr(39), chr(34)) for key in keys[:5])}."
-                      for what, keys in (("Missing", missing), ("Unexpected", unexpected)) if keys]
+            listed = [
+                f"{what} key(s) in state_dict: {', '.join(repr(key).replace(chr(39), chr(34)) for key in keys[:5])}."
+                for what, keys in (("Missing", missing), ("Unexpected", unexpected))
+                if keys
+            ]
             return " ".join(listed) + " (pass strict=False to load the keys both have)"
     for key, value in state.items():
         mine = current.get(key)
@@ -125,8 +130,10 @@ def _module_misfit(module: nn.Module, state: Any, strict: bool) -> str | None:
         if mine.dim() == 0 and tuple(value.shape) == (1,):  # torch loads a 1-element tensor into a scalar
             continue
         if value.shape != mine.shape:
-            return (f"size mismatch for {key}: copying a param with shape {value.shape} from checkpoint, the shape in "
-                    f"current model is {mine.shape}")
+            return (
+                f"size mismatch for {key}: copying a param with shape {value.shape} from checkpoint, the shape in "
+                f"current model is {mine.shape}"
+            )
     return None
 
 
@@ -135,13 +142,17 @@ def _optimizer_misfit(optimizer: torch.optim.Optimizer, state: Any) -> str | Non
         return f"its state is not an optimizer state dict (it holds {_keys(state)})"
     groups = state["param_groups"]
     if len(groups) != len(optimizer.param_groups):  # torch's words first, as loading would say it
-        return (f"loaded state dict has a different number of parameter groups: the checkpoint has {len(groups)}, "
-                f"the optimizer {len(optimizer.param_groups)}")
+        return (
+            f"loaded state dict has a different number of parameter groups: the checkpoint has {len(groups)}, "
+            f"the optimizer {len(optimizer.param_groups)}"
+        )
     for i, (saved, mine) in enumerate(zip(groups, optimizer.param_groups)):
         if not isinstance(saved, Mapping) or len(saved.get("params", ())) != len(mine["params"]):
             count = len(saved.get("params", ())) if isinstance(saved, Mapping) else "?"
-            return (f"loaded state dict contains a parameter group that doesn't match the size of optimizer's group: "
-                    f"parameter group {i} has {count} parameters in the checkpoint, {len(mine['params'])} here")
+            return (
+                f"loaded state dict contains a parameter group that doesn't match the size of optimizer's group: "
+                f"parameter group {i} has {count} parameters in the checkpoint, {len(mine['params'])} here"
+            )
     # Where this optimizer already has state for a parameter (a resumed run), shapes must agree; comparing with
     # the parameters themselves would be wrong for optimizers whose state is factored (e.g. Adafactor).
     saved_state = state.get("state") or {}
@@ -155,8 +166,10 @@ def _optimizer_misfit(optimizer: torch.optim.Optimizer, state: Any) -> str | Non
         for name, value in saved.items():
             here = mine.get(name)
             if isinstance(value, torch.Tensor) and isinstance(here, torch.Tensor) and value.shape != here.shape:
-                return (f"state[{index!r}][{name!r}] has shape {tuple(value.shape)} in the checkpoint but "
-                        f"{tuple(here.shape)} here")
+                return (
+                    f"state[{index!r}][{name!r}] has shape {tuple(value.shape)} in the checkpoint but "
+                    f"{tuple(here.shape)} here"
+                )
     return None
 
 
@@ -184,7 +197,7 @@ def read_checkpoint(url: str | os.PathLike) -> Any:
         raise FileNotFoundError(
             errno.ENOENT,
             f"No such file or directory: {os.fspath(url)!r}. Check the path: `tracktrain runs ROOT` lists the "
-            "checkpoints of the run under ROOT (resume=\"auto\" takes the newest complete one)."
+            'checkpoints of the run under ROOT (resume="auto" takes the newest complete one).',
         ) from None
     except IsADirectoryError:
         raise IsADirectoryError(

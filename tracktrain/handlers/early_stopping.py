@@ -61,8 +61,9 @@ class EarlyStopping:
 
     .. code-block:: python
 
-        handler = EarlyStopping(patience=10, score_function=lambda e: e.state.metrics["nll"], trainer=trainer,
-                                mode="min")
+        handler = EarlyStopping(
+            patience=10, score_function=lambda e: e.state.metrics["nll"], trainer=trainer, mode="min"
+        )
         handler.attach(evaluator, reset_engine=trainer)  # checks on evaluator COMPLETED, resets on trainer STARTED
     """
 

@@ -24,7 +24,7 @@ class LRScheduler:
     .. code-block:: python
 
         scheduler = LRScheduler(torch.optim.lr_scheduler.StepLR(optimizer, step_size=30, gamma=0.1))
-        trainer.add_event_handler(Events.ITERATION_COMPLETED, scheduler)   # or EPOCH_COMPLETED, per epoch
+        trainer.add_event_handler(Events.ITERATION_COMPLETED, scheduler)  # or EPOCH_COMPLETED, per epoch
 
     This is torch's own order (`optimizer.step()` then `scheduler.step()`), so the learning rate of each
     iteration is exactly what a hand-written loop gets. Ignite's `LRScheduler` aims at the same learning

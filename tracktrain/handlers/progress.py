@@ -140,8 +140,13 @@ class ProgressBar:
         driver = _BarDriver(self, event_name, closing_event_name, metric_names, output_transform, state_attributes)
         # Leftover bars (a period cut short by terminate/interrupt/an exception) are closed before the driver
         # runs on the opening event, so it never advances a stale bar.
-        cleanup = {Events.STARTED, _OPENING_EVENT[closing_event_name.name], Events.TERMINATE, Events.INTERRUPT,
-                   Events.COMPLETED}
+        cleanup = {
+            Events.STARTED,
+            _OPENING_EVENT[closing_event_name.name],
+            Events.TERMINATE,
+            Events.INTERRUPT,
+            Events.COMPLETED,
+        }
         cleanup.discard(closing_event_name)
         for event in sorted(cleanup, key=lambda e: e.name):
             engine.add_event_handler(event, self.close)
@@ -239,8 +244,7 @@ class _BarDriver:
             for name in self.metric_names:
                 if name not in state.metrics:
                     warnings.warn(
-                        f"Provided metric name '{name}' is missing in engine's state metrics: "
-                        f"{list(state.metrics)}",
+                        f"Provided metric name '{name}' is missing in engine's state metrics: {list(state.metrics)}",
                         stacklevel=2,
                     )
                     continue

@@ -42,13 +42,16 @@ class CheckpointWriteError(OSError):
             reason = error.reason
         free = _free_space(directory)
         self.reason, self.directory, self.size = reason, directory, size
-        super().__init__(error.errno, (
-            f"Could not write checkpoint {filename} ({_megabytes(size)}) to {directory}{f' {when}' if when else ''}: "
-            f"{reason}"
-            f"{f'; {_megabytes(free)} free there' if free is not None else ''}. What it had written was removed; the "
-            "checkpoints saved before it are intact. Free space there, keep fewer checkpoints "
-            "(ModelCheckpoint(save_top_k=..., save_last=...)), or save elsewhere (ModelCheckpoint(dirpath=...))."
-        ))
+        super().__init__(
+            error.errno,
+            (
+                f"Could not write checkpoint {filename} ({_megabytes(size)}) to {directory}{f' {when}' if when else ''}: "
+                f"{reason}"
+                f"{f'; {_megabytes(free)} free there' if free is not None else ''}. What it had written was removed; the "
+                "checkpoints saved before it are intact. Free space there, keep fewer checkpoints "
+                "(ModelCheckpoint(save_top_k=..., save_last=...)), or save elsewhere (ModelCheckpoint(dirpath=...))."
+            ),
+        )
 
 
 def _free_space(directory: str) -> int | None:
@@ -171,8 +174,9 @@ class FsspecSaver(BaseSaveHandler):
         summary = dict(self._summarize(checkpoint)) if self.manifest and self._summarize is not None else {}
         return buffer.getbuffer(), summary
 
-    def write_serialized(self, filename: str, data: bytes | memoryview, summary: Mapping[str, Any],
-                         metadata: Mapping | None = None) -> None:
+    def write_serialized(
+        self, filename: str, data: bytes | memoryview, summary: Mapping[str, Any], metadata: Mapping | None = None
+    ) -> None:
         """Commit what `serialize` made under `filename`: the data, then its manifest. A checkpoint saved before
         under the same name stops being committed (its manifest is deleted) just before its data file is replaced."""
         path = self.path_of(filename)

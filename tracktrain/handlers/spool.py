@@ -63,26 +63,42 @@ class Spool:
         return [entry["filename"] for entry in self._entries if entry["kind"] == "save"]
 
     # --------------------------------------------------------------------------------------------- queueing
-    def keep(self, filename: str, data: bytes | memoryview, summary: Mapping[str, Any], metadata: Mapping | None,
-             error: BaseException | None = None) -> None:
+    def keep(
+        self,
+        filename: str,
+        data: bytes | memoryview,
+        summary: Mapping[str, Any],
+        metadata: Mapping | None,
+        error: BaseException | None = None,
+    ) -> None:
         """Keep a checkpoint the store could not take (`error`: why, when this save tried)."""
         first = not self.waiting
         self._drop_waiting(filename)  # the same name saved again replaces it
-        entry = {"kind": "save", "filename": filename, "summary": dict(summary), "metadata": dict(metadata or {}),
-                 "bytes": len(data), "queued": time.time()}
+        entry = {
+            "kind": "save",
+            "filename": filename,
+            "summary": dict(summary),
+            "metadata": dict(metadata or {}),
+            "bytes": len(data),
+            "queued": time.time(),
+        }
         self._append(entry, data)
         while len(self.waiting) > self.limit:
             dropped = self.waiting[0]
             self._drop_waiting(dropped)
-            get_dist_logger().warning(f"Checkpoint {dropped} dropped from the spool for {self.target}: at most "
-                                      f"{self.limit} wait; the newer ones are kept.")
+            get_dist_logger().warning(
+                f"Checkpoint {dropped} dropped from the spool for {self.target}: at most "
+                f"{self.limit} wait; the newer ones are kept."
+            )
         if first:
             cause = f" ({type(error).__name__}: {error})" if error is not None else ""
             warnings.warn(
                 f"Could not write checkpoint {filename} to {self.target}{cause}. Training goes on: the checkpoint is "
                 f"kept in {self.directory} and delivered when the store answers (tried at the next saves, at most "
                 f"every {self.retry_every:g} s; a run started later with this checkpoint directory delivers it "
-                "first).", stacklevel=2)
+                "first).",
+                stacklevel=2,
+            )
         else:
             get_dist_logger().info(self.behind())
 
@@ -102,13 +118,16 @@ class Spool:
         oldest = saves[0]
         step = oldest["summary"].get("global_step")
         age = time.time() - oldest["queued"]
-        return (f"{len(saves)} checkpoint{'s' if len(saves) > 1 else ''} ({megabytes:.1f} MB) wait for "
-                f"{self.target}; the oldest, {oldest['filename']}"
-                f"{f' (step {step})' if step is not None else ''}, for {age:.0f} s.")
+        return (
+            f"{len(saves)} checkpoint{'s' if len(saves) > 1 else ''} ({megabytes:.1f} MB) wait for "
+            f"{self.target}; the oldest, {oldest['filename']}"
+            f"{f' (step {step})' if step is not None else ''}, for {age:.0f} s."
+        )
 
     # ------------------------------------------------------------------------------------------- delivering
-    def deliver(self, write: Callable[[str, bytes, Mapping, Mapping], None], remove: Callable[[str], None],
-                force: bool = False) -> bool:
+    def deliver(
+        self, write: Callable[[str, bytes, Mapping, Mapping], None], remove: Callable[[str], None], force: bool = False
+    ) -> bool:
         """Deliver what waits, in order: `write(filename, data, summary, metadata)` for checkpoints, `remove` for
         deletions. Stops at the first failure (tried again after `retry_every` s, or with `force`). True when
         nothing waits any more."""
@@ -129,14 +148,18 @@ class Spool:
                     remove(entry["filename"])
             except Exception as error:  # noqa: BLE001 - anything that stops delivery: it waits, and is retried
                 self.failed_now()
-                get_dist_logger().info(f"{self.target} still cannot take the waiting checkpoints "
-                                       f"({type(error).__name__}: {error}). {self.behind()}")
+                get_dist_logger().info(
+                    f"{self.target} still cannot take the waiting checkpoints "
+                    f"({type(error).__name__}: {error}). {self.behind()}"
+                )
                 return False
             self._forget(entry)
         if delivered:
-            get_dist_logger().info(f"{self.target} answers again: the {delivered} checkpoint"
-                                   f"{'s' if delivered > 1 else ''} that waited {'are' if delivered > 1 else 'is'} "
-                                   "delivered.")
+            get_dist_logger().info(
+                f"{self.target} answers again: the {delivered} checkpoint"
+                f"{'s' if delivered > 1 else ''} that waited {'are' if delivered > 1 else 'is'} "
+                "delivered."
+            )
         return True
 
     def failed_now(self) -> None:

@@ -112,8 +112,14 @@ class QueuedLogger(Logger):
     sender_silence_timeout = 30.0
     sender_keep_warm = 60.0
 
-    def __init__(self, flush_timeout: float = 0.0, close_timeout: float = 30.0, max_pending: int = 10_000,
-                 linger: float = 0.2, delivery: str = "thread") -> None:
+    def __init__(
+        self,
+        flush_timeout: float = 0.0,
+        close_timeout: float = 30.0,
+        max_pending: int = 10_000,
+        linger: float = 0.2,
+        delivery: str = "thread",
+    ) -> None:
         if delivery not in DELIVERIES:
             raise ValueError(f"{type(self).__name__}(delivery=...) must be one of {DELIVERIES}, got {delivery!r}.")
         if delivery == "process":
@@ -150,11 +156,19 @@ class QueuedLogger(Logger):
             from tracktrain.loggers.sender_process import SenderProcess
 
             # started by the first send, from the delivery thread: training does not wait for it
-            self._sender = SenderProcess(self, silence_timeout=self.sender_silence_timeout,
-                                         keep_warm=self.sender_keep_warm)
+            self._sender = SenderProcess(
+                self, silence_timeout=self.sender_silence_timeout, keep_warm=self.sender_keep_warm
+            )
             send, interrupt = self._sender.send, self._sender.interrupt
-        self._queue = DeliveryQueue(send, self.spill_path, self._spill_header(), max_pending=self.max_pending,
-                                    name=self.name, linger=self.linger, interrupt=interrupt)
+        self._queue = DeliveryQueue(
+            send,
+            self.spill_path,
+            self._spill_header(),
+            max_pending=self.max_pending,
+            name=self.name,
+            linger=self.linger,
+            interrupt=interrupt,
+        )
         self._on_tracker_back = self._queue.wake
 
     @property
@@ -202,9 +216,11 @@ class QueuedLogger(Logger):
                 stacklevel=2,
             )
         if self.lost:
-            warnings.warn(f"{self.lost} records for {self.name} run {self._run_id} were lost in delivery: neither "
-                          "delivered nor kept to be sent later. This is a bug in tracktrain; please report it.",
-                          stacklevel=2)
+            warnings.warn(
+                f"{self.lost} records for {self.name} run {self._run_id} were lost in delivery: neither "
+                "delivered nor kept to be sent later. This is a bug in tracktrain; please report it.",
+                stacklevel=2,
+            )
         try:
             self._close(status)
         except Exception as error:  # a tracker that is down cannot be told the run ended: say so, do not crash
@@ -267,18 +283,23 @@ def default_run_name(prefix: str) -> str:
     return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
-
 def _check_rebuildable(logger_class: type[QueuedLogger]) -> None:
     """A sender child imports the logger's class by its module's name and rebuilds the logger with `for_sender`
     (by default `for_replay`): the module must be importable there, and one of the two implemented."""
     name = logger_class.__qualname__
     if logger_class.__module__ == "__main__":
-        raise ValueError(f"{name}(delivery='process') sends from a child process, which imports the logger's class by "
-                         f"its module, and {name} is defined in __main__. Move it into a module, or pass "
-                         "delivery='thread'.")
-    inherited = [getattr(getattr(logger_class, method), "__func__", None) is getattr(QueuedLogger, method).__func__
-                 for method in ("for_sender", "for_replay")]
+        raise ValueError(
+            f"{name}(delivery='process') sends from a child process, which imports the logger's class by "
+            f"its module, and {name} is defined in __main__. Move it into a module, or pass "
+            "delivery='thread'."
+        )
+    inherited = [
+        getattr(getattr(logger_class, method), "__func__", None) is getattr(QueuedLogger, method).__func__
+        for method in ("for_sender", "for_replay")
+    ]
     if all(inherited):
-        raise ValueError(f"{name}(delivery='process') sends from a child process, which rebuilds the logger with "
-                         f"{name}.for_sender(header) (by default for_replay): implement one (see QueuedLogger), or "
-                         "pass delivery='thread'.")
+        raise ValueError(
+            f"{name}(delivery='process') sends from a child process, which rebuilds the logger with "
+            f"{name}.for_sender(header) (by default for_replay): implement one (see QueuedLogger), or "
+            "pass delivery='thread'."
+        )

@@ -43,8 +43,12 @@ class LoggerBridge(Callback):
     # ----------------------------------------------------------------------------------------------- hooks
     def on_fit_start(self, trainer: Trainer, module: LoopModule) -> None:
         changes = trainer.resume_changes
-        self.runs.start(trainer.default_root_dir, params=trainer.settings, module=module,
-                        changed_tags=_change_tags(changes, trainer.global_step) if changes else None)
+        self.runs.start(
+            trainer.default_root_dir,
+            params=trainer.settings,
+            module=module,
+            changed_tags=_change_tags(changes, trainer.global_step) if changes else None,
+        )
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         self.runs.log_metrics(metrics, step)
@@ -75,5 +79,7 @@ class LoggerBridge(Callback):
 def _change_tags(changes: Mapping[str, tuple[Any, Any]], step: int) -> dict[str, str]:
     """One tag per setting changed when the run was resumed: `tracktrain.changed.trainer/max_epochs`:
     `5 -> 10 (resumed at step 230)`."""
-    return {f"tracktrain.changed.{key}": f"{old!r} -> {new!r} (resumed at step {step})"
-            for key, (old, new) in changes.items()}
+    return {
+        f"tracktrain.changed.{key}": f"{old!r} -> {new!r} (resumed at step {step})"
+        for key, (old, new) in changes.items()
+    }

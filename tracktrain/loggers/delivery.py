@@ -205,8 +205,11 @@ class DeliveryQueue:
                         self._pending.extendleft(reversed(batch))
                     self.failures += 1
                     if self.last_error is None:
-                        _logger.warning("%s is not taking records (%s); training goes on, retrying in the "
-                                        "background", self.name, error)
+                        _logger.warning(
+                            "%s is not taking records (%s); training goes on, retrying in the background",
+                            self.name,
+                            error,
+                        )
                     self.last_error = error
                     if self._closing:
                         return
@@ -258,9 +261,13 @@ class DeliveryQueue:
         """Takes the count of records neither delivered nor waiting (called with the lock held): reports a new loss
         (an error naming the count) and returns it."""
         if unaccounted > self.lost:
-            _logger.error("%d record(s) for %s were lost: taken by the delivery queue, then neither delivered nor "
-                          "kept (in memory or in %s). This is a bug in tracktrain; please report it.",
-                          unaccounted - self.lost, self.name, self.spill_path)
+            _logger.error(
+                "%d record(s) for %s were lost: taken by the delivery queue, then neither delivered nor "
+                "kept (in memory or in %s). This is a bug in tracktrain; please report it.",
+                unaccounted - self.lost,
+                self.name,
+                self.spill_path,
+            )
             self.lost = unaccounted
         return self.lost
 

@@ -31,8 +31,10 @@ class OneCallAtATime:
         with self._lock:
             running = self._running
             if running is not None and not running.done.is_set():
-                raise TimeoutError(f"the previous {self.what} request ({running.name}) has not returned after "
-                                   f"{time.monotonic() - running.started:.0f} s")
+                raise TimeoutError(
+                    f"the previous {self.what} request ({running.name}) has not returned after "
+                    f"{time.monotonic() - running.started:.0f} s"
+                )
             call = self._running = _Call(function, args, kwargs)
             threading.Thread(target=call.run, name=f"tracktrain-{self.what.lower()}-request", daemon=True).start()
         if not call.done.wait(timeout):

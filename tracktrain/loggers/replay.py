@@ -27,7 +27,7 @@ def replay(path: str | os.PathLike, batch_size: int = 500) -> int:
     statuses = [record.payload["status"] for record in records if record.kind == "status"]
     records = [record for record in records if record.kind != "status"]
     for start in range(0, len(records), batch_size):
-        logger._send(records[start:start + batch_size])
+        logger._send(records[start : start + batch_size])
     if statuses:
         logger._close(statuses[-1])  # the run ends as the training did, now that the tracker has it all
     os.remove(path)

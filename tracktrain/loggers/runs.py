@@ -38,8 +38,13 @@ class TrackerRuns:
         self.resume_ids: dict[str, str] = {}
         self.active = False
 
-    def start(self, root_dir: str, params: Mapping[str, Any] | None = None,
-              changed_tags: Mapping[str, str] | None = None, module: Any = None) -> None:
+    def start(
+        self,
+        root_dir: str,
+        params: Mapping[str, Any] | None = None,
+        changed_tags: Mapping[str, str] | None = None,
+        module: Any = None,
+    ) -> None:
         """Open each logger's run under `root_dir` (rank 0 only). A new run gets `params`; a resumed one keeps its
         first params (MLflow's cannot change) and gets `changed_tags` instead. `module` is shown to trackers that
         follow gradients (`Logger.watch_module`)."""

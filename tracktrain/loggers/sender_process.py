@@ -64,8 +64,9 @@ class SenderProcess:
             is ended at `close`.
     """
 
-    def __init__(self, logger: QueuedLogger, start_timeout: float = 120.0, silence_timeout: float = 30.0,
-                 keep_warm: float = 60.0) -> None:
+    def __init__(
+        self, logger: QueuedLogger, start_timeout: float = 120.0, silence_timeout: float = 30.0, keep_warm: float = 60.0
+    ) -> None:
         self._logger = logger
         self.start_timeout = start_timeout
         self.silence_timeout = silence_timeout
@@ -163,8 +164,13 @@ class _Child:
 
     def __init__(self, environment: dict[str, str]) -> None:
         self.environment = environment
-        self.process = subprocess.Popen([sys.executable, "-m", CHILD_MODULE], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, env=environment, start_new_session=True)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", CHILD_MODULE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=environment,
+            start_new_session=True,
+        )
         assert self.process.stdin is not None and self.process.stdout is not None  # both are pipes (PIPE above)
         self._to_child: IO[bytes] = self.process.stdin
         self._from_child: IO[bytes] = self.process.stdout
@@ -192,8 +198,9 @@ class _Child:
                 self.ready = True
                 return
             if message[0] == "answer":
-                raise SenderError(f"the sender process (PID {self.process.pid}) could not rebuild the logger: "
-                                  f"{message[1]}")
+                raise SenderError(
+                    f"the sender process (PID {self.process.pid}) could not rebuild the logger: {message[1]}"
+                )
 
     def answer(self, silence_timeout: float) -> tuple[str | None, dict[str, Any]]:
         while True:
@@ -206,8 +213,10 @@ class _Child:
             message = self._answers.get(timeout=max(timeout, 0.0))
         except queue.Empty:
             self.stop(wait=0.0)
-            raise TimeoutError(f"the sender process (PID {self.process.pid}) {overdue}; it is killed, and a new one "
-                               "starts at the next send") from None
+            raise TimeoutError(
+                f"the sender process (PID {self.process.pid}) {overdue}; it is killed, and a new one "
+                "starts at the next send"
+            ) from None
         if message is None:
             code = self.process.wait()
             raise SenderError(f"the sender process (PID {self.process.pid}) exited with code {code}")
@@ -275,8 +284,8 @@ class _WarmChildren:
         stay = object()
         with self._lock:
             self._waiting.append((child, stay))
-            evicted = self._waiting[:-self.limit]
-            del self._waiting[:-self.limit]
+            evicted = self._waiting[: -self.limit]
+            del self._waiting[: -self.limit]
             if not self._exit_hook:
                 atexit.register(self.end)
                 self._exit_hook = True
@@ -331,5 +340,6 @@ def _child_environment(logger: QueuedLogger) -> dict[str, str]:
     environment = {**os.environ, **logger._sender_environment()}
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(tracktrain.__file__)))
     environment["PYTHONPATH"] = os.pathsep.join(
-        [package_root, *filter(None, environment.get("PYTHONPATH", "").split(os.pathsep))])
+        [package_root, *filter(None, environment.get("PYTHONPATH", "").split(os.pathsep))]
+    )
     return environment

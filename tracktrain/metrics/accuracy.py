@@ -117,8 +117,7 @@ class Accuracy(Metric):
         elif y_pred.ndim == y.ndim and y_pred.ndim >= 1:
             if y_pred.shape != y.shape:
                 raise ValueError(
-                    f"y and y_pred must have compatible shapes. Accuracy got {_shapes(y_pred, y)}: "
-                    f"{_EXPECTED_SHAPES}."
+                    f"y and y_pred must have compatible shapes. Accuracy got {_shapes(y_pred, y)}: {_EXPECTED_SHAPES}."
                 )
             if self._is_multilabel:
                 if y.ndim < 2 or y.shape[1] < 2:
@@ -152,8 +151,9 @@ class Accuracy(Metric):
             self._num_correct, self._num_examples, self._non_binary_y_pred, self._non_binary_y
         )
         if examples == 0:
-            raise NotComputableError("Accuracy must have at least one example before it can be computed; call "
-                                     "update() after reset().")
+            raise NotComputableError(
+                "Accuracy must have at least one example before it can be computed; call update() after reset()."
+            )
         # the one host sync of compute()
         correct, non_binary_y_pred, non_binary_y = torch.stack([correct, non_binary_y_pred, non_binary_y]).tolist()
         for name, count in (("y_pred", non_binary_y_pred), ("y", non_binary_y)):
@@ -211,6 +211,8 @@ class TopKCategoricalAccuracy(Metric):
     def compute(self) -> float:
         correct, examples = all_reduce_sum(self._num_correct, self._num_examples)
         if examples == 0:
-            raise NotComputableError("TopKCategoricalAccuracy must have at least one example before it can be "
-                                     "computed; call update() after reset().")
+            raise NotComputableError(
+                "TopKCategoricalAccuracy must have at least one example before it can be "
+                "computed; call update() after reset()."
+            )
         return correct.item() / examples  # host sync, once per compute()

@@ -84,7 +84,8 @@ class Average(Metric):
             local_sum = self._sum if self._sample_shape is not None else self._sum.new_zeros(shape)
             total, examples = all_reduce_sum(local_sum, self._num_examples)
         if total is None or examples == 0:  # total is None only without a shape, hence without examples
-            raise NotComputableError("Average must have at least one example before it can be computed; call "
-                                     "update() after reset().")
+            raise NotComputableError(
+                "Average must have at least one example before it can be computed; call update() after reset()."
+            )
         mean = total / examples
         return mean.item() if mean.ndim == 0 else mean  # host sync for a scalar mean, once per compute()

@@ -82,6 +82,7 @@ class Loss(Metric):
     def compute(self) -> float:
         total, examples = all_reduce_sum(self._sum, self._num_examples)
         if examples == 0:
-            raise NotComputableError("Loss must have at least one example before it can be computed; call update() "
-                                     "after reset().")
+            raise NotComputableError(
+                "Loss must have at least one example before it can be computed; call update() after reset()."
+            )
         return total.item() / float(examples)  # host sync, once per compute()

@@ -156,8 +156,10 @@ class Metric(ABC):
         output = self._output_transform(engine.state.output)
         if isinstance(output, Mapping):
             output = self._pick_required_keys(output)
-        if not self._skip_unrolling and isinstance(output, Sequence) and all(
-            _is_sequence_of_tensors_or_numbers(part) for part in output
+        if (
+            not self._skip_unrolling
+            and isinstance(output, Sequence)
+            and all(_is_sequence_of_tensors_or_numbers(part) for part in output)
         ):
             # ([y_pred_1, y_pred_2, ...], [y_1, y_2, ...]): one update per sample, each a batch of one
             if not (len(output) == 2 and len(output[0]) == len(output[1])):

@@ -49,8 +49,10 @@ class _MeanError(Metric):
     def compute(self) -> float:
         total, examples = all_reduce_sum(self._sum_of_errors, self._num_examples)
         if examples == 0:
-            raise NotComputableError(f"{type(self).__name__} must have at least one example before it can be "
-                                     "computed; call update() after reset().")
+            raise NotComputableError(
+                f"{type(self).__name__} must have at least one example before it can be "
+                "computed; call update() after reset()."
+            )
         return total.item() / examples  # host sync, once per compute()
 
 

@@ -143,8 +143,9 @@ class RunningAverage(Metric):
 
     def compute(self) -> torch.Tensor | float:
         if self._value is None:
-            raise NotComputableError("RunningAverage has no value before its first update(); call update() after "
-                                     "reset().")
+            raise NotComputableError(
+                "RunningAverage has no value before its first update(); call update() after reset()."
+            )
         return self._value
 
     # ------------------------------------------------------------------------------------------ engine handlers

@@ -7,7 +7,14 @@ from typing import Any
 
 from tracktrain.engine.events import CallableEventWithFilter, Events
 
-__all__ = ["BatchWise", "EpochWise", "MetricUsage", "RunningBatchWise", "RunningEpochWise", "SingleEpochRunningBatchWise"]
+__all__ = [
+    "BatchWise",
+    "EpochWise",
+    "MetricUsage",
+    "RunningBatchWise",
+    "RunningEpochWise",
+    "SingleEpochRunningBatchWise",
+]
 
 
 class MetricUsage:

@@ -68,12 +68,16 @@ def check_writable(url: str | os.PathLike, *, timeout: float = 30.0) -> None:
             with contextlib.suppress(Exception):
                 _call_before(deadline, fs, "rm_file", probe)
         raise _failure(url, fs, path, step, error, f"No answer within {timeout:g} s.", "write to") from (
-            error if is_secret_free(error, fs) else None)
+            error if is_secret_free(error, fs) else None
+        )
     if content != payload:
-        raise OSError(redact(
-            f"Cannot write to {url}: a probe file read back {len(content)} bytes that differ from the {len(payload)} "
-            "written. Check what sits between this process and the storage (a caching layer, a proxy).", fs
-        ))
+        raise OSError(
+            redact(
+                f"Cannot write to {url}: a probe file read back {len(content)} bytes that differ from the {len(payload)} "
+                "written. Check what sits between this process and the storage (a caching layer, a proxy).",
+                fs,
+            )
+        )
 
 
 def _call_before(deadline: float, fs: AbstractFileSystem, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -90,8 +94,11 @@ def _call_before(deadline: float, fs: AbstractFileSystem, method: str, *args: An
 _TIMEOUT_ERRORS = {"TimeoutError", "ConnectTimeoutError", "ReadTimeoutError", "ServerTimeoutError"}
 _CONNECTION_ERRORS = {"ConnectionError", "ClientConnectionError"}  # builtin, botocore's and aiohttp's bases
 _CREDENTIAL_ERRORS = {
-    "NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError",  # botocore
-    "DefaultCredentialsError", "RefreshError",  # google-auth
+    "NoCredentialsError",
+    "PartialCredentialsError",
+    "CredentialRetrievalError",  # botocore
+    "DefaultCredentialsError",
+    "RefreshError",  # google-auth
     "ClientAuthenticationError",  # azure-core
 }
 
@@ -158,8 +165,10 @@ def storage_failure(url: str | os.PathLike, step: str, error: Exception, action:
     out; `raise_storage_failure` chains `error` only when it shows none."""
     fs, path = open_filesystem(url)
     connect, read, attempts = storage_timeouts()
-    tried = (f"No answer after {attempts} tries of at most {connect:g} s to connect and {read:g} s to answer "
-             f"({CONNECT_TIMEOUT_VARIABLE}, {READ_TIMEOUT_VARIABLE} and {ATTEMPTS_VARIABLE} set these).")
+    tried = (
+        f"No answer after {attempts} tries of at most {connect:g} s to connect and {read:g} s to answer "
+        f"({CONNECT_TIMEOUT_VARIABLE}, {READ_TIMEOUT_VARIABLE} and {ATTEMPTS_VARIABLE} set these)."
+    )
     return _failure(os.fspath(url), fs, path, step, error, tried, action)
 
 
@@ -169,8 +178,9 @@ def raise_storage_failure(url: str | os.PathLike, step: str, error: Exception, a
     raise storage_failure(url, step, error, action) from (error if is_secret_free(error, fs) else None)
 
 
-def _failure(url: str, fs: AbstractFileSystem, path: str, step: str, error: Exception, timed_out: str,
-             action: str) -> OSError:
+def _failure(
+    url: str, fs: AbstractFileSystem, path: str, step: str, error: Exception, timed_out: str, action: str
+) -> OSError:
     target = innermost(fs)
     protocol = next((p for p in sorted(protocols_of(target)) if p in _PROVIDERS), sorted(protocols_of(target))[0])
     fixes = _FIXES[_PROVIDERS.get(protocol)]
@@ -205,4 +215,3 @@ def _s3_endpoint(fs: AbstractFileSystem) -> str:
         if os.environ.get(variable):
             return f"{variable} is {os.environ[variable]}"
     return "unset: AWS's endpoint for the region is used"
-

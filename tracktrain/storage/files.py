@@ -94,8 +94,9 @@ def write_bytes_atomic(url: PathOrURL, data: BytesLike) -> None:
     write_file_atomic(*open_filesystem(url), data)
 
 
-def write_file_atomic(fs: AbstractFileSystem, path: str, data: BytesLike, *,
-                      before_commit: Callable[[], None] | None = None) -> None:
+def write_file_atomic(
+    fs: AbstractFileSystem, path: str, data: BytesLike, *, before_commit: Callable[[], None] | None = None
+) -> None:
     """`write_bytes_atomic` for a file system object already at hand (for instance a `DirFileSystem`, whose
     `dir::` URLs fsspec does not resolve). `before_commit` is called once `data` is written, just before it replaces
     what `path` names (on a store of single puts: before that put): there a checkpoint saved under the same name
@@ -204,8 +205,11 @@ def file_sizes(url: PathOrURL) -> dict[str, int]:
     fs, path = open_filesystem(url)
     fs.invalidate_cache(path)  # another process (the run before a crash) wrote here
     entries = fs.ls(path, detail=True)
-    return {entry["name"].rstrip("/").rsplit("/", 1)[-1]: int(entry.get("size") or 0)
-            for entry in entries if entry["type"] == "file"}
+    return {
+        entry["name"].rstrip("/").rsplit("/", 1)[-1]: int(entry.get("size") or 0)
+        for entry in entries
+        if entry["type"] == "file"
+    }
 
 
 def _temporary_name(name: str) -> str:
@@ -213,8 +217,9 @@ def _temporary_name(name: str) -> str:
     return f".{name}.{uuid.uuid4().hex[:12]}.tmp"
 
 
-def _move_temporary_into_place(fs: AbstractFileSystem, path: str, data: BytesLike,
-                               before_commit: Callable[[], None] | None = None) -> None:
+def _move_temporary_into_place(
+    fs: AbstractFileSystem, path: str, data: BytesLike, before_commit: Callable[[], None] | None = None
+) -> None:
     directory, separator, name = path.rpartition(fs.sep)
     temporary = directory + separator + _temporary_name(name)  # same directory: the mv is a rename, not a copy
     try:

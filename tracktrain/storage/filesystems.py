@@ -107,19 +107,24 @@ def _protocol_error(url: str) -> Exception | None:
             known = fsspec.available_protocols()
             close = difflib.get_close_matches(protocol, known, n=1, cutoff=0.5)
             suggestion = f" Did you mean {close[0]}://?" if close else ""
-            return ValueError(redact(
-                f"Cannot open {url}: fsspec knows no protocol {protocol!r}.{suggestion} Known protocols include "
-                f"{', '.join(_COMMON_PROTOCOLS)} (fsspec.available_protocols() lists all {len(known)}); a path "
-                "without a protocol is a local file."
-            ))
+            return ValueError(
+                redact(
+                    f"Cannot open {url}: fsspec knows no protocol {protocol!r}.{suggestion} Known protocols include "
+                    f"{', '.join(_COMMON_PROTOCOLS)} (fsspec.available_protocols() lists all {len(known)}); a path "
+                    "without a protocol is a local file."
+                )
+            )
         except ImportError as error:
             package = _missing_package(protocol, error)
             extra = _TRACKTRAIN_EXTRAS.get(package)
             install = f"pip install {package}" + (f" (or pip install 'tracktrain[{extra}]')" if extra else "")
-            return ImportError(redact(
-                f"Cannot open {url}: the {protocol}:// protocol needs the package {package}, which is not "
-                f"installed (fsspec says: {error}). Install it: {install}."
-            ), name=package)
+            return ImportError(
+                redact(
+                    f"Cannot open {url}: the {protocol}:// protocol needs the package {package}, which is not "
+                    f"installed (fsspec says: {error}). Install it: {install}."
+                ),
+                name=package,
+            )
     return None
 
 
@@ -165,11 +170,17 @@ def local_dir(root_dir: PathOrURL) -> str:
 
 # Object stores: buckets of objects, no real directories. Each one's pipe_file publishes an object in one step,
 # so no reader ever sees a part of it:
-OBJECT_STORE_PROTOCOLS = frozenset({
-    "s3", "s3a",  # S3 PutObject / CompleteMultipartUpload make the object visible only once complete
-    "gs", "gcs",  # a GCS (resumable) upload creates the object only when it is finalized
-    "abfs", "abfss", "az",  # Azure block blobs: blocks are staged, then Put Block List commits them at once
-})
+OBJECT_STORE_PROTOCOLS = frozenset(
+    {
+        "s3",
+        "s3a",  # S3 PutObject / CompleteMultipartUpload make the object visible only once complete
+        "gs",
+        "gcs",  # a GCS (resumable) upload creates the object only when it is finalized
+        "abfs",
+        "abfss",
+        "az",  # Azure block blobs: blocks are staged, then Put Block List commits them at once
+    }
+)
 
 
 def protocols_of(fs: AbstractFileSystem) -> set[str]:

@@ -50,8 +50,16 @@ from tracktrain import storage  # its public names, so a replaced one (a test's 
 from tracktrain.storage.lease_record import LeaseRecord, is_finite, stale_reason, this_machine
 
 __all__ = [
-    "HEARTBEAT_INTERVAL", "LEASE_NAME", "Lease", "LeaseHeld", "LeaseRecord", "LeaseWarning", "STALE_AFTER_BEATS",
-    "acquire", "release", "status",
+    "HEARTBEAT_INTERVAL",
+    "LEASE_NAME",
+    "Lease",
+    "LeaseHeld",
+    "LeaseRecord",
+    "LeaseWarning",
+    "STALE_AFTER_BEATS",
+    "acquire",
+    "release",
+    "status",
 ]
 
 LEASE_NAME = ".tracktrain-lease.json"  # hidden: checkpoint listings and retention skip it
@@ -107,7 +115,9 @@ class Lease:
                     f"ANOTHER WRITER TOOK OVER the checkpoint lease {self.url}: it is now held by "
                     f"{current.describe(time.time())}, which judged this run's lease stale. Both runs now write to "
                     "this directory, and their retention can delete each other's checkpoints. Stop one of them.",
-                    LeaseWarning, stacklevel=1)
+                    LeaseWarning,
+                    stacklevel=1,
+                )
                 return False
             record = replace(self.record, heartbeat=time.time())
             if self._stop.is_set():  # released meanwhile: leave the file to `release`
@@ -120,12 +130,17 @@ class Lease:
                     f"Could not refresh the checkpoint lease {self.url} ({type(error).__name__}: {error}). Training "
                     f"goes on, and the heartbeat is tried again every {self.heartbeat_interval:g} s; if it keeps "
                     f"failing for {self.record.stale_after:g} s, another run may take this directory over.",
-                    LeaseWarning, stacklevel=1)
+                    LeaseWarning,
+                    stacklevel=1,
+                )
             return True
         if current is None and not self._recreated:
             self._recreated = True
-            warnings.warn(f"The checkpoint lease {self.url} was deleted while this run held it; it was written again.",
-                          LeaseWarning, stacklevel=1)
+            warnings.warn(
+                f"The checkpoint lease {self.url} was deleted while this run held it; it was written again.",
+                LeaseWarning,
+                stacklevel=1,
+            )
         self.record = record
         self._failing = False
         return True
@@ -144,12 +159,17 @@ class Lease:
             if current is not None and current.holder == self.record.holder:
                 storage.remove(self.url, missing_ok=True)
         except Exception as error:
-            warnings.warn(f"Could not release the checkpoint lease {self.url} ({type(error).__name__}: {error}). The "
-                          "next run on this directory takes it over as stale.", LeaseWarning, stacklevel=1)
+            warnings.warn(
+                f"Could not release the checkpoint lease {self.url} ({type(error).__name__}: {error}). The "
+                "next run on this directory takes it over as stale.",
+                LeaseWarning,
+                stacklevel=1,
+            )
 
 
-def acquire(directory: str | os.PathLike, user: object, *, heartbeat_interval: float | None = None,
-            settle: float | None = None) -> Lease:
+def acquire(
+    directory: str | os.PathLike, user: object, *, heartbeat_interval: float | None = None, settle: float | None = None
+) -> Lease:
     """Hold the lease of the checkpoint directory `directory` for `user` (release it with the same `user`); see the
     module docstring. LeaseHeld when another live process holds it.
 
@@ -223,12 +243,18 @@ def _take(url: str, interval: float, settle: float | None) -> Lease:
             warnings.warn(
                 f"Took over the checkpoint lease {url} from {current.describe(now)}: {reason}. If that run is in fact "
                 "still writing, stop it: two runs writing to one directory delete each other's checkpoints.",
-                LeaseWarning, stacklevel=4)
+                LeaseWarning,
+                stacklevel=4,
+            )
         elif damage is not None:
             warnings.warn(f"Replaced the damaged checkpoint lease {url} ({damage}).", LeaseWarning, stacklevel=4)
         return Lease(url, mine, interval)
-    raise LeaseHeld(f"Could not take the checkpoint lease {url}: it kept changing while this run looked at it, so "
-                    "another run is starting on this directory at the same time. Start one run per directory.", None, url)
+    raise LeaseHeld(
+        f"Could not take the checkpoint lease {url}: it kept changing while this run looked at it, so "
+        "another run is starting on this directory at the same time. Start one run per directory.",
+        None,
+        url,
+    )
 
 
 def status(directory: str | os.PathLike) -> str:
@@ -253,8 +279,10 @@ def _held_message(url: str, record: LeaseRecord, now: float) -> str:
     if (record.host, record.boot_id, record.pid_namespace) == this_machine():
         why = "that process is running"
     else:
-        why = (f"it counts as gone once its heartbeat is more than {record.stale_after:g} s old, in about "
-               f"{max(record.stale_after - (now - record.heartbeat), 0):.0f} s if it has stopped")
+        why = (
+            f"it counts as gone once its heartbeat is more than {record.stale_after:g} s old, in about "
+            f"{max(record.stale_after - (now - record.heartbeat), 0):.0f} s if it has stopped"
+        )
     return (
         f"Another run is writing checkpoints to {directory}: {record.describe(now)} holds the lease {url}, and "
         f"{why}. Two runs writing to one directory delete each other's checkpoints. Stop that run or wait for it to "
@@ -281,8 +309,16 @@ def _read(url: str) -> LeaseRecord | None:
 
 def _new_record(now: float, interval: float) -> LeaseRecord:
     host, boot_id, pid_namespace = this_machine()
-    return LeaseRecord(holder=_HOLDER, host=host, pid=os.getpid(), boot_id=boot_id, pid_namespace=pid_namespace,
-                       started=now, heartbeat=now, stale_after=STALE_AFTER_BEATS * interval)
+    return LeaseRecord(
+        holder=_HOLDER,
+        host=host,
+        pid=os.getpid(),
+        boot_id=boot_id,
+        pid_namespace=pid_namespace,
+        started=now,
+        heartbeat=now,
+        stale_after=STALE_AFTER_BEATS * interval,
+    )
 
 
 def _key(directory: str | os.PathLike) -> str:

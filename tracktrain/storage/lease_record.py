@@ -62,8 +62,10 @@ class LeaseRecord:
         return cls(**{name: fields[name] for name in checks})
 
     def describe(self, now: float) -> str:
-        return (f"pid {self.pid} on host {self.host} (started {_utc(self.started)}, last heartbeat "
-                f"{now - self.heartbeat:.0f} s ago)")
+        return (
+            f"pid {self.pid} on host {self.host} (started {_utc(self.started)}, last heartbeat "
+            f"{now - self.heartbeat:.0f} s ago)"
+        )
 
 
 def stale_reason(record: LeaseRecord, now: float) -> str | None:

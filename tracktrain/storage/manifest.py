@@ -62,8 +62,12 @@ def sha256_of(data: bytes | bytearray | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()  # hashlib releases the GIL on large buffers: fine in a saver thread
 
 
-def write_manifest(directory: str, files: Mapping[str, bytes | bytearray | memoryview], summary: Mapping[str, Any],
-                   metadata: Mapping[str, Any] | None = None) -> None:
+def write_manifest(
+    directory: str,
+    files: Mapping[str, bytes | bytearray | memoryview],
+    summary: Mapping[str, Any],
+    metadata: Mapping[str, Any] | None = None,
+) -> None:
     """Write the manifest of a checkpoint whose `files` (name -> the bytes just committed) are in `directory`.
     Call it only after every file is committed: its existence is what makes the checkpoint loadable."""
     if not files:
@@ -75,16 +79,21 @@ def write_manifest(directory: str, files: Mapping[str, bytes | bytearray | memor
         "files": {name: {"bytes": len(data), "sha256": sha256_of(data)} for name, data in files.items()},
         "summary": dict(summary),
         # numbers of other types (a numpy score) as the exact Python number: retention reads `priority` back
-        "metadata": {key: _plain_scalar(value) for key, value in (metadata or {}).items()
-                     if _is_json_scalar(_plain_scalar(value))},
+        "metadata": {
+            key: _plain_scalar(value)
+            for key, value in (metadata or {}).items()
+            if _is_json_scalar(_plain_scalar(value))
+        },
     }
     url = storage.join(directory, manifest_name(names[0]))
     # what the reader would refuse is refused here, at the save, rather than found at the resume
     problem = _manifest_problem(manifest, names[0])
     if problem is not None:
         field_name, value, expected = problem
-        raise ValueError(f"Cannot write the checkpoint manifest {url}: {field_name} is {_short(value)}, it should be "
-                         f"{expected}. Check what the save handler's `summarize` returns.")
+        raise ValueError(
+            f"Cannot write the checkpoint manifest {url}: {field_name} is {_short(value)}, it should be "
+            f"{expected}. Check what the save handler's `summarize` returns."
+        )
     text = json.dumps(manifest, indent=1, sort_keys=True).encode()
     storage.write_bytes_atomic(url, text)
 
@@ -145,8 +154,9 @@ def remove_checkpoint(directory: str, data_filename: str) -> None:
             storage.remove(storage.join(directory, name), missing_ok=True)
 
 
-def remove_uncommitted(directory: str | os.PathLike, owned: Callable[[str], bool] = lambda name: False,
-                       keep: Collection[str] = ()) -> list[str]:
+def remove_uncommitted(
+    directory: str | os.PathLike, owned: Callable[[str], bool] = lambda name: False, keep: Collection[str] = ()
+) -> list[str]:
     """Delete what saves killed part-way left in `directory`; returns the names deleted. That is:
 
     - the hidden temporary files of writes cut short (named by `tracktrain.storage.files` `.<name>.<12 hex>.tmp`),
@@ -163,9 +173,12 @@ def remove_uncommitted(directory: str | os.PathLike, owned: Callable[[str], bool
     except FileNotFoundError:
         return []
     stale = [
-        name for name in names
-        if name not in keep and (
-            _TEMPORARY.fullmatch(name) or _PROBE.fullmatch(name)
+        name
+        for name in names
+        if name not in keep
+        and (
+            _TEMPORARY.fullmatch(name)
+            or _PROBE.fullmatch(name)
             or (not name.endswith(MANIFEST_SUFFIX) and owned(name) and manifest_name(name) not in names)
         )
     ]
@@ -198,8 +211,10 @@ def parse_manifest(text: bytes, url: str) -> dict[str, Any]:
     return manifest
 
 
-_FIX = ("So the checkpoint is not trusted, and nothing is loaded from it: restore the manifest from a copy, or load "
-        'another checkpoint (Trainer(resume="auto") takes the newest valid one).')
+_FIX = (
+    "So the checkpoint is not trusted, and nothing is loaded from it: restore the manifest from a copy, or load "
+    'another checkpoint (Trainer(resume="auto") takes the newest valid one).'
+)
 _MISSING = object()
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -222,8 +237,11 @@ def _manifest_problem(manifest: Any, data_filename: str | None) -> tuple[str, An
         return "field 'files'", files, "a non-empty object: file name -> {bytes, sha256}"
     for name, entry in files.items():
         if not is_plain_name(name):
-            return ("a name in field 'files'", name,
-                    "a plain file name beside the manifest (no path separator, not '..')")
+            return (
+                "a name in field 'files'",
+                name,
+                "a plain file name beside the manifest (no path separator, not '..')",
+            )
         if not isinstance(entry, dict):
             return f"field 'files.{name}'", entry, "an object {bytes, sha256}"
         size = entry.get("bytes", _MISSING)
@@ -290,7 +308,9 @@ def is_plain_name(filename: Any) -> bool:
     only such names, and a manifest lists only such names."""
     separators = {"/", os.sep} | ({os.altsep} if os.altsep else set())
     return (
-        isinstance(filename, str) and filename not in ("", ".", "..") and not os.path.isabs(filename)
+        isinstance(filename, str)
+        and filename not in ("", ".", "..")
+        and not os.path.isabs(filename)
         and not any(sep in filename for sep in separators)
     )
 

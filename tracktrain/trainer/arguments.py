@@ -51,8 +51,13 @@ def check_non_negative_number(name: str, value: Any, allow_infinite: bool = Fals
     """A number >= 0 (NaN never: every comparison with it is false, so it would pass any check later), 0 as None."""
     if value is None:
         return None
-    if (not is_real(value) or isinstance(value, bool) or math.isnan(value) or value < 0
-            or (math.isinf(value) and not allow_infinite)):
+    if (
+        not is_real(value)
+        or isinstance(value, bool)
+        or math.isnan(value)
+        or value < 0
+        or (math.isinf(value) and not allow_infinite)
+    ):
         bound = "a number >= 0" if allow_infinite else "a finite number >= 0"
         raise ValueError(f"Trainer({name}=...) must be {bound} or None, got {value!r}.")
     return float(value) or None
@@ -63,7 +68,9 @@ def check_limit(name: str, value: Any) -> int | float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not is_real(value):
-        raise TypeError(f"Trainer({name}=...) must be an int (batches), a float in [0, 1] (fraction) or None, got {value!r}.")
+        raise TypeError(
+            f"Trainer({name}=...) must be an int (batches), a float in [0, 1] (fraction) or None, got {value!r}."
+        )
     if is_integral(value):
         if value < 0:
             raise ValueError(f"Trainer({name}=...) must be >= 0 batches, got {value}.")
@@ -73,8 +80,9 @@ def check_limit(name: str, value: Any) -> int | float | None:
     return float(value)
 
 
-def check_location(owner: str, value: Any, what: str = 'a directory path or an fsspec URL (e.g. "runs" or '
-                   '"s3://bucket/runs")') -> str:
+def check_location(
+    owner: str, value: Any, what: str = 'a directory path or an fsspec URL (e.g. "runs" or "s3://bucket/runs")'
+) -> str:
     """A place as a path or fsspec URL: a non-empty str or os.PathLike (bytes paths are not URLs)."""
     text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
     if not isinstance(text, str) or not text.strip():
@@ -120,8 +128,9 @@ def check_loader(name: str, loader: Any, required: bool = False) -> None:
             raise ValueError(f"{name} is required: pass a DataLoader or another iterable of batches.")
         return
     if not isinstance(loader, Iterable) or isinstance(loader, (str, bytes, Mapping)):
-        raise TypeError(f"{name} must be a DataLoader or another iterable of batches, got {type(loader).__name__}: "
-                        f"{loader!r:.80}.")
+        raise TypeError(
+            f"{name} must be a DataLoader or another iterable of batches, got {type(loader).__name__}: {loader!r:.80}."
+        )
 
 
 def require_override(module: Any, method: str, purpose: str) -> None:
@@ -152,6 +161,8 @@ def check_seed(seed: Any) -> int | None:
 
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     if not isinstance(value, Hashable) or value not in choices:
-        raise ValueError(f"Trainer({name}=...) must be {' or '.join(repr(c).replace(chr(39), chr(34)) for c in choices)}, "
-                         f"got {value!r}.")
+        raise ValueError(
+            f"Trainer({name}=...) must be {' or '.join(repr(c).replace(chr(39), chr(34)) for c in choices)}, "
+            f"got {value!r}."
+        )
     return value

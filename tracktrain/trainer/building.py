@@ -55,8 +55,13 @@ def model_engine_for(trainer: Trainer, module: LoopModule) -> ModelEngine:
                 f"Trainer(gradient_clip_val={trainer.gradient_clip_val}) applies to automatic optimization; under "
                 "manual optimization call self.clip_gradients(optimizer, gradient_clip_val=...) in train_step."
             )
-        return ModelEngine(module, autocast_dtype=trainer.autocast_dtype, device_type=trainer.device.type,
-                           scaler=_grad_scaler(trainer), **trainer.strategy.model_engine_options(None))
+        return ModelEngine(
+            module,
+            autocast_dtype=trainer.autocast_dtype,
+            device_type=trainer.device.type,
+            scaler=_grad_scaler(trainer),
+            **trainer.strategy.model_engine_options(None),
+        )
     given = getattr(module, "model_engine", None)
     if isinstance(module, SupervisedModule) and given is not None:
         if trainer.gradient_clip_val is not None:
@@ -67,10 +72,13 @@ def model_engine_for(trainer: Trainer, module: LoopModule) -> ModelEngine:
         return given
     clip = trainer.gradient_clip_val
     return ModelEngine(
-        module, trainer.optimizers[0],
+        module,
+        trainer.optimizers[0],
         clip_grad_norm=clip if trainer.gradient_clip_algorithm == "norm" else None,
         clip_grad_value=clip if trainer.gradient_clip_algorithm == "value" else None,
-        scaler=_grad_scaler(trainer), autocast_dtype=trainer.autocast_dtype, device_type=trainer.device.type,
+        scaler=_grad_scaler(trainer),
+        autocast_dtype=trainer.autocast_dtype,
+        device_type=trainer.device.type,
         **trainer.strategy.model_engine_options(trainer.optimizers[0]),
     )
 

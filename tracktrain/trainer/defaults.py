@@ -37,14 +37,17 @@ def logger_bridge(loggers: list[Logger]) -> LoggerBridge:
     return LoggerBridge(loggers)
 
 
-def loggers_from(loggers: Sequence[Logger] | bool | None, logger: Logger | Sequence[Logger] | bool | None = None
-                 ) -> list[Logger]:
+def loggers_from(
+    loggers: Sequence[Logger] | bool | None, logger: Logger | Sequence[Logger] | bool | None = None
+) -> list[Logger]:
     """`Trainer(loggers=...)` (or Lightning's `logger=`, one logger or several) as a list: None or True, a
     `CSVLogger`; False, none; else the loggers, checked."""
     if logger is not None:  # Lightning's spelling, the same meaning (one logger or several, True, False)
         if loggers is not None:
-            raise ValueError(f"Trainer got both logger={logger!r} and loggers={loggers!r}; pass one of them "
-                             "(loggers=[...] is tracktrain's name, logger= Lightning's).")
+            raise ValueError(
+                f"Trainer got both logger={logger!r} and loggers={loggers!r}; pass one of them "
+                "(loggers=[...] is tracktrain's name, logger= Lightning's)."
+            )
         loggers = [logger] if isinstance(logger, Logger) else logger
     if loggers is None or loggers is True:
         return [CSVLogger()]

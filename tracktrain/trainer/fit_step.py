@@ -48,15 +48,21 @@ class FitStep:
         for optimizer in trainer.optimizers:
             optimizer.zero_grad()
         self._training_step = TrainingStep(
-            model_engine, lambda engine, batch: train_forward(batch, batch_index(engine)),
-            loss_of=checked_loss, windows=EpochWindows(trainer.accumulate_grad_batches),
-            no_sync=strategy.no_sync, accept_loss=self._accept_loss, on_optimizer_step=self._after_optimizer_step,
+            model_engine,
+            lambda engine, batch: train_forward(batch, batch_index(engine)),
+            loss_of=checked_loss,
+            windows=EpochWindows(trainer.accumulate_grad_batches),
+            no_sync=strategy.no_sync,
+            accept_loss=self._accept_loss,
+            on_optimizer_step=self._after_optimizer_step,
             reduce_gradients=lambda: strategy.reduce_gradients(module),
         )
         self._train_forward = train_forward
         if not module.automatic_optimization:  # the module steps its optimizers itself: follow those steps
             self._step_hooks = [
-                hook for optimizer in trainer.optimizers for hook in (
+                hook
+                for optimizer in trainer.optimizers
+                for hook in (
                     optimizer.register_step_pre_hook(self._manual_step_starting),
                     optimizer.register_step_post_hook(lambda *_: self.count_step()),
                 )

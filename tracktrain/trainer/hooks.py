@@ -108,9 +108,7 @@ def overridden_hooks(target: Any, base: type) -> list[str]:
     return [name for name in HOOK_EVENTS if getattr(cls, name, None) is not getattr(base, name)]
 
 
-def hook_handlers(
-    target: Any, base: type, leading: tuple, stages: set[str]
-) -> list[tuple[str, Any, Callable]]:
+def hook_handlers(target: Any, base: type, leading: tuple, stages: set[str]) -> list[tuple[str, Any, Callable]]:
     """`(stage, event, handler)` for each hook of `target` overridden from `base` whose stage is in `stages`.
 
     The handler calls the hook with `leading` first (`(trainer, module)` for callbacks, nothing for the module

@@ -92,8 +92,10 @@ class MetricLog:
         entry = self._entries.get(name)
         if entry is None:
             entry = self._new_entry(name, prog_bar, on_step, on_epoch, reduce, sync_dist)
-        elif (on_step is not None and on_step != entry.on_step) or (on_epoch is not None and on_epoch != entry.on_epoch) or (
-            reduce != entry.reduce
+        elif (
+            (on_step is not None and on_step != entry.on_step)
+            or (on_epoch is not None and on_epoch != entry.on_epoch)
+            or (reduce != entry.reduce)
         ):
             raise ValueError(
                 f"self.log({name!r}) was called with on_step={on_step}, on_epoch={on_epoch}, reduce={reduce!r}, "
@@ -263,7 +265,7 @@ def scalar_values(values: Mapping[str, Any]) -> dict[str, Any]:
     """The numbers among `values` (an engine's metrics may also hold vectors or matrices, which loggers do not
     take as scalars: those stay in `engine.state.metrics`)."""
     return {
-        name: value for name, value in values.items()
-        if (isinstance(value, torch.Tensor) and value.numel() == 1)
-        or (is_real(value) and not isinstance(value, bool))
+        name: value
+        for name, value in values.items()
+        if (isinstance(value, torch.Tensor) and value.numel() == 1) or (is_real(value) and not isinstance(value, bool))
     }

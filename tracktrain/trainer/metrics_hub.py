@@ -50,7 +50,10 @@ class MetricsHub:
 
     def reduce_epoch(self, stage: str, engine: Engine, extra: Mapping[str, Any]) -> None:
         """The epoch's values: what was logged, and the Ignite metrics attached to its engine, with `extra`."""
-        metrics = {**scalar_values(engine.state.metrics), **extra}  # Ignite metrics attached to the engine (and trackers)
+        metrics = {
+            **scalar_values(engine.state.metrics),
+            **extra,
+        }  # Ignite metrics attached to the engine (and trackers)
         self.callback_metrics.update(metrics)
         self._epoch_values[stage] = {**self.logs[stage].epoch_values(), **metrics}
 
@@ -71,7 +74,11 @@ class MetricsHub:
         floats = to_floats(dict(values))
         self.logged_metrics.update(floats)
         if trainer.fitting:  # the same axes for every tracker: the step, and the epoch and samples behind it
-            floats = {**floats, "epoch": float(trainer.current_epoch), "samples_seen": float(trainer.state.samples_seen)}
+            floats = {
+                **floats,
+                "epoch": float(trainer.current_epoch),
+                "samples_seen": float(trainer.state.samples_seen),
+            }
         self._send(floats, trainer.state.global_step)
 
     def progress_bar_metrics(self) -> dict[str, Any]:

@@ -67,6 +67,7 @@ class LoopModule(nn.Module):
             def configure_optimizers(self):
                 return torch.optim.SGD(self.parameters(), lr=0.1)
 
+
         Trainer(max_epochs=5).fit(Classifier(), train_loader, val_loader)
 
     With `automatic_optimization = False`, `train_step` does the optimization itself with `self.optimizers()`,

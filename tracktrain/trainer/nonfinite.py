@@ -99,8 +99,11 @@ class NonFiniteWatch:
         `last_good_checkpoint(step)`: the newest checkpoint taken before `step`, for the message."""
         if self.policy == "skip_step":
             if self.skipped_steps > self._skipped_reported:
-                warnings.warn(f"Skipped {self.skipped_steps - self._skipped_reported} training step(s) whose loss was "
-                              f"not finite (Trainer(nonfinite='skip_step'); {self.skipped_steps} so far).", stacklevel=2)
+                warnings.warn(
+                    f"Skipped {self.skipped_steps - self._skipped_reported} training step(s) whose loss was "
+                    f"not finite (Trainer(nonfinite='skip_step'); {self.skipped_steps} so far).",
+                    stacklevel=2,
+                )
                 self._skipped_reported = self.skipped_steps
             return
         found = self._first_non_finite()
@@ -110,10 +113,13 @@ class NonFiniteWatch:
             return
         step, value = min(findings)
         checkpoint = last_good_checkpoint(step)
-        where = (f"the newest checkpoint before it is {checkpoint}" if checkpoint
-                 else "no checkpoint was taken before it")
-        message = (f"The training loss was {_text(value)} at step {step}: the parameters are no longer finite from "
-                   f"there on; {where}.")
+        where = (
+            f"the newest checkpoint before it is {checkpoint}" if checkpoint else "no checkpoint was taken before it"
+        )
+        message = (
+            f"The training loss was {_text(value)} at step {step}: the parameters are no longer finite from "
+            f"there on; {where}."
+        )
         if self.policy == "warn":
             warnings.warn(message + " Training goes on (Trainer(nonfinite='warn')).", stacklevel=2)
             return

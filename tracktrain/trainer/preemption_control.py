@@ -50,8 +50,10 @@ class PreemptionControl:
         """In the signal handler: check at the next step's end."""
         if self._agreement is None:
             engines = self._trainer.engines
-            self._checks += [engines[stage].add_event_handler(Events.ITERATION_COMPLETED, self.check)
-                             for stage in ("fit", "validate")]
+            self._checks += [
+                engines[stage].add_event_handler(Events.ITERATION_COMPLETED, self.check)
+                for stage in ("fit", "validate")
+            ]
 
     def check(self) -> None:
         """After a step: a pre-emption signal (on any rank, under DDP) saves a checkpoint and stops the run."""
@@ -68,8 +70,10 @@ class PreemptionControl:
         if not checkpoints.checkpointers:
             outcome = "nothing was saved (no ModelCheckpoint): a new run starts over"
         elif not saved:
-            outcome = (f"its checkpoint did not finish within preemption_timeout={trainer.preemption_timeout}s: "
-                       "running the same command again resumes from the newest complete one")
+            outcome = (
+                f"its checkpoint did not finish within preemption_timeout={trainer.preemption_timeout}s: "
+                "running the same command again resumes from the newest complete one"
+            )
         else:
             outcome = f"{checkpoints.newest_path()} holds it: run the same command again to resume"
         message = f"Stopped by {signal.Signals(signum).name} after step {trainer.global_step}; {outcome}."

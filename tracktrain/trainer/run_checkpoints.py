@@ -64,7 +64,11 @@ class RunCheckpoints:
         """What a checkpoint of the run holds: the module, optimizers, LR schedulers, the train engine's state and
         the Trainer's own (global step, callbacks), as the strategy saves them."""
         trainer = self._trainer
-        objects: dict[str, Any] = {"model": trainer.module, "train_engine": trainer.train_engine, "trainer": trainer.state}
+        objects: dict[str, Any] = {
+            "model": trainer.module,
+            "train_engine": trainer.train_engine,
+            "trainer": trainer.state,
+        }
         if trainer.optimizers:
             objects["optimizers"] = list(trainer.optimizers)
         if trainer.lr_scheduler_configs:
@@ -138,8 +142,10 @@ class RunCheckpoints:
         strategy.rank_zero_value(None)  # no rank lists the directory before that
         loaded = load_newest(resume_candidates(self.directories()), load)
         if loaded is None and target == "last":
-            warnings.warn(f'fit(ckpt_path="last") found no complete checkpoint in {self.directories()}; '
-                          "starting a new run.", stacklevel=6)
+            warnings.warn(
+                f'fit(ckpt_path="last") found no complete checkpoint in {self.directories()}; starting a new run.',
+                stacklevel=6,
+            )
         return loaded
 
     def load(self, ckpt_path: str, module: LoopModule) -> None:
@@ -162,8 +168,11 @@ class RunCheckpoints:
         if limits:  # raising a limit is how a finished run trains more: expected, not a warning
             get_dist_logger().info(f"Resuming {ckpt_path} with {describe(limits)}.")
         if others:
-            warnings.warn(f"Resuming {ckpt_path} with changed settings: {describe(others)}. The run continues "
-                          "with the new ones; the loggers record the change.", stacklevel=8)
+            warnings.warn(
+                f"Resuming {ckpt_path} with changed settings: {describe(others)}. The run continues "
+                "with the new ones; the loggers record the change.",
+                stacklevel=8,
+            )
 
     def already_finished(self) -> bool:
         """Whether the checkpoint resumed already reached the limits: then nothing is trained, nothing is logged."""

@@ -35,9 +35,13 @@ def run_settings(trainer: Trainer, module: LoopModule) -> dict[str, Any]:
         settings["module"] = dict(hparams)
     settings["module/class"] = type(module).__qualname__
     settings["trainer"] = {
-        "max_epochs": trainer.max_epochs, "max_steps": trainer.max_steps,
-        "accumulate_grad_batches": trainer.accumulate_grad_batches, "gradient_clip_val": trainer.gradient_clip_val,
-        "precision": trainer.precision, "strategy": trainer.strategy_name, "seed": trainer.run_seed,
+        "max_epochs": trainer.max_epochs,
+        "max_steps": trainer.max_steps,
+        "accumulate_grad_batches": trainer.accumulate_grad_batches,
+        "gradient_clip_val": trainer.gradient_clip_val,
+        "precision": trainer.precision,
+        "strategy": trainer.strategy_name,
+        "seed": trainer.run_seed,
         "log_every_n_steps": trainer.log_every_n_steps,
     }
     return _plain(settings)
@@ -48,7 +52,9 @@ def changed_settings(saved: Mapping[str, Any] | None, current: Mapping[str, Any]
     if not saved:
         return {}  # a checkpoint from before settings were saved: nothing to compare with
     old, new = flatten_params(saved), flatten_params(current)  # the keys the loggers' params have
-    return {key: (old.get(key), new.get(key)) for key in sorted(old.keys() | new.keys()) if old.get(key) != new.get(key)}
+    return {
+        key: (old.get(key), new.get(key)) for key in sorted(old.keys() | new.keys()) if old.get(key) != new.get(key)
+    }
 
 
 def check_resumable(changes: Mapping[str, tuple[Any, Any]], checkpoint: str, allowed: bool) -> None:
@@ -77,5 +83,3 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(item) for item in value]
     return str(value)
-
-

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Trainer"]
 
+
 class Trainer:
     """Trains, validates, tests and predicts with a `LoopModule` (or a plain model + optimizer + criterion).
 
@@ -129,10 +130,13 @@ class Trainer:
             self.max_epochs = 1000
         self.accumulate_grad_batches = arguments.check_positive_int("accumulate_grad_batches", accumulate_grad_batches)
         self.gradient_clip_val = arguments.check_non_negative_number("gradient_clip_val", gradient_clip_val)
-        self.gradient_clip_algorithm = arguments.check_choice("gradient_clip_algorithm", gradient_clip_algorithm,
-                                                              ("norm", "value"))
+        self.gradient_clip_algorithm = arguments.check_choice(
+            "gradient_clip_algorithm", gradient_clip_algorithm, ("norm", "value")
+        )
         self.val_every_n_epochs = arguments.check_positive_int("val_every_n_epochs", val_every_n_epochs)
-        self.val_check_interval = arguments.check_positive_int("val_check_interval", val_check_interval, allow_none=True)
+        self.val_check_interval = arguments.check_positive_int(
+            "val_check_interval", val_check_interval, allow_none=True
+        )
         self.limits = {
             "fit": arguments.check_limit("limit_train_batches", limit_train_batches),
             "validate": arguments.check_limit("limit_val_batches", limit_val_batches),
@@ -145,8 +149,11 @@ class Trainer:
         if seed is not None:  # `Trainer(seed=0)` then `fit(Model())`: the model's initial weights follow the seed
             manual_seed(seed)
         self.deterministic = bool(deterministic)
-        self.default_root_dir = (arguments.check_location("Trainer(default_root_dir=...)", default_root_dir)
-                                 if default_root_dir is not None else os.getcwd())
+        self.default_root_dir = (
+            arguments.check_location("Trainer(default_root_dir=...)", default_root_dir)
+            if default_root_dir is not None
+            else os.getcwd()
+        )
         self.resume = check_resume(resume)
         self.resume_with_changes = bool(resume_with_changes)
         self.nonfinite_watch = NonFiniteWatch(nonfinite)
@@ -154,8 +161,9 @@ class Trainer:
         self.run_seed = seed  # the seed of the data order; drawn (or taken from the checkpoint) when a fit starts
         self.settings: dict[str, Any] = {}  # run_settings() of the current fit, saved in its checkpoints
         self.resume_changes: dict[str, tuple[Any, Any]] = {}  # settings that differ from the checkpoint resumed
-        self.preemption_timeout = arguments.check_non_negative_number("preemption_timeout", preemption_timeout,
-                                                                    allow_infinite=True) or 0.0
+        self.preemption_timeout = (
+            arguments.check_non_negative_number("preemption_timeout", preemption_timeout, allow_infinite=True) or 0.0
+        )
         self.ckpt_path: str | None = None  # the checkpoint the current (or last) fit resumed from
         self.autocast_dtype = arguments.autocast_dtype_of(precision)
         self.precision = precision
@@ -167,8 +175,9 @@ class Trainer:
         self.device = arguments.device_of(accelerator)
         self.loggers: list[Logger] = defaults.loggers_from(loggers, logger)
         self._logger_bridge = defaults.logger_bridge(self.loggers)
-        self.callbacks = callbacks + defaults.default_callbacks(callbacks, self.default_root_dir, enable_progress_bar,
-                                                                enable_checkpointing)
+        self.callbacks = callbacks + defaults.default_callbacks(
+            callbacks, self.default_root_dir, enable_progress_bar, enable_checkpointing
+        )
         self.callbacks.append(self._logger_bridge)
         check_state_keys(self.callbacks)
 
@@ -179,8 +188,12 @@ class Trainer:
         self.test_engine = Engine(self.evaluation.evaluate_batch)
         self.predict_engine = Engine(self.evaluation.predict_batch)
         self.train_engine.register_events(*TrainerEvents)
-        self.engines = {"fit": self.train_engine, "validate": self.eval_engine, "test": self.test_engine,
-                        "predict": self.predict_engine}
+        self.engines = {
+            "fit": self.train_engine,
+            "validate": self.eval_engine,
+            "test": self.test_engine,
+            "predict": self.predict_engine,
+        }
 
         self.metrics = MetricsHub(self, self._logger_bridge.log_metrics)
         self.checkpoints = RunCheckpoints(self)
@@ -293,8 +306,15 @@ class Trainer:
         asked for during the epoch is everyone's at its end."""
         if not self.strategy.is_distributed:
             return []
-        return [Decision(Boundary.TRAIN_EPOCH_END, "stop requested", propose=lambda: self._stop_requested,
-                         agree="any", act=self._stop_if_agreed)]
+        return [
+            Decision(
+                Boundary.TRAIN_EPOCH_END,
+                "stop requested",
+                propose=lambda: self._stop_requested,
+                agree="any",
+                act=self._stop_if_agreed,
+            )
+        ]
 
     def _stop_if_agreed(self, agreed: float) -> None:
         self._stop_requested = False
@@ -322,8 +342,9 @@ class Trainer:
         """
         module = as_loop_module(module, optimizer, criterion, lr_scheduler)
         if ckpt_path is not None:
-            ckpt_path = arguments.check_location("Trainer.fit(ckpt_path=...)", ckpt_path,
-                                                 'a checkpoint file\'s path or URL, or "last"')
+            ckpt_path = arguments.check_location(
+                "Trainer.fit(ckpt_path=...)", ckpt_path, 'a checkpoint file\'s path or URL, or "last"'
+            )
         arguments.check_loader("train_dataloaders", train_dataloaders, required=True)
         arguments.check_loader("val_dataloaders", val_dataloaders)
         if val_dataloaders is not None:
@@ -345,8 +366,9 @@ class Trainer:
             self.fitting = True
             self.preemption.start()
             try:
-                self.train_engine.run(loader, max_epochs=self._max_epochs(epoch_length),
-                                      epoch_length=epoch_length, seed=self.run_seed)
+                self.train_engine.run(
+                    loader, max_epochs=self._max_epochs(epoch_length), epoch_length=epoch_length, seed=self.run_seed
+                )
             finally:
                 self.fitting = False
                 self.preemption.stop()
@@ -355,11 +377,15 @@ class Trainer:
 
         self._session(module, stages, "fit", run, training=True, val_loader=val_dataloaders)
 
-    def validate(self, module: LoopModule | None = None, dataloaders: Iterable[Any] | None = None) -> list[dict[str, float]]:
+    def validate(
+        self, module: LoopModule | None = None, dataloaders: Iterable[Any] | None = None
+    ) -> list[dict[str, float]]:
         """Run `eval_step` over `dataloaders`; returns `[{metric: value}]` (also in `callback_metrics`)."""
         return self._evaluate("validate", module, dataloaders)
 
-    def test(self, module: LoopModule | None = None, dataloaders: Iterable[Any] | None = None) -> list[dict[str, float]]:
+    def test(
+        self, module: LoopModule | None = None, dataloaders: Iterable[Any] | None = None
+    ) -> list[dict[str, float]]:
         """Run `test_step` over `dataloaders`; returns `[{metric: value}]` (also in `callback_metrics`)."""
         return self._evaluate("test", module, dataloaders)
 
@@ -385,8 +411,15 @@ class Trainer:
         self._session(module, {stage}, stage, run)
         return [to_floats(values)]
 
-    def _session(self, module: LoopModule, stages: set[str], outermost: str, run: Callable[[], object],
-                 training: bool = False, val_loader: Any = None) -> None:
+    def _session(
+        self,
+        module: LoopModule,
+        stages: set[str],
+        outermost: str,
+        run: Callable[[], object],
+        training: bool = False,
+        val_loader: Any = None,
+    ) -> None:
         """Set up, attach, `run()`, and detach whatever happens; `on_exception` hooks see any failure once."""
         handles: list[RemovableEventHandle] = []
         exception_hooks: ExceptionHooks | None = None

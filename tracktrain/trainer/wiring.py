@@ -63,9 +63,11 @@ class ExceptionHooks:
             try:
                 hook(engine, exception)
             except Exception as hook_error:  # noqa: BLE001 - reported, never raised over the run's own error
-                warnings.warn(f"An on_exception hook ({getattr(hook, '__qualname__', hook)}) failed while the run was "
-                              f"stopping on {type(exception).__name__}: {type(hook_error).__name__}: {hook_error}",
-                              stacklevel=2)
+                warnings.warn(
+                    f"An on_exception hook ({getattr(hook, '__qualname__', hook)}) failed while the run was "
+                    f"stopping on {type(exception).__name__}: {type(hook_error).__name__}: {hook_error}",
+                    stacklevel=2,
+                )
 
     def __call__(self, engine: Engine, exception: BaseException) -> None:
         self.notify(engine, exception)
@@ -95,8 +97,11 @@ def attach_handlers(
             else:
                 planned.append((priority, stage, event, handler))
         if isinstance(target, Callback):
-            planned += [(priority, stage, event, handler) for stage, event, handler in target.event_handlers(trainer)
-                        if stage in stages]
+            planned += [
+                (priority, stage, event, handler)
+                for stage, event, handler in target.event_handlers(trainer)
+                if stage in stages
+            ]
     on_exception.sort(key=lambda entry: entry[0])
     exception_hooks = ExceptionHooks([handler for _, handler in on_exception])
     planned.append((LAST, outermost, Events.EXCEPTION_RAISED, exception_hooks))

@@ -10,8 +10,12 @@ from tracktrain.trainer.strategies.xla import XLAStrategy
 
 __all__ = ["STRATEGY_NAMES", "strategy_for"]
 
-_BY_NAME: dict[str, type[Strategy]] = {"auto": SingleDeviceStrategy, "single_device": SingleDeviceStrategy, "ddp": DDPStrategy,
-                                       "xla": XLAStrategy}
+_BY_NAME: dict[str, type[Strategy]] = {
+    "auto": SingleDeviceStrategy,
+    "single_device": SingleDeviceStrategy,
+    "ddp": DDPStrategy,
+    "xla": XLAStrategy,
+}
 STRATEGY_NAMES = tuple(_BY_NAME)
 
 

@@ -82,15 +82,17 @@ class DDPStrategy(Strategy):
         parameters = [parameter for parameter in module.parameters() if parameter.requires_grad]
         if not parameters:
             return
-        flat = torch.cat([
-            (parameter.grad if parameter.grad is not None else torch.zeros_like(parameter)).reshape(-1)
-            for parameter in parameters
-        ])
+        flat = torch.cat(
+            [
+                (parameter.grad if parameter.grad is not None else torch.zeros_like(parameter)).reshape(-1)
+                for parameter in parameters
+            ]
+        )
         flat.div_(torch.distributed.get_world_size())
         torch.distributed.all_reduce(flat)
         offset = 0
         for parameter in parameters:
-            reduced = flat[offset:offset + parameter.numel()].view_as(parameter)
+            reduced = flat[offset : offset + parameter.numel()].view_as(parameter)
             offset += parameter.numel()
             if parameter.grad is not None:
                 parameter.grad.copy_(reduced)
@@ -109,13 +111,24 @@ class DDPStrategy(Strategy):
                 "tracktrain.get_dataloader)."
             )
         shuffle = isinstance(loader.sampler, RandomSampler)
-        sampler: DistributedSampler = DistributedSampler(loader.dataset, shuffle=shuffle, seed=self.seed, drop_last=loader.drop_last)
+        sampler: DistributedSampler = DistributedSampler(
+            loader.dataset, shuffle=shuffle, seed=self.seed, drop_last=loader.drop_last
+        )
         return DataLoader(
-            loader.dataset, batch_size=loader.batch_size, sampler=sampler, num_workers=loader.num_workers,
-            collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, drop_last=loader.drop_last,
-            timeout=loader.timeout, worker_init_fn=loader.worker_init_fn, generator=loader.generator,
-            prefetch_factor=loader.prefetch_factor, persistent_workers=loader.persistent_workers,
-            multiprocessing_context=loader.multiprocessing_context, pin_memory_device=loader.pin_memory_device,
+            loader.dataset,
+            batch_size=loader.batch_size,
+            sampler=sampler,
+            num_workers=loader.num_workers,
+            collate_fn=loader.collate_fn,
+            pin_memory=loader.pin_memory,
+            drop_last=loader.drop_last,
+            timeout=loader.timeout,
+            worker_init_fn=loader.worker_init_fn,
+            generator=loader.generator,
+            prefetch_factor=loader.prefetch_factor,
+            persistent_workers=loader.persistent_workers,
+            multiprocessing_context=loader.multiprocessing_context,
+            pin_memory_device=loader.pin_memory_device,
             in_order=loader.in_order,
         )
 
