@@ -34,7 +34,7 @@ import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from tracktrain.engine._signature import accepts, check_signature
 from tracktrain.engine.events import CallableEventWithFilter, EventEnum, Events, EventsList, RemovableEventHandle
@@ -44,14 +44,10 @@ from tracktrain.number_checks import is_integral
 __all__ = ["Engine"]
 
 
-class _Record(NamedTuple):  # one attached handler; a tuple, so the hot path unpacks it as fast as a plain one
-    handler: Callable
-    pass_engine: bool  # the handler takes the engine as its first argument
-    args: tuple
-    kwargs: dict
-    event_filter: Any  # an event filter, or None
-    counter_attr: Any  # the State attribute the filter reads (e.g. "iteration"), with the filter
-    takes_event_kwargs: bool  # the handler accepts the keyword arguments fire_event passes
+# One attached handler: (handler, pass_engine, args, kwargs, event_filter, counter_attr, takes_event_kwargs). A plain
+# tuple, not a NamedTuple: the hot path unpacks it, and only an exact tuple unpacks without the iterator protocol
+# (a NamedTuple costs ~0.03 µs more per handler call).
+_Record = tuple[Callable, bool, tuple, dict, Any, Any, bool]
 
 
 _STARTED, _EPOCH_STARTED, _EPOCH_COMPLETED = Events.STARTED, Events.EPOCH_STARTED, Events.EPOCH_COMPLETED
@@ -266,7 +262,7 @@ class Engine:
                 )
 
         pass_engine, takes_event_kwargs = self._call_convention(key, handler, args, kwargs)
-        record = _Record(handler, pass_engine, args, kwargs, event_filter, counter_attr, takes_event_kwargs)
+        record: _Record = (handler, pass_engine, args, kwargs, event_filter, counter_attr, takes_event_kwargs)
         self._event_handlers.setdefault(key, []).append(record)
         return RemovableEventHandle(event_name, handler, self)
 
@@ -311,7 +307,7 @@ class Engine:
     def has_event_handler(self, handler: Callable, event_name: Any | None = None) -> bool:
         """Whether `handler` is attached to `event_name` (to any event when None), filtered or not."""
         keys = [_event_key(event_name)] if event_name is not None else list(self._event_handlers)
-        return any(record.handler == handler for key in keys for record in self._event_handlers.get(key, ()))
+        return any(record[0] == handler for key in keys for record in self._event_handlers.get(key, ()))
 
     def remove_event_handler(self, handler: Callable, event_name: Any) -> None:
         """Detach `handler` from `event_name`; raises ValueError if it was not attached there."""
@@ -321,7 +317,7 @@ class Engine:
                 f"Input event name '{event_name}' does not exist: no handler is attached to it on this engine."
             )
         records = self._event_handlers[key]
-        kept = [record for record in records if record.handler != handler]
+        kept = [record for record in records if record[0] != handler]
         if len(kept) == len(records):
             raise ValueError(
                 f"Input handler '{handler}' is not found among registered event handlers of {event_name!r}."
