@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,32 @@ def test_the_ddp_project_stops_early_together_and_a_sigterm_to_one_rank_stops_bo
     experiment = client.get_experiment_by_name("digits_classifier")
     (run_info,) = client.search_runs([experiment.experiment_id])  # the pre-empted run continued, not a new one
     assert run_info.info.status == "FINISHED"
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_the_fsdp_project_killed_mid_run_resumes_to_the_weights_of_an_uninterrupted_run(generate):
+    """strategy="fsdp" from the template: the README's torchrun command, SIGKILLed (launcher and both ranks at
+    once, as a node failure) in its second epoch, then the same command again, ends with the weights of a run that
+    was never interrupted — bit for bit, dropout included."""
+    torch = pytest.importorskip("torch")
+    project = generate(tracker="mlflow", strategy="fsdp")
+    full = torchrun(project, 3, 'run.root_dir="full"', 'run.checkpoint_dir="full/checkpoints"')
+    assert full.returncode == 0, full.stdout[-3000:] + full.stderr[-3000:]
+
+    environment = project_environment(project, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    with _processes.Command(torchrun_command(3), cwd=project, env=environment, merge_stderr=True) as run:
+        assert run.wait_for(lambda line: "] - Epoch 1/" in line, timeout=300), run.tails()
+        time.sleep(1.5)  # into epoch 2 (23 steps of a few tens of ms each)
+        run.kill()
+        run.wait(timeout=60)
+    assert run.returncode != 0 and "final metrics" not in run.stdout
+
+    again = torchrun(project, 3)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "resumed from" in again.stdout
+    final = f"last_checkpoint_{3 * STEPS_PER_EPOCH}.pt"
+    expected = torch.load(project / "full" / "checkpoints" / final, weights_only=False)["model"]
+    resumed = torch.load(project / "runs" / "checkpoints" / final, weights_only=False)["model"]
+    assert expected.keys() == resumed.keys()
+    assert all(torch.equal(expected[name], resumed[name]) for name in expected)

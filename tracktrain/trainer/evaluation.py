@@ -51,15 +51,16 @@ class EvaluationStages:
         log = trainer.metric_log
         log.batch = batch
         module = trainer.running_module
-        step = module.test_step if log.stage == "test" else module.eval_step
+        step = trainer.strategy.evaluation_forward(module.test_step if log.stage == "test" else module.eval_step)
         with trainer.running_model_engine.autocast():
             return step(batch, batch_index(engine))
 
     def predict_batch(self, engine: Engine, batch: Any) -> Any:
         trainer = self._trainer
         batch = self._to_device(batch)
+        step = trainer.strategy.evaluation_forward(trainer.running_module.predict_step)
         with torch.no_grad(), trainer.running_model_engine.autocast():
-            return trainer.running_module.predict_step(batch, batch_index(engine))
+            return step(batch, batch_index(engine))
 
     def keep_prediction(self, engine: Engine) -> None:
         self.predictions.append(engine.state.output)

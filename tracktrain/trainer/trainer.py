@@ -88,9 +88,9 @@ class Trainer:
             (skip the steps whose loss is not finite, at the cost of reading every loss back). See
             `tracktrain.trainer.nonfinite`.
         precision: "32-true" (default), "bf16-mixed" or "16-mixed".
-        strategy: "auto" / "single_device", or "ddp": data parallel over the processes torchrun starts (or
-            `tracktrain.distributed.spawn`), gloo on CPU and nccl on CUDA; or a `Strategy` with options
-            (`DDPStrategy(find_unused_parameters=True)`). `trainer.strategy` is the Strategy object.
+        strategy: "auto" / "single_device", "ddp" (data parallel) or "fsdp" (FSDP2 sharding) over the processes
+            torchrun starts (or `tracktrain.distributed.spawn`), gloo on CPU and nccl on CUDA; or a `Strategy` with
+            options (`FSDPStrategy(auto_wrap=[Block])`). `trainer.strategy` is the Strategy object.
         accelerator: "auto" (CUDA when available), "cpu" or "cuda".
     """
 
@@ -168,8 +168,7 @@ class Trainer:
         self.autocast_dtype = arguments.autocast_dtype_of(precision)
         self.precision = precision
         self.strategy: Strategy = strategy_for(strategy)
-        # how the run's settings name it (what a resumed run compares): the name given, or the Strategy's own
-        self.strategy_name = strategy if isinstance(strategy, str) else self.strategy.name
+        self.strategy_name = strategy if isinstance(strategy, str) else self.strategy.name  # in the run's settings
         self._distributed_loaders: dict[int, Iterable[Any]] = {}
         self._stop_requested = False
         self.device = arguments.device_of(accelerator)
@@ -458,6 +457,7 @@ class Trainer:
         self.module = module
         module.to(self.device)
         if training:
+            self.strategy.autocast_dtype = self.autocast_dtype  # a sharding strategy casts what it gathers
             train_forward = self.strategy.setup_module(module)
             self.optimizers, self.lr_scheduler_configs = configure_optimizers(module)
             self.nonfinite_watch.reset()

@@ -18,7 +18,7 @@ ANSWERS = json.loads({{ cookiecutter | jsonify | jsonify }})
 CHOICES = {
     "tracker": ("mlflow", "wandb", "both", "none"),
     "precision": ("32-true", "bf16-mixed", "16-mixed"),
-    "strategy": ("single_device", "ddp"),
+    "strategy": ("single_device", "ddp", "fsdp"),
 }
 SLUG = re.compile(r"^[a-z][a-z0-9_]*$")
 # names the generated package would shadow, so `import torch` (and the like) inside it would find the project

@@ -2,7 +2,18 @@
 
 from tracktrain.trainer.strategies.base import SingleDeviceStrategy, Strategy
 from tracktrain.trainer.strategies.choice import STRATEGY_NAMES, strategy_for
+from tracktrain.trainer.strategies.data_parallel import DataParallelStrategy
 from tracktrain.trainer.strategies.ddp import DDPStrategy
+from tracktrain.trainer.strategies.fsdp import FSDPStrategy
 from tracktrain.trainer.strategies.xla import XLAStrategy
 
-__all__ = ["STRATEGY_NAMES", "DDPStrategy", "SingleDeviceStrategy", "Strategy", "XLAStrategy", "strategy_for"]
+__all__ = [
+    "STRATEGY_NAMES",
+    "DDPStrategy",
+    "DataParallelStrategy",
+    "FSDPStrategy",
+    "SingleDeviceStrategy",
+    "Strategy",
+    "XLAStrategy",
+    "strategy_for",
+]

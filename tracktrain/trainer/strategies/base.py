@@ -5,7 +5,8 @@ calls it in one fixed order (see `docs/architecture.md`):
 
 1. `setup_environment(device)`: join the process group (if any); this process's device.
 2. `setup_module(module)`: wrap the model — before the optimizers are built, so that they hold the parameters
-   the wrapped model trains (a sharded model's shards); returns the step's forward.
+   the wrapped model trains (a sharded model's shards); returns the step's forward (`evaluation_forward` gives
+   the evaluation steps theirs).
 3. `model_engine_options(optimizer)`: how the optimizer steps (gradient handlers, the step itself).
 4. `distribute(loader)`: each loader as this process reads it (its shard).
 5. Per step: `no_sync()` on batches whose gradients wait for their window's last one; `reduce_gradients` for a
@@ -44,6 +45,8 @@ class Strategy:
 
     def __init__(self) -> None:
         self.seed = 0  # the run's data-order seed, set by the Trainer before loaders are distributed
+        # the Trainer's mixed precision (None: full precision), set by the Trainer before `setup_module`
+        self.autocast_dtype: torch.dtype | None = None
 
     # ------------------------------------------------------------------------------- process group and ranks
     @property
@@ -67,6 +70,10 @@ class Strategy:
     def setup_module(self, module: nn.Module) -> Callable[[Any, int], Any]:
         """Wrap `module` for training, before its optimizers are built; returns `forward(batch, batch_idx)`."""
         return module.train_step  # type: ignore[return-value]
+
+    def evaluation_forward(self, step: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
+        """`step` (the module's `eval_step`, `test_step` or `predict_step`) as it runs under this strategy."""
+        return step
 
     def model_engine_options(self, optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
         """How the ModelEngine steps under this strategy (gradient handlers, the optimizer step)."""

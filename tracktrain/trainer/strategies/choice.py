@@ -6,6 +6,7 @@ from typing import Any
 
 from tracktrain.trainer.strategies.base import SingleDeviceStrategy, Strategy
 from tracktrain.trainer.strategies.ddp import DDPStrategy
+from tracktrain.trainer.strategies.fsdp import FSDPStrategy
 from tracktrain.trainer.strategies.xla import XLAStrategy
 
 __all__ = ["STRATEGY_NAMES", "strategy_for"]
@@ -14,13 +15,14 @@ _BY_NAME: dict[str, type[Strategy]] = {
     "auto": SingleDeviceStrategy,
     "single_device": SingleDeviceStrategy,
     "ddp": DDPStrategy,
+    "fsdp": FSDPStrategy,
     "xla": XLAStrategy,
 }
 STRATEGY_NAMES = tuple(_BY_NAME)
 
 
 def strategy_for(strategy: Any) -> Strategy:
-    """A `Strategy` as given, or a new one of the kind a name says ("auto", "single_device", "ddp", "xla")."""
+    """A `Strategy` as given, or a new one of the kind a name says ("auto", "single_device", "ddp", "fsdp", "xla")."""
     if isinstance(strategy, Strategy):
         return strategy
     if isinstance(strategy, str) and strategy in _BY_NAME:

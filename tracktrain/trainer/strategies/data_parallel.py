@@ -1,0 +1,98 @@
+"""`DataParallelStrategy`: what every strategy over the processes torchrun (or `tracktrain.distributed.spawn`)
+starts has in common — the process group, this process's device, its shard of the data, the step as a module's
+forward, and ending the fit together. `DDPStrategy` and `FSDPStrategy` differ only in how they wrap the model and
+reduce its gradients."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SequentialSampler
+
+from tracktrain import distributed
+from tracktrain.trainer.strategies.base import Strategy
+
+__all__ = ["DataParallelStrategy", "StepModule", "device_of"]
+
+
+class StepModule(nn.Module):
+    """A LoopModule's steps as one module's forward, so that a wrapper that acts in forward (DDP prepares its
+    gradient all-reduce there, FSDP gathers the parameters it shards) sees each step: `train_step` by default,
+    or the step given (`eval_step`, `predict_step`)."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, batch: Any, batch_idx: int, step: Callable[[Any, int], Any] | None = None) -> Any:
+        return (step or self.module.train_step)(batch, batch_idx)  # type: ignore[operator]  # a LoopModule's
+
+
+class DataParallelStrategy(Strategy):
+    """Each process joins the group (nccl with CUDA, gloo without), trains on its own device and reads its own
+    shard of the data (a `DistributedSampler` replaces the loader's sampler); the fit ends on every rank together.
+
+    Args:
+        timeout: how long a collective waits for the other ranks before the run fails
+            (default `tracktrain.distributed.collective_timeout()`).
+    """
+
+    steps_in_lockstep = True
+
+    def __init__(self, timeout: timedelta | None = None) -> None:
+        super().__init__()
+        self.timeout = timeout
+
+    def setup_environment(self, device: torch.device) -> torch.device:
+        distributed.init_from_env(timeout=self.timeout)
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+            torch.cuda.set_device(device)
+        return device
+
+    def distribute(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
+        """`loader` reading this process's shard: a DataLoader rebuilt around a DistributedSampler (shuffling
+        if the loader shuffled), as it is when it already has one; other iterables are taken as sharded already."""
+        if not isinstance(loader, DataLoader) or isinstance(loader.sampler, DistributedSampler):
+            return loader
+        if not isinstance(loader.sampler, (RandomSampler, SequentialSampler)) or loader.batch_sampler is None:
+            raise ValueError(
+                f"strategy={self.name!r} shards a DataLoader by replacing its sampler, but this one has a custom "
+                f"{type(loader.sampler).__name__}. Give it a DistributedSampler yourself (or build the loader with "
+                "tracktrain.get_dataloader)."
+            )
+        shuffle = isinstance(loader.sampler, RandomSampler)
+        sampler: DistributedSampler = DistributedSampler(
+            loader.dataset, shuffle=shuffle, seed=self.seed, drop_last=loader.drop_last
+        )
+        return DataLoader(
+            loader.dataset,
+            batch_size=loader.batch_size,
+            sampler=sampler,
+            num_workers=loader.num_workers,
+            collate_fn=loader.collate_fn,
+            pin_memory=loader.pin_memory,
+            drop_last=loader.drop_last,
+            timeout=loader.timeout,
+            worker_init_fn=loader.worker_init_fn,
+            generator=loader.generator,
+            prefetch_factor=loader.prefetch_factor,
+            persistent_workers=loader.persistent_workers,
+            multiprocessing_context=loader.multiprocessing_context,
+            pin_memory_device=loader.pin_memory_device,
+            in_order=loader.in_order,
+        )
+
+    def teardown(self) -> None:
+        """Every rank ends the fit together (rank 0 may still be writing its last checkpoint)."""
+        self.barrier()
+
+
+def device_of(module: nn.Module) -> torch.device:
+    parameter = next(module.parameters(), None)
+    return parameter.device if parameter is not None else torch.device("cpu")

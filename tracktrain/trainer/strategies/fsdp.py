@@ -1,0 +1,188 @@
+"""`FSDPStrategy`: fully sharded data parallelism with PyTorch's FSDP2 (`torch.distributed.fsdp.fully_shard`).
+
+Each rank holds a shard of every parameter, gradient and optimizer state; a block's parameters are gathered just
+before its forward (and again for its backward) and its gradients reduce-scattered right after its backward.
+Sharding by block keeps only one block gathered at a time: the peak memory of a rank is its shards plus the largest
+block. The model is sharded before the optimizers are built, so they step the shards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+from tracktrain.trainer.strategies.data_parallel import DataParallelStrategy, StepModule
+from tracktrain.trainer.strategies.full_state import FullModelState, FullOptimizerState
+
+__all__ = ["AutoWrap", "FSDPStrategy", "blocks_to_shard"]
+
+#: which submodules get their own shard group: module classes, or a predicate over submodules
+AutoWrap = Iterable[type[nn.Module]] | Callable[[nn.Module], bool] | None
+
+
+class FSDPStrategy(DataParallelStrategy):
+    """`strategy="fsdp"`: the module's blocks sharded over the ranks with FSDP2, the data sharded as under DDP.
+
+    Args:
+        auto_wrap: the blocks sharded (gathered, and freed) one at a time: module classes (e.g. your transformer
+            block's), or a predicate `fn(submodule) -> bool`. Default: the elements of every `nn.ModuleList`
+            (the layers of a transformer, as models write them). What no block holds is sharded with the root and
+            gathered for the whole step.
+        mixed_precision: FSDP2's `MixedPrecisionPolicy`. Default: from the Trainer's `precision=` — with
+            "bf16-mixed" or "16-mixed" the parameters are gathered in that dtype (half the traffic) and gradients
+            reduced in float32; with "32-true", no casting.
+        offload_to_cpu: keep the shards, their gradients and the optimizer step on the CPU (CUDA only: frees the
+            device's memory for activations at the cost of host-device copies).
+        reshard_after_forward: free a block's gathered parameters after its forward (True, the least memory)
+            or keep them for its backward (False, one all-gather less per block), or an int: reshard to groups of
+            that many ranks (e.g. the ranks of one node).
+        timeout: how long a collective waits for the other ranks before the run fails.
+
+    Gradient accumulation skips the reduce-scatter on all but a window's last batch (gradients accumulate
+    unsharded in between, which needs a full copy of them per rank). Clipping by norm takes the norm over all
+    shards. Checkpoints hold the full state, in the same format as a single-device run's: a checkpoint of a fit on
+    any number of ranks loads on any other number, and into the module without a Trainer.
+    """
+
+    name = "fsdp"
+
+    def __init__(
+        self,
+        auto_wrap: AutoWrap = None,
+        mixed_precision: MixedPrecisionPolicy | None = None,
+        offload_to_cpu: bool = False,
+        reshard_after_forward: bool | int = True,
+        timeout: timedelta | None = None,
+    ) -> None:
+        super().__init__(timeout)
+        if not isinstance(reshard_after_forward, (bool, int)):
+            raise TypeError(
+                f"FSDPStrategy(reshard_after_forward=...) takes True, False or a number of ranks, got "
+                f"{reshard_after_forward!r}."
+            )
+        if not isinstance(reshard_after_forward, bool) and reshard_after_forward < 1:
+            raise ValueError(f"FSDPStrategy(reshard_after_forward={reshard_after_forward}) must be at least 1 rank.")
+        if mixed_precision is not None and not isinstance(mixed_precision, MixedPrecisionPolicy):
+            raise TypeError(
+                "FSDPStrategy(mixed_precision=...) takes a torch.distributed.fsdp.MixedPrecisionPolicy, got "
+                f"{type(mixed_precision).__name__}; or leave it out and set Trainer(precision='bf16-mixed')."
+            )
+        self.auto_wrap = auto_wrap
+        self.mixed_precision = mixed_precision
+        self.offload_to_cpu = offload_to_cpu
+        self.reshard_after_forward = reshard_after_forward
+        self._wrapped: StepModule | None = None
+        self._module: nn.Module | None = None
+
+    # ---------------------------------------------------------------------------------------------- the model
+    def setup_module(self, module: nn.Module) -> Callable[[Any, int], Any]:
+        """Shard each block, then the rest with the root: a `StepModule` around `module`, whose forward (the
+        step) gathers what the blocks do not hold and sets up the gradients' reduction for each backward."""
+        options: dict[str, Any] = {"mp_policy": self._mixed_precision(), "offload_policy": self._offload_policy()}
+        for block in blocks_to_shard(module, self.auto_wrap):
+            fully_shard(block, reshard_after_forward=self.reshard_after_forward, **options)
+        wrapped = StepModule(module)
+        # the root is used again right away by backward: keeping it gathered saves one all-gather per step
+        fully_shard(wrapped, reshard_after_forward=False, **options)
+        self._wrapped, self._module = wrapped, module
+        return wrapped
+
+    @property
+    def wrapped_model(self) -> StepModule | None:
+        """The sharded root around the module being fit (an `FSDPModule`: `unshard()`, `reshard()`, ...)."""
+        return self._wrapped
+
+    def evaluation_forward(self, step: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
+        wrapped = self._wrapped
+        if wrapped is None:  # validate/test/predict without a fit: the module is not sharded
+            return step
+        assert isinstance(wrapped, FSDPModule)
+
+        def forward(batch: Any, batch_idx: int) -> Any:
+            output = wrapped(batch, batch_idx, step)
+            # no backward follows to reshard the root (kept gathered after forward for the backward of training)
+            wrapped.reshard()
+            return output
+
+        return forward
+
+    def _mixed_precision(self) -> MixedPrecisionPolicy:
+        if self.mixed_precision is not None:
+            return self.mixed_precision
+        if self.autocast_dtype is None:
+            return MixedPrecisionPolicy()
+        return MixedPrecisionPolicy(param_dtype=self.autocast_dtype, reduce_dtype=torch.float32)
+
+    def _offload_policy(self) -> OffloadPolicy:
+        if not self.offload_to_cpu:
+            return OffloadPolicy()
+        return CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
+
+    # ------------------------------------------------------------------------------------------- gradients
+    def no_sync(self) -> contextlib.AbstractContextManager:
+        return _gradient_sync_off(self._sharded_root())
+
+    def reduce_gradients(self, module: nn.Module) -> None:
+        raise RuntimeError(
+            "strategy='fsdp' reduces gradients in the backward of an accumulation window's last batch, but this "
+            "epoch ended after a window whose every batch ran without it: the train loader has no length, so its "
+            "end showed only after its last batch. Give the loader a length (a Dataset with __len__, or "
+            "Trainer(limit_train_batches=N)), or use accumulate_grad_batches=1 with this loader."
+        )
+
+    def _sharded_root(self) -> FSDPModule:
+        assert isinstance(self._wrapped, FSDPModule), "setup_module() first"
+        return self._wrapped
+
+    # ----------------------------------------------------------------------------------------- checkpoints
+    def checkpoint_objects(self, objects: dict[str, Any]) -> dict[str, Any]:
+        """The module and its optimizers in full (gathered on rank 0, which writes them), so that a checkpoint
+        of this fit is a single-device checkpoint."""
+        if self._module is None:
+            return objects
+        module: nn.Module = self._module
+        converted = dict(objects)
+        if converted.get("model") is module:
+            converted["model"] = FullModelState(module)
+        if "optimizers" in converted:
+            converted["optimizers"] = [FullOptimizerState(module, optimizer) for optimizer in converted["optimizers"]]
+        return converted
+
+
+def blocks_to_shard(module: nn.Module, auto_wrap: AutoWrap) -> list[nn.Module]:
+    """The submodules of `module` that `auto_wrap` picks, innermost first (FSDP2 shards children before parents)."""
+    if auto_wrap is None:
+        picked = [block for child in module.modules() if isinstance(child, nn.ModuleList) for block in child]
+    elif callable(auto_wrap) and not isinstance(auto_wrap, type):
+        picked = [child for child in module.modules() if child is not module and auto_wrap(child)]
+    else:
+        classes = (auto_wrap,) if isinstance(auto_wrap, type) else tuple(auto_wrap)
+        if not classes or not all(isinstance(cls, type) and issubclass(cls, nn.Module) for cls in classes):
+            raise TypeError(
+                "FSDPStrategy(auto_wrap=...) takes nn.Module classes (your block's, e.g. [TransformerBlock]) or a "
+                f"function of a submodule returning True for the blocks to shard, got {auto_wrap!r}."
+            )
+        picked = [child for child in module.modules() if child is not module and isinstance(child, classes)]
+    order = {id(child): depth for child, depth in _depths(module)}
+    return sorted(picked, key=lambda child: -order[id(child)])
+
+
+def _depths(module: nn.Module, depth: int = 0) -> Iterator[tuple[nn.Module, int]]:
+    yield module, depth
+    for child in module.children():
+        yield from _depths(child, depth + 1)
+
+
+@contextlib.contextmanager
+def _gradient_sync_off(root: FSDPModule) -> Iterator[None]:
+    root.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        root.set_requires_gradient_sync(True)
