@@ -1,5 +1,6 @@
-"""What the DDP tests share (tests/trainer/test_ddp.py, tests/callbacks/test_retention_after_restarts.py): a quiet
-strategy="ddp" Trainer, and a value saved by each rank as JSON and read back by the test, rank by rank."""
+"""What the DDP and FSDP tests share (tests/trainer/test_ddp.py, test_fsdp.py,
+tests/callbacks/test_retention_after_restarts.py): a quiet strategy="ddp" Trainer, a crash at a step on every rank,
+and a value saved by each rank as JSON and read back by the test, rank by rank."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from tracktrain import Trainer
+from tracktrain import Callback, Trainer
 
 
 def ddp_trainer(root: str, **kwargs) -> Trainer:
@@ -22,6 +23,17 @@ def ddp_trainer(root: str, **kwargs) -> Trainer:
         **kwargs,
     }
     return Trainer(**options)
+
+
+class CrashAtStep(Callback):
+    """Raises at global step `step` on every rank: a run stopped at the same step everywhere (the "kill")."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            raise RuntimeError("killed")
 
 
 def save_per_rank(out: str, name: str, value) -> None:

@@ -20,6 +20,7 @@ from tests import _processes
 from tracktrain import Callback, Trainer
 from tracktrain.distributed import spawn
 
+from ._ddp import CrashAtStep
 from ._ddp import ddp_trainer as _trainer
 from ._ddp import load_per_rank as _load
 from ._ddp import save_per_rank as _save
@@ -210,15 +211,6 @@ def test_torchrun_launches_a_ddp_fit(tmp_path):
 
 
 # ------------------------------------------------------------------------------------- resume mid-epoch under DDP
-class CrashAtStep(Callback):
-    def __init__(self, step):
-        self.step = step
-
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        if trainer.global_step == self.step:
-            raise RuntimeError("killed")
-
-
 def _fit_deterministic(out: str, name: str, crash_at: int | None, ckpt: str | None) -> None:
     from tracktrain.callbacks import ModelCheckpoint
 

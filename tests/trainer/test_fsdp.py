@@ -15,12 +15,13 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.utils.data import DataLoader, DistributedSampler
 
-from tracktrain import Callback, LoopModule, Trainer
+from tracktrain import LoopModule, Trainer
 from tracktrain.callbacks import ModelCheckpoint
 from tracktrain.distributed import spawn
 from tracktrain.trainer.strategies import FSDPStrategy
 from tracktrain.trainer.strategies.fsdp import blocks_to_shard
 
+from ._ddp import CrashAtStep
 from ._ddp import load_per_rank as _load
 from ._ddp import save_per_rank as _save
 from ._tasks import checkpoint_files, make_loader
@@ -172,15 +173,6 @@ def test_bf16_mixed_gathers_in_bf16_and_keeps_float32_shards(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ checkpoints
-class CrashAtStep(Callback):
-    def __init__(self, step):
-        self.step = step
-
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        if trainer.global_step == self.step:
-            raise RuntimeError("killed")
-
-
 def _fit_with_checkpoints(out: str, name: str, ckpt: str | None, crash_at: int | None) -> None:
     callbacks = [ModelCheckpoint(dirpath=os.path.join(out, "ckpt"), every_n_train_steps=3, save_top_k=None)]
     if crash_at is not None:
