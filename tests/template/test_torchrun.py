@@ -123,12 +123,13 @@ def test_the_ddp_project_stops_early_together_and_a_sigterm_to_one_rank_stops_bo
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_the_fsdp_project_killed_mid_run_resumes_to_the_weights_of_an_uninterrupted_run(generate):
-    """strategy="fsdp" from the template: the README's torchrun command, SIGKILLed (launcher and both ranks at
-    once, as a node failure) in its second epoch, then the same command again, ends with the weights of a run that
-    was never interrupted — bit for bit, dropout included."""
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_a_project_killed_mid_run_resumes_to_the_weights_of_an_uninterrupted_run(generate, strategy):
+    """The template's torchrun strategies: the README's command, SIGKILLed (launcher and both ranks at once, as a
+    node failure) in its second epoch, then the same command again, ends with the weights of a run that was never
+    interrupted — bit for bit, dropout included."""
     torch = pytest.importorskip("torch")
-    project = generate(tracker="mlflow", strategy="fsdp")
+    project = generate(tracker="mlflow", strategy=strategy)
     full = torchrun(project, 3, 'run.root_dir="full"', 'run.checkpoint_dir="full/checkpoints"')
     assert full.returncode == 0, full.stdout[-3000:] + full.stderr[-3000:]
 
