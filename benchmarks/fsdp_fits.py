@@ -1,0 +1,538 @@
+"""The fits `bench_fsdp.py` runs in the processes `tracktrain.distributed.spawn` starts (a module of its own, so that
+they import it by name): the block-stack model, the hand-written FSDP2 loop, `Trainer(strategy="fsdp")` and
+Lightning's `ModelParallelStrategy` (FSDP2) on it, each timed from its second epoch's start to the run's end; and
+the memory runs, one fresh launch per variant, that read each rank's peak resident set size.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from harness import before_run, freeze_garbage, interleaved
+from torch import nn
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from workloads import EngineClock
+
+from tracktrain import LoopModule
+from tracktrain.distributed import spawn
+from tracktrain.trainer import Trainer
+
+RAW, TRACKTRAIN, LIGHTNING = "raw", "tracktrain", "lightning"
+DDP, FSDP, RAW_FSDP = "ddp", "fsdp", "raw-fsdp"  # the memory variants
+LEARNING_RATE = 1e-3
+CLASSES = 10
+WORLD_SIZE = 2
+MMAP_THRESHOLD = "MALLOC_MMAP_THRESHOLD_"
+# the memory runs' malloc settings: "live" maps every allocation of 64 KiB or more on its own and unmaps it when it
+# is freed, so that the RSS follows the live tensors (and one process can fit the variants in turn, its peak reset
+# before each); "default" keeps glibc's, as a user's run does: freed memory stays, so one fresh launch per variant
+MALLOC_MODES: dict[str, dict[str, str]] = {"live": {MMAP_THRESHOLD: "65536"}, "default": {}}
+SHARED_LAUNCH = {"live": True, "default": False}
+
+
+# ---------------------------------------------------------------------------------------------------- the model
+class Block(nn.Module):
+    """Linear(width, hidden) / GELU / Linear(hidden, width) with a residual: an MLP block of a transformer."""
+
+    def __init__(self, width: int, hidden: int) -> None:
+        super().__init__()
+        self.up = nn.Linear(width, hidden)
+        self.down = nn.Linear(hidden, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(F.gelu(self.up(x)))
+
+
+class BlockStack(nn.Module):
+    """The blocks in an nn.ModuleList (each sharded on its own), then a classifier head (sharded with the root)."""
+
+    def __init__(self, width: int, hidden: int, blocks: int) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(width, hidden) for _ in range(blocks)])
+        self.head = nn.Linear(width, CLASSES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+@dataclass(frozen=True)
+class Shape:
+    width: int
+    hidden: int
+    blocks: int
+
+    def build(self, seed: int) -> BlockStack:
+        torch.manual_seed(seed)
+        return BlockStack(self.width, self.hidden, self.blocks)
+
+    @property
+    def parameters(self) -> int:
+        return self.blocks * (2 * self.width * self.hidden + self.width + self.hidden) + (self.width + 1) * CLASSES
+
+    def describe(self) -> str:
+        return (
+            f"{self.blocks} blocks of Linear({self.width},{self.hidden})/GELU/Linear({self.hidden},{self.width}) "
+            f"with residuals + Linear({self.width},{CLASSES}), {self.parameters / 1e6:.2f} M parameters "
+            f"({self.parameters * 4 / 2**20:.1f} MiB fp32)"
+        )
+
+
+def make_dataset(shape: Shape, samples: int, seed: int) -> TensorDataset:
+    generator = torch.Generator().manual_seed(seed + 1)
+    inputs = torch.randn(samples, shape.width, generator=generator)
+    return TensorDataset(inputs, torch.randint(0, CLASSES, (samples,), generator=generator))
+
+
+class StackModule(LoopModule):
+    """tracktrain's module: the hand-written step plus `self.log` of the loss; keeps its optimizer at hand."""
+
+    def __init__(self, net: BlockStack) -> None:
+        super().__init__()
+        self.net = net
+        self.optimizer: torch.optim.Optimizer | None = None
+
+    def train_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = F.cross_entropy(self.net(x), y)
+        self.log("loss", loss)
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        self.optimizer = torch.optim.AdamW(self.parameters(), lr=LEARNING_RATE)
+        return self.optimizer
+
+
+def lightning_module_class(lightning: Any) -> type:
+    """Lightning's module, the same step; `configure_model` shards as the hand-written loop does (each block,
+    then the root), over the strategy's data-parallel mesh."""
+
+    class LightningStack(lightning.LightningModule):
+        def __init__(self, net: BlockStack) -> None:
+            super().__init__()
+            self.net = net
+
+        def configure_model(self) -> None:
+            mesh = self.device_mesh["data_parallel"]
+            for block in self.net.blocks:
+                fully_shard(block, mesh=mesh)
+            fully_shard(self, mesh=mesh)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:  # the sharded root's: gathers the head
+            return self.net(x)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            loss = F.cross_entropy(self(x), y)
+            self.log("loss", loss)
+            return loss
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.AdamW(self.parameters(), lr=LEARNING_RATE)
+
+    return LightningStack
+
+
+def full_weights(net: nn.Module) -> list[torch.Tensor]:
+    """Every parameter in full, gathered from the shards (a collective: every rank calls it, in the same order)."""
+    return [(p.full_tensor() if isinstance(p, DTensor) else p).detach().clone() for p in net.parameters()]
+
+
+def local_numel(net: nn.Module) -> int:
+    return sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in net.parameters())
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """The bytes of the optimizer's state tensors on this rank (a DTensor's local shard only)."""
+    total = 0
+    for state in optimizer.state.values():
+        for value in state.values():
+            if isinstance(value, torch.Tensor):
+                local = value.to_local() if isinstance(value, DTensor) else value
+                total += local.numel() * local.element_size()
+    return total
+
+
+# ---------------------------------------------------------------------------------------------------- the fits
+@dataclass
+class Fit:
+    """One fit: `seconds` (wall clock) and `cpu_seconds` (this process's CPU time, all its threads: not the time it
+    waits for the other rank or for a core) from its second epoch's start to the run's end, over `timed_steps`."""
+
+    seconds: float
+    timed_steps: int
+    steps: int
+    net: BlockStack
+    logged_loss: bool = True
+    optimizer: torch.optim.Optimizer | None = None
+    cpu_seconds: float = 0.0
+
+    @property
+    def us_per_step(self) -> float:
+        return self.seconds / self.timed_steps * 1e6
+
+    @property
+    def cpu_us_per_step(self) -> float:
+        return self.cpu_seconds / self.timed_steps * 1e6
+
+
+class Clock(EngineClock):
+    """`EngineClock` (handlers on a Trainer's train engine) that reads the process's CPU time too."""
+
+    cpu_start = cpu_end = 0.0
+
+    def _epoch_started(self, engine: Any) -> None:
+        super()._epoch_started(engine)
+        if engine.state.epoch == 2:
+            self.cpu_start = time.process_time()
+
+    def _completed(self) -> None:
+        super()._completed()
+        self.cpu_end = time.process_time()
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """What the timing processes need (picklable). `samples` is the whole dataset; each rank reads half."""
+
+    shape: Shape
+    samples: int
+    batch_size: int
+    epochs: int
+    repeats: int
+    seed: int
+    threads: int
+    out_dir: str
+    root_dir: str
+    lightning: bool
+    world_size: int = WORLD_SIZE
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return math.ceil(math.ceil(self.samples / self.world_size) / self.batch_size)
+
+    @property
+    def timed_steps(self) -> int:
+        return (self.epochs - 1) * self.steps_per_epoch
+
+
+def fit_raw(net: BlockStack, dataset: TensorDataset, batch_size: int, epochs: int, root_dir: str) -> Fit:
+    """The hand-written FSDP2 loop, as the FSDP2 tutorial writes it: `fully_shard` on each block, then on the root;
+    AdamW on the shards; this rank's half of the data through a DistributedSampler in order. No logging."""
+    for block in net.blocks:
+        fully_shard(block)
+    fully_shard(net)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=LEARNING_RATE)
+    sampler = DistributedSampler(dataset, shuffle=False)
+    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+    net.train()
+    steps = steps_before = 0
+    start = cpu_start = 0.0
+    for epoch in range(epochs):
+        if epoch == 1:
+            start, cpu_start, steps_before = time.perf_counter(), time.process_time(), steps
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(net(x), y)
+            loss.backward()
+            optimizer.step()
+            steps += 1
+    end, cpu_end = time.perf_counter(), time.process_time()
+    return Fit(end - start, steps - steps_before, steps, net, optimizer=optimizer, cpu_seconds=cpu_end - cpu_start)
+
+
+def fit_tracktrain(net: BlockStack, dataset: TensorDataset, batch_size: int, epochs: int, root_dir: str) -> Fit:
+    """`Trainer(strategy="fsdp")` on the unsharded loader: it finds the group running, shards the blocks of the
+    ModuleList and the root, and the data."""
+    return trainer_fit("fsdp", net, dataset, batch_size, epochs, root_dir)
+
+
+def trainer_fit(strategy: str, net: BlockStack, dataset: TensorDataset, batch_size: int, epochs: int, root: str) -> Fit:
+    trainer = Trainer(
+        max_epochs=epochs,
+        strategy=strategy,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        loggers=False,
+        default_root_dir=root,
+        accelerator="cpu",
+    )
+    clock = Clock(trainer)
+    module = StackModule(net)
+    trainer.fit(module, DataLoader(dataset, batch_size=batch_size))
+    return Fit(
+        clock.end - clock.start,
+        trainer.global_step - clock.start_iteration,
+        trainer.global_step,
+        net,
+        "loss" in trainer.callback_metrics,
+        module.optimizer,
+        clock.cpu_end - clock.cpu_start,
+    )
+
+
+def fit_lightning(net: BlockStack, dataset: TensorDataset, batch_size: int, epochs: int, root_dir: str) -> Fit:
+    """Lightning's `ModelParallelStrategy` (its FSDP2 strategy; `strategy="fsdp"` there is FSDP1) with data
+    parallelism over both ranks, timed by a callback from the second epoch's start to `on_train_end`. The loader
+    brings its own in-order DistributedSampler: Lightning's (`use_distributed_sampler=True`) shuffles."""
+    import lightning
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    class LightningClock(lightning.Callback):
+        start = end = cpu_start = cpu_end = 0.0
+        start_step = 0
+
+        def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+            if trainer.current_epoch == 1:
+                self.start, self.cpu_start, self.start_step = (
+                    time.perf_counter(),
+                    time.process_time(),
+                    trainer.global_step,
+                )
+
+        def on_train_end(self, trainer: Any, module: Any) -> None:
+            self.end, self.cpu_end = time.perf_counter(), time.process_time()
+
+    clock = LightningClock()
+    world = dist.get_world_size()
+    trainer = lightning.Trainer(
+        accelerator="cpu",
+        devices=world,
+        strategy=ModelParallelStrategy(data_parallel_size=world, tensor_parallel_size=1),
+        max_epochs=epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[clock],
+        default_root_dir=root_dir,
+        use_distributed_sampler=False,
+    )
+    # Lightning's own DistributedSampler would shuffle this sequential loader: the raw loop's order instead
+    loader = DataLoader(dataset, batch_size=batch_size, sampler=DistributedSampler(dataset, shuffle=False))
+    trainer.fit(lightning_module_class(lightning)(net), loader)
+    steps = trainer.global_step
+    logged = "loss" in trainer.callback_metrics
+    return Fit(
+        clock.end - clock.start, steps - clock.start_step, steps, net, logged, None, clock.cpu_end - clock.cpu_start
+    )
+
+
+STEP_FITTERS: dict[str, Callable[[BlockStack, TensorDataset, int, int, str], Fit]] = {
+    RAW: fit_raw,
+    TRACKTRAIN: fit_tracktrain,
+    LIGHTNING: fit_lightning,
+}
+
+
+def rank_file(out_dir: str, rank: int) -> str:
+    return os.path.join(out_dir, f"rank{rank}.pt")
+
+
+def join_group(threads: int) -> int:
+    """Joins the gloo group from the environment `spawn` sets (the Trainers find it running), as a script would."""
+    dist.init_process_group("gloo", timeout=timedelta(minutes=5))
+    torch.set_num_threads(threads)
+    torch.set_flush_denormal(True)
+    return dist.get_rank()
+
+
+def step_process(config: StepConfig) -> None:
+    """One timing process: warms each variant up with one fit, then `repeats` rounds of one fit of each, in an
+    order shuffled alike on every rank (they run the same collectives), a barrier before each fit. Writes its
+    samples, the full weights of each variant's first fit, the local share of the parameters and any problem."""
+    rank = join_group(config.threads)
+    if config.lightning:
+        import lightning.pytorch  # noqa: F401  (first: importing it sets its loggers' levels)
+        from workloads import silence_lightning
+
+        silence_lightning()
+    variants = [RAW, TRACKTRAIN] + ([LIGHTNING] if config.lightning else [])
+    dataset = make_dataset(config.shape, config.samples, config.seed)
+    initial = config.shape.build(config.seed).state_dict()
+    rng = random.Random(config.seed)
+    freeze_garbage()
+    problems: list[str] = []
+    first: dict[str, list[torch.Tensor]] = {}
+    local_share: dict[str, float] = {}
+    samples: dict[str, list[float]] = {variant: [] for variant in variants}
+    cpu_samples: dict[str, list[float]] = {variant: [] for variant in variants}
+    expected = config.epochs * config.steps_per_epoch
+    for repeat, variant in interleaved(variants, config.repeats + 1, rng):  # round 0 warms up
+        net = config.shape.build(config.seed)
+        net.load_state_dict(initial)
+        before_run(config.threads)
+        dist.barrier()
+        fit = STEP_FITTERS[variant](net, dataset, config.batch_size, config.epochs, config.root_dir)
+        where = f"[step] {variant} rank {rank}"
+        if fit.steps != expected or fit.timed_steps != config.timed_steps:
+            problems.append(
+                f"{where}: took {fit.steps} optimizer steps ({fit.timed_steps} timed), expected {expected} "
+                f"({config.timed_steps} timed)"
+            )
+        if not fit.logged_loss:
+            problems.append(f"{where}: the module's self.log('loss', ...) is not in the trainer's callback_metrics")
+        trained = full_weights(fit.net)
+        if variant not in first:
+            first[variant] = trained
+            local_share[variant] = local_numel(fit.net) / config.shape.parameters
+        elif not all(torch.equal(a, b) for a, b in zip(trained, first[variant])):
+            problems.append(f"{where}: the same fit ended with other weights than its first time")
+        if repeat:
+            samples[variant].append(fit.us_per_step)
+            cpu_samples[variant].append(fit.cpu_us_per_step)
+    torch.save(
+        {
+            "samples_us": samples,
+            "cpu_samples_us": cpu_samples,
+            "weights": first,
+            "local_share": local_share,
+            "problems": problems,
+            "threads": torch.get_num_threads(),
+        },
+        rank_file(config.out_dir, rank),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- memory
+@dataclass(frozen=True)
+class MemoryConfig:
+    shape: Shape
+    batch_size: int
+    steps: int  # per rank, one epoch
+    seed: int
+    threads: int
+    out_dir: str
+    root_dir: str
+    world_size: int = WORLD_SIZE
+
+
+def status_bytes(field: str) -> int:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024  # in kB
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def rss_bytes() -> int:
+    """This process's resident set size now (VmRSS)."""
+    return status_bytes("VmRSS:")
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size since start or the last `reset_peak_rss` (VmHWM)."""
+    return status_bytes("VmHWM:")
+
+
+MEMORY_FITTERS: dict[str, Callable[[BlockStack, TensorDataset, int, int, str], Fit]] = {
+    DDP: lambda net, dataset, batch_size, epochs, root: trainer_fit("ddp", net, dataset, batch_size, epochs, root),
+    FSDP: fit_tracktrain,
+    RAW_FSDP: fit_raw,
+}
+
+
+def dataset_for(shape: Shape, config: MemoryConfig) -> TensorDataset:
+    return make_dataset(shape, config.steps * config.batch_size * config.world_size, config.seed)
+
+
+def reset_peak_rss() -> None:
+    """Sets this process's peak RSS (VmHWM) back to its RSS now (Linux ≥ 4.0)."""
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as clear_refs:
+        clear_refs.write("5")
+
+
+def memory_process(config: MemoryConfig, variants: list[str]) -> None:
+    """One rank of a launch that fits each of `variants` in turn (one, unless the malloc settings return freed
+    memory to the system): per variant, the RSS before the model is built (the peak reset to it), after, and at
+    its peak over a fit of one epoch (AdamW's state is made on the first step); the bytes of this rank's parameters
+    and optimizer state; a checksum of the trained weights (every rank's must be the same)."""
+    rank = join_group(config.threads)
+    dataset = dataset_for(config.shape, config)
+    for variant in variants:  # warm-up on a tiny stack: a process's first distributed fit makes one-time allocations
+        MEMORY_FITTERS[variant](
+            Shape(64, 64, 2).build(0), dataset_for(Shape(64, 64, 2), config), 16, 1, config.root_dir
+        )
+    freeze_garbage()
+    results = []
+    for variant in variants:
+        before_run(config.threads)
+        dist.barrier()
+        reset_peak_rss()
+        before, peak_before = rss_bytes(), peak_rss_bytes()
+        net = config.shape.build(config.seed)
+        built = rss_bytes()
+        fit = MEMORY_FITTERS[variant](net, dataset, config.batch_size, 1, config.root_dir)
+        peak = peak_rss_bytes()
+        weights = full_weights(fit.net)
+        results.append(
+            {
+                "variant": variant,
+                "rss_before": before,
+                "peak_before": peak_before,
+                "rss_built": built,
+                "peak": peak,
+                "local_parameter_bytes": local_numel(fit.net) * 4,
+                "optimizer_state_bytes": optimizer_state_bytes(fit.optimizer) if fit.optimizer is not None else 0,
+                "steps": fit.steps,
+                "checksum": float(sum(w.double().sum() for w in weights)),
+                "mmap_threshold": os.environ.get(MMAP_THRESHOLD),
+            }
+        )
+        del net, fit, weights
+    torch.save(results, rank_file(config.out_dir, rank))
+
+
+# ------------------------------------------------------------------------------- the memory runs, seen from the parent
+def launch_memory(config: MemoryConfig, mode: str, variants: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """One launch fitting `variants` in turn under the malloc settings of `mode` (the processes inherit the
+    environment): variant -> each rank's result."""
+    saved = os.environ.get(MMAP_THRESHOLD)
+    os.environ.pop(MMAP_THRESHOLD, None)
+    os.environ.update(MALLOC_MODES[mode])
+    try:
+        spawn(memory_process, WORLD_SIZE, args=(config, variants))
+    finally:
+        os.environ.pop(MMAP_THRESHOLD, None)
+        if saved is not None:
+            os.environ[MMAP_THRESHOLD] = saved
+    ranks = [torch.load(rank_file(config.out_dir, rank)) for rank in range(WORLD_SIZE)]
+    return {variant: [results[index] for results in ranks] for index, variant in enumerate(variants)}
+
+
+def check_memory_launch(config: MemoryConfig, mode: str, variant: str, ranks: list[dict[str, Any]]) -> list[str]:
+    """The sanity checks of one variant's fit: its steps, its malloc settings, a peak raised by the fit, each rank's
+    share of the parameters (all under DDP, half under FSDP), AdamW's state twice that, one result."""
+    problems = []
+    for rank, result in enumerate(ranks):
+        where = f"[memory] {mode} {variant} rank {rank}"
+        if result["steps"] != config.steps:
+            problems.append(f"{where}: took {result['steps']} steps, expected {config.steps}")
+        if result["mmap_threshold"] != MALLOC_MODES[mode].get(MMAP_THRESHOLD):
+            problems.append(f"{where}: ran with {MMAP_THRESHOLD}={result['mmap_threshold']}")
+        if result["peak"] <= result["peak_before"]:
+            problems.append(f"{where}: the fit did not raise the peak RSS; its figure means nothing")
+        share = result["local_parameter_bytes"] / (config.shape.parameters * 4)
+        expected = 1.0 if variant == DDP else 1 / WORLD_SIZE
+        if abs(share - expected) > 0.01:
+            problems.append(f"{where}: holds {share:.3f} of the parameters, expected {expected:g}")
+        state = result["optimizer_state_bytes"] / result["local_parameter_bytes"]
+        if abs(state - 2) > 0.01:
+            problems.append(f"{where}: AdamW's state is {state:.3f} × its parameters, expected 2")
+    if ranks[0]["checksum"] != ranks[1]["checksum"]:
+        problems.append(f"[memory] {mode} {variant}: the ranks ended with different weights")
+    return problems
