@@ -166,6 +166,7 @@ def _fit_bf16(out: str) -> None:
     _save(out, "policy", str(root._get_fsdp_state()._mp_policy.param_dtype))
 
 
+@pytest.mark.slow  # 2 ranks: CI's slow run
 def test_bf16_mixed_gathers_in_bf16_and_keeps_float32_shards(tmp_path):
     spawn(_fit_bf16, 2, args=(str(tmp_path),))
     assert _load(tmp_path, "dtypes") == [["torch.float32"]] * 2

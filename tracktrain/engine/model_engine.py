@@ -17,12 +17,13 @@ as XLA's) and schedule (how a batch goes through the model) are its parameters, 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
+from tracktrain.engine.compiling import compile_module, compile_options
 from tracktrain.engine.events import EventEnum
 from tracktrain.engine.schedule import BaseSchedule, NonPipelineSchedule
 from tracktrain.number_checks import is_real
@@ -99,6 +100,9 @@ class ModelEngine:
         optimizer_step: how the optimizer steps (default `optimizer.step()`; XLA marks the step too).
         schedule: how a batch goes through the model (`tracktrain.engine.schedule`); default: the whole batch at
             once (`NonPipelineSchedule`).
+        compile: `torch.compile` the model's forward, in place (`model.compile`): True, or a dict of torch.compile's
+            options (`{"backend": "aot_eager"}`, `{"mode": "max-autotune"}`). Its `state_dict` keys stay the same,
+            so checkpoints load in compiled and eager runs alike.
     """
 
     def __init__(
@@ -116,6 +120,7 @@ class ModelEngine:
         device_type: str | None = None,
         optimizer_step: Callable[[torch.optim.Optimizer], None] = _optimizer_step,
         schedule: BaseSchedule | None = None,
+        compile: bool | Mapping[str, Any] = False,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"ModelEngine needs a torch.nn.Module as model, got {type(model).__name__}.")
@@ -130,6 +135,9 @@ class ModelEngine:
             raise TypeError(f"scaler must be a torch.amp.GradScaler or None, got {scaler!r}.")
         if autocast_dtype not in (None, torch.float16, torch.bfloat16):
             raise ValueError(f"autocast_dtype must be torch.float16, torch.bfloat16 or None, got {autocast_dtype!r}.")
+        compile_with = compile_options("ModelEngine(compile=...)", compile)
+        if compile_with is not None:
+            compile_module(model, compile_with)
         self._model = model
         self._optimizer = optimizer
         self._criterion = criterion

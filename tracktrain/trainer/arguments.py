@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, overload
 
 import torch
+from torch import nn
 
+from tracktrain.engine.compiling import compile_options
 from tracktrain.number_checks import is_integral, is_real
 
 __all__ = [
     "as_list",
     "autocast_dtype_of",
+    "check_activation_checkpointing",
+    "check_clip_algorithm",
+    "check_compile",
+    "check_limits",
     "check_location",
     "check_limit",
     "check_non_negative_number",
@@ -78,6 +84,49 @@ def check_limit(name: str, value: Any) -> int | float | None:
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"Trainer({name}=...) as a fraction of the loader must be in [0, 1], got {value}.")
     return float(value)
+
+
+def check_limits(train: Any, val: Any, test: Any, predict: Any) -> dict[str, int | float | None]:
+    """The `limit_*_batches` of each stage."""
+    return {
+        "fit": check_limit("limit_train_batches", train),
+        "validate": check_limit("limit_val_batches", val),
+        "test": check_limit("limit_test_batches", test),
+        "predict": check_limit("limit_predict_batches", predict),
+    }
+
+
+def root_dir_of(value: Any) -> str:
+    """`default_root_dir`: a path or URL; None: the working directory."""
+    return os.getcwd() if value is None else check_location("Trainer(default_root_dir=...)", value)
+
+
+def check_clip_algorithm(value: Any) -> str:
+    return check_choice("gradient_clip_algorithm", value, ("norm", "value"))
+
+
+def check_compile(value: Any) -> dict[str, Any] | None:
+    """`compile=`: torch.compile's options (None: no compiling), checked by torch.compile now."""
+    return compile_options("Trainer(compile=...)", value)
+
+
+def check_activation_checkpointing(value: Any) -> Callable[[nn.Module], bool] | tuple[type[nn.Module], ...] | None:
+    """`Trainer(activation_checkpointing=...)`: a module class, a list of them, or a function of a submodule; None
+    or an empty list: none."""
+    if value is None or (callable(value) and not isinstance(value, (type, nn.Module))):
+        return value
+    classes = (value,) if isinstance(value, type) else value
+    if isinstance(classes, (str, bytes, Mapping)) or not isinstance(classes, Iterable):
+        classes = (classes,)
+    classes = tuple(classes)
+    wrong = [cls for cls in classes if not (isinstance(cls, type) and issubclass(cls, nn.Module))]
+    if wrong:
+        raise TypeError(
+            "Trainer(activation_checkpointing=...) takes nn.Module classes (your block's: [TransformerBlock], the "
+            f"class itself, not its name) or a function of a submodule returning True for those to checkpoint, got "
+            f"{value!r}."
+        )
+    return classes or None
 
 
 def check_location(

@@ -25,6 +25,7 @@ from tracktrain.trainer.fit_step import FitStep
 from tracktrain.trainer.hooks import TrainerEvents
 from tracktrain.trainer.metric_log import MetricLog, to_floats
 from tracktrain.trainer.metrics_hub import MetricsHub
+from tracktrain.trainer.model_preparation import ActivationCheckpointing, compile_blocks, prepare_module
 from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.nonfinite import NonFiniteWatch
 from tracktrain.trainer.optimizers import LRSchedulerConfig
@@ -92,6 +93,10 @@ class Trainer:
             torchrun starts (or `tracktrain.distributed.spawn`), gloo on CPU and nccl on CUDA; or a `Strategy` with
             options (`FSDPStrategy(auto_wrap=[Block])`). `trainer.strategy` is the Strategy object.
         accelerator: "auto" (CUDA when available), "cpu" or "cuda".
+        activation_checkpointing: recompute these submodules' activations in backward instead of keeping them (less
+            memory, one more forward of each): module classes (`[Block]`) or a function of a submodule.
+        compile: `torch.compile` the module's forward (under "fsdp": each block it shards), once; True or a dict of
+            torch.compile's options. Parameter names stay the same: checkpoints load in compiled and eager runs.
     """
 
     def __init__(
@@ -123,6 +128,8 @@ class Trainer:
         resume_with_changes: bool = False,
         nonfinite: str = "error",
         logger: Logger | Sequence[Logger] | bool | None = None,
+        activation_checkpointing: ActivationCheckpointing = None,
+        compile: bool | Mapping[str, Any] = False,
     ) -> None:
         self.max_steps = arguments.check_positive_int("max_steps", max_steps, allow_none=True)
         self.max_epochs = arguments.check_positive_int("max_epochs", max_epochs, allow_none=True)
@@ -130,30 +137,19 @@ class Trainer:
             self.max_epochs = 1000
         self.accumulate_grad_batches = arguments.check_positive_int("accumulate_grad_batches", accumulate_grad_batches)
         self.gradient_clip_val = arguments.check_non_negative_number("gradient_clip_val", gradient_clip_val)
-        self.gradient_clip_algorithm = arguments.check_choice(
-            "gradient_clip_algorithm", gradient_clip_algorithm, ("norm", "value")
-        )
+        self.gradient_clip_algorithm = arguments.check_clip_algorithm(gradient_clip_algorithm)
         self.val_every_n_epochs = arguments.check_positive_int("val_every_n_epochs", val_every_n_epochs)
-        self.val_check_interval = arguments.check_positive_int(
-            "val_check_interval", val_check_interval, allow_none=True
+        self.val_check_interval = arguments.check_positive_int("val_check_interval", val_check_interval, True)
+        self.limits = arguments.check_limits(
+            limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches
         )
-        self.limits = {
-            "fit": arguments.check_limit("limit_train_batches", limit_train_batches),
-            "validate": arguments.check_limit("limit_val_batches", limit_val_batches),
-            "test": arguments.check_limit("limit_test_batches", limit_test_batches),
-            "predict": arguments.check_limit("limit_predict_batches", limit_predict_batches),
-        }
         self.log_every_n_steps = arguments.check_positive_int("log_every_n_steps", log_every_n_steps)
         callbacks = arguments.check_callbacks(callbacks, Callback)
         self.seed = arguments.check_seed(seed)
         if seed is not None:  # `Trainer(seed=0)` then `fit(Model())`: the model's initial weights follow the seed
             manual_seed(seed)
         self.deterministic = bool(deterministic)
-        self.default_root_dir = (
-            arguments.check_location("Trainer(default_root_dir=...)", default_root_dir)
-            if default_root_dir is not None
-            else os.getcwd()
-        )
+        self.default_root_dir = arguments.root_dir_of(default_root_dir)
         self.resume = check_resume(resume)
         self.resume_with_changes = bool(resume_with_changes)
         self.nonfinite_watch = NonFiniteWatch(nonfinite)
@@ -166,6 +162,8 @@ class Trainer:
         )
         self.ckpt_path: str | None = None  # the checkpoint the current (or last) fit resumed from
         self.autocast_dtype = arguments.autocast_dtype_of(precision)
+        self.activation_checkpointing = arguments.check_activation_checkpointing(activation_checkpointing)
+        self.compile = arguments.check_compile(compile)
         self.precision = precision
         self.strategy: Strategy = strategy_for(strategy)
         self.strategy_name = strategy if isinstance(strategy, str) else self.strategy.name  # in the run's settings
@@ -456,6 +454,7 @@ class Trainer:
         module._trainer = self
         self.module = module
         module.to(self.device)
+        prepare_module(module, self.activation_checkpointing, self.compile, compile_blocks(self.strategy, module))
         if training:
             self.strategy.autocast_dtype = self.autocast_dtype  # a sharding strategy casts what it gathers
             train_forward = self.strategy.setup_module(module)
