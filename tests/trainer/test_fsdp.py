@@ -157,6 +157,25 @@ def test_accumulation_steps_skip_the_reduce_scatter(tmp_path):
     assert _load(tmp_path, "reduce_scatters") == [6, 6]
 
 
+def _fit_twice(out: str) -> None:
+    module = BlockNet()
+    for _ in range(2):  # a second fit of the same module (a new Trainer): FSDP2 shards a module only once
+        _trainer(out, max_epochs=1).fit(module, make_loader(batch_size=8))
+    _save(out, "params", _full_params(module))
+
+
+def test_a_second_fit_of_a_sharded_module_goes_on_training_it(tmp_path):
+    spawn(_fit_twice, 2, args=(str(tmp_path),))
+    single = BlockNet()
+    for _ in range(2):
+        options = {"enable_progress_bar": False, "enable_checkpointing": False, "gradient_clip_val": 0.5}
+        Trainer(max_epochs=1, default_root_dir=tmp_path / "single", **options).fit(single, make_loader(batch_size=16))
+    expected = {name: tensor.flatten().tolist() for name, tensor in single.state_dict().items()}
+    params = _load(tmp_path, "params")
+    assert params[0] == params[1]
+    _assert_same_weights(params[0], expected)
+
+
 # -------------------------------------------------------------------------------------------- mixed precision
 def _fit_bf16(out: str) -> None:
     module = BlockNet()

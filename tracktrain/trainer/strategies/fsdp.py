@@ -9,6 +9,7 @@ block. The model is sharded before the optimizers are built, so they step the sh
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -21,6 +22,9 @@ from tracktrain.trainer.strategies.data_parallel import DataParallelStrategy, St
 from tracktrain.trainer.strategies.full_state import FullModelState, FullOptimizerState
 
 __all__ = ["AutoWrap", "FSDPStrategy", "blocks_to_shard"]
+
+#: the sharded root around each module sharded so far, for the next fit of the same module
+_SHARDED_ROOTS: weakref.WeakKeyDictionary[nn.Module, StepModule] = weakref.WeakKeyDictionary()
 
 #: which submodules get their own shard group: module classes, or a predicate over submodules
 AutoWrap = Iterable[type[nn.Module]] | Callable[[nn.Module], bool] | None
@@ -84,12 +88,16 @@ class FSDPStrategy(DataParallelStrategy):
     def setup_module(self, module: nn.Module) -> Callable[[Any, int], Any]:
         """Shard each block, then the rest with the root: a `StepModule` around `module`, whose forward (the
         step) gathers what the blocks do not hold and sets up the gradients' reduction for each backward."""
-        options: dict[str, Any] = {"mp_policy": self._mixed_precision(), "offload_policy": self._offload_policy()}
-        for block in blocks_to_shard(module, self.auto_wrap):
-            fully_shard(block, reshard_after_forward=self.reshard_after_forward, **options)
-        wrapped = StepModule(module)
-        # the root is used again right away by backward: keeping it gathered saves one all-gather per step
-        fully_shard(wrapped, reshard_after_forward=False, **options)
+        wrapped = _SHARDED_ROOTS.get(module)
+        if wrapped is None:
+            options: dict[str, Any] = {"mp_policy": self._mixed_precision(), "offload_policy": self._offload_policy()}
+            for block in blocks_to_shard(module, self.auto_wrap):
+                fully_shard(block, reshard_after_forward=self.reshard_after_forward, **options)
+            wrapped = StepModule(module)
+            # the root is used again right away by backward: keeping it gathered saves one all-gather per step
+            fully_shard(wrapped, reshard_after_forward=False, **options)
+            _SHARDED_ROOTS[module] = wrapped
+        # else a fit before this one sharded it (FSDP2 shards a module once): it goes on as it was sharded then
         self._wrapped, self._module = wrapped, module
         return wrapped
 
