@@ -324,3 +324,39 @@ def test_the_shard_loader_keeps_every_option_of_the_users_loader():
             assert shard.multiprocessing_context.get_start_method() == value
         else:
             assert getattr(shard, name) == value, name
+
+
+# ------------------------------------------------------------------------- each rank resumes its own callback state
+class CountsOnThisRank(Callback):
+    """A callback whose state differs per rank (as an EarlyStopping's on a metric each rank computes alone)."""
+
+    state_key = "CountsOnThisRank"
+
+    def __init__(self):
+        self.count = 0
+        self.loaded = None
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.count += 1 + int(os.environ["RANK"]) * 100
+
+    def state_dict(self):
+        return {"count": self.count}
+
+    def load_state_dict(self, state_dict):
+        self.loaded = state_dict["count"]
+
+
+def _fit_counting_per_rank(out: str) -> None:
+    first = CountsOnThisRank()
+    _trainer(out, max_epochs=1, enable_checkpointing=True, callbacks=[first]).fit(Classifier(), make_loader())
+    again = CountsOnThisRank()
+    _trainer(out, max_epochs=2, enable_checkpointing=True, resume="auto", callbacks=[again]).fit(
+        Classifier(), make_loader()
+    )
+    _save(out, "counts", [first.count, again.loaded])
+
+
+def test_each_rank_resumes_its_own_callback_state(tmp_path):
+    spawn(_fit_counting_per_rank, 2, args=(str(tmp_path),))
+    # 4 batches per rank in the first fit; rank 1 counts 101 per batch
+    assert _load(tmp_path, "counts") == [[4, 4], [404, 404]]

@@ -37,14 +37,19 @@ class TrainerState:
     def state_dict(self) -> dict[str, Any]:
         trainer = self._trainer
         trainer.check_finite()  # no checkpoint holds the parameters of a step after a non-finite loss
+        callbacks = {callback.state_key: callback.state_dict() for callback in trainer.callbacks}
+        # every rank's generators and callback states, in one gather (all ranks take part in every save; rank 0
+        # writes): a callback may judge its own rank's values (EarlyStopping on an unsynced metric)
+        per_rank = distributed.gather_objects((get_rng_states(), callbacks))
         checkpoint: dict[str, Any] = {
             "global_step": self.global_step,
             "samples_seen": self.samples_seen,
-            "callbacks": {callback.state_key: callback.state_dict() for callback in trainer.callbacks},
-            # every rank's generators, gathered (all ranks take part in every save; rank 0 writes)
-            "rng_states_per_rank": distributed.gather_objects(get_rng_states()),
+            "callbacks": callbacks,
+            "rng_states_per_rank": [rng_states for rng_states, _ in per_rank],
             "settings": trainer.settings,  # compared when a fit resumes (tracktrain.trainer.settings)
         }
+        if len(per_rank) > 1:
+            checkpoint["callbacks_per_rank"] = [states for _, states in per_rank]
         self._fire(TrainerEvents.CHECKPOINT_SAVING, checkpoint)
         return checkpoint
 
@@ -58,6 +63,10 @@ class TrainerState:
         self.samples_seen = int(state_dict.get("samples_seen", 0))
         self._restore_rng_states(state_dict.get("rng_states_per_rank"))
         states = state_dict.get("callbacks", {})
+        rank, world_size = rank_and_world_size()
+        per_rank = state_dict.get("callbacks_per_rank")
+        if per_rank and len(per_rank) == world_size:  # else rank 0's, as for the generators (warned above)
+            states = per_rank[rank]
         for callback in self._trainer.callbacks:
             if callback.state_key in states:
                 callback.load_state_dict(states[callback.state_key])
