@@ -26,17 +26,23 @@ from typing import Any
 from tracktrain import storage
 from tracktrain.loggers.base import CHECKPOINT_ARTIFACTS, QueuedLogger, default_run_name, flatten_params
 from tracktrain.loggers.delivery import Record
+from tracktrain_integrations.wandb_values import MAX_TAG_LENGTH as MAX_TAG_LENGTH  # importable from here, as before
+from tracktrain_integrations.wandb_values import (
+    MODES,
+    RESUME_MODES,
+    WATCH_MODES,
+    check_choice,
+    checked_tag,
+    json_safe,
+    truncated_tag,
+)
 
 __all__ = ["WandbLogger"]
 
 _logger = logging.getLogger(__name__)
 
-MODES = ("online", "offline", "disabled")
-WATCH_MODES = ("gradients", "parameters", "all")
-RESUME_MODES = ("allow", "must", "never", "auto")
 # W&B marks any non-zero exit code as a failed run; 255 is what W&B itself records for a Ctrl-C.
 EXIT_CODES = {"FINISHED": 0, "FAILED": 1, "KILLED": 255}
-MAX_TAG_LENGTH = 64  # W&B rejects the whole tag update when one tag is longer
 
 
 def _import_wandb() -> Any:
@@ -116,9 +122,9 @@ class WandbLogger(QueuedLogger):
             delivery=delivery or ("thread" if watch is not None else "process"),
         )
         self._wandb = _import_wandb()
-        _check_choice("mode", mode, MODES)
-        _check_choice("watch", watch, WATCH_MODES)
-        _check_choice("resume", resume, RESUME_MODES)
+        check_choice("mode", mode, MODES)
+        check_choice("watch", watch, WATCH_MODES)
+        check_choice("resume", resume, RESUME_MODES)
         unknown = set(init_kwargs) - set(inspect.signature(self._wandb.init).parameters)
         if unknown:
             raise TypeError(
@@ -130,7 +136,7 @@ class WandbLogger(QueuedLogger):
         self.resume_mode = resume
         self.mode = mode
         self.config = dict(config) if config is not None else None
-        self.tags = [_checked_tag(tag) for tag in tags] if tags is not None else None
+        self.tags = [checked_tag(tag) for tag in tags] if tags is not None else None
         self.log_checkpoints = log_checkpoints  # read by the Trainer's LoggerBridge
         self.watch = watch
         self.watch_log_freq = watch_log_freq
@@ -221,7 +227,7 @@ class WandbLogger(QueuedLogger):
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         # JSON values from the start: W&B's config takes nothing else, and nor does the spill file
-        self._put(Record("params", _json_safe(flatten_params(params))))
+        self._put(Record("params", json_safe(flatten_params(params))))
 
     # ---------------------------------------------------------------------------- the delivery thread
     def _send(self, records: list[Record]) -> None:
@@ -265,7 +271,7 @@ class WandbLogger(QueuedLogger):
             )
 
     def _add_tags(self, run: Any, tags: Mapping[str, str]) -> None:
-        new = [_truncated_tag(f"{key}:{value}" if value else key) for key, value in tags.items()]
+        new = [truncated_tag(f"{key}:{value}" if value else key) for key, value in tags.items()]
         run.tags = tuple(dict.fromkeys([*run.tags, *new]))
 
     def _log_artifact(self, run: Any, record: Record, step: int) -> None:
@@ -377,39 +383,3 @@ def _save_requirements(run: Any, files_dir: str) -> None:
     with open(path, "w", encoding="utf-8") as out:
         out.writelines(f"{package.key}=={package.version}\n" for package in working_set())
     run.save(path, base_path=files_dir, policy="now")
-
-
-def _check_choice(argument: str, value: str | None, choices: tuple[str, ...]) -> None:
-    if value is not None and value not in choices:
-        raise ValueError(f"WandbLogger({argument}=...) must be one of {choices} or None, got {value!r}.")
-
-
-def _checked_tag(tag: str) -> str:
-    if not isinstance(tag, str) or not 1 <= len(tag) <= MAX_TAG_LENGTH:
-        raise ValueError(f"WandbLogger(tags=...) takes strings of 1 to {MAX_TAG_LENGTH} characters, got {tag!r}.")
-    return tag
-
-
-def _truncated_tag(tag: str) -> str:
-    if len(tag) <= MAX_TAG_LENGTH:
-        return tag
-    _logger.warning(
-        "W&B tag %r is longer than %d characters; kept as its first %d", tag, MAX_TAG_LENGTH, MAX_TAG_LENGTH
-    )
-    return tag[:MAX_TAG_LENGTH]
-
-
-def _json_safe(params: Mapping[str, Any]) -> dict[str, Any]:
-    """`params` with JSON values only: anything else (a dtype, a device, a class) as its str. A value W&B refuses
-    would fail its whole batch again at every retry."""
-    return {key: _json_value(value) for key, value in params.items()}
-
-
-def _json_value(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_json_value(item) for item in value]
-    if isinstance(value, Mapping):
-        return {str(key): _json_value(item) for key, item in value.items()}
-    return str(value)

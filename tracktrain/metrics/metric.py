@@ -1,5 +1,5 @@
-"""The Metric base class and MetricsLambda (arithmetic on metrics). Usages live in `usage.py`, the all-reduce
-in `distributed.py`.
+"""The Metric base class and MetricsLambda (arithmetic on metrics). Usages live in `usage.py`, the checks and
+shaping of a metric's arguments and inputs in `inputs.py`, the all-reduce in `distributed.py`.
 
 PyTorch-Ignite's `ignite.metrics.Metric` is the reference for names and behaviour: `reset()`, `update(output)`,
 `compute()`, `attach(engine, name, usage)`, `detach`, `is_attached`, `output_transform`, arithmetic on metrics.
@@ -12,7 +12,6 @@ for every metric by `all_reduce_sum`.
 
 from __future__ import annotations
 
-import numbers
 import operator
 import weakref
 from abc import ABC, abstractmethod
@@ -22,6 +21,14 @@ from typing import Any
 import torch
 
 from tracktrain.engine.engine import Engine
+from tracktrain.metrics.inputs import (
+    accumulation_dtype,
+    as_batch_of_one,
+    as_device,
+    identity,
+    is_sequence_of_tensors_or_numbers,
+    tensor_pair,
+)
 from tracktrain.metrics.usage import EpochWise, MetricUsage, _as_usage, _same_events
 
 __all__ = ["Metric", "MetricsLambda", "NotComputableError"]
@@ -31,51 +38,12 @@ class NotComputableError(RuntimeError):
     """`compute()` was called on a metric with nothing to compute from (no `update()` since its last `reset()`)."""
 
 
-# ------------------------------------------------------------------------------------------------------- usages
-def _identity(output: Any) -> Any:
-    return output
-
-
-def _as_device(device: str | torch.device, owner: str) -> torch.device:
-    try:
-        resolved = torch.device(device)
-    except (RuntimeError, TypeError) as error:
-        raise ValueError(f"{owner}: device={device!r} is not a torch device; use e.g. 'cpu' or 'cuda:0'.") from error
-    if resolved.type == "xla":
-        # as in Ignite: per-update accumulation on XLA devices is slow; accumulate on the CPU instead
-        raise ValueError(f"{owner}: cannot accumulate on an XLA device ({device!r}); use device='cpu'.")
-    return resolved
-
-
-def _is_sequence_of_tensors_or_numbers(value: Any) -> bool:
-    return isinstance(value, Sequence) and all(isinstance(v, (torch.Tensor, numbers.Number)) for v in value)
-
-
-def _as_batch_of_one(value: torch.Tensor | numbers.Number, device: torch.device | None = None) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        return value.unsqueeze(0)
-    return torch.tensor([value], device=device)
-
-
-def _tensor_pair(output: Any, owner: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """`output` as `(y_pred, y)`, two tensors, or a TypeError that says what was given instead."""
-    if not (isinstance(output, Sequence) and len(output) == 2):
-        raise TypeError(
-            f"{owner}.update() expects (y_pred, y), got {type(output).__name__}"
-            f"{f' of length {len(output)}' if isinstance(output, Sequence) else ''}. Pass output_transform to "
-            "turn the process function's output into (y_pred, y)."
-        )
-    y_pred, y = output
-    if not (isinstance(y_pred, torch.Tensor) and isinstance(y, torch.Tensor)):
-        raise TypeError(
-            f"{owner}.update() expects y_pred and y as tensors, got {type(y_pred).__name__} and "
-            f"{type(y).__name__}. Convert them with torch.as_tensor (in output_transform)."
-        )
-    return y_pred.detach(), y.detach()
-
-
-def _accumulation_dtype(device: torch.device) -> torch.dtype:
-    return torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
+# the names the metrics beside this module import from here (accuracy, average, loss, regression, running_average);
+# they live in inputs.py
+_identity = identity
+_as_device = as_device
+_tensor_pair = tensor_pair
+_accumulation_dtype = accumulation_dtype
 
 
 class Metric(ABC):
@@ -102,7 +70,7 @@ class Metric(ABC):
 
     def __init__(
         self,
-        output_transform: Callable[[Any], Any] = _identity,
+        output_transform: Callable[[Any], Any] = identity,
         device: str | torch.device | None = None,
         skip_unrolling: bool = False,
     ) -> None:
@@ -110,7 +78,7 @@ class Metric(ABC):
             raise TypeError(f"{type(self).__name__}: output_transform must be callable, got {output_transform!r}.")
         self._output_transform = output_transform
         # None: the state follows the inputs (see _settle_device); until then it waits on the CPU
-        self._requested_device = None if device is None else _as_device(device, type(self).__name__)
+        self._requested_device = None if device is None else as_device(device, type(self).__name__)
         self._device = self._requested_device or torch.device("cpu")
         self._device_settled = self._requested_device is not None
         self._skip_unrolling = skip_unrolling
@@ -159,7 +127,7 @@ class Metric(ABC):
         if (
             not self._skip_unrolling
             and isinstance(output, Sequence)
-            and all(_is_sequence_of_tensors_or_numbers(part) for part in output)
+            and all(is_sequence_of_tensors_or_numbers(part) for part in output)
         ):
             # ([y_pred_1, y_pred_2, ...], [y_1, y_2, ...]): one update per sample, each a batch of one
             if not (len(output) == 2 and len(output[0]) == len(output[1])):
@@ -169,8 +137,8 @@ class Metric(ABC):
                     f"(y_preds, ys), got {len(output)} lists of lengths {lengths}."
                 )
             for y_pred, y in zip(output[0], output[1]):
-                y_pred_batch = _as_batch_of_one(y_pred)
-                self.update((y_pred_batch, _as_batch_of_one(y, y_pred_batch.device)))
+                y_pred_batch = as_batch_of_one(y_pred)
+                self.update((y_pred_batch, as_batch_of_one(y, y_pred_batch.device)))
         else:
             self.update(output)
 
