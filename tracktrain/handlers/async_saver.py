@@ -14,21 +14,34 @@ import copy
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import torch
 
-from tracktrain.handlers.savers import CheckpointWriteError
+from tracktrain.handlers.savers import CheckpointWriteError, FsspecSaver
+from tracktrain.handlers.spool import Spool
 
-__all__ = ["AsyncSaver", "cpu_snapshot"]
+__all__ = ["AsyncSaver", "SaveHandler", "cpu_snapshot"]
+
+
+class SaveHandler(Protocol):
+    """What `AsyncSaver` wraps: a `Checkpoint` save handler (`BaseSaveHandler`'s two methods)."""
+
+    def __call__(self, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None: ...
+
+    def remove(self, filename: str) -> None: ...
 
 
 class AsyncSaver:
     """Wraps a save handler (`FsspecSaver`, `DiskSaver`, or any `(checkpoint, filename, metadata)` callable with
-    `remove`) so that saving returns after the snapshot. Attributes not defined here (`url`, `path_of`,
-    `protected`, ...) are the wrapped saver's."""
+    `remove`) so that saving returns after the snapshot.
 
-    def __init__(self, saver: Any) -> None:
+    Around a saver of a directory (`FsspecSaver`, `DiskSaver`) it also shows that saver's `path_of`, `url`,
+    `protected`, `spool`, `write_serialized` and `remove_now`, which `Checkpoint` and `ModelCheckpoint` use; around
+    any other save handler those raise AttributeError."""
+
+    def __init__(self, saver: SaveHandler) -> None:
         self.saver = saver
         self._queue: deque[tuple[str, Callable[[], None]]] = deque()
         self._condition = threading.Condition()
@@ -37,11 +50,6 @@ class AsyncSaver:
         self._failed_on: str | None = None
         self._thread: threading.Thread | None = None
         self._shared_copies: dict[tuple, tuple[torch.Tensor, torch.Tensor]] | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "saver":  # not set yet (unpickling, copy): no recursion
-            raise AttributeError(name)
-        return getattr(self.saver, name)
 
     def __call__(self, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None:
         if self._shared_copies is None:
@@ -91,6 +99,45 @@ class AsyncSaver:
                 "kept; nothing queued after it (retention) was done."
             ) from error
         return finished
+
+    # ------------------------------------------------------------------ the wrapped saver of a directory
+    def path_of(self, filename: str) -> str | Path:
+        """Where the wrapped saver stores `filename` (see `FsspecSaver.path_of`)."""
+        return self._directory_saver("path_of").path_of(filename)
+
+    @property
+    def url(self) -> str:
+        """The wrapped saver's directory."""
+        return self._directory_saver("url").url
+
+    @property
+    def protected(self) -> set[str]:
+        """The wrapped saver's names that `remove` never deletes (the set itself: callers add to it)."""
+        return self._directory_saver("protected").protected
+
+    @property
+    def spool(self) -> Spool | None:
+        """Where the wrapped saver keeps checkpoints while its store does not answer (None: it keeps none)."""
+        return self._directory_saver("spool").spool
+
+    def write_serialized(
+        self, filename: str, data: bytes | memoryview, summary: Mapping[str, Any], metadata: Mapping | None = None
+    ) -> None:
+        """The wrapped saver's `write_serialized`, now, on the calling thread (not queued behind the background
+        writes: call `wait()` first), for delivering what waits in its spool."""
+        self._directory_saver("write_serialized").write_serialized(filename, data, summary, metadata)
+
+    def remove_now(self, filename: str) -> None:
+        """The wrapped saver's `remove_now`, now, on the calling thread (as `write_serialized`)."""
+        self._directory_saver("remove_now").remove_now(filename)
+
+    def _directory_saver(self, member: str) -> FsspecSaver:
+        if not isinstance(self.saver, FsspecSaver):
+            raise AttributeError(
+                f"AsyncSaver.{member} is the wrapped saver's, and {type(self.saver).__name__} is not a saver of a "
+                "directory (FsspecSaver, DiskSaver): use the wrapped save handler itself (AsyncSaver.saver)."
+            )
+        return self.saver
 
     def _submit(self, filename: str, operation: Callable[[], None]) -> None:
         with self._condition:
