@@ -20,7 +20,7 @@ computed from counters every rank shares (steps, epochs), never from a rank's ow
 in what is due fail at once (a signature of the due decisions leads each proposal row), never mix values.
 
 Two agreements keep a schedule of their own, fixed by counters too: the pre-emption flag, exchanged every few
-steps without waiting so that it adds no host sync (`distributed.AsyncAnyRank`, acted on one exchange later), and
+steps without waiting so that it adds no host sync (`Strategy.async_any_rank`, acted on one exchange later), and
 the non-finite-loss check, at logging steps, epoch ends and saves (`trainer.nonfinite`).
 """
 
@@ -31,8 +31,6 @@ import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-
-import torch
 
 from tracktrain import distributed
 from tracktrain.ranks import global_rank
@@ -72,8 +70,14 @@ class Decision:
             raise ValueError(f"Decision {self.name!r}: agree={self.agree!r} is not one of {sorted(AGREEMENTS)}.")
 
 
-def decide(decisions: Sequence[Decision]) -> None:
-    """Take `decisions` (those of one boundary, in declaration order): propose, exchange once, act."""
+def decide(
+    decisions: Sequence[Decision], gather: Callable[[Sequence[float]], list[list[float]]] = distributed.gather_floats
+) -> None:
+    """Take `decisions` (those of one boundary, in declaration order): propose, exchange once, act.
+
+    `gather(row)`: every rank's row of floats, in rank order — the fit's `Strategy.gather_floats`, which the Trainer
+    passes (this module sits below the trainer layer and does not import it); `tracktrain.distributed`'s by default.
+    """
     due = [decision for decision in decisions if decision.due is None or decision.due()]
     if not due:
         return
@@ -86,7 +90,8 @@ def decide(decisions: Sequence[Decision]) -> None:
             proposals.append(math.nan)
             failure = failure or (index, error)
     signature = _signature(due)
-    rows = _exchange([signature, *proposals], failed=-1 if failure is None else failure[0])
+    # every rank's proposals (and the index of the one that failed, or -1), on every rank: one all-gather
+    rows = gather([signature, *proposals, float(-1 if failure is None else failure[0])])
     if any(row[0] != signature for row in rows):
         raise RuntimeError(
             f"The ranks disagree on which decisions are due at the {due[0].boundary.value} boundary (this rank, "
@@ -111,14 +116,3 @@ def _signature(due: Sequence[Decision]) -> float:
     (instead of reading each other's values as the wrong decisions)."""
     digest = hashlib.blake2b(repr([(d.boundary.value, d.name) for d in due]).encode(), digest_size=6).digest()
     return float(int.from_bytes(digest, "big"))
-
-
-def _exchange(proposals: list[float], failed: int) -> list[list[float]]:
-    """Every rank's proposals (and the index of the one that failed, or -1), on every rank: one all-gather."""
-    if not distributed.is_distributed():
-        return [[*proposals, float(failed)]]
-    device = distributed.collective_device()
-    local = torch.tensor([*proposals, float(failed)], dtype=torch.float64, device=device)
-    gathered = [torch.empty_like(local) for _ in range(torch.distributed.get_world_size())]
-    torch.distributed.all_gather(gathered, local)
-    return [row.tolist() for row in gathered]

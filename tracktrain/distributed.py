@@ -7,7 +7,7 @@ import os
 import socket
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -16,7 +16,16 @@ import torch.distributed as dist
 
 from tracktrain.env_settings import positive_setting
 
-__all__ = ["any_rank", "collective_device", "collective_timeout", "init_from_env", "is_distributed", "spawn"]
+__all__ = [
+    "all_reduce_tensor",
+    "any_rank",
+    "collective_device",
+    "collective_timeout",
+    "gather_floats",
+    "init_from_env",
+    "is_distributed",
+    "spawn",
+]
 
 _TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -117,6 +126,32 @@ def gather_objects(value: Any) -> list[Any]:
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, value)
     return gathered
+
+
+def gather_floats(values: Sequence[float]) -> list[list[float]]:
+    """Every rank's `values` (the same number on each), in rank order, on every rank, in one all-gather of a float64
+    tensor (every rank must call it); `[values]` alone."""
+    if not is_distributed():
+        return [list(values)]
+    local = torch.tensor(list(values), dtype=torch.float64, device=collective_device())
+    gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, local)
+    return [row.tolist() for row in gathered]
+
+
+_REDUCE_OPS = ("sum", "max", "min")  # dist.ReduceOp's names, looked up when used (a build may lack distributed)
+
+
+def all_reduce_tensor(value: torch.Tensor, op: str) -> torch.Tensor:
+    """`value` reduced over all processes by `op` ("sum", "max" or "min"), in float64 on the collective's device,
+    given back in `value`'s shape, dtype and device (every rank must call it); `value` itself alone."""
+    if op not in _REDUCE_OPS:
+        raise ValueError(f"all_reduce_tensor(op=...) must be one of {_REDUCE_OPS}, got {op!r}.")
+    if not is_distributed():
+        return value
+    buffer = value.detach().to(device=collective_device(), dtype=torch.float64).reshape(-1)
+    dist.all_reduce(buffer, op=getattr(dist.ReduceOp, op.upper()))
+    return buffer.reshape(value.shape).to(device=value.device, dtype=value.dtype)
 
 
 def check_same_on_all_ranks(what: str, value: int) -> None:

@@ -8,12 +8,14 @@ reduced once at the epoch's end, across processes too when asked (`sync_dist`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tracktrain.metrics.distributed import _world_size, all_reduce_sum
 from tracktrain.number_checks import is_integral, is_real
+
+if TYPE_CHECKING:
+    from tracktrain.trainer.strategies import Strategy
 
 __all__ = ["MetricLog", "scalar_values", "to_floats"]
 
@@ -45,6 +47,7 @@ class MetricLog:
         progress_bar_names: the Trainer's set of names shown in the progress bar, shared by all stages.
         per_step_in_step: whether values logged inside a step default to per-step (True for training).
         batch_size_of: the length of the current batch, for weighting means when `batch_size` is not given.
+        strategy: the fit's, which reduces `sync_dist` values across its ranks.
     """
 
     def __init__(
@@ -54,12 +57,14 @@ class MetricLog:
         progress_bar_names: set[str],
         per_step_in_step: bool,
         batch_size_of: Callable[[Any], int],
+        strategy: Strategy,
     ) -> None:
         self.stage = stage
         self.callback_metrics = callback_metrics
         self.progress_bar_names = progress_bar_names
         self._per_step_in_step = per_step_in_step
         self._batch_size_of = batch_size_of
+        self._strategy = strategy
         self._entries: dict[str, _Logged] = {}
         self.in_step = False
         self.batch: Any = None  # set by the Trainer before each step
@@ -176,8 +181,8 @@ class MetricLog:
                 entry.step_fresh = False
                 value = entry.step_value
                 assert value is not None  # fresh: a step value was logged
-                if entry.sync_dist and _world_size() > 1:
-                    value = _reduce_across_ranks(value, "mean")
+                if entry.sync_dist and self._strategy.is_distributed:
+                    value = self._reduce_across_ranks(value, "mean")
                 values[f"{name}_step" if entry.on_epoch else name] = value
         return values
 
@@ -193,11 +198,11 @@ class MetricLog:
             if not entry.on_epoch or entry.total is None:
                 continue
             total, weight = entry.total, entry.weight
-            if entry.sync_dist and _world_size() > 1:
+            if entry.sync_dist and self._strategy.is_distributed:
                 if entry.reduce == "mean":
-                    total, weight = all_reduce_sum(total, weight)
+                    total, weight = self._sum_across_ranks(total, weight)
                 else:
-                    total = _reduce_across_ranks(total, entry.reduce)
+                    total = self._reduce_across_ranks(total, entry.reduce)
             value = _aggregate(entry, total, weight)
             self.callback_metrics[name] = value
             if entry.on_step:
@@ -205,6 +210,22 @@ class MetricLog:
             values[f"{name}_epoch" if entry.on_step else name] = value
         self._epoch_values = values
         return dict(values)
+
+    # ------------------------------------------------------------------------------- across ranks (sync_dist)
+    def _reduce_across_ranks(self, value: torch.Tensor, reduce: str) -> torch.Tensor:
+        """`value` reduced over the ranks by the strategy: summed, averaged, or its maximum or minimum."""
+        if reduce == "mean":
+            return self._strategy.reduce_tensor(value, "sum") / self._strategy.world_size
+        return self._strategy.reduce_tensor(value, reduce)
+
+    def _sum_across_ranks(self, total: torch.Tensor, weight: float) -> tuple[torch.Tensor, float]:
+        """A mean's total and its weight, each summed over the ranks, in one collective (in float64, as they are
+        reduced); reading the weight back is a sync (at an epoch's end, where the values are read anyway)."""
+        pair = torch.stack(
+            [total.detach().reshape(()).double(), torch.tensor(weight, dtype=torch.float64, device=total.device)]
+        )
+        summed = self._strategy.reduce_tensor(pair, "sum")
+        return summed[0].reshape(total.shape).to(total.dtype), float(summed[1])
 
 
 def _aggregate(entry: _Logged, total: torch.Tensor | None = None, weight: float | None = None) -> torch.Tensor:
@@ -231,18 +252,6 @@ def _checked_batch_size(batch_size: Any) -> int:
     if not is_integral(batch_size) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"self.log(..., batch_size=) must be a positive integer, got {batch_size!r}.")
     return int(batch_size)
-
-
-def _reduce_across_ranks(value: torch.Tensor, reduce: str) -> torch.Tensor:
-    if reduce in ("mean", "sum"):
-        (total,) = all_reduce_sum(value)
-        return total / _world_size() if reduce == "mean" else total
-    from tracktrain.distributed import collective_device
-
-    buffer = value.detach().to(device=collective_device(), dtype=torch.float64).reshape(1)
-    op = torch.distributed.ReduceOp.MAX if reduce == "max" else torch.distributed.ReduceOp.MIN
-    torch.distributed.all_reduce(buffer, op=op)
-    return buffer.reshape(value.shape).to(device=value.device, dtype=value.dtype)
 
 
 def to_floats(values: dict[str, Any]) -> dict[str, float]:

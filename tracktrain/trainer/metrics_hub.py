@@ -31,7 +31,9 @@ class MetricsHub:
         self.logged_metrics: dict[str, float] = {}
         self.progress_bar_names: set[str] = set()
         self.logs = {
-            stage: MetricLog(stage, self.callback_metrics, self.progress_bar_names, stage == "fit", batch_size_of)
+            stage: MetricLog(
+                stage, self.callback_metrics, self.progress_bar_names, stage == "fit", batch_size_of, trainer.strategy
+            )
             for stage in ("fit", "validate", "test")
         }
         self.current = self.logs["fit"]  # the log `self.log` writes to: the stage running

@@ -117,6 +117,11 @@ class LoopModule(nn.Module):
             raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer; pass it to Trainer.fit() first.")
         return self._trainer
 
+    @trainer.setter
+    def trainer(self, trainer: Trainer | None) -> None:
+        """Attach the module to `trainer` (each of its entry points does), or detach it (None)."""
+        self._trainer = trainer
+
     @property
     def global_step(self) -> int:
         """Optimizer steps taken so far (0 outside a Trainer)."""

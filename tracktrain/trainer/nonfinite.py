@@ -19,10 +19,12 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
-from tracktrain import distributed
+if TYPE_CHECKING:
+    from tracktrain.trainer.strategies import Strategy
 
 __all__ = ["NONFINITE_POLICIES", "NonFiniteLoss", "NonFiniteWatch"]
 
@@ -38,14 +40,16 @@ class NonFiniteLoss(FloatingPointError):
 
 class NonFiniteWatch:
     """The losses of the steps since the last check, kept as they are (detached, on their device) until `check`
-    reads them all at once: observing a step costs a list append, not a device operation."""
+    reads them all at once: observing a step costs a list append, not a device operation. `strategy`: the fit's, which
+    agrees on the findings across ranks."""
 
-    def __init__(self, policy: str) -> None:
+    def __init__(self, policy: str, strategy: Strategy) -> None:
         if policy not in NONFINITE_POLICIES:
             raise ValueError(
                 f"Trainer(nonfinite=...) must be one of {', '.join(map(repr, NONFINITE_POLICIES))}, got {policy!r}."
             )
         self.policy = policy
+        self._strategy = strategy
         self._steps: list[int] = []
         self._losses: list[torch.Tensor] = []
         # full lists folded into one tensor each (no sync), so a long interval between checks holds 12 bytes a step
@@ -64,7 +68,7 @@ class NonFiniteWatch:
         if self.policy == "skip_step":
             finite = bool(torch.isfinite(loss).all())  # a sync point, per step: what this policy costs
             # ranks skip together (under DDP one that skipped backward would leave the others in its all-reduce)
-            if not distributed.any_rank(not finite):
+            if not self._strategy.any_rank(not finite):
                 return True
             self.skipped_steps += 1
             return False
@@ -108,7 +112,7 @@ class NonFiniteWatch:
             return
         found = self._first_non_finite()
         # every rank checks at the same points: all of them act on the earliest finding of any (or none does)
-        findings = [finding for finding in distributed.gather_objects(found) if finding[0] >= 0]
+        findings = [finding for finding in self._strategy.gather(found) if finding[0] >= 0]
         if not findings:
             return
         step, value = min(findings)

@@ -11,12 +11,12 @@ from __future__ import annotations
 import signal
 from typing import TYPE_CHECKING
 
-from tracktrain import distributed
 from tracktrain.dist_logger import get_dist_logger
 from tracktrain.engine.events import Events, RemovableEventHandle
 from tracktrain.preemption import SignalWatch, Terminated
 
 if TYPE_CHECKING:
+    from tracktrain.distributed import AsyncAnyRank
     from tracktrain.trainer.trainer import Trainer
 
 __all__ = ["PreemptionControl"]
@@ -27,12 +27,13 @@ class PreemptionControl:
         self._trainer = trainer
         self._signals = SignalWatch(on_signal=self._arm)
         self._checks: list[RemovableEventHandle] = []
-        self._agreement: distributed.AsyncAnyRank | None = None
+        self._agreement: AsyncAnyRank | None = None
 
     def start(self) -> None:
         """A fit starts: watch for signals (and exchange the flag, when ranks step in lockstep)."""
         self._signals.install()
-        self._agreement = distributed.AsyncAnyRank() if self._trainer.strategy.steps_in_lockstep else None
+        strategy = self._trainer.strategy
+        self._agreement = strategy.async_any_rank() if strategy.steps_in_lockstep else None
 
     def stop(self) -> None:
         self._signals.restore()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -13,29 +12,27 @@ from torch import nn
 from tracktrain.boundary import Boundary, Decision
 from tracktrain.engine.deterministic import ResumableEngine
 from tracktrain.engine.engine import Engine
-from tracktrain.engine.events import Events, RemovableEventHandle
+from tracktrain.engine.events import Events
 from tracktrain.engine.model_engine import ModelEngine
 from tracktrain.rng import manual_seed
 from tracktrain.trainer import arguments, defaults
-from tracktrain.trainer.batches import epoch_length_of
-from tracktrain.trainer.building import as_loop_module, configure_optimizers, model_engine_for
+from tracktrain.trainer.building import as_loop_module
 from tracktrain.trainer.callback import Callback, check_state_keys
 from tracktrain.trainer.evaluation import EvaluationStages
 from tracktrain.trainer.fit_step import FitStep
 from tracktrain.trainer.hooks import TrainerEvents
-from tracktrain.trainer.metric_log import MetricLog, to_floats
+from tracktrain.trainer.metric_log import MetricLog
 from tracktrain.trainer.metrics_hub import MetricsHub
-from tracktrain.trainer.model_preparation import ActivationCheckpointing, compile_blocks, prepare_module
+from tracktrain.trainer.model_preparation import ActivationCheckpointing
 from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.nonfinite import NonFiniteWatch
 from tracktrain.trainer.optimizers import LRSchedulerConfig
 from tracktrain.trainer.preemption_control import PreemptionControl
 from tracktrain.trainer.resume import check_resume
 from tracktrain.trainer.run_checkpoints import RunCheckpoints
-from tracktrain.trainer.scaled_optimizer import ScaledOptimizer
+from tracktrain.trainer.session import Session
 from tracktrain.trainer.strategies import Strategy, strategy_for
 from tracktrain.trainer.trainer_state import TrainerState
-from tracktrain.trainer.wiring import ExceptionHooks, attach_handlers
 
 if TYPE_CHECKING:
     from tracktrain.loggers.base import Logger
@@ -152,8 +149,6 @@ class Trainer:
         self.default_root_dir = arguments.root_dir_of(default_root_dir)
         self.resume = check_resume(resume)
         self.resume_with_changes = bool(resume_with_changes)
-        self.nonfinite_watch = NonFiniteWatch(nonfinite)
-        self.nonfinite = nonfinite
         self.run_seed = seed  # the seed of the data order; drawn (or taken from the checkpoint) when a fit starts
         self.settings: dict[str, Any] = {}  # run_settings() of the current fit, saved in its checkpoints
         self.resume_changes: dict[str, tuple[Any, Any]] = {}  # settings that differ from the checkpoint resumed
@@ -167,8 +162,8 @@ class Trainer:
         self.precision = precision
         self.strategy: Strategy = strategy_for(strategy)
         self.strategy_name = strategy if isinstance(strategy, str) else self.strategy.name  # in the run's settings
-        self._distributed_loaders: dict[int, Iterable[Any]] = {}
-        self._stop_requested = False
+        self.nonfinite_watch = NonFiniteWatch(nonfinite, self.strategy)  # its findings agreed by the strategy
+        self.nonfinite = nonfinite
         self.device = arguments.device_of(accelerator)
         self.loggers: list[Logger] = defaults.loggers_from(loggers, logger)
         self._logger_bridge = defaults.logger_bridge(self.loggers)
@@ -196,6 +191,7 @@ class Trainer:
         self.checkpoints = RunCheckpoints(self)
         self.preemption = PreemptionControl(self)
         self.state = TrainerState(self)
+        self.session = Session(self)  # how each entry point sets up, runs and tears down
         self.module: LoopModule | None = None
         self.model_engine: ModelEngine | None = None
         self.optimizers: list[torch.optim.Optimizer] = []
@@ -264,7 +260,7 @@ class Trainer:
         alone and leaves the others waiting. `agreed=True`: every rank takes this decision at this same step
         (max_steps, an early-stopping check all-reduced across ranks): stop now, without that agreement."""
         if self.strategy.is_distributed and not agreed:
-            self._stop_requested = True
+            self.session.stop_requested = True
             return
         engine = self.train_engine
         if engine.last_event_name in (Events.STARTED, Events.EPOCH_STARTED, Events.EPOCH_COMPLETED):
@@ -307,14 +303,14 @@ class Trainer:
             Decision(
                 Boundary.TRAIN_EPOCH_END,
                 "stop requested",
-                propose=lambda: self._stop_requested,
+                propose=lambda: self.session.stop_requested,
                 agree="any",
                 act=self._stop_if_agreed,
             )
         ]
 
     def _stop_if_agreed(self, agreed: float) -> None:
-        self._stop_requested = False
+        self.session.stop_requested = False
         if agreed:
             self.train_engine.terminate()
 
@@ -347,152 +343,27 @@ class Trainer:
         if val_dataloaders is not None:
             arguments.require_override(module, "eval_step", "validate with val_dataloaders")
         assert train_dataloaders is not None  # required, checked above
-        epoch_length = epoch_length_of("limit_train_batches", train_dataloaders, self.limits["fit"])
-        if epoch_length == 0:
-            return
-        self.val_dataloaders = val_dataloaders
-        stages = {"fit", "validate"} if val_dataloaders is not None else {"fit"}
-
-        def run() -> None:
-            self.checkpoints.start_run(ckpt_path if ckpt_path is not None else self.resume, module)
-            if self.checkpoints.already_finished():
-                return
-            self.train_engine.fire_event(TrainerEvents.FIT_STARTED)
-            loader = self.loader_for(train_dataloaders, shuffle_default=True)
-            epoch_length = epoch_length_of("limit_train_batches", loader, self.limits["fit"])
-            self.fitting = True
-            self.preemption.start()
-            try:
-                self.train_engine.run(
-                    loader, max_epochs=self._max_epochs(epoch_length), epoch_length=epoch_length, seed=self.run_seed
-                )
-            finally:
-                self.fitting = False
-                self.preemption.stop()
-            self.train_engine.fire_event(TrainerEvents.FIT_COMPLETED)
-            self.strategy.teardown()
-
-        self._session(module, stages, "fit", run, training=True, val_loader=val_dataloaders)
+        self.session.fit(module, train_dataloaders, val_dataloaders, ckpt_path)
 
     def validate(
         self, module: LoopModule | None = None, dataloaders: Iterable[Any] | None = None
     ) -> list[dict[str, float]]:
         """Run `eval_step` over `dataloaders`; returns `[{metric: value}]` (also in `callback_metrics`)."""
-        return self._evaluate("validate", module, dataloaders)
+        return self.session.evaluate("validate", module, dataloaders)
 
     def test(
         self, module: LoopModule | None = None, dataloaders: Iterable[Any] | None = None
     ) -> list[dict[str, float]]:
         """Run `test_step` over `dataloaders`; returns `[{metric: value}]` (also in `callback_metrics`)."""
-        return self._evaluate("test", module, dataloaders)
+        return self.session.evaluate("test", module, dataloaders)
 
     def predict(self, module: LoopModule | None = None, dataloaders: Iterable[Any] | None = None) -> list[Any]:
         """Run `predict_step` over `dataloaders`; returns the outputs, one per batch."""
-        module = self._module_for("predict", module)
-        arguments.check_loader("dataloaders", dataloaders, required=True)
-        self.evaluation.predictions = []
-        self._session(module, {"predict"}, "predict", lambda: self.run_stage("predict", dataloaders))
-        predictions, self.evaluation.predictions = self.evaluation.predictions, []
-        return predictions
-
-    def _evaluate(self, stage: str, module: LoopModule | None, loader: Any) -> list[dict[str, float]]:
-        module = self._module_for(stage, module)
-        arguments.check_loader("dataloaders", loader, required=True)
-        if not (stage == "test" and type(module).test_step is not LoopModule.test_step):
-            arguments.require_override(module, "eval_step", stage)
-        values: dict[str, Any] = {}
-
-        def run() -> None:
-            values.update(self.run_stage(stage, loader))
-
-        self._session(module, {stage}, stage, run)
-        return [to_floats(values)]
-
-    def _session(
-        self,
-        module: LoopModule,
-        stages: set[str],
-        outermost: str,
-        run: Callable[[], object],
-        training: bool = False,
-        val_loader: Any = None,
-    ) -> None:
-        """Set up, attach, `run()`, and detach whatever happens; `on_exception` hooks see any failure once."""
-        handles: list[RemovableEventHandle] = []
-        exception_hooks: ExceptionHooks | None = None
-        try:
-            self._setup(module, training)
-            handles, exception_hooks = attach_handlers(self, stages, outermost, val_loader)
-            run()
-        except BaseException as exception:
-            if exception_hooks is not None:
-                exception_hooks.notify(self.engines[outermost], exception)
-            raise
-        finally:
-            self._teardown(handles)
-
-    def _module_for(self, stage: str, module: LoopModule | None) -> LoopModule:
-        if module is None:
-            if self.module is None:
-                raise ValueError(f"Trainer.{stage}() needs a module: pass one, or call fit() first.")
-            return self.module
-        if not isinstance(module, LoopModule):
-            raise TypeError(f"Trainer.{stage}(module=...) needs a LoopModule, got {type(module).__name__}.")
-        return module
-
-    # --------------------------------------------------------------------------------------- set-up / tear-down
-    def _setup(self, module: LoopModule, training: bool) -> None:
-        """The strategy's order: environment, then the module (wrapped before its optimizers are built), then
-        the optimizers and the model engine that steps them."""
-        self.device = self.strategy.setup_environment(self.device)
-        self._distributed_loaders = {}
-        self._stop_requested = False
-        if self.seed is not None:
-            manual_seed(self.seed)
-        if self.deterministic:
-            torch.use_deterministic_algorithms(True, warn_only=True)
-        module._trainer = self
-        self.module = module
-        module.to(self.device)
-        prepare_module(module, self.activation_checkpointing, self.compile, compile_blocks(self.strategy, module))
-        if training:
-            self.strategy.autocast_dtype = self.autocast_dtype  # a sharding strategy casts what it gathers
-            train_forward = self.strategy.setup_module(module)
-            self.optimizers, self.lr_scheduler_configs = configure_optimizers(module)
-            self.nonfinite_watch.reset()
-            self.model_engine = model_engine_for(self, module)
-            self.model_engine.attach(self.train_engine)
-            self.manual_optimizers = list(self.optimizers)
-            if self.model_engine.scaler is not None and not module.automatic_optimization:
-                self.manual_optimizers = [ScaledOptimizer(opt, self.model_engine) for opt in self.optimizers]
-            self.fit_step.setup(train_forward)
-        elif self.model_engine is None or self.model_engine.model is not module:
-            self.model_engine = ModelEngine(module, autocast_dtype=self.autocast_dtype, device_type=self.device.type)
-
-    def _max_epochs(self, epoch_length: int | None) -> int:
-        if self.max_epochs is not None:
-            return self.max_epochs
-        if epoch_length is None:
-            return 2**62  # max_steps stops the run; an unsized loader never reports how many epochs that is
-        assert self.max_steps is not None  # one of the two limits is always set (see __init__)
-        steps_per_epoch = math.ceil(epoch_length / self.accumulate_grad_batches)
-        return math.ceil(self.max_steps / steps_per_epoch)
-
-    def _teardown(self, handles: list[RemovableEventHandle]) -> None:
-        for handle in handles:
-            handle.remove()
-        self.preemption.detach()
-        self.fit_step.teardown()
-        if self.model_engine is not None:
-            self.model_engine.detach()
-        self.metrics.leave_stage(self.logs["fit"])
+        return self.session.predict(module, dataloaders)
 
     def loader_for(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
         """`loader` as the strategy reads it (this process's shard under DDP), made once per entry point."""
-        key = id(loader)
-        if key not in self._distributed_loaders:
-            self._distributed_loaders[key] = self.strategy.distribute(loader, shuffle_default)
-        return self._distributed_loaders[key]
+        return self.session.loader_for(loader, shuffle_default)
 
     # ------------------------------------------------------------------------------------------ evaluation
     def run_stage(self, stage: str, loader: Any) -> dict[str, Any]:

@@ -6,7 +6,6 @@ import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tracktrain import distributed
 from tracktrain.engine.deterministic import ResumableEngine
 from tracktrain.ranks import rank_and_world_size
 from tracktrain.rng import get_rng_states, set_rng_states
@@ -40,7 +39,7 @@ class TrainerState:
         callbacks = {callback.state_key: callback.state_dict() for callback in trainer.callbacks}
         # every rank's generators and callback states, in one gather (all ranks take part in every save; rank 0
         # writes): a callback may judge its own rank's values (EarlyStopping on an unsynced metric)
-        per_rank = distributed.gather_objects((get_rng_states(), callbacks))
+        per_rank = trainer.strategy.gather((get_rng_states(), callbacks))
         checkpoint: dict[str, Any] = {
             "global_step": self.global_step,
             "samples_seen": self.samples_seen,

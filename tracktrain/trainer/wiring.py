@@ -180,7 +180,7 @@ def _boundary_handlers(trainer: Trainer) -> list[tuple[int, str, Any, Callable]]
 def _decider(trainer: Trainer, decisions: list[Decision]) -> Callable[[], None]:
     def decide_at_boundary() -> None:
         if trainer.fitting:  # a validate() of its own is no boundary of a fit
-            decide(decisions)
+            decide(decisions, trainer.strategy.gather_floats)  # the strategy issues the exchange
 
     return decide_at_boundary
 

@@ -11,8 +11,9 @@ calls it in one fixed order (see `docs/architecture.md`):
 4. `distribute(loader)`: each loader as this process reads it (its shard).
 5. Per step: `no_sync()` on batches whose gradients wait for their window's last one; `reduce_gradients` for a
    window flushed at an epoch's end.
-6. At boundaries, the collectives: `any_rank`, `rank_zero_value`, `gather`, `check_same` — every rank calls
-   them at the same points, so none waits for a collective the others skipped.
+6. At boundaries, the collectives: `any_rank`, `rank_zero_value`, `gather`, `gather_floats`, `check_same`,
+   `reduce_tensor`, `async_any_rank` — every rank calls them at the same points, so none waits for a collective the
+   others skipped. They are the only collectives a fit issues outside the model's own (gradients, sharding).
 7. `checkpoint_objects(objects)`: what a checkpoint saves of them (full state here).
 8. `teardown()`: every rank ends the fit together.
 
@@ -23,7 +24,7 @@ the local value when no process group is up.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -104,6 +105,20 @@ class Strategy:
     def gather(self, value: Any) -> list[Any]:
         """Every rank's `value`, in rank order."""
         return distributed.gather_objects(value)
+
+    def gather_floats(self, values: Sequence[float]) -> list[list[float]]:
+        """Every rank's `values` (as many on each), in rank order: one all-gather of a tensor, no pickling (the
+        boundary decisions' exchange)."""
+        return distributed.gather_floats(values)
+
+    def reduce_tensor(self, value: torch.Tensor, op: str) -> torch.Tensor:
+        """`value` reduced over the ranks by `op` ("sum", "max" or "min"), in its own shape, dtype and device."""
+        return distributed.all_reduce_tensor(value, op)
+
+    def async_any_rank(self) -> distributed.AsyncAnyRank:
+        """A flag or-ed over the ranks without waiting: `exchange(value)` gives the previous exchange's answer and
+        sends `value` (pre-emption, every few steps); `finish()` waits for the one in flight."""
+        return distributed.AsyncAnyRank()
 
     def check_same(self, what: str, value: int) -> None:
         """Fail, naming `what`, if the ranks disagree on `value`."""

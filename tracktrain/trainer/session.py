@@ -1,0 +1,190 @@
+"""`Session`: how each of a Trainer's entry points (fit, validate, test, predict) runs — set up in the strategy's
+order, its handlers attached, its body run, and everything detached again whatever happens.
+
+The set-up follows the Strategy's fixed order (see `docs/architecture.md`): the environment, then the module
+(prepared, then wrapped before its optimizers are built), then the optimizers and the model engine that steps them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from tracktrain.engine.events import RemovableEventHandle
+from tracktrain.engine.model_engine import ModelEngine
+from tracktrain.rng import manual_seed
+from tracktrain.trainer import arguments
+from tracktrain.trainer.batches import epoch_length_of
+from tracktrain.trainer.building import configure_optimizers, model_engine_for
+from tracktrain.trainer.hooks import TrainerEvents
+from tracktrain.trainer.metric_log import to_floats
+from tracktrain.trainer.model_preparation import compile_blocks, prepare_module
+from tracktrain.trainer.module import LoopModule
+from tracktrain.trainer.scaled_optimizer import ScaledOptimizer
+from tracktrain.trainer.wiring import ExceptionHooks, attach_handlers
+
+if TYPE_CHECKING:
+    from tracktrain.trainer.trainer import Trainer
+
+__all__ = ["Session"]
+
+
+class Session:
+    """The entry points of `trainer`, and what lasts one entry point: the loaders as the strategy reads them (made
+    once each) and whether a stop was asked for (under DDP, agreed at the epoch's end: `Trainer.stop`)."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self._trainer = trainer
+        self._distributed_loaders: dict[int, Iterable[Any]] = {}
+        self.stop_requested = False
+
+    # ------------------------------------------------------------------------------------------ entry points
+    def fit(self, module: LoopModule, train_loader: Iterable[Any], val_loader: Any, ckpt_path: str | None) -> None:
+        """`Trainer.fit` once its arguments are checked: resume (or start) the run, train, tear the strategy down."""
+        trainer = self._trainer
+        if epoch_length_of("limit_train_batches", train_loader, trainer.limits["fit"]) == 0:
+            return
+        trainer.val_dataloaders = val_loader
+        stages = {"fit", "validate"} if val_loader is not None else {"fit"}
+
+        def run() -> None:
+            trainer.checkpoints.start_run(ckpt_path if ckpt_path is not None else trainer.resume, module)
+            if trainer.checkpoints.already_finished():
+                return
+            trainer.train_engine.fire_event(TrainerEvents.FIT_STARTED)
+            loader = self.loader_for(train_loader, shuffle_default=True)
+            epoch_length = epoch_length_of("limit_train_batches", loader, trainer.limits["fit"])
+            trainer.fitting = True
+            trainer.preemption.start()
+            try:
+                trainer.train_engine.run(
+                    loader, max_epochs=self._max_epochs(epoch_length), epoch_length=epoch_length, seed=trainer.run_seed
+                )
+            finally:
+                trainer.fitting = False
+                trainer.preemption.stop()
+            trainer.train_engine.fire_event(TrainerEvents.FIT_COMPLETED)
+            trainer.strategy.teardown()
+
+        self.run(module, stages, "fit", run, training=True, val_loader=val_loader)
+
+    def evaluate(self, stage: str, module: LoopModule | None, loader: Any) -> list[dict[str, float]]:
+        """`Trainer.validate` or `Trainer.test`: one pass of `stage` over `loader`; its epoch's values."""
+        module = self._module_for(stage, module)
+        arguments.check_loader("dataloaders", loader, required=True)
+        if not (stage == "test" and type(module).test_step is not LoopModule.test_step):
+            arguments.require_override(module, "eval_step", stage)
+        values: dict[str, Any] = {}
+
+        def run() -> None:
+            values.update(self._trainer.run_stage(stage, loader))
+
+        self.run(module, {stage}, stage, run)
+        return [to_floats(values)]
+
+    def predict(self, module: LoopModule | None, loader: Any) -> list[Any]:
+        """`Trainer.predict`: one pass over `loader`; the outputs, one per batch."""
+        trainer = self._trainer
+        module = self._module_for("predict", module)
+        arguments.check_loader("dataloaders", loader, required=True)
+        evaluation = trainer.evaluation
+        evaluation.predictions = []
+        self.run(module, {"predict"}, "predict", lambda: trainer.run_stage("predict", loader))
+        predictions, evaluation.predictions = evaluation.predictions, []
+        return predictions
+
+    def run(
+        self,
+        module: LoopModule,
+        stages: set[str],
+        outermost: str,
+        body: Callable[[], object],
+        training: bool = False,
+        val_loader: Any = None,
+    ) -> None:
+        """Set up, attach, `body()`, and detach whatever happens; `on_exception` hooks see any failure once."""
+        trainer = self._trainer
+        handles: list[RemovableEventHandle] = []
+        exception_hooks: ExceptionHooks | None = None
+        try:
+            self._setup(module, training)
+            handles, exception_hooks = attach_handlers(trainer, stages, outermost, val_loader)
+            body()
+        except BaseException as exception:
+            if exception_hooks is not None:
+                exception_hooks.notify(trainer.engines[outermost], exception)
+            raise
+        finally:
+            self._teardown(handles)
+
+    def loader_for(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
+        """`loader` as the strategy reads it (this process's shard under DDP), made once per entry point."""
+        key = id(loader)
+        if key not in self._distributed_loaders:
+            self._distributed_loaders[key] = self._trainer.strategy.distribute(loader, shuffle_default)
+        return self._distributed_loaders[key]
+
+    def _module_for(self, stage: str, module: LoopModule | None) -> LoopModule:
+        if module is None:
+            if self._trainer.module is None:
+                raise ValueError(f"Trainer.{stage}() needs a module: pass one, or call fit() first.")
+            return self._trainer.module
+        if not isinstance(module, LoopModule):
+            raise TypeError(f"Trainer.{stage}(module=...) needs a LoopModule, got {type(module).__name__}.")
+        return module
+
+    # --------------------------------------------------------------------------------------- set-up / tear-down
+    def _setup(self, module: LoopModule, training: bool) -> None:
+        """The strategy's order: environment, then the module (wrapped before its optimizers are built), then
+        the optimizers and the model engine that steps them."""
+        trainer = self._trainer
+        strategy = trainer.strategy
+        trainer.device = strategy.setup_environment(trainer.device)
+        self._distributed_loaders = {}
+        self.stop_requested = False
+        if trainer.seed is not None:
+            manual_seed(trainer.seed)
+        if trainer.deterministic:
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        module.trainer = trainer
+        trainer.module = module
+        module.to(trainer.device)
+        prepare_module(module, trainer.activation_checkpointing, trainer.compile, compile_blocks(strategy, module))
+        if training:
+            strategy.autocast_dtype = trainer.autocast_dtype  # a sharding strategy casts what it gathers
+            train_forward = strategy.setup_module(module)
+            trainer.optimizers, trainer.lr_scheduler_configs = configure_optimizers(module)
+            trainer.nonfinite_watch.reset()
+            model_engine = trainer.model_engine = model_engine_for(trainer, module)
+            model_engine.attach(trainer.train_engine)
+            trainer.manual_optimizers = list(trainer.optimizers)
+            if model_engine.scaler is not None and not module.automatic_optimization:
+                trainer.manual_optimizers = [ScaledOptimizer(opt, model_engine) for opt in trainer.optimizers]
+            trainer.fit_step.setup(train_forward)
+        elif trainer.model_engine is None or trainer.model_engine.model is not module:
+            trainer.model_engine = ModelEngine(
+                module, autocast_dtype=trainer.autocast_dtype, device_type=trainer.device.type
+            )
+
+    def _max_epochs(self, epoch_length: int | None) -> int:
+        trainer = self._trainer
+        if trainer.max_epochs is not None:
+            return trainer.max_epochs
+        if epoch_length is None:
+            return 2**62  # max_steps stops the run; an unsized loader never reports how many epochs that is
+        assert trainer.max_steps is not None  # one of the two limits is always set (see Trainer.__init__)
+        steps_per_epoch = math.ceil(epoch_length / trainer.accumulate_grad_batches)
+        return math.ceil(trainer.max_steps / steps_per_epoch)
+
+    def _teardown(self, handles: list[RemovableEventHandle]) -> None:
+        trainer = self._trainer
+        for handle in handles:
+            handle.remove()
+        trainer.preemption.detach()
+        trainer.fit_step.teardown()
+        if trainer.model_engine is not None:
+            trainer.model_engine.detach()
+        trainer.metrics.leave_stage(trainer.logs["fit"])
