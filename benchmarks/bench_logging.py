@@ -163,9 +163,14 @@ def summarize(variants: list[Variant], fits: dict[str, list[Fit]], statistic: st
         base_key = baselines.get(variant.framework)
         base_samples = [fit.iterations_per_second for fit in fits[base_key]] if base_key else []
         it_per_s = center(samples)
-        ratio = paired = noise = None
+        ratio = paired = noise = whole = whole_noise = None
         goal = "—"
         if base_samples and not variant.is_baseline:
+            # the whole fit, start-up and end included: the same steps, so the ratio of times is that of throughputs
+            whole_ratios = [
+                base.whole_seconds / mine.whole_seconds for mine, base in zip(fits[variant.key], fits[base_key])
+            ]
+            whole, whole_noise = statistics.median(whole_ratios), iqr(whole_ratios)
             ratio = it_per_s / center(base_samples)
             paired_ratios = [mine / base for mine, base in zip(samples, base_samples)]  # same round, side by side
             paired = statistics.median(paired_ratios)
@@ -189,6 +194,9 @@ def summarize(variants: list[Variant], fits: dict[str, list[Fit]], statistic: st
                 "goal_ratio": GOAL_RATIO if variant.framework == TRACKTRAIN and not variant.is_baseline else None,
                 "goal_met": goal,
                 "end_of_fit_ms": statistics.median(tails),
+                "whole_fit_paired_ratio": whole,
+                "whole_fit_paired_ratio_iqr": whole_noise,
+                "samples_whole_fit_s": [fit.whole_seconds for fit in fits[variant.key]],
                 "samples_it_per_s": samples,
                 "samples_end_of_fit_ms": tails,
             }
@@ -218,11 +226,17 @@ def report(rows: list[dict[str, Any]], measurement: Measurement, stat: str, note
             "paired × (IQR)",
             f"goal ≥ {GOAL_RATIO:g}×",
             "end of fit ms",
+            "whole fit paired × (IQR)",
             "arrived (read back)",
         ]
     ]
     for row in rows:
         paired = "—" if row["paired_ratio"] is None else f"{row['paired_ratio']:.3f} ({row['paired_ratio_iqr']:.3f})"
+        whole = (
+            "—"
+            if row["whole_fit_paired_ratio"] is None
+            else f"{row['whole_fit_paired_ratio']:.3f} ({row['whole_fit_paired_ratio_iqr']:.3f})"
+        )
         lines.append(
             [
                 row["framework"],
@@ -233,11 +247,12 @@ def report(rows: list[dict[str, Any]], measurement: Measurement, stat: str, note
                 paired,
                 row["goal_met"],
                 fmt(row["end_of_fit_ms"]),
+                whole,
                 arrived_cell(row.get("arrived")),
             ]
         )
     print("\n## Throughput with 5 metrics logged at every step, start-up and end of fit excluded\n")
-    print(markdown_table(lines, "llrrrrlrl") + "\n")
+    print(markdown_table(lines, "llrrrrlrrl") + "\n")
     print(
         f"it/s: {stat} over the fits of (steps from the 2nd epoch's start to the last iteration) / (the time between "
         f"them); {measurement.timed_steps} steps per fit. ×: that over the {stat} of the same framework's no-logger "
@@ -245,7 +260,9 @@ def report(rows: list[dict[str, Any]], measurement: Measurement, stat: str, note
         "interquartile range: ratios closer than it are not told apart. goal: tracktrain's loggers only, from the "
         "× column; '(within noise)' where the margin, either way, is smaller than the IQR. end of fit: median time "
         "from the last iteration to the return of fit (the logger delivers what is still queued and closes its "
-        "run). arrived: every fit's run read back after the timing (MlflowClient.get_metric_history for each metric, "
+        "run). whole fit: the paired ratio of the no-logger fit's time to this fit's, from building the logger and "
+        "the Trainer to the return of fit (start-up and end included; they cost the same whatever the fit's length, "
+        "so their share shrinks as fits grow). arrived: every fit's run read back after the timing (MlflowClient.get_metric_history for each metric, "
         "the CSV file, `wandb leet inspect --json`)."
     )
     for note in notes:

@@ -91,7 +91,8 @@ def lightning_classes(lightning: Any) -> tuple[type, type]:
 @dataclass
 class Fit:
     """One fit: `seconds` and `timed_steps` from the start of its second epoch to its last iteration; `tail_seconds`
-    from there to the return of `fit` (the loggers deliver what is queued and close their runs)."""
+    from there to the return of `fit` (the loggers deliver what is queued and close their runs); `whole_seconds`
+    from building the logger and the Trainer to the return of `fit` (start-up and end included)."""
 
     seconds: float
     timed_steps: int
@@ -99,6 +100,7 @@ class Fit:
     tail_seconds: float
     net: nn.Module
     delivery: Delivery | None = None
+    whole_seconds: float = 0.0
 
     @property
     def iterations_per_second(self) -> float:
@@ -125,6 +127,7 @@ def tracktrain_fitter(make_logger: Callable[[str], Any] | None) -> Callable[[Cla
     """A fit of the Trainer with the logger `make_logger(run_dir)` builds (none when None)."""
 
     def fit(workload: ClassifierData, epochs: int, run_dir: str) -> Fit:
+        began = time.perf_counter()
         logger = make_logger(run_dir) if make_logger is not None else None
         trainer = Trainer(
             max_epochs=epochs,
@@ -146,6 +149,7 @@ def tracktrain_fitter(make_logger: Callable[[str], Any] | None) -> Callable[[Cla
             returned - clock.end,
             net,
             tracktrain_delivery(logger),
+            returned - began,
         )
 
     return fit
@@ -158,6 +162,7 @@ def lightning_fitter(
     module_class, clock_class = lightning_classes(lightning)
 
     def fit(workload: ClassifierData, epochs: int, run_dir: str) -> Fit:
+        began = time.perf_counter()
         logger = uri = None
         if tracking_uri is not None:
             from lightning.pytorch.loggers import MLFlowLogger
@@ -189,6 +194,7 @@ def lightning_fitter(
             returned - clock.end,
             net,
             delivery,
+            returned - began,
         )
 
     return fit

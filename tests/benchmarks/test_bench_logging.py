@@ -71,6 +71,9 @@ def test_quick_run_reports_every_variant_reads_every_run_back_and_stops_its_serv
         assert len(samples) == arguments["repeats"] and all(positive(sample) for sample in samples), key
         assert positive(row["it_per_s"]) and math.isclose(row["us_per_it"], 1e6 / row["it_per_s"]), key
         assert row["end_of_fit_ms"] >= 0 and len(row["samples_end_of_fit_ms"]) == arguments["repeats"], key
+        # the whole fit holds its timed steps, and start-up, the first epoch and the end besides
+        timed = [payload["timed_steps_per_fit"] / sample for sample in samples]
+        assert all(whole > part for whole, part in zip(row["samples_whole_fit_s"], timed, strict=True)), key
         if row["baseline"]:
             assert row["ratio"] is None and row["goal_met"] == "—" and row["arrived"] is None, key
             continue
@@ -143,7 +146,11 @@ def test_the_read_back_reports_a_missing_value_and_an_unfinished_run(bench, tmp_
 
 
 def _fit(bench, it_per_s: float):
-    return bench.Fit(seconds=100 / it_per_s, timed_steps=100, steps=150, tail_seconds=0.01, net=None)
+    # the whole fit: the steady part, 0.5 s of start-up, and the tail
+    seconds = 100 / it_per_s
+    return bench.Fit(
+        seconds=seconds, timed_steps=100, steps=150, tail_seconds=0.01, net=None, whole_seconds=seconds + 0.51
+    )
 
 
 def test_ratios_and_verdicts_follow_the_throughput_and_the_noise(bench):
@@ -178,6 +185,9 @@ def test_ratios_and_verdicts_follow_the_throughput_and_the_noise(bench):
     assert rows["lightning/a"]["ratio"] == pytest.approx(0.25) and rows["lightning/a"]["goal_met"] == "—"
     assert rows["tracktrain/a"]["us_per_it"] == pytest.approx(1e6 / 980)
     assert rows["tracktrain/a"]["end_of_fit_ms"] == pytest.approx(10.0)
+    # the whole fit's ratio counts start-up and end: 0.51 s on 0.1 s (baseline) vs 0.102 s of steps
+    assert rows["tracktrain/a"]["whole_fit_paired_ratio"] == pytest.approx(0.61 / (0.1 / 0.98 + 0.51))
+    assert rows["tracktrain/none"]["whole_fit_paired_ratio"] is None
 
 
 def test_selecting_variants_keeps_each_frameworks_baseline(bench):
