@@ -235,7 +235,7 @@ class ResumableEngine(Engine):
                     f"epoch_length={self.state.epoch_length} differs from the DataLoader's length "
                     f"{self._get_data_length(data)}: the distributed sampler's epoch follows passes over the data, "
                     "not engine epochs.",
-                    stacklevel=4,
+                    stacklevel=5,  # the caller of run() (frames: here, _internal_run_as_gen, _advance_run, run)
                 )
             self.state.dataloader = make_reproducible(data)
 
