@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from tracktrain import storage
 from tracktrain.boundary import Boundary, Decision
 from tracktrain.callbacks.base import Callback
-from tracktrain.distributed import rank_zero_value
 from tracktrain.handlers.async_saver import AsyncSaver
 from tracktrain.handlers.checkpoint import Checkpoint
 from tracktrain.handlers.savers import FsspecSaver, saver_for
@@ -179,7 +178,9 @@ class ModelCheckpoint(Callback):
                 lease.acquire(self._directory, self)
             except lease.LeaseHeld as error:
                 refused = error
-        refused = rank_zero_value(refused)  # every rank stops, none waits in a collective for a rank 0 that did
+        refused = trainer.strategy.rank_zero_value(
+            refused
+        )  # every rank stops, none waits in a collective for a rank 0 that did
         if refused is not None:
             raise refused
         if global_rank() == 0:
@@ -215,7 +216,8 @@ class ModelCheckpoint(Callback):
             committed, _ = committed_checkpoints(self._directory)  # those that are not were reported when resuming
             for handler in handlers:
                 handler.adopt(committed, keep=self._saver.protected)
-        states = rank_zero_value([handler.state_dict() for handler in handlers])
+        assert self._trainer is not None
+        states = self._trainer.strategy.rank_zero_value([handler.state_dict() for handler in handlers])
         for handler, state in zip(handlers, states):
             handler.load_state_dict(state)
 

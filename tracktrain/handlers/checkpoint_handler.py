@@ -33,8 +33,8 @@ from tracktrain.handlers.checkpoint_retention import (
     state_dict_of,
     with_new_item,
 )
-from tracktrain.handlers.checkpoint_state import _check_objects, _state_of
-from tracktrain.handlers.savers import BaseSaveHandler, FsspecSaver, _make_save_handler
+from tracktrain.handlers.checkpoint_state import check_objects, state_of
+from tracktrain.handlers.savers import BaseSaveHandler, FsspecSaver, make_save_handler
 from tracktrain.storage.discovery import CommittedCheckpoint
 
 __all__ = ["Checkpoint", "CheckpointEvents"]
@@ -103,7 +103,7 @@ class Checkpoint:
                 f"Argument `to_save` should be a dictionary, but given {type(to_save)}: pass a dict that names "
                 "each object, e.g. {'model': model, 'optimizer': optimizer}."
             )
-        _check_objects(to_save, "state_dict", "to_save")
+        check_objects(to_save, "state_dict", "to_save")
         if include_self and "checkpointer" in to_save:
             raise ValueError(f"Cannot have key 'checkpointer' if `include_self` is True: {to_save}. Rename that entry.")
         if not isinstance(filename_prefix, str):
@@ -127,7 +127,7 @@ class Checkpoint:
 
         self.to_save = to_save
         self.filename_prefix = filename_prefix
-        self.save_handler = _make_save_handler(save_handler, save_on_rank)
+        self.save_handler = make_save_handler(save_handler, save_on_rank)
         # decided once here rather than by catching TypeError around every save, which would hide the handler's
         # own TypeErrors and save twice
         self._pass_metadata = accepts(self.save_handler, {}, "", {})
@@ -280,7 +280,7 @@ class Checkpoint:
         )
 
     def _collect_states(self) -> dict[str, Any]:
-        return {key: _state_of(obj, f"to_save[{key!r}]") for key, obj in self.to_save.items()}
+        return {key: state_of(obj, f"to_save[{key!r}]") for key, obj in self.to_save.items()}
 
     setup_filename_pattern = staticmethod(default_filename_pattern)
     get_default_score_fn = staticmethod(metric_score)

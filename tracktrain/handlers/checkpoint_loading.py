@@ -14,12 +14,12 @@ import torch
 from torch import nn
 
 from tracktrain.handlers.checkpoint_state import (
-    _WRAPPERS,
-    _check_fits,
-    _check_objects,
-    _is_container,
-    _looks_like_objects,
-    _match,
+    PARALLEL_WRAPPERS,
+    check_fits,
+    check_objects,
+    is_container,
+    looks_like_objects,
+    match_states,
     read_checkpoint,
 )
 
@@ -43,7 +43,7 @@ def load_all_or_none(
         )
     if not isinstance(to_load, Mapping):
         raise TypeError(f"Argument to_load should be a dictionary, but given {type(to_load).__name__}.")
-    _check_objects(to_load, "load_state_dict", "to_load")
+    check_objects(to_load, "load_state_dict", "to_load")
     if isinstance(checkpoint, Mapping):
         source, states = getattr(checkpoint, "source", "the checkpoint dict"), checkpoint
     else:
@@ -52,10 +52,10 @@ def load_all_or_none(
     if len(to_load) == 1:
         # Checkpoint writes a single entry of to_save as that entry's state alone (a list for a list of objects)
         key, obj = next(iter(to_load.items()))
-        is_list = _is_container(obj) and not isinstance(obj, Mapping) and not hasattr(obj, "load_state_dict")
+        is_list = is_container(obj) and not isinstance(obj, Mapping) and not hasattr(obj, "load_state_dict")
         if not isinstance(states, Mapping) and is_list:
             states = {key: states}
-        elif isinstance(states, Mapping) and key not in states and not _looks_like_objects(states, obj):
+        elif isinstance(states, Mapping) and key not in states and not looks_like_objects(states, obj):
             states = {key: states}
     if not isinstance(states, Mapping):
         raise ValueError(
@@ -64,14 +64,14 @@ def load_all_or_none(
         )
     plan: list[tuple[str, Any, Any]] = []
     missing: list[str] = []
-    _match(to_load, states, "", source, plan, missing)
+    match_states(to_load, states, "", source, plan, missing)
     if missing and strict:
         raise ValueError(
             f"Key {missing[0]!r} from to_load is not found in {source}: {states.keys()}. It has no state for "
             f"{missing}. Nothing was loaded. "
             "Load only the objects it holds, or pass strict=False to skip the missing ones."
         )
-    _check_fits(plan, source, strict)
+    check_fits(plan, source, strict)
     for _key_path, obj, state in plan:
         check_state(obj, state)
     if missing:
@@ -107,7 +107,7 @@ def _apply_all_or_none(plan: list[tuple[str, Any, Any]], source: str, strict: bo
 
 
 def _unwrapped(obj: Any) -> Any:
-    return obj.module if isinstance(obj, _WRAPPERS) else obj
+    return obj.module if isinstance(obj, PARALLEL_WRAPPERS) else obj
 
 
 def _load_order(obj: Any) -> int:

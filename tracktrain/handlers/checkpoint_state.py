@@ -15,10 +15,10 @@ from torch import nn
 
 from tracktrain.storage.manifest import CheckpointCorrupted, read_checked
 
-_WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
+PARALLEL_WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
 
 
-def _is_container(value: Any) -> bool:
+def is_container(value: Any) -> bool:
     return isinstance(value, Mapping) or (isinstance(value, Sequence) and not isinstance(value, (str, bytes)))
 
 
@@ -26,12 +26,12 @@ def _children(value: Any) -> list[tuple[Any, Any]]:
     return list(value.items()) if isinstance(value, Mapping) else list(enumerate(value))
 
 
-def _check_objects(objs: Any, method: str, where: str) -> None:
+def check_objects(objs: Any, method: str, where: str) -> None:
     """TypeError naming the first object (by its key path) without `method`, looking into nested dicts/lists."""
     for key, obj in _children(objs):
         path = f"{where}[{key!r}]"
-        if _is_container(obj) and not hasattr(obj, method):
-            _check_objects(obj, method, path)
+        if is_container(obj) and not hasattr(obj, method):
+            check_objects(obj, method, path)
         elif not callable(getattr(obj, method, None)):
             raise TypeError(
                 f"Object {type(obj)} should have `{method}` method ({path}). Checkpoints hold objects "
@@ -40,12 +40,12 @@ def _check_objects(objs: Any, method: str, where: str) -> None:
             )
 
 
-def _state_of(obj: Any, path: str) -> Any:
-    if _is_container(obj) and not hasattr(obj, "state_dict"):
+def state_of(obj: Any, path: str) -> Any:
+    if is_container(obj) and not hasattr(obj, "state_dict"):
         if isinstance(obj, Mapping):
-            return {key: _state_of(value, f"{path}[{key!r}]") for key, value in obj.items()}
-        return [_state_of(value, f"{path}[{i}]") for i, value in enumerate(obj)]
-    if isinstance(obj, _WRAPPERS):
+            return {key: state_of(value, f"{path}[{key!r}]") for key, value in obj.items()}
+        return [state_of(value, f"{path}[{i}]") for i, value in enumerate(obj)]
+    if isinstance(obj, PARALLEL_WRAPPERS):
         obj = obj.module  # saved without the wrapper's "module." prefix, as Ignite does
     try:
         return obj.state_dict()
@@ -55,9 +55,9 @@ def _state_of(obj: Any, path: str) -> Any:
         raise
 
 
-def _match(objs: Any, states: Any, path: str, source: str, plan: list, missing: list) -> None:
+def match_states(objs: Any, states: Any, path: str, source: str, plan: list, missing: list) -> None:
     """Pair each object of `objs` with its state in `states` (same nesting), collecting absent keys in `missing`."""
-    if not (_is_container(objs) and not hasattr(objs, "load_state_dict")):
+    if not (is_container(objs) and not hasattr(objs, "load_state_dict")):
         plan.append((path, objs, states))
         return
     if isinstance(objs, Mapping):
@@ -68,20 +68,20 @@ def _match(objs: Any, states: Any, path: str, source: str, plan: list, missing: 
             )
         for key, obj in objs.items():
             if key in states:
-                _match(obj, states[key], f"{path}[{key!r}]", source, plan, missing)
+                match_states(obj, states[key], f"{path}[{key!r}]", source, plan, missing)
             else:
                 missing.append(f"{path}[{key!r}]" if path else key)
         return
-    if not (_is_container(states) and not isinstance(states, Mapping)) or len(states) != len(objs):
+    if not (is_container(states) and not isinstance(states, Mapping)) or len(states) != len(objs):
         raise ValueError(
             f"Checkpoint {source} holds {type(states).__name__} at {path}, where to_load has a list of "
             f"{len(objs)} objects. Nothing was loaded."
         )
     for i, (obj, state) in enumerate(zip(objs, states)):
-        _match(obj, state, f"{path}[{i}]", source, plan, missing)
+        match_states(obj, state, f"{path}[{i}]", source, plan, missing)
 
 
-def _check_fits(plan: list, source: str, strict: bool) -> None:
+def check_fits(plan: list, source: str, strict: bool) -> None:
     """ValueError naming the object, the key and both shapes for the first state in `plan` that its object's
     `load_state_dict` would reject part-way, so that the caller can refuse before anything is applied. Modules
     are checked in full (keys when strict, every tensor's shape); optimizers by their parameter groups and by
@@ -89,7 +89,7 @@ def _check_fits(plan: list, source: str, strict: bool) -> None:
     The error is of the class that the object's own `load_state_dict` raises (RuntimeError for modules,
     ValueError for optimizers), so code written against torch or Ignite catches it."""
     for key_path, obj, state in plan:
-        if isinstance(obj, _WRAPPERS):
+        if isinstance(obj, PARALLEL_WRAPPERS):
             obj = obj.module
         error: type[Exception]
         if isinstance(obj, nn.Module):
@@ -177,14 +177,14 @@ def _keys(value: Any) -> Any:
     return list(value) if isinstance(value, Mapping) else type(value).__name__
 
 
-def _looks_like_objects(states: Mapping, obj: Any) -> bool:
+def looks_like_objects(states: Mapping, obj: Any) -> bool:
     """Whether a checkpoint holds several objects' states under their names, rather than `obj`'s own state:
     every entry is a dict or list (a state dict), and none is named like an entry of `obj`'s state dict."""
-    if not states or not all(_is_container(value) for value in states.values()):
+    if not states or not all(is_container(value) for value in states.values()):
         return False
-    if isinstance(obj, _WRAPPERS):
+    if isinstance(obj, PARALLEL_WRAPPERS):
         obj = obj.module
-    own = obj if _is_container(obj) and not hasattr(obj, "state_dict") else obj.state_dict()
+    own = obj if is_container(obj) and not hasattr(obj, "state_dict") else obj.state_dict()
     return not (isinstance(own, Mapping) and any(key in own for key in states))
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from tracktrain.engine import Engine
 from tracktrain.handlers.checkpoint_handler import Checkpoint
-from tracktrain.handlers.checkpoint_state import _check_objects
+from tracktrain.handlers.checkpoint_state import check_objects
 from tracktrain.handlers.savers import saver_for
 
 __all__ = ["ModelCheckpoint"]
@@ -68,7 +68,7 @@ class ModelCheckpoint(Checkpoint):
     def __call__(self, engine: Engine, to_save: Mapping) -> None:
         if not isinstance(to_save, Mapping) or len(to_save) == 0:
             raise RuntimeError(f"No objects to checkpoint found: pass a non-empty dict of objects, got {to_save!r}.")
-        _check_objects(to_save, "state_dict", "to_save")
+        check_objects(to_save, "state_dict", "to_save")
         if self.include_self and "checkpointer" in to_save:
             raise ValueError(f"Cannot have key 'checkpointer' if `include_self` is True: {to_save}. Rename that entry.")
         self.to_save = to_save

@@ -275,7 +275,7 @@ def saver_for(dirname: str | os.PathLike, **kwargs: Any) -> FsspecSaver:
     return saver_class(dirname, **kwargs)
 
 
-def _make_save_handler(save_handler: Any, save_on_rank: int) -> Any:
+def make_save_handler(save_handler: Any, save_on_rank: int) -> Any:
     if isinstance(save_handler, (str, os.PathLike)):
         return saver_for(save_handler, create_dir=True, save_on_rank=save_on_rank)
     if callable(save_handler):
