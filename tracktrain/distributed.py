@@ -7,7 +7,8 @@ import os
 import socket
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -63,7 +64,28 @@ def init_from_env(backend: str | None = None, timeout: timedelta | None = None) 
         )
     if backend is None:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if os.environ.get("RANK") == "0" and restarts_share_the_rendezvous_store(os.environ):
+        warnings.warn(
+            "torchrun restarts ranks on several nodes (--max-restarts "
+            f"{os.environ['TORCHELASTIC_MAX_RESTARTS']}, {os.environ['GROUP_WORLD_SIZE']} nodes) through the "
+            "rendezvous store it shares with them, which can hang or refuse connections after a restart (PyTorch "
+            "issue 135712). Start torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in its environment on every "
+            "node, e.g. `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --nnodes 2 ...`.",
+            stacklevel=2,
+        )
     dist.init_process_group(backend, timeout=timeout)
+
+
+def restarts_share_the_rendezvous_store(environment: Mapping[str, str]) -> bool:
+    """Whether torchrun (as `environment`, a rank's, says) restarts ranks of several nodes with the rendezvous
+    store its agent shares with them: the setting of PyTorch issue 135712, which TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
+    on the launchers avoids (the agents then tell their ranks TORCHELASTIC_USE_AGENT_STORE=False)."""
+    try:
+        restarts = int(environment.get("TORCHELASTIC_MAX_RESTARTS", "0"))
+        nodes = int(environment.get("GROUP_WORLD_SIZE", "1"))
+    except ValueError:
+        return False
+    return restarts > 0 and nodes > 1 and environment.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
 
 
 def collective_device() -> torch.device:
