@@ -104,10 +104,10 @@ def _assert_same_weights(actual: dict[str, list], expected: dict[str, list]) -> 
 
 
 # --------------------------------------------------------------------------- sharded, and one process's result
-def _fit_sharded(out: str, accumulate: int) -> None:
+def _fit_sharded(out: str, accumulate: int, batch_size: int = 8) -> None:
     module = BlockNet()
     trainer = _trainer(out, accumulate_grad_batches=accumulate)
-    trainer.fit(module, make_loader(batch_size=8), make_loader(n=32, seed=1, batch_size=8))
+    trainer.fit(module, make_loader(batch_size=batch_size), make_loader(n=32, seed=1, batch_size=batch_size))
     local = {name: parameter.to_local().numel() for name, parameter in module.named_parameters()}
     full = {name: parameter.numel() for name, parameter in module.named_parameters()}
     _save(out, f"shards{accumulate}", [local, full])
@@ -133,6 +133,26 @@ def test_ranks_hold_shards_and_train_what_one_process_trains_on_the_full_batch(t
     # mean is the mean over all 32 (self.log does not reduce over ranks unless asked to, as under DDP)
     val_losses = _load(tmp_path, f"val_loss{accumulate}")
     assert sum(val_losses) / 2 == pytest.approx(single_val_loss, abs=1e-5)
+
+
+@pytest.mark.slow  # 4 processes on this machine's 2 cores; CI runs the slow tests
+def test_four_ranks_hold_a_quarter_each_and_train_what_one_process_trains(tmp_path):
+    """4 ranks x 4 samples per step, as one process on 16: FSDP2 shards dim 0 in 4 (the 2-row head: 1, 1, 0, 0)."""
+    spawn(_fit_sharded, 4, args=(str(tmp_path), 1, 4))
+    shards = _load(tmp_path, "shards1", world_size=4)
+    full = shards[0][1]
+    for name, numel in full.items():
+        rows = next(parameter for key, parameter in BlockNet().named_parameters() if key == name).shape[0]
+        per_row = numel // rows
+        chunk = -(-rows // 4)  # torch.chunk's rows per rank, the last ranks' remainder possibly empty
+        expected = [max(0, min(chunk, rows - rank * chunk)) * per_row for rank in range(4)]
+        assert [local[name] for local, _ in shards] == expected, name
+    single, single_val_loss = _single_process_fit(tmp_path / "single", batch_size=16)
+    params = _load(tmp_path, "params1", world_size=4)
+    assert params[0] == params[1] == params[2] == params[3]
+    _assert_same_weights(params[0], single)
+    assert _load(tmp_path, "steps1", world_size=4) == [8] * 4
+    assert sum(_load(tmp_path, "val_loss1", world_size=4)) / 4 == pytest.approx(single_val_loss, abs=1e-5)
 
 
 def _fit_counting_reduce_scatters(out: str) -> None:
