@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
-from tracktrain import Trainer
+from tracktrain import LoopModule, Trainer
 from tracktrain.callbacks import ModelCheckpoint
 from tracktrain.distributed import spawn
 from tracktrain.engine import ModelEngine
@@ -87,6 +87,42 @@ def test_a_plain_models_fit_compiles_the_model(tmp_path):
     )
     assert backend.graphs == 1 and backend.runs == 8  # fit(model, ...) steps call the model, not the LoopModule
     assert list(model.state_dict()) == keys
+
+
+class StepsCallTheNet(LoopModule):
+    """Lightning's usual style: no forward, the steps call the network (and a loss module) themselves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+        self.loss = nn.CrossEntropyLoss()
+
+    def train_step(self, batch, batch_idx):
+        x, y = batch
+        return self.loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_a_loop_module_without_forward_compiles_the_networks_its_steps_call(tmp_path):
+    backend = CountingBackend()
+    module = StepsCallTheNet()
+    keys = list(module.state_dict())
+    Trainer(**quiet(tmp_path, max_epochs=1, loggers=False, compile={"backend": backend})).fit(module, make_loader())
+    assert backend.graphs == 1 and backend.runs == 8  # self.net, at each of the 8 steps; the loss module is not
+    assert list(module.state_dict()) == keys
+
+    class NothingToCompile(LoopModule):
+        def train_step(self, batch, batch_idx):
+            return torch.zeros((), requires_grad=True)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)
+
+    with pytest.raises(ValueError, match=r"compile=.*found nothing to compile in NothingToCompile"):
+        Trainer(**quiet(tmp_path, max_epochs=1, loggers=False, compile=AOT)).fit(NothingToCompile(), make_loader())
 
 
 def test_model_engine_compiles_its_model_in_place():

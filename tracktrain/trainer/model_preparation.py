@@ -68,9 +68,27 @@ def prepare_module(
                 block.forward = _Checkpointed(block.forward)
     if compile is None:
         return
-    targets = blocks if blocks else [module.model if isinstance(module, SupervisedModule) else module]
-    for target in targets:
+    for target in blocks or _compiled_whole(module):
         compile_module(target, compile)
+
+
+def _compiled_whole(module: nn.Module) -> list[nn.Module]:
+    """What `compile=` compiles when no blocks are named: a plain model's fit compiles the model; a LoopModule with
+    a forward of its own, that forward (its steps call `self(...)`). A LoopModule without one runs its networks from
+    its steps (`self.net(x)`, Lightning's usual style), where compiling its own call would compile nothing, silently:
+    its children that hold parameters are what the steps run, so each is compiled (a metric or a loss module, without
+    parameters, is left as it is)."""
+    if isinstance(module, SupervisedModule):
+        return [module.model]
+    if type(module).forward is not nn.Module.forward:
+        return [module]
+    networks = [child for child in module.children() if next(child.parameters(), None) is not None]
+    if not networks:
+        raise ValueError(
+            f"Trainer(compile=...) found nothing to compile in {type(module).__name__}: it has no forward of its own "
+            "and no submodule with parameters. Give it a forward that its steps call, or leave compile off."
+        )
+    return networks
 
 
 class _Checkpointed:

@@ -92,8 +92,9 @@ class Trainer:
         accelerator: "auto" (CUDA when available), "cpu" or "cuda".
         activation_checkpointing: recompute these submodules' activations in backward instead of keeping them (less
             memory, one more forward of each): module classes (`[Block]`) or a function of a submodule.
-        compile: `torch.compile` the module's forward (under "fsdp": each block it shards), once; True or a dict of
-            torch.compile's options. Parameter names stay the same: checkpoints load in compiled and eager runs.
+        compile: `torch.compile` the module's forward (without one, each submodule with parameters: what its steps
+            call; under "fsdp": each block it shards), once; True or a dict of torch.compile's options. Parameter
+            names stay the same: checkpoints load in compiled and eager runs.
     """
 
     def __init__(
