@@ -1,0 +1,337 @@
+#!/usr/bin/env python
+"""Steps per second of `Trainer(compile=True)` next to `Trainer(compile=False)`, and of a hand-written loop over
+the same model, eager and through `torch.compile`, in the same run: on the medium MLP and on a small transformer
+(two `nn.TransformerEncoderLayer` blocks, d_model 128, 4 heads, sequences of 32, a classifier head).
+
+Every variant trains a fresh copy of the same weights on the same batches with SGD. One sample is one fit's steps
+per second from the start of its second epoch to its end: the first epoch, where torch.compile traces and builds
+its kernels, stays out and is reported apart (the first fit's first-epoch time, compile included). One untimed
+warm-up fit of each variant, then `--repeats` rounds of one fit of each, in an order shuffled per round.
+
+    .venv/bin/python benchmarks/bench_compile.py --quick      # smoke test
+    .venv/bin/python benchmarks/bench_compile.py              # the real run, ~4 minutes on 2 cores (the
+                                                              # compiles take most of it)
+
+What to read: "× eager" (compiled over the same framework's eager fit, paired per round) says what compile buys on
+this CPU; "× hand-written" (tracktrain over the hand-written loop in the same mode) says what the Trainer costs
+around it. Timing never makes this script fail; it exits with status 1 when a fit trained other weights than its
+eager twin beyond float tolerance (a compiled graph may reorder float sums) or took the wrong number of steps.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from harness import (
+    before_run,
+    environment,
+    exit_status,
+    finish_args,
+    format_cell,
+    freeze_garbage,
+    interleaved,
+    iqr,
+    make_parser,
+    markdown_table,
+    prepare,
+    print_heading,
+    write_json,
+)
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from workloads import LEARNING_RATE, make_mlp, mlp_name
+
+from tracktrain import Callback, LoopModule, Trainer
+
+MLP_SIZES = (256, 512, 512, 10)
+SEQUENCE, WIDTH, CLASSES = 32, 128, 10
+
+
+# ------------------------------------------------------------------------------------------------- workloads
+class SmallTransformer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            [nn.TransformerEncoderLayer(WIDTH, 4, 2 * WIDTH, dropout=0.0, batch_first=True) for _ in range(2)]
+        )
+        self.head = nn.Linear(WIDTH, CLASSES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x.mean(dim=1))
+
+
+@dataclass
+class Workload:
+    """A model's initial weights and a loader over fixed batches: every fit does the same arithmetic."""
+
+    name: str
+    build: Callable[[], nn.Module]
+    loader: DataLoader
+    initial: dict[str, torch.Tensor]
+
+    @classmethod
+    def make(cls, name: str, build: Callable[[], nn.Module], inputs: torch.Tensor, batch_size: int) -> Workload:
+        targets = torch.randint(0, CLASSES, (len(inputs),), generator=torch.Generator().manual_seed(1))
+        torch.manual_seed(0)
+        initial = {key: value.clone() for key, value in build().state_dict().items()}
+        return cls(name, build, DataLoader(TensorDataset(inputs, targets), batch_size=batch_size), initial)
+
+    def fresh(self) -> nn.Module:
+        net = self.build()
+        net.load_state_dict(self.initial)
+        return net
+
+
+def workloads(batches: int) -> list[Workload]:
+    generator = torch.Generator().manual_seed(0)
+    return [
+        Workload.make(
+            mlp_name(MLP_SIZES),
+            lambda: make_mlp(MLP_SIZES),
+            torch.randn(32 * batches, MLP_SIZES[0], generator=generator),
+            32,
+        ),
+        Workload.make(
+            f"transformer 2 x (d{WIDTH}, 4 heads), seq {SEQUENCE}",
+            SmallTransformer,
+            torch.randn(16 * batches, SEQUENCE, WIDTH, generator=generator),
+            16,
+        ),
+    ]
+
+
+# -------------------------------------------------------------------------------------------------- variants
+@dataclass
+class Fit:
+    steps_per_second: float
+    first_epoch_seconds: float
+    steps: int
+    net: nn.Module
+
+
+class Classifier(LoopModule):
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def train_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        inputs, targets = batch
+        return F.cross_entropy(self.net(inputs), targets)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=LEARNING_RATE)
+
+
+class EpochClock(Callback):
+    """The clock at the first and second epochs' starts and at the fit's end, and the step there."""
+
+    def __init__(self) -> None:
+        self.marks: dict[str, float] = {}
+        self.steps_before_timing = 0
+
+    def on_train_epoch_start(self, trainer: Trainer, module: LoopModule) -> None:
+        if trainer.current_epoch == 0:
+            self.marks["first"] = time.perf_counter()
+        elif trainer.current_epoch == 1:
+            self.marks["second"] = time.perf_counter()
+            self.steps_before_timing = trainer.global_step
+
+    def on_train_end(self, trainer: Trainer, module: LoopModule) -> None:
+        self.marks["end"] = time.perf_counter()
+
+
+def tracktrain_fit(workload: Workload, epochs: int, compiled: bool) -> Fit:
+    clock = EpochClock()
+    trainer = Trainer(
+        max_epochs=epochs,
+        compile=compiled,
+        callbacks=[clock],
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        loggers=False,
+        accelerator="cpu",
+    )
+    net = workload.fresh()
+    trainer.fit(Classifier(net), workload.loader)
+    timed_steps = trainer.global_step - clock.steps_before_timing
+    return Fit(
+        timed_steps / (clock.marks["end"] - clock.marks["second"]),
+        clock.marks["second"] - clock.marks["first"],
+        trainer.global_step,
+        net,
+    )
+
+
+def hand_written_fit(workload: Workload, epochs: int, compiled: bool) -> Fit:
+    """The loop a user writes: forward through the (compiled) model, cross-entropy, backward, SGD step."""
+    net = workload.fresh()
+    model = torch.compile(net) if compiled else net
+    optimizer = torch.optim.SGD(net.parameters(), lr=LEARNING_RATE)
+    marks, steps, steps_before_timing = [], 0, 0
+    for epoch in range(epochs):
+        marks.append(time.perf_counter())
+        if epoch == 1:
+            steps_before_timing = steps
+        for inputs, targets in workload.loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(inputs), targets).backward()
+            optimizer.step()
+            steps += 1
+    end = time.perf_counter()
+    return Fit((steps - steps_before_timing) / (end - marks[1]), marks[1] - marks[0], steps, net)
+
+
+VARIANTS: dict[str, Callable[[Workload, int], Fit]] = {
+    "tracktrain eager": lambda workload, epochs: tracktrain_fit(workload, epochs, compiled=False),
+    "tracktrain compile=True": lambda workload, epochs: tracktrain_fit(workload, epochs, compiled=True),
+    "hand-written eager": lambda workload, epochs: hand_written_fit(workload, epochs, compiled=False),
+    "hand-written torch.compile": lambda workload, epochs: hand_written_fit(workload, epochs, compiled=True),
+}
+TWINS = {  # what each variant is compared with: (its eager twin, the hand-written loop in its mode)
+    "tracktrain eager": (None, "hand-written eager"),
+    "tracktrain compile=True": ("tracktrain eager", "hand-written torch.compile"),
+    "hand-written eager": (None, None),
+    "hand-written torch.compile": ("hand-written eager", None),
+}
+
+
+# --------------------------------------------------------------------------------------------------- running
+def check(workload: Workload, key: str, fit: Fit, reference: dict[str, torch.Tensor], steps: int, problems: list[str]):
+    if fit.steps != steps:
+        problems.append(f"{workload.name} / {key}: {fit.steps} steps, expected {steps}")
+    trained = fit.net.state_dict()
+    for name, value in reference.items():
+        if not torch.allclose(trained[name], value, rtol=1e-4, atol=1e-5):
+            problems.append(f"{workload.name} / {key}: {name} differs from the eager hand-written loop's")
+            return
+
+
+def measure(workload: Workload, args: Any, rng: Any, problems: list[str]) -> dict[str, list[Fit]]:
+    steps = args.epochs * args.batches
+    reference = VARIANTS["hand-written eager"](workload, args.epochs).net.state_dict()
+    fits: dict[str, list[Fit]] = {key: [] for key in VARIANTS}
+    first: dict[str, Fit] = {}
+    for key, run in VARIANTS.items():  # the warm-up fit: its first epoch holds the compile
+        before_run(args.threads)
+        first[key] = run(workload, args.epochs)
+        check(workload, key, first[key], reference, steps, problems)
+    for repeat in range(args.repeats):
+        for _, key in interleaved(list(VARIANTS), 1, rng):
+            before_run(args.threads)
+            fits[key].append(VARIANTS[key](workload, args.epochs))
+            check(workload, key, fits[key][-1], reference, steps, problems)
+        print(
+            f"  {workload.name}, round {repeat + 1}/{args.repeats}: "
+            + ", ".join(f"{key} {fits[key][-1].steps_per_second:,.1f}" for key in VARIANTS)
+            + " steps/s",
+            flush=True,
+        )
+    fits["_first"] = [first[key] for key in VARIANTS]
+    return fits
+
+
+def paired(fits: dict[str, list[Fit]], key: str, other: str | None) -> tuple[float | None, float | None]:
+    if other is None:
+        return None, None
+    ratios = [mine.steps_per_second / theirs.steps_per_second for mine, theirs in zip(fits[key], fits[other])]
+    return statistics.median(ratios), iqr(ratios)
+
+
+def summarize(workload: Workload, fits: dict[str, list[Fit]]) -> list[dict[str, Any]]:
+    rows = []
+    for index, key in enumerate(VARIANTS):
+        samples = [fit.steps_per_second for fit in fits[key]]
+        eager, hand_written = TWINS[key]
+        over_eager, over_eager_iqr = paired(fits, key, eager)
+        over_hand, over_hand_iqr = paired(fits, key, hand_written)
+        rows.append(
+            {
+                "workload": workload.name,
+                "variant": key,
+                "steps_per_second": statistics.median(samples),
+                "iqr_steps_per_second": iqr(samples),
+                "x_eager": over_eager,
+                "x_eager_iqr": over_eager_iqr,
+                "x_hand_written": over_hand,
+                "x_hand_written_iqr": over_hand_iqr,
+                "first_epoch_seconds": fits["_first"][index].first_epoch_seconds,
+                "samples_steps_per_second": samples,
+            }
+        )
+    return rows
+
+
+def ratio_cell(value: float | None, noise: float | None) -> str:
+    return "—" if value is None else f"{value:.3f} ({noise:.3f})"
+
+
+def report(rows: list[dict[str, Any]], args: Any) -> None:
+    lines = [["model", "variant", "steps/s", "× eager (IQR)", "× hand-written (IQR)", "first epoch s (compile)"]]
+    for row in rows:
+        lines.append(
+            [
+                row["workload"],
+                row["variant"],
+                format_cell(row["steps_per_second"], decimals=1),
+                ratio_cell(row["x_eager"], row["x_eager_iqr"]),
+                ratio_cell(row["x_hand_written"], row["x_hand_written_iqr"]),
+                format_cell(row["first_epoch_seconds"], decimals=2),
+            ]
+        )
+    print("\n" + markdown_table(lines, "llrrrr") + "\n")
+    print(
+        f"steps/s: median over {args.repeats} fits of the steps from the 2nd epoch's start to the fit's end over that "
+        f"time ({(args.epochs - 1) * args.batches} steps per fit); ×: median of the per-round ratios (fits of one "
+        "round ran side by side) with their interquartile range. first epoch: the warm-up fit's, where torch.compile "
+        "traces and builds its kernels (inductor keeps them in an on-disk cache across processes, and a variant "
+        "meets the graphs another one compiled: the full cost shows only with a cold cache)."
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = make_parser(__doc__, lightning=False, stat_of="the fits")
+    add = parser.add_argument
+    add("--repeats", type=int, help="timed fits per variant, after one warm-up fit (default 5; --quick 1)")
+    add("--epochs", type=int, help="epochs of a fit, the first not timed (default 3; --quick 2)")
+    add("--batches", type=int, help="batches per epoch (default 30; --quick 4)")
+    args = finish_args(
+        parser,
+        argv,
+        {"repeats": (5, 1), "epochs": (3, 2), "batches": (30, 4)},
+        positive=["repeats", "batches"],
+        at_least_two=["epochs"],
+    )
+    rng = prepare(args)
+    env = environment(args.threads)
+    print_heading(
+        "torch.compile: tracktrain and a hand-written loop, eager and compiled",
+        env,
+        args.threads,
+        "no peers (the hand-written loop is the reference)",
+        f"{args.repeats} timed fits per variant",
+        "median",
+        args.quick,
+    )
+    problems: list[str] = []
+    rows = []
+    cases = workloads(args.batches)
+    freeze_garbage()
+    for workload in cases:
+        rows += summarize(workload, measure(workload, args, rng, problems))
+    report(rows, args)
+    if args.json:
+        write_json(args.json, {"environment": env, "arguments": vars(args), "rows": rows, "problems": problems})
+    return exit_status(problems)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
