@@ -1,5 +1,5 @@
-"""The shape of the code, kept by a test: layers import downwards only, no module outside the trainer package reaches
-into a Trainer's private names, and modules stay small. What the redesign (issue 20) still has to remove is listed
+"""The shape of the code, kept by a test: layers import downwards only, no module imports another's private names,
+no module outside the trainer package reaches into a Trainer's private names, and modules stay small. What the redesign (issue 20) still has to remove is listed
 here by name, so the lists can only shrink: a new upward import, a new private reach or a new long module fails.
 
 Read from the source text (ast), so it costs milliseconds and runs nothing.
@@ -181,3 +181,38 @@ def test_the_architecture_checks_can_fail():
     assert {_layer_of(module) for module in _imports_in(source)} == {None, "loggers"}
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
     assert "tracktrain.storage" in _imports_in("from tracktrain import storage\n")
+
+
+# private to the package, not to a module: `tracktrain._lazy` builds every `__init__`'s lazy attributes
+PACKAGE_PRIVATE = {"_lazy"}
+
+
+def _private_imports(source: str) -> list[str]:
+    """`from tracktrain... import _name` and imports of `tracktrain...._module`: one module taking another's private
+    names (a dunder is not private)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            package = node.module.split(".")
+            if package[0] not in {"tracktrain", "tracktrain_integrations"}:
+                continue
+            names = package + [alias.name for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [
+                part for alias in node.names if alias.name.startswith("tracktrain") for part in alias.name.split(".")
+            ]
+        else:
+            continue
+        found += [name for name in names if name.startswith("_") and not name.startswith("__")]
+    return [name for name in found if name not in PACKAGE_PRIVATE]
+
+
+def test_no_module_imports_another_modules_private_names():
+    reaches = {}
+    for path in _modules(PACKAGE) + _modules(INTEGRATIONS):
+        private = _private_imports(path.read_text())
+        if private:
+            reaches[_relative(path)] = private
+    assert reaches == {}, "make the name public where it lives (one job, used by others) or keep the use inside"
+    assert _private_imports("from tracktrain.metrics.metric import Metric, _identity") == ["_identity"]
+    assert _private_imports("import tracktrain.engine._signature\nfrom tracktrain import __version__") == ["_signature"]

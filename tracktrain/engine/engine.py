@@ -18,7 +18,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from tracktrain.engine._signature import check_signature
 from tracktrain.engine.engine_state_dict import engine_state_dict, load_engine_state
 from tracktrain.engine.events import EventEnum, Events, EventsList, RemovableEventHandle
 from tracktrain.engine.handler_registry import HandlerRecord, HandlerRegistry, event_key
@@ -29,6 +28,7 @@ from tracktrain.engine.run_setup import (
     resume_run_state,
     start_new_run_state,
 )
+from tracktrain.engine.signature import check_signature
 from tracktrain.engine.state import State
 
 __all__ = ["Engine"]

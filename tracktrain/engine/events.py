@@ -13,7 +13,7 @@ from enum import Enum
 from types import DynamicClassAttribute
 from typing import TYPE_CHECKING, Any
 
-from tracktrain.engine._signature import check_signature
+from tracktrain.engine.signature import check_signature
 
 if TYPE_CHECKING:
     from tracktrain.engine.engine import Engine

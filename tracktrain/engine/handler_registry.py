@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from tracktrain.engine._signature import accepts, check_signature
 from tracktrain.engine.events import CallableEventWithFilter, EventEnum
+from tracktrain.engine.signature import accepts, check_signature
 from tracktrain.engine.state import State
 
 __all__ = ["HandlerRecord", "HandlerRegistry", "event_key"]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from tracktrain.engine import Engine, EventEnum, Events
-from tracktrain.engine._signature import accepts
+from tracktrain.engine.signature import accepts
 from tracktrain.handlers.async_saver import AsyncSaver
 from tracktrain.handlers.checkpoint_loading import load_all_or_none
 from tracktrain.handlers.checkpoint_names import (

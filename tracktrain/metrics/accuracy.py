@@ -21,7 +21,8 @@ from typing import Any
 import torch
 
 from tracktrain.metrics.distributed import all_reduce_sum
-from tracktrain.metrics.metric import Metric, NotComputableError, _identity, _tensor_pair
+from tracktrain.metrics.inputs import identity, tensor_pair
+from tracktrain.metrics.metric import Metric, NotComputableError
 from tracktrain.number_checks import is_integral
 
 __all__ = ["Accuracy", "TopKCategoricalAccuracy"]
@@ -67,7 +68,7 @@ class Accuracy(Metric):
 
     def __init__(
         self,
-        output_transform: Callable[[Any], Any] = _identity,
+        output_transform: Callable[[Any], Any] = identity,
         is_multilabel: bool = False,
         device: str | torch.device | None = None,
         skip_unrolling: bool = False,
@@ -86,7 +87,7 @@ class Accuracy(Metric):
         self._num_classes = None
 
     def update(self, output: Any) -> None:
-        y_pred, y = _tensor_pair(output, "Accuracy")
+        y_pred, y = tensor_pair(output, "Accuracy")
         self._settle_device(y_pred.device)
         kind = self._check_kind(y_pred, y)
         if kind == "multiclass":
@@ -176,7 +177,7 @@ class TopKCategoricalAccuracy(Metric):
     def __init__(
         self,
         k: int = 5,
-        output_transform: Callable[[Any], Any] = _identity,
+        output_transform: Callable[[Any], Any] = identity,
         device: str | torch.device | None = None,
         skip_unrolling: bool = False,
     ) -> None:
@@ -191,7 +192,7 @@ class TopKCategoricalAccuracy(Metric):
         self._num_examples = 0
 
     def update(self, output: Any) -> None:
-        y_pred, y = _tensor_pair(output, "TopKCategoricalAccuracy")
+        y_pred, y = tensor_pair(output, "TopKCategoricalAccuracy")
         self._settle_device(y_pred.device)
         if y_pred.ndim != 2 or y.ndim not in (1, 2) or y.shape[0] != y_pred.shape[0] or y.numel() != y.shape[0]:
             raise ValueError(

@@ -8,7 +8,8 @@ from typing import Any, cast
 import torch
 
 from tracktrain.metrics.distributed import all_reduce_sum, common_shape
-from tracktrain.metrics.metric import Metric, NotComputableError, _accumulation_dtype
+from tracktrain.metrics.inputs import accumulation_dtype
+from tracktrain.metrics.metric import Metric, NotComputableError
 
 __all__ = ["Average"]
 
@@ -38,7 +39,7 @@ class Average(Metric):
 
     def reset(self) -> None:
         self._unsettle_device()
-        self._sum = torch.zeros((), dtype=_accumulation_dtype(self._device), device=self._device)
+        self._sum = torch.zeros((), dtype=accumulation_dtype(self._device), device=self._device)
         self._num_examples = 0
         self._sample_shape = None
 

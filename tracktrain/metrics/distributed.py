@@ -1,4 +1,5 @@
-"""The one all-reduce every metric's compute() goes through under torch.distributed."""
+"""The one all-reduce every metric's compute() goes through under torch.distributed (`tracktrain.distributed`'s: the
+metrics sit below the trainer, so they reduce without its Strategy)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import torch
 
-from tracktrain.distributed import collective_device
+from tracktrain.distributed import all_reduce_tensor, collective_device
 
 __all__ = ["all_reduce_sum", "common_shape"]
 
@@ -15,7 +16,7 @@ __all__ = ["all_reduce_sum", "common_shape"]
 _MAX_SHAPE_DIMS = 32
 
 
-def _world_size() -> int:
+def process_count() -> int:
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size()
@@ -29,13 +30,12 @@ def all_reduce_sum(*values: torch.Tensor | float) -> tuple[Any, ...]:  # float: 
     process must call this with values of the same shapes, in the same order: metrics call it from `compute()`,
     so every rank must compute the same metrics.
     """
-    world_size = _world_size()
+    world_size = process_count()
     if world_size == 1:
         return values
     device = collective_device()
     flat = [torch.as_tensor(value).detach().to(device=device, dtype=torch.float64).reshape(-1) for value in values]
-    buffer = torch.cat(flat)
-    torch.distributed.all_reduce(buffer)
+    buffer = all_reduce_tensor(torch.cat(flat), "sum")
     reduced: list[Any] = []
     # host copy only for the Python numbers (a sync, but compute() reads values anyway)
     host = buffer.tolist() if any(not isinstance(v, torch.Tensor) for v in values) else None
@@ -60,7 +60,7 @@ def common_shape(shape: torch.Size | None, owner: str) -> torch.Size | None:
     all-reduce (max) of each rank's shape and its negation finds the largest and smallest shape at once; if they
     differ, every rank raises the same ValueError (none goes on to a collective the others skip).
     """
-    if _world_size() == 1:
+    if process_count() == 1:
         return shape
     if shape is not None and len(shape) > _MAX_SHAPE_DIMS:
         raise ValueError(

@@ -8,7 +8,8 @@ from typing import Any
 import torch
 
 from tracktrain.metrics.distributed import all_reduce_sum
-from tracktrain.metrics.metric import Metric, NotComputableError, _accumulation_dtype, _identity
+from tracktrain.metrics.inputs import accumulation_dtype, identity
+from tracktrain.metrics.metric import Metric, NotComputableError
 
 __all__ = ["Loss"]
 
@@ -37,7 +38,7 @@ class Loss(Metric):
     def __init__(
         self,
         loss_fn: Callable[..., Any],
-        output_transform: Callable[[Any], Any] = _identity,
+        output_transform: Callable[[Any], Any] = identity,
         batch_size: Callable[[Any], Any] = len,
         device: str | torch.device | None = None,
         skip_unrolling: bool = False,
@@ -52,7 +53,7 @@ class Loss(Metric):
 
     def reset(self) -> None:
         self._unsettle_device()
-        self._sum = torch.zeros((), dtype=_accumulation_dtype(self._device), device=self._device)
+        self._sum = torch.zeros((), dtype=accumulation_dtype(self._device), device=self._device)
         self._num_examples = 0
 
     def update(self, output: Any) -> None:

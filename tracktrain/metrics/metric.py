@@ -22,28 +22,18 @@ import torch
 
 from tracktrain.engine.engine import Engine
 from tracktrain.metrics.inputs import (
-    accumulation_dtype,
     as_batch_of_one,
     as_device,
     identity,
     is_sequence_of_tensors_or_numbers,
-    tensor_pair,
 )
-from tracktrain.metrics.usage import EpochWise, MetricUsage, _as_usage, _same_events
+from tracktrain.metrics.usage import EpochWise, MetricUsage, as_usage, same_events
 
 __all__ = ["Metric", "MetricsLambda", "NotComputableError"]
 
 
 class NotComputableError(RuntimeError):
     """`compute()` was called on a metric with nothing to compute from (no `update()` since its last `reset()`)."""
-
-
-# the names the metrics beside this module import from here (accuracy, average, loss, regression, running_average);
-# they live in inputs.py
-_identity = identity
-_as_device = as_device
-_tensor_pair = tensor_pair
-_accumulation_dtype = accumulation_dtype
 
 
 class Metric(ABC):
@@ -188,7 +178,7 @@ class Metric(ABC):
         """
         if not isinstance(name, str):
             raise TypeError(f"{type(self).__name__}.attach: name must be a str, got {name!r}.")
-        usage = _as_usage(usage)
+        usage = as_usage(usage)
         if not engine.has_event_handler(self.started, usage.STARTED):
             engine.add_event_handler(usage.STARTED, self.started)
         if not engine.has_event_handler(self.iteration_completed, usage.ITERATION_COMPLETED):
@@ -202,10 +192,10 @@ class Metric(ABC):
         Unlike Ignite, the reset and update handlers stay while another usage attached on this engine needs them
         (detaching "batch_wise" leaves an "epoch_wise" attachment of the same metric working).
         """
-        usage = _as_usage(usage)
+        usage = as_usage(usage)
         if engine.has_event_handler(self.completed, usage.COMPLETED):
             engine.remove_event_handler(self.completed, usage.COMPLETED)
-        others = [u for u in self._attached_usages.get(engine, []) if not _same_events(u, usage)]
+        others = [u for u in self._attached_usages.get(engine, []) if not same_events(u, usage)]
         self._attached_usages[engine] = others
         for event, handler, needed in (
             (usage.STARTED, self.started, any(u.STARTED == usage.STARTED for u in others)),
@@ -219,7 +209,7 @@ class Metric(ABC):
                 engine.remove_event_handler(handler, event)
 
     def is_attached(self, engine: Engine, usage: str | MetricUsage = EpochWise()) -> bool:
-        return engine.has_event_handler(self.completed, _as_usage(usage).COMPLETED)
+        return engine.has_event_handler(self.completed, as_usage(usage).COMPLETED)
 
     # ------------------------------------------------------------------------------------------- composition
     def __add__(self, other: Any) -> MetricsLambda:
@@ -352,7 +342,7 @@ class MetricsLambda(Metric):
             )
         if not isinstance(name, str):
             raise TypeError(f"MetricsLambda.attach: name must be a str, got {name!r}.")
-        usage = _as_usage(usage)
+        usage = as_usage(usage)
         for node in self._nodes():
             if isinstance(node, MetricsLambda):
                 node.engine = engine
@@ -371,7 +361,7 @@ class MetricsLambda(Metric):
 
     def is_attached(self, engine: Engine, usage: str | MetricUsage = EpochWise()) -> bool:
         """Attached when its own value is written and every metric it depends on is reset and updated."""
-        usage = _as_usage(usage)
+        usage = as_usage(usage)
         return super().is_attached(engine, usage) and all(
             engine.has_event_handler(leaf.started, usage.STARTED)
             and engine.has_event_handler(leaf.iteration_completed, usage.ITERATION_COMPLETED)

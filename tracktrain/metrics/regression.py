@@ -13,7 +13,8 @@ from typing import Any
 import torch
 
 from tracktrain.metrics.distributed import all_reduce_sum
-from tracktrain.metrics.metric import Metric, NotComputableError, _accumulation_dtype, _tensor_pair
+from tracktrain.metrics.inputs import accumulation_dtype, tensor_pair
+from tracktrain.metrics.metric import Metric, NotComputableError
 
 __all__ = ["MeanAbsoluteError", "MeanSquaredError"]
 
@@ -30,12 +31,12 @@ class _MeanError(Metric):
 
     def reset(self) -> None:
         self._unsettle_device()
-        self._sum_of_errors = torch.zeros((), dtype=_accumulation_dtype(self._device), device=self._device)
+        self._sum_of_errors = torch.zeros((), dtype=accumulation_dtype(self._device), device=self._device)
         self._num_examples = 0
 
     def update(self, output: Any) -> None:
         name = type(self).__name__
-        y_pred, y = _tensor_pair(output, name)
+        y_pred, y = tensor_pair(output, name)
         self._settle_device(y_pred.device)
         if y_pred.ndim == 0 or y.ndim == 0 or y.shape[0] != y_pred.shape[0] or y.numel() != y_pred.numel():
             raise ValueError(

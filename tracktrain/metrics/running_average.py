@@ -27,9 +27,10 @@ import torch
 
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events
-from tracktrain.metrics.distributed import _world_size, all_reduce_sum
-from tracktrain.metrics.metric import Metric, NotComputableError, _as_device, _identity
-from tracktrain.metrics.usage import MetricUsage, RunningBatchWise, SingleEpochRunningBatchWise, _as_usage
+from tracktrain.metrics.distributed import all_reduce_sum, process_count
+from tracktrain.metrics.inputs import as_device, identity
+from tracktrain.metrics.metric import Metric, NotComputableError
+from tracktrain.metrics.usage import MetricUsage, RunningBatchWise, SingleEpochRunningBatchWise, as_usage
 from tracktrain.number_checks import is_real
 
 __all__ = ["RunningAverage"]
@@ -88,7 +89,7 @@ class RunningAverage(Metric):
                     "Argument device should be None if src is a Metric. RunningAverage(src=...) takes its device "
                     f"from src: create src on {device!r} instead."
                 )
-            output_transform, accumulation_device = _identity, src._requested_device
+            output_transform, accumulation_device = identity, src._requested_device
         else:
             if output_transform is None:
                 raise ValueError(
@@ -97,7 +98,7 @@ class RunningAverage(Metric):
                     "value from the engine output), e.g. RunningAverage(output_transform=lambda loss: loss)."
                 )
             if device is not None:
-                self._value_device = _as_device(device, "RunningAverage")
+                self._value_device = as_device(device, "RunningAverage")
             accumulation_device = device
         self.src = src
         self.alpha = float(alpha)
@@ -136,7 +137,7 @@ class RunningAverage(Metric):
                 f"RunningAverage averages a number or a tensor, got {type(output).__name__}; make output_transform "
                 "return one."
             )
-        world_size = _world_size()
+        world_size = process_count()
         if world_size > 1:
             value = all_reduce_sum(value)[0] / world_size
         return value
@@ -163,7 +164,7 @@ class RunningAverage(Metric):
     def _usage(self, usage: str | MetricUsage) -> MetricUsage:
         if self.epoch_bound is not None:
             return SingleEpochRunningBatchWise() if self.epoch_bound else RunningBatchWise()
-        return _as_usage(usage)
+        return as_usage(usage)
 
     def attach(self, engine: Engine, name: str, usage: str | MetricUsage = RunningBatchWise()) -> None:
         """As Metric.attach, with RunningBatchWise by default; src (if any) is updated on every

@@ -98,11 +98,11 @@ _USAGES_BY_NAME: dict[str, Callable[[], MetricUsage]] = {
 }
 
 
-def _same_events(a: MetricUsage, b: MetricUsage) -> bool:
+def same_events(a: MetricUsage, b: MetricUsage) -> bool:
     return (a.STARTED, a.ITERATION_COMPLETED, a.COMPLETED) == (b.STARTED, b.ITERATION_COMPLETED, b.COMPLETED)
 
 
-def _as_usage(usage: str | MetricUsage) -> MetricUsage:
+def as_usage(usage: str | MetricUsage) -> MetricUsage:
     if isinstance(usage, MetricUsage):
         return usage
     if isinstance(usage, str):
