@@ -121,6 +121,23 @@ def test_a_loop_module_without_forward_compiles_the_networks_its_steps_call(tmp_
         def configure_optimizers(self):
             return torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)
 
+    class BlocksInAList(StepsCallTheNet):  # the steps loop over an nn.ModuleList, which has no call of its own
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+
+        def train_step(self, batch, batch_idx):
+            x, y = batch
+            for block in self.blocks:
+                x = torch.tanh(block(x))
+            return self.loss(self.net(x), y)
+
+    backend = CountingBackend()
+    Trainer(**quiet(tmp_path, max_epochs=1, loggers=False, compile={"backend": backend})).fit(
+        BlocksInAList(), make_loader()
+    )
+    assert backend.graphs == 3 and backend.runs == 3 * 8  # each block and the net, at every step
+
     with pytest.raises(ValueError, match=r"compile=.*found nothing to compile in NothingToCompile"):
         Trainer(**quiet(tmp_path, max_epochs=1, loggers=False, compile=AOT)).fit(NothingToCompile(), make_loader())
 

@@ -77,17 +77,27 @@ def _compiled_whole(module: nn.Module) -> list[nn.Module]:
     a forward of its own, that forward (its steps call `self(...)`). A LoopModule without one runs its networks from
     its steps (`self.net(x)`, Lightning's usual style), where compiling its own call would compile nothing, silently:
     its children that hold parameters are what the steps run, so each is compiled (a metric or a loss module, without
-    parameters, is left as it is)."""
+    parameters, is left as it is; an `nn.ModuleList` or `nn.ModuleDict`, which has no call, gives its elements)."""
     if isinstance(module, SupervisedModule):
         return [module.model]
     if type(module).forward is not nn.Module.forward:
         return [module]
-    networks = [child for child in module.children() if next(child.parameters(), None) is not None]
+    networks = _networks_in(module)
     if not networks:
         raise ValueError(
             f"Trainer(compile=...) found nothing to compile in {type(module).__name__}: it has no forward of its own "
             "and no submodule with parameters. Give it a forward that its steps call, or leave compile off."
         )
+    return networks
+
+
+def _networks_in(module: nn.Module) -> list[nn.Module]:
+    """`module`'s children that hold parameters, the elements of a container (ModuleList, ModuleDict) in its place."""
+    networks = []
+    for child in module.children():
+        if next(child.parameters(), None) is None:
+            continue
+        networks += _networks_in(child) if isinstance(child, (nn.ModuleList, nn.ModuleDict)) else [child]
     return networks
 
 
