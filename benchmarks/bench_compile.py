@@ -9,8 +9,8 @@ its kernels, stays out and is reported apart (the first fit's first-epoch time, 
 warm-up fit of each variant, then `--repeats` rounds of one fit of each, in an order shuffled per round.
 
     .venv/bin/python benchmarks/bench_compile.py --quick      # smoke test
-    .venv/bin/python benchmarks/bench_compile.py              # the real run, ~4 minutes on 2 cores (the
-                                                              # compiles take most of it)
+    .venv/bin/python benchmarks/bench_compile.py              # the real run, 1-4 minutes on 2 cores (4
+                                                              # compiles; inductor's disk cache may hold them)
 
 What to read: "× eager" (compiled over the same framework's eager fit, paired per round) says what compile buys on
 this CPU; "× hand-written" (tracktrain over the hand-written loop in the same mode) says what the Trainer costs

@@ -18,7 +18,7 @@ __all__ = [
     "truncated_tag",
 ]
 
-_logger = logging.getLogger(__name__)
+_logger = logging.getLogger("tracktrain_integrations.wandb")  # the W&B logger's messages, under its own name
 
 MODES = ("online", "offline", "disabled")
 WATCH_MODES = ("gradients", "parameters", "all")

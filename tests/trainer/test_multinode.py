@@ -40,6 +40,7 @@ def node(
     """One node's launcher: `torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d` on the shared endpoint,
     with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 unless `share_store`."""
     environment = dict(os.environ)
+    environment.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)  # the caller's own setting, if any, left out
     if not share_store:
         environment["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     command = [
@@ -108,7 +109,8 @@ def test_a_rank_killed_on_one_node_restarts_both_nodes_from_the_last_checkpoint_
         assert statuses == [0, 0], [launcher.stderr[-3000:] for launcher in nodes]
     # whichever node has rank 0 after the restart printed where the run resumed
     lines = [line for launcher in nodes for line in launcher.lines]
-    resumed = [line.split(" ") for line in lines if line.startswith("resumed ")]
+    # (either node may hold rank 0 after the restart: the lines are told apart by what they say, not their order)
+    resumed = sorted((line.split(" ") for line in lines if line.startswith("resumed ")), key=lambda said: int(said[2]))
     assert len(resumed) == 2, lines
     assert resumed[0][1] == "None" and resumed[0][2] == "0"  # the first start
     path, step = resumed[1][1], int(resumed[1][2])

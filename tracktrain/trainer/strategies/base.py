@@ -13,7 +13,8 @@ calls it in one fixed order (see `docs/architecture.md`):
    window flushed at an epoch's end.
 6. At boundaries, the collectives: `any_rank`, `rank_zero_value`, `gather`, `gather_floats`, `check_same`,
    `reduce_tensor`, `async_any_rank` — every rank calls them at the same points, so none waits for a collective the
-   others skipped. They are the only collectives a fit issues outside the model's own (gradients, sharding).
+   others skipped. They are the only collectives the trainer and callbacks issue; beside them are the model's own
+   (gradients, sharding) and the metrics' `compute()` (`tracktrain.metrics.distributed`, a layer below the trainer).
 7. `checkpoint_objects(objects)`: what a checkpoint saves of them (full state here).
 8. `teardown()`: every rank ends the fit together.
 
