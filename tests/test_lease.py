@@ -23,7 +23,7 @@ from tracktrain.storage.discovery import committed_checkpoints
 from tracktrain.storage.manifest import read_checked
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.slow)])  # s3: moto, in the slow run
 def root(request, tmp_path) -> str:
     if request.param == "local":
         return str(tmp_path / "run")

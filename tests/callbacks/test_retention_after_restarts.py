@@ -310,6 +310,7 @@ def kill_and_restart(root: str, tmp_path: Path, cycles: int, seed: int, monkeypa
     only_committed_files(directory)
 
 
+@pytest.mark.slow  # 24 s of restarts; CI runs the slow tests
 def test_sigkill_cycles_leave_exactly_what_retention_says_on_local_disk(tmp_path, monkeypatch):
     kill_and_restart(str(tmp_path / "run"), tmp_path, cycles=4, seed=5, monkeypatch=monkeypatch)
 

@@ -260,6 +260,7 @@ def _long_fit(out: str) -> None:
     )
 
 
+@pytest.mark.slow  # a long fit on 2 ranks; CI runs the slow tests
 @pytest.mark.distributed
 @pytest.mark.timeout(240)
 def test_a_long_ddp_fit_with_disagreeing_ranks_stops_and_saves_as_one(tmp_path):

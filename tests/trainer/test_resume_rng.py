@@ -87,6 +87,7 @@ def test_sigkill_mid_epoch_resumes_dropout_and_every_generator_bit_identical(tmp
     check_bit_identical(tmp_path, ranks=1)
 
 
+@pytest.mark.slow  # torchrun, killed and started again; CI runs the slow tests
 @pytest.mark.distributed
 @pytest.mark.timeout(180)
 def test_sigkill_of_ddp_ranks_mid_epoch_resumes_each_rank_from_its_own_generators(tmp_path):
