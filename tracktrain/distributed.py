@@ -131,22 +131,23 @@ class AsyncAnyRank:
         return int(self._buffer.item())  # type: ignore[union-attr]
 
 
-def rank_zero_value(value: Any) -> Any:
+def rank_zero_value(value: Any, group: dist.ProcessGroup | None = None) -> Any:
     """Rank 0's `value` on every rank (every rank must call it), so that a decision taken from it is the same on
-    all of them; `value` itself without a process group."""
+    all of them; `value` itself without a process group. `group`: a group of all ranks other than the default."""
     if not is_distributed():
         return value
     box = [value]
-    dist.broadcast_object_list(box, src=0)
+    dist.broadcast_object_list(box, src=0, group=group)
     return box[0]
 
 
-def gather_objects(value: Any) -> list[Any]:
-    """`value` from every rank, in rank order, on every rank (every rank must call it); `[value]` alone."""
+def gather_objects(value: Any, group: dist.ProcessGroup | None = None) -> list[Any]:
+    """`value` from every rank, in rank order, on every rank (every rank must call it); `[value]` alone. `group`: a
+    group of all ranks other than the default."""
     if not is_distributed():
         return [value]
     gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, value)
+    dist.all_gather_object(gathered, value, group=group)
     return gathered
 
 

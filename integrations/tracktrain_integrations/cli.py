@@ -5,6 +5,8 @@
     tracktrain inspect CKPT     what a checkpoint holds: step, epoch, module and hyperparameters, sizes, and whether
                                 it is complete (its manifest and checksum)
     tracktrain ui [ROOT]        the MLflow UI on the run's own store (or how to look at its W&B runs)
+    tracktrain convert SRC DST  a sharded checkpoint (an FSDP run's `.dcp` directory) as one full-state file, for
+                                export, inference, or a run on other hardware
 
 ROOT and CKPT are local paths or any fsspec URL. Here rather than in the core: it reads the trackers' stores.
 """
@@ -24,7 +26,7 @@ from tracktrain.handlers.checkpoint_state import read_checkpoint
 from tracktrain.handlers.spool import Spool, spool_dir_for
 from tracktrain.storage import lease
 from tracktrain.storage.discovery import committed_checkpoints
-from tracktrain.storage.manifest import CheckpointCorrupted, manifest_name, parse_manifest
+from tracktrain.storage.manifest import CheckpointCorrupted, manifest_name, parse_manifest, write_manifest
 
 __all__ = ["main"]
 
@@ -36,6 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs.add_argument("root", nargs="?", default="runs", help="the run's root directory or URL (default: runs)")
     inspect = commands.add_parser("inspect", help="what a checkpoint holds, and whether it is complete")
     inspect.add_argument("checkpoint", help="a checkpoint file's path or URL")
+    convert = commands.add_parser("convert", help="a sharded checkpoint (a .dcp directory) as one full-state file")
+    convert.add_argument("source", help="the sharded checkpoint's directory (path or URL)")
+    convert.add_argument("target", help="the file to write (path or URL), e.g. beside it: .../checkpoint_9.pt")
     ui = commands.add_parser("ui", help="open the run's MLflow UI (or say how to look at its W&B runs)")
     ui.add_argument("root", nargs="?", default="runs", help="the run's root directory (default: runs)")
     ui.add_argument("--port", type=int, default=5000)
@@ -46,6 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return show_runs(args.root)
         if args.command == "inspect":
             return inspect_checkpoint(args.checkpoint)
+        if args.command == "convert":
+            return convert_checkpoint(args.source, args.target)
         return open_ui(args.root, args.host, args.port)
     except (FileNotFoundError, CheckpointCorrupted, ValueError, OSError) as error:
         print(f"tracktrain {args.command}: {error}", file=sys.stderr)
@@ -168,6 +175,45 @@ def inspect_checkpoint(url: str) -> int:
         for key, value in states.items():
             print(f"  {key}: {_describe_state(value)}")
     return 0 if complete else 1
+
+
+# --------------------------------------------------------------------------------------------------- convert
+def convert_checkpoint(source: str, target: str) -> int:
+    """Write the full state of the sharded checkpoint `source` as one torch.save file `target`, committed with a
+    manifest (the source's summary), so that it is also found by `resume="auto"` and `tracktrain runs`."""
+    import io
+
+    import torch
+
+    from tracktrain.handlers.sharded_checkpoint import is_sharded_checkpoint
+
+    if not is_sharded_checkpoint(source):
+        raise ValueError(
+            f"{source} is not a sharded checkpoint (a directory with .metadata, as strategy='fsdp' writes): a single "
+            "file already holds the full state, and loads as it is on any number of ranks."
+        )
+    if storage.exists(target):
+        raise FileExistsError(f"{target} already exists: remove it first, or choose another name.")
+    states = dict(read_checkpoint(source))  # every shard checked against the manifest, every tensor whole
+    source_directory, source_name = storage.split(source)
+    summary: dict[str, Any] = {}
+    metadata: dict[str, Any] = {}
+    manifest_url = storage.join(source_directory, manifest_name(source_name))
+    if storage.exists(manifest_url):
+        manifest = parse_manifest(storage.read_bytes(manifest_url), manifest_url)
+        summary, metadata = manifest["summary"], manifest["metadata"]
+    buffer = io.BytesIO()
+    torch.save(states, buffer)
+    data = buffer.getbuffer()
+    directory, name = storage.split(target)
+    storage.write_bytes_atomic(target, data)
+    write_manifest(directory, {name: data}, summary, metadata)
+    print(
+        f"Wrote {target} ({_size(len(data))}): the full state of {source}. It loads with "
+        "Checkpoint.load_objects(...) or torch.load(..., weights_only=True), and resumes a fit on any number of "
+        "ranks (fit(ckpt_path=...))."
+    )
+    return 0
 
 
 def _describe_state(value: Any) -> str:

@@ -1,7 +1,8 @@
 """strategy="fsdp" (FSDP2's fully_shard) with 2 real gloo processes on the CPU: each rank holds half of every
 parameter; the trained weights equal one process's on the full batch (with Adam, accumulation and clipping by
 norm over the shards); accumulation skips the reduce-scatter; evaluation gathers what it needs; checkpoints are
-single-device checkpoints, written once, that resume exactly on 2 ranks and on 1 (and back)."""
+single-device checkpoints with state_dict_type="full", written once, that resume exactly on 2 ranks and on 1 (and
+back). The sharded checkpoints (the default): test_fsdp_sharded_checkpoints.py."""
 
 from __future__ import annotations
 
@@ -218,7 +219,8 @@ def _fit_with_checkpoints(out: str, name: str, ckpt: str | None, crash_at: int |
     if crash_at is not None:
         callbacks.append(CrashAtStep(crash_at))
     module = BlockNet()
-    trainer = _trainer(out, max_epochs=3, seed=5, callbacks=callbacks)
+    strategy = FSDPStrategy(state_dict_type="full")
+    trainer = _trainer(out, max_epochs=3, seed=5, callbacks=callbacks, strategy=strategy)
     try:
         trainer.fit(module, DataLoader(make_loader().dataset, batch_size=4, shuffle=True), ckpt_path=ckpt)
     except RuntimeError:

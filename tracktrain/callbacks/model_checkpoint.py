@@ -13,7 +13,7 @@ from tracktrain.boundary import Boundary, Decision
 from tracktrain.callbacks.base import Callback
 from tracktrain.handlers.async_saver import AsyncSaver
 from tracktrain.handlers.checkpoint import Checkpoint
-from tracktrain.handlers.savers import FsspecSaver, saver_for
+from tracktrain.handlers.savers import FsspecSaver
 from tracktrain.handlers.spool import Spool, spool_dir_for
 from tracktrain.ranks import global_rank
 from tracktrain.storage import lease
@@ -138,14 +138,7 @@ class ModelCheckpoint(Callback):
                 if storage.is_local(self.dirpath)
                 else Spool(spool_dir_for(self.dirpath, trainer.default_root_dir), self.dirpath)
             )
-            saver: Any = saver_for(
-                self.dirpath,
-                create_dir=True,
-                require_empty=False,
-                manifest=True,
-                summarize=summarize_checkpoint,
-                **({"spool": spool} if spool else {}),
-            )
+            saver = trainer.strategy.checkpoint_saver(self.dirpath, summarize_checkpoint, spool)
             self._saver = AsyncSaver(saver) if self.async_save else saver
             self._checkpoint = Checkpoint(
                 trainer.checkpoint_objects(),
@@ -164,6 +157,8 @@ class ModelCheckpoint(Callback):
                 n_saved=max(int(self.save_last), 1),
                 global_step_transform=lambda engine, event: trainer.global_step,
             )
+            extension = getattr(saver, "extension", "pt")  # a sharded checkpoint is a directory "<name>.dcp"
+            self._checkpoint.ext = self._last.ext = extension
         else:  # a later fit() of the same Trainer: the objects may be new ones
             for handler in (self._checkpoint, self._last):
                 if handler is not None:

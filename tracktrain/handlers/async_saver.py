@@ -201,8 +201,10 @@ def cpu_snapshot(state: Any, copies: dict[tuple, tuple[torch.Tensor, torch.Tenso
 
 
 def _view_key(tensor: torch.Tensor) -> tuple:
-    # sparse layouts, and devices whose storages have no data pointer to read (XLA): by object
-    if tensor.layout != torch.strided or tensor.device.type not in ("cpu", "cuda"):
+    # sparse layouts, devices whose storages have no data pointer to read (XLA), and tensor subclasses that wrap
+    # others (a DTensor's own storage is empty: every shard would look like the same view): by object
+    wrapper = type(tensor) not in (torch.Tensor, torch.nn.Parameter)
+    if wrapper or tensor.layout != torch.strided or tensor.device.type not in ("cpu", "cuda"):
         return ("object", id(tensor))
     return (
         tensor.untyped_storage().data_ptr(),

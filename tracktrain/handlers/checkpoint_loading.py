@@ -47,7 +47,7 @@ def load_all_or_none(
     if isinstance(checkpoint, Mapping):
         source, states = getattr(checkpoint, "source", "the checkpoint dict"), checkpoint
     else:
-        source, states = os.fspath(checkpoint), read_checkpoint(checkpoint)
+        source, states = os.fspath(checkpoint), read_checkpoint(checkpoint, lazy_shards=True)
 
     if len(to_load) == 1:
         # Checkpoint writes a single entry of to_save as that entry's state alone (a list for a list of objects)
@@ -65,6 +65,7 @@ def load_all_or_none(
     plan: list[tuple[str, Any, Any]] = []
     missing: list[str] = []
     match_states(to_load, states, "", source, plan, missing)
+    plan = [(key_path, obj, _readable_by(obj, state)) for key_path, obj, state in plan]
     if missing and strict:
         raise ValueError(
             f"Key {missing[0]!r} from to_load is not found in {source}: {states.keys()}. It has no state for "
@@ -82,6 +83,16 @@ def load_all_or_none(
         )
 
     _apply_all_or_none(plan, source, strict, module_kwargs)
+
+
+def _readable_by(obj: Any, state: Any) -> Any:
+    """`state` as `obj` loads it: an entry of a sharded checkpoint stays unread for an object that reads its own
+    shards (`loads_stored_shards`), and is read in full for any other."""
+    from tracktrain.handlers.sharded_checkpoint import StoredShards
+
+    if isinstance(state, StoredShards) and not getattr(obj, "loads_stored_shards", False):
+        return state.full()
+    return state
 
 
 def _apply_all_or_none(plan: list[tuple[str, Any, Any]], source: str, strict: bool, kwargs: dict[str, Any]) -> None:

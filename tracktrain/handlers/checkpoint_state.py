@@ -188,9 +188,20 @@ def looks_like_objects(states: Mapping, obj: Any) -> bool:
     return not (isinstance(own, Mapping) and any(key in own for key in states))
 
 
-def read_checkpoint(url: str | os.PathLike) -> Any:
+def read_checkpoint(url: str | os.PathLike, lazy_shards: bool = False) -> Any:
     """torch.load of the file at `url`, checked against its manifest when it has one, with errors that name the
-    file and say what to do."""
+    file and say what to do. A sharded checkpoint (a directory, `tracktrain.handlers.sharded_checkpoint`) is read
+    whole, or with `lazy_shards` its sharded entries as `StoredShards`, for objects that read their own shards."""
+    from tracktrain.handlers import sharded_checkpoint  # torch.distributed.checkpoint: only when one is read
+
+    if sharded_checkpoint.is_sharded_checkpoint(url):
+        try:
+            states = sharded_checkpoint.read_sharded(url, lazy_shards)
+        except CheckpointCorrupted:
+            raise
+        except Exception as e:
+            raise _corrupted(url, e) from e
+        return ReadCheckpoint(states, source=os.fspath(url))
     try:
         data, check = read_checked(url)
     except FileNotFoundError:
@@ -201,8 +212,8 @@ def read_checkpoint(url: str | os.PathLike) -> Any:
         ) from None
     except IsADirectoryError:
         raise IsADirectoryError(
-            f"Checkpoint {os.fspath(url)} is a directory; pass one checkpoint file in it, e.g. "
-            "Checkpoint.get_last_checkpoint(directory)."
+            f"Checkpoint {os.fspath(url)} is a directory, and not a sharded checkpoint (it has no .metadata); pass "
+            "one checkpoint in it, e.g. Checkpoint.get_last_checkpoint(directory)."
         ) from None
     try:
         states = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)

@@ -18,7 +18,13 @@ from typing import Any
 
 from tracktrain import storage
 from tracktrain.storage.check import raise_storage_failure
-from tracktrain.storage.manifest import MANIFEST_SUFFIX, CheckpointCorrupted, parse_manifest, size_mismatch
+from tracktrain.storage.manifest import (
+    MANIFEST_SUFFIX,
+    CheckpointCorrupted,
+    member_sizes,
+    parse_manifest,
+    size_mismatch,
+)
 
 __all__ = ["CommittedCheckpoint", "committed_checkpoints", "newest_named", "resume_candidates"]
 
@@ -34,7 +40,8 @@ class CommittedCheckpoint:
 
     @property
     def url(self) -> str:
-        """The data file, as `Checkpoint.load_objects` and `fit(ckpt_path=...)` take it."""
+        """The data file (a sharded checkpoint's directory), as `Checkpoint.load_objects` and `fit(ckpt_path=...)`
+        take it."""
         return storage.join(self.directory, self.data_filename)
 
     @property
@@ -74,7 +81,7 @@ def _committed(directory: str, sizes: dict[str, int]) -> tuple[list[CommittedChe
         except (CheckpointCorrupted, FileNotFoundError) as error:
             problems.append(str(error))
             continue
-        mismatch = size_mismatch(manifest, sizes)
+        mismatch = size_mismatch(manifest, member_sizes(directory, manifest, sizes))
         if mismatch:
             problems.append(f"{storage.join(directory, data_filename)}: {mismatch}")
             continue

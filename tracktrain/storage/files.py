@@ -212,6 +212,28 @@ def file_sizes(url: PathOrURL) -> dict[str, int]:
     }
 
 
+def subdirectories(url: PathOrURL) -> list[str]:
+    """Sorted names of the directories directly in the directory `url` (on an object store: the prefixes that hold
+    objects); [] when it is absent."""
+    fs, path = open_filesystem(url)
+    fs.invalidate_cache(path)
+    try:
+        entries = fs.ls(path, detail=True)
+    except FileNotFoundError:
+        return []
+    return sorted(entry["name"].rstrip("/").rsplit("/", 1)[-1] for entry in entries if entry["type"] == "directory")
+
+
+def remove_tree(url: PathOrURL) -> None:
+    """Delete the directory `url` and everything in it; nothing when it is absent."""
+    fs, path = open_filesystem(url)
+    fs.invalidate_cache(path)
+    try:
+        fs.rm(path, recursive=True)
+    except FileNotFoundError:
+        pass
+
+
 def _temporary_name(name: str) -> str:
     # Hidden, and without the target's extension, so listings of checkpoints never pick it up.
     return f".{name}.{uuid.uuid4().hex[:12]}.tmp"

@@ -1,7 +1,9 @@
 """Checkpoint manifests: a checkpoint counts as committed only when its manifest exists and matches its files.
 
-A checkpoint is a set of files (today one `torch.save` file) plus a small JSON manifest written after all of
-them, under the data file's name with `.manifest.json` appended. The manifest lists every file with its size and
+A checkpoint is a set of files plus a small JSON manifest written after all of them, under the checkpoint's name
+with `.manifest.json` appended: one `torch.save` file of that name, or a directory of that name holding the files
+of a sharded checkpoint (`torch.distributed.checkpoint`'s, each rank's shards and `.metadata`), listed as
+`name/file`. The manifest lists every file with its size and
 SHA-256, and a summary of the run at that point (global step, epoch, iteration, the trackers' run ids). So:
 
 - a crash before the manifest is written leaves a checkpoint without one, which is never loaded;
@@ -26,7 +28,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from tracktrain import storage  # its public names, so a replaced one (a test's full disk) reaches the manifest too
 from tracktrain.storage.check import PROBE_PREFIX
@@ -35,8 +37,10 @@ from tracktrain.storage.url import split
 __all__ = [
     "MANIFEST_SUFFIX",
     "CheckpointCorrupted",
+    "FileDigest",
     "is_plain_name",
     "manifest_name",
+    "member_sizes",
     "parse_manifest",
     "read_checked",
     "remove_checkpoint",
@@ -58,25 +62,40 @@ def manifest_name(data_filename: str) -> str:
     return data_filename + MANIFEST_SUFFIX
 
 
+class FileDigest(NamedTuple):
+    """A file's size and SHA-256, computed by whoever wrote it (the ranks of a sharded checkpoint each hash theirs)."""
+
+    bytes: int
+    sha256: str
+
+
 def sha256_of(data: bytes | bytearray | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()  # hashlib releases the GIL on large buffers: fine in a saver thread
 
 
 def write_manifest(
     directory: str,
-    files: Mapping[str, bytes | bytearray | memoryview],
+    files: Mapping[str, bytes | bytearray | memoryview | FileDigest],
     summary: Mapping[str, Any],
     metadata: Mapping[str, Any] | None = None,
+    checkpoint_name: str | None = None,
 ) -> None:
-    """Write the manifest of a checkpoint whose `files` (name -> the bytes just committed) are in `directory`.
-    Call it only after every file is committed: its existence is what makes the checkpoint loadable."""
+    """Write the manifest of a checkpoint whose `files` (name -> the bytes just committed, or their `FileDigest`)
+    are in `directory`. Call it only after every file is committed: its existence is what makes the checkpoint
+    loadable. `checkpoint_name` (default: the first file's name) names the manifest: a sharded checkpoint's
+    directory, whose files are listed as `checkpoint_name/file`."""
     if not files:
         raise ValueError("A checkpoint manifest needs at least one file.")
     names = list(files)
+    checkpoint_name = checkpoint_name or names[0]
+    digests = {
+        name: data if isinstance(data, FileDigest) else FileDigest(len(data), sha256_of(data))
+        for name, data in files.items()
+    }
     manifest = {
         "format": FORMAT,
         "created": time.time(),
-        "files": {name: {"bytes": len(data), "sha256": sha256_of(data)} for name, data in files.items()},
+        "files": {name: {"bytes": digest.bytes, "sha256": digest.sha256} for name, digest in digests.items()},
         "summary": dict(summary),
         # numbers of other types (a numpy score) as the exact Python number: retention reads `priority` back
         "metadata": {
@@ -85,9 +104,9 @@ def write_manifest(
             if _is_json_scalar(_plain_scalar(value))
         },
     }
-    url = storage.join(directory, manifest_name(names[0]))
+    url = storage.join(directory, manifest_name(checkpoint_name))
     # what the reader would refuse is refused here, at the save, rather than found at the resume
-    problem = _manifest_problem(manifest, names[0])
+    problem = _manifest_problem(manifest, checkpoint_name)
     if problem is not None:
         field_name, value, expected = problem
         raise ValueError(
@@ -140,8 +159,22 @@ def read_checked(url: str | os.PathLike) -> tuple[bytes, Callable[[], None]]:
     return data, check
 
 
+def member_sizes(directory: str, manifest: Mapping[str, Any], sizes: Mapping[str, int]) -> dict[str, int]:
+    """`sizes` (a listing of `directory`) with the files of the checkpoint directories `manifest` lists files in
+    (a sharded checkpoint's), as `name/file`: what `size_mismatch` compares the manifest with."""
+    result = dict(sizes)
+    for subdirectory in sorted({name.split("/", 1)[0] for name in manifest["files"] if "/" in name}):
+        try:
+            inside = storage.file_sizes(storage.join(directory, subdirectory))
+        except FileNotFoundError:
+            continue
+        result.update({f"{subdirectory}/{name}": size for name, size in inside.items()})
+    return result
+
+
 def remove_checkpoint(directory: str, data_filename: str) -> None:
-    """Delete a checkpoint: its manifest first (from then on it is not loadable), then its files."""
+    """Delete a checkpoint: its manifest first (from then on it is not loadable), then its files (a sharded
+    checkpoint's directory with everything in it)."""
     manifest_url = storage.join(directory, manifest_name(data_filename))
     files = [data_filename]
     try:
@@ -149,8 +182,11 @@ def remove_checkpoint(directory: str, data_filename: str) -> None:
     except (FileNotFoundError, CheckpointCorrupted):
         pass
     storage.remove(manifest_url, missing_ok=True)
+    if data_filename in storage.subdirectories(directory):  # a sharded checkpoint: its directory, all of it
+        storage.remove_tree(storage.join(directory, data_filename))
+        return
     for name in files:
-        if name == os.path.basename(name):  # a manifest only ever names files beside it
+        if is_plain_name(name):  # a manifest only ever names files beside it, or in the checkpoint's directory
             storage.remove(storage.join(directory, name), missing_ok=True)
 
 
@@ -184,6 +220,11 @@ def remove_uncommitted(
     ]
     for name in stale:
         storage.remove(storage.join(directory, name), missing_ok=True)
+    # a sharded save killed before its manifest: the checkpoint's directory, whatever the ranks had written in it
+    for name in storage.subdirectories(directory):
+        if name not in keep and owned(name) and manifest_name(name) not in names:
+            storage.remove_tree(storage.join(directory, name))
+            stale.append(name)
     return stale
 
 
@@ -236,11 +277,12 @@ def _manifest_problem(manifest: Any, data_filename: str | None) -> tuple[str, An
     if not isinstance(files, dict) or not files:
         return "field 'files'", files, "a non-empty object: file name -> {bytes, sha256}"
     for name, entry in files.items():
-        if not is_plain_name(name):
+        if not _is_member_name(name, data_filename):
             return (
                 "a name in field 'files'",
                 name,
-                "a plain file name beside the manifest (no path separator, not '..')",
+                "a plain file name beside the manifest, or in the checkpoint's directory (no other path separator, "
+                "not '..')",
             )
         if not isinstance(entry, dict):
             return f"field 'files.{name}'", entry, "an object {bytes, sha256}"
@@ -250,7 +292,7 @@ def _manifest_problem(manifest: Any, data_filename: str | None) -> tuple[str, An
         digest = entry.get("sha256", _MISSING)
         if not (isinstance(digest, str) and _SHA256.fullmatch(digest)):
             return f"field 'files.{name}.sha256'", digest, "64 lowercase hexadecimal digits"
-    if data_filename is not None and data_filename not in files:
+    if data_filename is not None and not any(_is_member_name(name, data_filename, inside=True) for name in files):
         return "field 'files'", sorted(files), f"a listing that includes {data_filename!r}, the file it is named for"
     summary = manifest["summary"]
     if not isinstance(summary, dict):
@@ -313,6 +355,15 @@ def is_plain_name(filename: Any) -> bool:
         and not os.path.isabs(filename)
         and not any(sep in filename for sep in separators)
     )
+
+
+def _is_member_name(name: str, checkpoint: str | None, inside: bool = False) -> bool:
+    """Whether `name` may be listed by the manifest of `checkpoint`: a plain name (the checkpoint itself with
+    `inside`), or `checkpoint/plain name` (a file of a sharded checkpoint's directory)."""
+    if is_plain_name(name) and (not inside or name == checkpoint):
+        return True
+    directory, _, member = name.partition("/")
+    return checkpoint is not None and directory == checkpoint and is_plain_name(directory) and is_plain_name(member)
 
 
 def _short(value: Any) -> str:

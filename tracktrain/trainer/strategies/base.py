@@ -32,6 +32,8 @@ import torch
 from torch import nn
 
 from tracktrain import distributed
+from tracktrain.handlers.savers import FsspecSaver, saver_for
+from tracktrain.handlers.spool import Spool
 from tracktrain.ranks import rank_and_world_size
 
 __all__ = ["SingleDeviceStrategy", "Strategy"]
@@ -135,6 +137,18 @@ class Strategy:
         """What a checkpoint saves of `objects`: their full state, as they are (a sharded strategy gives
         objects that save and load their shards)."""
         return objects
+
+    def checkpoint_saver(self, url: str, summarize: Callable[[Any], Any], spool: Spool | None) -> FsspecSaver:
+        """The saver of a checkpoint directory at `url` (its files get manifests summarized by `summarize`;
+        `spool`: where they wait while a remote store does not answer). Here one file, written by rank 0."""
+        return saver_for(
+            url,
+            create_dir=True,
+            require_empty=False,
+            manifest=True,
+            summarize=summarize,
+            **({"spool": spool} if spool else {}),
+        )
 
     def teardown(self) -> None:
         """The fit's end (every rank ends it together, where there are several)."""

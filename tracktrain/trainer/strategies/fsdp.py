@@ -18,8 +18,17 @@ import torch
 from torch import nn
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
+from tracktrain import distributed
+from tracktrain.handlers.savers import FsspecSaver
+from tracktrain.handlers.sharded_saver import ShardedSaver
+from tracktrain.handlers.spool import Spool
 from tracktrain.trainer.strategies.data_parallel import DataParallelStrategy, StepModule
-from tracktrain.trainer.strategies.full_state import FullModelState, FullOptimizerState
+from tracktrain.trainer.strategies.full_state import (
+    FullModelState,
+    FullOptimizerState,
+    ShardedModelState,
+    ShardedOptimizerState,
+)
 
 __all__ = ["AutoWrap", "FSDPStrategy", "blocks_to_shard"]
 
@@ -47,11 +56,19 @@ class FSDPStrategy(DataParallelStrategy):
             or keep them for its backward (False, one all-gather less per block), or an int: reshard to groups of
             that many ranks (e.g. the ranks of one node).
         timeout: how long a collective waits for the other ranks before the run fails.
+        state_dict_type: how checkpoints hold the model and optimizers. "sharded" (default): each rank writes its
+            own shards (`torch.distributed.checkpoint`), in parallel, and no rank ever holds the full state; the
+            checkpoint is a directory `<name>.dcp`. "full": rank 0 gathers the full state and writes one file, in
+            the format of a single-device run's (memory of the whole model on rank 0).
+
+    Either kind loads on any number of ranks (a sharded checkpoint saved on 2 ranks resumes on 1 or 4, each rank
+    reading only its shards), and into a module without a Trainer (`Checkpoint.load_objects`); `tracktrain convert`
+    turns a sharded checkpoint into one full file. Sharded checkpoints need a directory every rank can write and
+    rank 0 can read whole: shared storage or an object store (`s3://...`).
 
     Gradient accumulation skips the reduce-scatter on all but a window's last batch (gradients accumulate
     unsharded in between, which needs a full copy of them per rank). Clipping by norm takes the norm over all
-    shards. Checkpoints hold the full state, in the same format as a single-device run's: a checkpoint of a fit on
-    any number of ranks loads on any other number, and into the module without a Trainer.
+    shards.
     """
 
     name = "fsdp"
@@ -63,8 +80,14 @@ class FSDPStrategy(DataParallelStrategy):
         offload_to_cpu: bool = False,
         reshard_after_forward: bool | int = True,
         timeout: timedelta | None = None,
+        state_dict_type: str = "sharded",
     ) -> None:
         super().__init__(timeout)
+        if state_dict_type not in ("sharded", "full"):
+            raise ValueError(
+                f"FSDPStrategy(state_dict_type={state_dict_type!r}) takes 'sharded' (each rank saves its shards) or "
+                "'full' (rank 0 saves one file of the full state)."
+            )
         if not isinstance(reshard_after_forward, (bool, int)):
             raise TypeError(
                 f"FSDPStrategy(reshard_after_forward=...) takes True, False or a number of ranks, got "
@@ -81,6 +104,8 @@ class FSDPStrategy(DataParallelStrategy):
         self.mixed_precision = mixed_precision
         self.offload_to_cpu = offload_to_cpu
         self.reshard_after_forward = reshard_after_forward
+        self.state_dict_type = state_dict_type
+        self._checkpoint_group: torch.distributed.ProcessGroup | None = None
         self._wrapped: StepModule | None = None
         self._module: nn.Module | None = None
 
@@ -150,17 +175,32 @@ class FSDPStrategy(DataParallelStrategy):
 
     # ----------------------------------------------------------------------------------------- checkpoints
     def checkpoint_objects(self, objects: dict[str, Any]) -> dict[str, Any]:
-        """The module and its optimizers in full (gathered on rank 0, which writes them), so that a checkpoint
-        of this fit is a single-device checkpoint."""
+        """The module and its optimizers as each rank's shards ("sharded"), or in full, gathered on rank 0 ("full":
+        a checkpoint of this fit is then a single-device checkpoint)."""
         if self._module is None:
             return objects
         module: nn.Module = self._module
+        sharded = self.state_dict_type == "sharded"
+        model_state, optimizer_state = (
+            (ShardedModelState, ShardedOptimizerState) if sharded else (FullModelState, FullOptimizerState)
+        )
         converted = dict(objects)
         if converted.get("model") is module:
-            converted["model"] = FullModelState(module)
+            converted["model"] = model_state(module)
         if "optimizers" in converted:
-            converted["optimizers"] = [FullOptimizerState(module, optimizer) for optimizer in converted["optimizers"]]
+            converted["optimizers"] = [optimizer_state(module, optimizer) for optimizer in converted["optimizers"]]
         return converted
+
+    def checkpoint_saver(self, url: str, summarize: Callable[[Any], Any], spool: Spool | None) -> FsspecSaver:
+        """ "sharded": every rank writes its shards, with collectives of a process group of their own (made here,
+        once, on every rank at the same point), so that a save in the background never meets the step's."""
+        if self.state_dict_type == "full":
+            return super().checkpoint_saver(url, summarize, spool)
+        if self._checkpoint_group is None and torch.distributed.is_initialized():
+            self._checkpoint_group = torch.distributed.new_group(
+                backend="gloo", timeout=distributed.collective_timeout(self.timeout)
+            )
+        return ShardedSaver(url, summarize=summarize, process_group=self._checkpoint_group)
 
 
 def blocks_to_shard(module: nn.Module, auto_wrap: AutoWrap) -> list[nn.Module]:

@@ -1,12 +1,17 @@
-"""A sharded module's and optimizer's full state, in the format of an unsharded one's, for checkpoints.
+"""A sharded module's and optimizer's state in a checkpoint: in full (the format of an unsharded one's), or as each
+rank's shards.
 
 `FullModelState` and `FullOptimizerState` stand in for a module and an optimizer in a checkpoint's objects:
-`state_dict()` gathers the full tensors onto rank 0's CPU (the rank that writes; the others get `{}`), and
-`load_state_dict` takes a full state and keeps this rank's shards of it. The optimizer's state is keyed by
-parameter index, as `Optimizer.state_dict()` keys it, not by parameter name as `torch.distributed.checkpoint`
-does: a checkpoint of a sharded fit is a checkpoint of a single-device one, and loads into either.
+`state_dict()` gathers the full tensors onto rank 0's CPU (the rank that writes; the others get `{}`). The optimizer's
+state is keyed by parameter index, as `Optimizer.state_dict()` keys it, not by parameter name as
+`torch.distributed.checkpoint` does: a checkpoint of a sharded fit is then a checkpoint of a single-device one.
 
-Both gather with collectives, so every rank calls them at the same point (the checkpoint handler does);
+`ShardedModelState` and `ShardedOptimizerState` save each rank's shards as they are (DTensors, for `ShardedSaver`):
+no rank ever holds the full state.
+
+All four load either kind: a full state (each rank keeps its shards of it), or the `StoredShards` of a sharded
+checkpoint, of which each rank reads just its own shards, in the layout it has now (any number of ranks). They talk
+to the other ranks, so every rank calls them at the same point (the checkpoint handler does);
 `state_dict_has_side_effects` tells `Checkpoint.load_objects` not to call `state_dict()` for a backup copy.
 """
 
@@ -24,72 +29,74 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-__all__ = ["FullModelState", "FullOptimizerState"]
+from tracktrain.handlers.sharded_checkpoint import StoredShards, by_index, by_parameter_name
+
+__all__ = ["FullModelState", "FullOptimizerState", "ShardedModelState", "ShardedOptimizerState"]
 
 _SAVE = StateDictOptions(full_state_dict=True, cpu_offload=True)
 _LOAD = StateDictOptions(full_state_dict=True)
 
 
-class FullModelState:
-    """`module`'s full state dict, gathered for saving and sharded on loading."""
-
+class _ModelState:
     state_dict_has_side_effects = True
+    loads_stored_shards = True
 
     def __init__(self, module: nn.Module) -> None:
         self.module = module
 
+    def load_state_dict(self, state_dict: Any, strict: bool = True) -> None:
+        if isinstance(state_dict, StoredShards):
+            shards = state_dict.load_into(get_model_state_dict(self.module))
+            set_model_state_dict(self.module, shards, options=StateDictOptions(strict=strict))
+        else:
+            options = StateDictOptions(full_state_dict=True, strict=strict)
+            set_model_state_dict(self.module, state_dict, options=options)
+
+
+class FullModelState(_ModelState):
+    """`module`'s full state dict, gathered for saving and sharded on loading."""
+
     def state_dict(self) -> dict[str, Any]:
         return get_model_state_dict(self.module, options=_SAVE)
 
-    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> None:
-        options = StateDictOptions(full_state_dict=True, strict=strict)
-        set_model_state_dict(self.module, state_dict, options=options)
+
+class ShardedModelState(_ModelState):
+    """`module`'s state dict as this rank's shards."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return get_model_state_dict(self.module)
 
 
-class FullOptimizerState:
-    """`optimizer`'s full state (it steps `module`'s sharded parameters), keyed by parameter index."""
-
+class _OptimizerState:
     state_dict_has_side_effects = True
+    loads_stored_shards = True
 
     def __init__(self, module: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         self.module = module
         self.optimizer = optimizer
 
-    def state_dict(self) -> dict[str, Any]:
-        by_name = get_optimizer_state_dict(self.module, self.optimizer, options=_SAVE)
-        return by_index(by_name) if by_name else by_name  # {} on the ranks that do not write
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    def load_state_dict(self, state_dict: Any) -> None:
+        if isinstance(state_dict, StoredShards):
+            shards = state_dict.load_into(get_optimizer_state_dict(self.module, self.optimizer))
+            set_optimizer_state_dict(self.module, self.optimizer, shards)
+            return
         names = {id(parameter): name for name, parameter in self.module.named_parameters()}
         ordered = [names[id(parameter)] for group in self.optimizer.param_groups for parameter in group["params"]]
         by_name = by_parameter_name(state_dict, ordered)
         set_optimizer_state_dict(self.module, self.optimizer, by_name, options=_LOAD)
 
 
-def by_index(state: dict[str, Any]) -> dict[str, Any]:
-    """An optimizer state keyed by parameter name (torch.distributed.checkpoint's) keyed by index instead: the
-    parameters numbered in the order of the parameter groups, as `Optimizer.state_dict()` numbers them."""
-    order = [name for group in state["param_groups"] for name in group["params"]]
-    index = {name: number for number, name in enumerate(order)}
-    return {
-        "state": {index[name]: value for name, value in state["state"].items()},
-        "param_groups": [
-            {**group, "params": [index[name] for name in group["params"]]} for group in state["param_groups"]
-        ],
-    }
+class FullOptimizerState(_OptimizerState):
+    """`optimizer`'s full state (it steps `module`'s sharded parameters), keyed by parameter index."""
+
+    def state_dict(self) -> dict[str, Any]:
+        by_name = get_optimizer_state_dict(self.module, self.optimizer, options=_SAVE)
+        return by_index(by_name) if by_name else by_name  # {} on the ranks that do not write
 
 
-def by_parameter_name(state: dict[str, Any], names: list[str]) -> dict[str, Any]:
-    """The inverse of `by_index`, for an optimizer whose parameters, in the order of its groups, are `names`."""
-    count = sum(len(group["params"]) for group in state["param_groups"])
-    if count != len(names):
-        raise ValueError(
-            f"The checkpoint's optimizer state has {count} parameters, but the optimizer being loaded steps "
-            f"{len(names)}: it was saved for another model or another configure_optimizers()."
-        )
-    return {
-        "state": {names[number]: value for number, value in state["state"].items()},
-        "param_groups": [
-            {**group, "params": [names[number] for number in group["params"]]} for group in state["param_groups"]
-        ],
-    }
+class ShardedOptimizerState(_OptimizerState):
+    """`optimizer`'s state as this rank's shards, keyed by parameter name (as `torch.distributed.checkpoint`
+    reshards it)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return get_optimizer_state_dict(self.module, self.optimizer)

@@ -1,0 +1,245 @@
+"""Sharded checkpoints of strategy="fsdp" (the default: `FSDPStrategy(state_dict_type="sharded")`), with real gloo
+processes: every rank writes its shards with torch.distributed.checkpoint into `<name>.dcp/`, the manifest written
+last lists every rank's files; the checkpoint resumes bit for bit on 2 ranks, and loads with the identical full state
+on 1 process and on 4 ranks (resharding); `tracktrain convert` makes it one full file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+from torch.utils.data import DataLoader
+
+from tracktrain.callbacks import ModelCheckpoint
+from tracktrain.distributed import spawn
+from tracktrain.handlers.checkpoint_state import read_checkpoint
+from tracktrain.storage.discovery import committed_checkpoints
+
+from ._ddp import CrashAtStep
+from ._ddp import load_per_rank as _load
+from ._ddp import save_per_rank as _save
+from ._tasks import make_loader
+from .test_fsdp import BlockNet, _full_params, _trainer
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(240)]
+
+
+def _fit(
+    out: str,
+    name: str,
+    max_steps: int,
+    ckpt: str | None = None,
+    crash_at: int | None = None,
+    dirpath: str | None = None,
+    save_top_k: int | None = None,
+    **kwargs,
+) -> None:
+    dirpath = dirpath or os.path.join(out, "ckpt")
+    callbacks = [ModelCheckpoint(dirpath=dirpath, every_n_train_steps=3, save_top_k=save_top_k, **kwargs)]
+    if crash_at is not None:
+        callbacks.append(CrashAtStep(crash_at))
+    module = BlockNet()
+    trainer = _trainer(out, max_epochs=None, max_steps=max_steps, seed=5, callbacks=callbacks)
+    try:
+        trainer.fit(module, DataLoader(make_loader().dataset, batch_size=4, shuffle=True), ckpt_path=ckpt)
+    except RuntimeError as error:
+        if "killed" not in str(error):
+            raise
+        return  # the "kill": every rank stops at the same step
+    optimizer = trainer.optimizers[0]
+    full = StateDictOptions(full_state_dict=True)
+    moments = get_optimizer_state_dict(module, optimizer, options=full)["state"]
+    _save(out, name, {"params": _full_params(module), "moments": _flat(moments), "step": trainer.global_step})
+
+
+def _flat(moments: dict) -> dict:
+    return {
+        f"{param}.{key}": value.flatten().tolist() for param, state in moments.items() for key, value in state.items()
+    }
+
+
+def _checkpoint_as_read(path) -> dict:
+    """The full state of a sharded checkpoint read by one process (the reference every layout must equal)."""
+    states = read_checkpoint(path)
+    names = [name for group in states["optimizers"][0]["param_groups"] for name in group["params"]]
+    assert names == list(range(len(names)))  # keyed by index, as Optimizer.state_dict() keys it
+    return states
+
+
+def test_each_rank_writes_its_shards_and_one_process_loads_the_full_state(tmp_path):
+    spawn(_fit, 2, args=(str(tmp_path), "trained", 6))
+    directory = tmp_path / "ckpt"
+    assert sorted(name for name in os.listdir(directory) if not name.startswith(".")) == [
+        "checkpoint_3.dcp",
+        "checkpoint_3.dcp.manifest.json",
+        "checkpoint_6.dcp",
+        "checkpoint_6.dcp.manifest.json",
+    ]
+    manifest = json.loads((directory / "checkpoint_6.dcp.manifest.json").read_text())
+    # every rank's shards, DCP's metadata: listed (written last, by rank 0, after every rank finished)
+    assert sorted(manifest["files"]) == [
+        "checkpoint_6.dcp/.metadata",
+        "checkpoint_6.dcp/__0_0.distcp",
+        "checkpoint_6.dcp/__1_0.distcp",
+    ]
+    assert manifest["summary"]["global_step"] == 6
+    newest = committed_checkpoints(directory)[0][0]
+    assert newest.data_filename == "checkpoint_6.dcp"
+
+    # one process, no process group: the whole state, equal to what the ranks held at the end
+    states = _checkpoint_as_read(newest.url)
+    trained = _load(tmp_path, "trained")[0]
+    for name, tensor in states["model"].items():
+        assert tensor.flatten().tolist() == trained["params"][name], name
+    module = BlockNet()
+    module.load_state_dict(states["model"])  # a plain module, without a Trainer
+    optimizer = module.configure_optimizers()
+    optimizer.load_state_dict(states["optimizers"][0])
+    assert states["trainer"]["global_step"] == 6
+
+    # a shard altered after the commit is refused, naming it
+    shard = directory / "checkpoint_6.dcp" / "__1_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(RuntimeError, match=r"__1_0.distcp does not match the SHA-256"):
+        read_checkpoint(newest.url)
+
+
+def _load_only(out: str, ckpt: str, strategy: str) -> None:
+    """Resume a finished run (max_steps reached): the checkpoint is loaded, nothing is trained."""
+    module = BlockNet()
+    trainer = _trainer(out, max_epochs=None, max_steps=9, seed=5, strategy=strategy)
+    trainer.fit(module, DataLoader(make_loader().dataset, batch_size=4, shuffle=True), ckpt_path=ckpt)
+    full = StateDictOptions(full_state_dict=True)
+    optimizer = trainer.optimizers[0]
+    if strategy == "fsdp":
+        params, moments = _full_params(module), get_optimizer_state_dict(module, optimizer, options=full)["state"]
+    else:
+        params = {name: tensor.flatten().tolist() for name, tensor in module.state_dict().items()}
+        names = [name for name, _ in module.named_parameters()]
+        moments = {names[index]: state for index, state in optimizer.state_dict()["state"].items()}
+    record = {"params": params, "moments": _flat(moments), "step": trainer.global_step}
+    if strategy == "fsdp":
+        _save(out, "loaded", record)
+    else:
+        with open(os.path.join(out, "loaded_rank0.json"), "w") as file:
+            json.dump(record, file)
+
+
+@pytest.mark.slow  # about 60 s of ranks; CI runs the slow tests
+def test_a_sharded_checkpoint_resumes_exactly_and_reshards_to_one_and_four_ranks(tmp_path):
+    spawn(_fit, 2, args=(str(tmp_path / "full"), "trained", 15))
+    spawn(_fit, 2, args=(str(tmp_path / "cut"), "trained", 15, None, 10))
+    checkpoint = str(tmp_path / "cut" / "ckpt" / "checkpoint_9.dcp")
+    spawn(_fit, 2, args=(str(tmp_path / "cut"), "trained", 15, checkpoint))
+    full, resumed = _load(tmp_path / "full", "trained"), _load(tmp_path / "cut", "trained")
+    assert resumed[0] == resumed[1] == full[0]  # bit for bit
+
+    # the same checkpoint on 1 process and on 4 ranks: the identical full state (model and Adam's moments)
+    states = _checkpoint_as_read(checkpoint)
+    names = [name for name, _ in BlockNet().named_parameters()]
+    expected_moments = _flat({names[index]: state for index, state in states["optimizers"][0]["state"].items()})
+    expected_params = {name: tensor.flatten().tolist() for name, tensor in states["model"].items()}
+    os.makedirs(tmp_path / "one")
+    os.makedirs(tmp_path / "four")
+    _load_only(str(tmp_path / "one"), checkpoint, "auto")
+    spawn(_load_only, 4, args=(str(tmp_path / "four"), checkpoint, "fsdp"))
+    loaded = [*_load(tmp_path / "one", "loaded", 1), *_load(tmp_path / "four", "loaded", 4)]
+    for record in loaded:
+        assert record["step"] == 9
+        assert record["params"] == expected_params
+        assert record["moments"] == expected_moments
+
+
+@pytest.mark.slow
+def test_tracktrain_convert_makes_one_full_file(tmp_path):
+    spawn(_fit, 2, args=(str(tmp_path), "trained", 3))
+    source = tmp_path / "ckpt" / "checkpoint_3.dcp"
+    target = tmp_path / "ckpt" / "checkpoint_3.pt"
+    result = subprocess.run(
+        [sys.executable, "-m", "tracktrain_integrations.cli", "convert", str(source), str(target)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "checkpoint_3.pt" in result.stdout
+    converted = torch.load(target, weights_only=True)
+    expected = _checkpoint_as_read(source)
+    assert converted.keys() == expected.keys()
+    for name, tensor in expected["model"].items():
+        assert torch.equal(converted["model"][name], tensor)
+    module = BlockNet()
+    module.load_state_dict(converted["model"])
+    # committed beside the sharded one: discovery sees both at step 3
+    found = {checkpoint.data_filename for checkpoint in committed_checkpoints(tmp_path / "ckpt")[0]}
+    assert found == {"checkpoint_3.dcp", "checkpoint_3.pt"}
+
+
+def _fit_killed_while_committing(out: str, step: int) -> None:
+    """Rank 0 is SIGKILLed in the background save of `checkpoint_<step>.dcp`, after every rank wrote its shards and
+    before the manifest: the worst moment (all of the data there, the commit not). The kill is a real signal; the
+    hook only places it."""
+    import signal
+
+    from tracktrain.handlers.sharded_saver import ShardedSaver
+
+    commit = ShardedSaver._commit
+
+    def killed_at_commit(self, filename, *args, **kwargs):
+        if filename == f"checkpoint_{step}.dcp" and torch.distributed.get_rank() == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return commit(self, filename, *args, **kwargs)
+
+    ShardedSaver._commit = killed_at_commit
+    _fit(out, "trained", 15, async_save=True)
+
+
+def _resume_auto(out: str) -> None:
+    _fit(out, "trained", 15, ckpt="last", async_save=True)
+
+
+@pytest.mark.slow  # about 40 s of ranks; CI runs the slow tests
+def test_sigkill_during_an_async_sharded_save_resumes_from_the_last_committed_one_exactly(tmp_path):
+    os.environ.setdefault("TRACKTRAIN_DIST_TIMEOUT", "20")
+    spawn(_fit, 2, args=(str(tmp_path / "full"), "trained", 15))
+    with pytest.raises(Exception, match="SIGKILL|signal|exit"):
+        spawn(_fit_killed_while_committing, 2, args=(str(tmp_path / "cut"), 9))
+    directory = tmp_path / "cut" / "ckpt"
+    names = sorted(os.listdir(directory))
+    assert "checkpoint_9.dcp" in names and "checkpoint_9.dcp.manifest.json" not in names  # written, not committed
+    assert {"__0_0.distcp", "__1_0.distcp"} <= set(os.listdir(directory / "checkpoint_9.dcp"))
+    assert [checkpoint.data_filename for checkpoint in committed_checkpoints(directory)[0]][0] == "checkpoint_6.dcp"
+
+    spawn(_resume_auto, 2, args=(str(tmp_path / "cut"),))
+    full, resumed = _load(tmp_path / "full", "trained"), _load(tmp_path / "cut", "trained")
+    assert resumed[0] == resumed[1] == full[0]  # bit for bit, from checkpoint_6
+    names = sorted(os.listdir(directory))
+    assert "checkpoint_9.dcp.manifest.json" in names  # saved again by the resumed run, committed this time
+    assert not [name for name in names if name.endswith(".dcp") and f"{name}.manifest.json" not in names]
+
+
+def test_sharded_checkpoints_on_s3_are_committed_retained_and_read_back(tmp_path, s3_bucket):
+    url = f"{s3_bucket}/runs/ckpt"
+    spawn(_fit, 2, args=(str(tmp_path), "trained", 9, None, None, url, 2))
+    found = committed_checkpoints(url)[0]
+    # save_top_k=2 by step: checkpoint_3's directory was removed whole by retention, manifest first
+    assert [checkpoint.data_filename for checkpoint in found] == ["checkpoint_9.dcp", "checkpoint_6.dcp"]
+    assert sorted(found[0].manifest["files"]) == [
+        "checkpoint_9.dcp/.metadata",
+        "checkpoint_9.dcp/__0_0.distcp",
+        "checkpoint_9.dcp/__1_0.distcp",
+    ]
+    from tracktrain import storage
+
+    assert "checkpoint_3.dcp" not in storage.subdirectories(url)
+    states = _checkpoint_as_read(found[0].url)
+    trained = _load(tmp_path, "trained")[0]
+    for name, tensor in states["model"].items():
+        assert tensor.flatten().tolist() == trained["params"][name], name

@@ -1,0 +1,213 @@
+"""Sharded checkpoints: a directory that `torch.distributed.checkpoint` (DCP) wrote, each rank its own shards, read
+back on any number of ranks.
+
+The directory holds the sharded entries of a checkpoint (the model's state, each optimizer's), each rank's shards
+in its own files, and everything else (the Trainer's, the engine's, the schedulers' state: small, the same on every
+rank) as one `torch.save` blob under `REST_KEY`, written by rank 0. Its manifest lists every file as `name/file`
+(`tracktrain.storage.manifest`), so it is committed, discovered, retained and removed as one checkpoint.
+
+Reading gives the rest as it was saved, and a `StoredShards` for each sharded entry: the object it loads into
+either reads just its own shards into its current layout (`load_into`: a sharded module on any number of ranks,
+which is how a checkpoint saved on 2 ranks resumes on 4), or reads the entry in full (`full()`: a module on one
+device, an unsharded strategy, `tracktrain convert`).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+from torch.distributed.checkpoint.filesystem import FileSystemReader
+from torch.distributed.checkpoint.state_dict_loader import _load_state_dict, load
+from torch.distributed.checkpoint.storage import StorageReader
+
+from tracktrain import storage
+from tracktrain.storage.manifest import (
+    CheckpointCorrupted,
+    manifest_name,
+    member_sizes,
+    parse_manifest,
+    sha256_of,
+    size_mismatch,
+)
+from tracktrain.storage.url import split
+
+__all__ = [
+    "METADATA_FILE",
+    "REST_KEY",
+    "StoredShards",
+    "by_index",
+    "by_parameter_name",
+    "is_sharded_checkpoint",
+    "read_sharded",
+    "storage_reader",
+]
+
+#: the file DCP's coordinator writes last into the directory, after every rank's shards
+METADATA_FILE = ".metadata"
+#: the entry that holds everything of a checkpoint that is not sharded, as one torch.save blob
+REST_KEY = "tracktrain_rest"
+
+
+def is_sharded_checkpoint(url: str | os.PathLike) -> bool:
+    """Whether `url` is a sharded checkpoint (a directory with DCP's metadata file)."""
+    return storage.isdir(url) and storage.exists(storage.join(os.fspath(url), METADATA_FILE))
+
+
+def storage_reader(url: str | os.PathLike) -> StorageReader:
+    """DCP's reader of the directory `url`: the file system's for a local path, fsspec's for any other URL."""
+    local = storage.local_path(url)
+    if local is not None:
+        return FileSystemReader(local)
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+    return FsspecReader(os.fspath(url))
+
+
+class StoredShards:
+    """The entry `path` of the sharded checkpoint at `url` (("model",) or ("optimizers", 0)), not read yet."""
+
+    def __init__(self, url: str, path: tuple[str | int, ...]) -> None:
+        self.url = url
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"StoredShards({self.url!r}, {self.path!r})"
+
+    def load_into(self, template: dict[str, Any]) -> dict[str, Any]:
+        """Read this entry into `template` (a state dict of the layout wanted: this rank's DTensor shards, or full
+        tensors), in place, and return it. Every rank calls it at the same point (DCP plans the reads together)."""
+        key = str(self.path[0])
+        if len(self.path) == 1:
+            nested: dict[str, Any] = {key: template}
+        else:  # ("optimizers", 2): DCP flattens a list by index, so the template sits at that index
+            index = self.path[1]
+            assert isinstance(index, int)
+            nested = {key: [{} for _ in range(index)] + [template]}
+        load(nested, storage_reader=storage_reader(self.url))
+        return template
+
+    def full(self) -> Any:
+        """This entry with every tensor whole, read by this process alone (an optimizer's state keyed by parameter
+        index, as `Optimizer.state_dict()` keys it: DCP keys it by parameter name)."""
+        value: Any = _read_alone(self.url, ".".join(str(part) for part in self.path))
+        for part in self.path:
+            value = value[part]
+        return by_index(value) if _keyed_by_name(value) else value
+
+
+def read_sharded(url: str | os.PathLike, lazy: bool) -> dict[str, Any]:
+    """The states of the sharded checkpoint at `url`, checked against its manifest: the rest as saved, and the
+    sharded entries as `StoredShards` (`lazy`: for the objects to read their own shards) or in full."""
+    url = os.fspath(url)
+    check = check_members(url)  # sizes now; the checksums in a thread while the rest is read
+    reader = storage_reader(url)
+    metadata = reader.read_metadata()
+    entries: dict[str, Any] = {}
+    planner_data: dict[str, tuple[str | int, ...]] = metadata.planner_data or {}
+    for path in planner_data.values():
+        top = str(path[0])
+        if top == REST_KEY:
+            continue
+        if len(path) > 1 and isinstance(path[1], int):
+            count = max(len(entries.get(top) or []), path[1] + 1)
+            entries[top] = [StoredShards(url, (top, index)) for index in range(count)]
+        elif top not in entries:
+            entries[top] = StoredShards(url, (top,))
+    blob = _read_alone(url, REST_KEY)[REST_KEY]
+    rest = torch.load(io.BytesIO(blob.getvalue() if isinstance(blob, io.BytesIO) else blob), weights_only=True)
+    check()
+    if not lazy:
+        entries = {key: _full(value) for key, value in entries.items()}
+    return {**rest, **entries}
+
+
+def check_members(url: str | os.PathLike) -> Callable[[], None]:
+    """For the sharded checkpoint (a directory) at `url`: CheckpointCorrupted now unless every file its manifest
+    lists is there with the size recorded, and a `check()` that raises it unless their SHA-256 match too (computed
+    in a thread meanwhile, while the caller reads them; call `check()` before using anything read). A directory
+    without a manifest (not written by a manifest-keeping saver) has nothing to check."""
+    directory, name = split(os.fspath(url))
+    manifest_url = storage.join(directory, manifest_name(name))
+    try:
+        manifest = parse_manifest(storage.read_bytes(manifest_url), manifest_url)
+    except FileNotFoundError:
+        return lambda: None
+    mismatch = size_mismatch(manifest, member_sizes(directory, manifest, storage.file_sizes(directory)))
+    if mismatch:
+        raise CheckpointCorrupted(
+            f"Checkpoint {url} is incomplete: {mismatch} (its manifest {manifest_url} lists every file of the "
+            "checkpoint). Nothing was loaded; restore the file from a copy, or load another checkpoint "
+            '(Trainer(resume="auto") takes the newest complete one).'
+        )
+    altered: list[str] = []
+
+    def hash_all() -> None:
+        for member, expected in manifest["files"].items():
+            if sha256_of(storage.read_bytes(storage.join(directory, member))) != expected["sha256"]:
+                altered.append(member)
+
+    hashing = threading.Thread(target=hash_all, name="tracktrain-checksum")
+    hashing.start()
+
+    def check() -> None:
+        hashing.join()
+        if altered:
+            raise CheckpointCorrupted(
+                f"Checkpoint {url}: {', '.join(altered)} does not match the SHA-256 in its manifest {manifest_url}: "
+                "altered or damaged after it was committed."
+            )
+
+    return check
+
+
+def _read_alone(url: str, key: str) -> dict[str, Any]:
+    """The entry `key` of the checkpoint at `url`, whole, read by this process without talking to other ranks. (The
+    public `dcp.load` loads into a copy of the dict it is given, so what this planner builds there would be lost.)"""
+    loaded: dict[str, Any] = {}
+    planner = _EmptyStateDictLoadPlanner(keys={key})
+    _load_state_dict(loaded, storage_reader=storage_reader(url), planner=planner, no_dist=True)
+    return loaded
+
+
+def _full(value: StoredShards | Sequence[StoredShards]) -> Any:
+    return value.full() if isinstance(value, StoredShards) else [shards.full() for shards in value]
+
+
+def _keyed_by_name(state: Any) -> bool:
+    groups = state.get("param_groups") if isinstance(state, dict) else None
+    return isinstance(groups, list) and bool(groups) and all(isinstance(name, str) for group in groups for name in group.get("params", ()))
+
+
+def by_index(state: dict[str, Any]) -> dict[str, Any]:
+    """An optimizer state keyed by parameter name (torch.distributed.checkpoint's) keyed by index instead: the
+    parameters numbered in the order of the parameter groups, as `Optimizer.state_dict()` numbers them."""
+    order = [name for group in state["param_groups"] for name in group["params"]]
+    index = {name: number for number, name in enumerate(order)}
+    return {
+        "state": {index[name]: value for name, value in state["state"].items()},
+        "param_groups": [
+            {**group, "params": [index[name] for name in group["params"]]} for group in state["param_groups"]
+        ],
+    }
+
+
+def by_parameter_name(state: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """The inverse of `by_index`, for an optimizer whose parameters, in the order of its groups, are `names`."""
+    count = sum(len(group["params"]) for group in state["param_groups"])
+    if count != len(names):
+        raise ValueError(
+            f"The checkpoint's optimizer state has {count} parameters, but the optimizer being loaded steps "
+            f"{len(names)}: it was saved for another model or another configure_optimizers()."
+        )
+    return {
+        "state": {names[number]: value for number, value in state["state"].items()},
+        "param_groups": [
+            {**group, "params": [names[number] for number in group["params"]]} for group in state["param_groups"]
+        ],
+    }

@@ -1,0 +1,156 @@
+"""`ShardedSaver`: every rank writes its own shards of a checkpoint with `torch.distributed.checkpoint` (DCP), and
+the checkpoint is committed, as every other, by one manifest written last.
+
+The commit protocol, for a checkpoint named `name` in the directory `url`:
+
+1. rank 0 removes a checkpoint saved before under `name` (manifest first), and every rank waits for it;
+2. every rank writes its shards into `url/name/` (DCP: its coordinator, rank 0, writes `.metadata` once every rank
+   reported its writes); rank 0 also writes what is not sharded (`sharded_checkpoint.REST_KEY`);
+3. every rank hashes the files it wrote, the hashes are gathered, and rank 0 writes the manifest, listing every file
+   with its size and SHA-256: only now is the checkpoint complete;
+4. rank 0 tells every rank whether the commit succeeded, so that all of them raise, or none does.
+
+A save killed at any point before 3 leaves a directory without a manifest: never loaded, and swept at the start of
+the next run (`manifest.remove_uncommitted`). Its collectives use the process group it is given: one of its own
+(`ShardedSaver.process_group`), so that a save in the background (`AsyncSaver`) never interleaves its collectives
+with the training step's on the default group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from tracktrain import distributed, storage
+from tracktrain.handlers.savers import CheckpointWriteError, FsspecSaver
+from tracktrain.handlers.sharded_checkpoint import METADATA_FILE, REST_KEY
+from tracktrain.ranks import global_rank
+from tracktrain.storage.manifest import FileDigest, remove_checkpoint, sha256_of, write_manifest
+
+__all__ = ["ShardedSaver", "holds_shards"]
+
+
+class ShardedSaver(FsspecSaver):
+    """Saves each checkpoint as a directory of shards, every rank writing its own (see the module's description).
+    `path_of`, retention's `remove` and the manifests are `FsspecSaver`'s (rank 0 deletes a whole checkpoint).
+
+    Args:
+        url: the directory of the checkpoints: a local path or any fsspec URL (shared by every rank: each writes its
+            files there, and rank 0 lists them all).
+        create_dir, require_empty, summarize: as `FsspecSaver`'s.
+        process_group: the group of every rank whose collectives the saves use (None: the default group).
+    """
+
+    #: the file name extension of its checkpoints (directories): `Checkpoint.ext` for the handlers that use it
+    extension = "dcp"
+
+    def __init__(
+        self,
+        url: str | os.PathLike,
+        create_dir: bool = True,
+        require_empty: bool = False,
+        summarize: Callable[[Mapping], Mapping[str, Any]] | None = None,
+        process_group: dist.ProcessGroup | None = None,
+    ) -> None:
+        super().__init__(url, create_dir=create_dir, require_empty=require_empty, manifest=True, summarize=summarize)
+        self.process_group = process_group
+
+    def __call__(self, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None:
+        from torch.distributed.checkpoint.state_dict_saver import save
+
+        directory = os.fspath(self.path_of(filename))
+        rank = global_rank() if distributed.is_distributed() else 0
+        state: dict[str, Any] = {key: value for key, value in checkpoint.items() if holds_shards(value)}
+        if rank == 0:  # the rest is the same on every rank: rank 0's is written
+            rest = io.BytesIO()
+            torch.save({key: value for key, value in checkpoint.items() if key not in state}, rest)
+            rest.seek(0)
+            state[REST_KEY] = rest
+            remove_checkpoint(self.url, filename)  # one saved before under this name stops being one, first
+        distributed.gather_objects(None, self.process_group)  # no rank writes into the directory before that
+        every_file: set[str] = set()
+        try:
+            written = save(state, storage_writer=_storage_writer(directory), process_group=self.process_group)
+            every_file = {info.relative_path for info in written.storage_data.values()} | {METADATA_FILE}
+            own = {name for name in every_file if _written_by(name, rank)}
+            failure, digests = None, _digests(directory, own)
+        except Exception as error:  # noqa: BLE001 - every rank learns it below, so all of them raise
+            failure, digests = f"rank {rank}: {type(error).__name__}: {error}", {}
+        reports = distributed.gather_objects((failure, digests), self.process_group)
+        outcome = None
+        if rank == 0:
+            outcome = self._commit(filename, checkpoint, metadata, reports, every_file)
+        outcome = distributed.rank_zero_value(outcome, self.process_group)
+        if outcome is not None:
+            raise CheckpointWriteError(OSError(outcome), filename, self.url, 0)
+
+    def _commit(
+        self,
+        filename: str,
+        checkpoint: Mapping,
+        metadata: Mapping | None,
+        reports: list[tuple[str | None, dict[str, FileDigest]]],
+        every_file: set[str],
+    ) -> str | None:
+        """On rank 0, once every rank reported: write the manifest, or remove what was written. What went wrong, or
+        None."""
+        failures = [failure for failure, _ in reports if failure is not None]
+        if not failures:
+            try:
+                hashed = {name: digest for _, digests in reports for name, digest in digests.items()}
+                hashed.update(_digests(self.path_of(filename), every_file - set(hashed)))  # no rank claimed them
+                files = {f"{filename}/{name}": digest for name, digest in hashed.items()}
+                summary = dict(self._summarize(checkpoint)) if self._summarize is not None else {}
+                write_manifest(self.url, dict(sorted(files.items())), summary, metadata, checkpoint_name=filename)
+                return None
+            except Exception as error:  # noqa: BLE001 - reported to every rank
+                failures.append(f"writing the manifest: {type(error).__name__}: {error}")
+        with contextlib.suppress(Exception):  # a checkpoint is complete or absent
+            remove_checkpoint(self.url, filename)
+        return "; ".join(failures)
+
+    def serialize(self, checkpoint: Mapping) -> tuple[memoryview, dict[str, Any]]:
+        raise NotImplementedError("ShardedSaver writes each rank's shards itself; it serializes no single file.")
+
+
+def holds_shards(value: Any) -> bool:
+    """Whether `value` (a state dict) holds a DTensor: then each rank saves its own shards of it."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(value, DTensor):
+        return True
+    if isinstance(value, Mapping):
+        return any(holds_shards(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(holds_shards(item) for item in value)
+    return False
+
+
+def _storage_writer(directory: str) -> Any:
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    local = storage.local_path(directory)
+    if local is not None:
+        return FileSystemWriter(local)
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+
+    return FsspecWriter(directory)
+
+
+def _written_by(name: str, rank: int) -> bool:
+    # DCP's file system writer names each rank's files "__<rank>_<n>.distcp"; its coordinator writes the metadata
+    return name.startswith(f"__{rank}_") or (rank == 0 and name == METADATA_FILE)
+
+
+def _digests(directory: str | os.PathLike, names: set[str]) -> dict[str, FileDigest]:
+    digests = {}
+    for name in sorted(names):
+        data = storage.read_bytes(storage.join(directory, name))
+        digests[name] = FileDigest(len(data), sha256_of(data))
+    return digests
