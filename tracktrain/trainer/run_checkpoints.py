@@ -152,7 +152,7 @@ class RunCheckpoints:
         """Read `ckpt_path`, refuse it when it was written for another module (see `settings`), then load it; the
         Trainer settings that changed are warned about here and recorded by the loggers."""
         trainer = self._trainer
-        states = read_checkpoint(ckpt_path)
+        states = read_checkpoint(ckpt_path, lazy_shards=True)  # each rank reads its own shards, on any number
         saved = (states.get("trainer") or {}).get("settings") if isinstance(states, Mapping) else None
         current = run_settings(trainer, module)
         if trainer.seed is None:  # the seed is the checkpoint's unless one is given
