@@ -6,7 +6,7 @@
                                 it is complete (its manifest and checksum)
     tracktrain ui [ROOT]        the MLflow UI on the run's own store (or how to look at its W&B runs)
     tracktrain convert SRC DST  a sharded checkpoint (an FSDP run's `.dcp` directory) as one full-state file, for
-                                export, inference, or a run on other hardware
+                                export or inference; or a full one as a sharded one
 
 ROOT and CKPT are local paths or any fsspec URL. Here rather than in the core: it reads the trackers' stores.
 """
@@ -38,9 +38,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs.add_argument("root", nargs="?", default="runs", help="the run's root directory or URL (default: runs)")
     inspect = commands.add_parser("inspect", help="what a checkpoint holds, and whether it is complete")
     inspect.add_argument("checkpoint", help="a checkpoint file's path or URL")
-    convert = commands.add_parser("convert", help="a sharded checkpoint (a .dcp directory) as one full-state file")
-    convert.add_argument("source", help="the sharded checkpoint's directory (path or URL)")
-    convert.add_argument("target", help="the file to write (path or URL), e.g. beside it: .../checkpoint_9.pt")
+    convert = commands.add_parser(
+        "convert", help="a sharded checkpoint (a .dcp directory) as one full-state file, or the other way"
+    )
+    convert.add_argument("source", help="the checkpoint: a sharded one's directory, or a file (path or URL)")
+    convert.add_argument("target", help="what to write (path or URL), e.g. beside it: .../checkpoint_9.pt")
     ui = commands.add_parser("ui", help="open the run's MLflow UI (or say how to look at its W&B runs)")
     ui.add_argument("root", nargs="?", default="runs", help="the run's root directory (default: runs)")
     ui.add_argument("--port", type=int, default=5000)
@@ -179,22 +181,19 @@ def inspect_checkpoint(url: str) -> int:
 
 # --------------------------------------------------------------------------------------------------- convert
 def convert_checkpoint(source: str, target: str) -> int:
-    """Write the full state of the sharded checkpoint `source` as one torch.save file `target`, committed with a
-    manifest (the source's summary), so that it is also found by `resume="auto"` and `tracktrain runs`."""
+    """A sharded checkpoint `source` (a directory) as one torch.save file `target`, or a full checkpoint file as a
+    sharded one (each rank of an FSDP run then reads just its part). `target` is committed with a manifest (the
+    source's summary), so that `resume="auto"` and `tracktrain runs` find it too."""
     import io
 
     import torch
 
     from tracktrain.handlers.sharded_checkpoint import is_sharded_checkpoint
+    from tracktrain.handlers.sharded_saver import write_sharded
 
-    if not is_sharded_checkpoint(source):
-        raise ValueError(
-            f"{source} is not a sharded checkpoint (a directory with .metadata, as strategy='fsdp' writes): a single "
-            "file already holds the full state, and loads as it is on any number of ranks."
-        )
     if storage.exists(target):
         raise FileExistsError(f"{target} already exists: remove it first, or choose another name.")
-    states = dict(read_checkpoint(source))  # every shard checked against the manifest, every tensor whole
+    states = dict(read_checkpoint(source))  # checked against its manifest; a sharded one read whole
     source_directory, source_name = storage.split(source)
     summary: dict[str, Any] = {}
     metadata: dict[str, Any] = {}
@@ -202,6 +201,13 @@ def convert_checkpoint(source: str, target: str) -> int:
     if storage.exists(manifest_url):
         manifest = parse_manifest(storage.read_bytes(manifest_url), manifest_url)
         summary, metadata = manifest["summary"], manifest["metadata"]
+    if not is_sharded_checkpoint(source):
+        write_sharded(states, target, summary, metadata)
+        print(
+            f"Wrote {target}: {source} as a sharded checkpoint. Under strategy='fsdp' each rank reads its own part "
+            "(fit(ckpt_path=...)); on one device it loads whole (Checkpoint.load_objects)."
+        )
+        return 0
     buffer = io.BytesIO()
     torch.save(states, buffer)
     data = buffer.getbuffer()

@@ -157,11 +157,7 @@ def test_a_sharded_checkpoint_resumes_exactly_and_reshards_to_one_and_four_ranks
         assert record["moments"] == expected_moments
 
 
-@pytest.mark.slow
-def test_tracktrain_convert_makes_one_full_file(tmp_path):
-    spawn(_fit, 2, args=(str(tmp_path), "trained", 3))
-    source = tmp_path / "ckpt" / "checkpoint_3.dcp"
-    target = tmp_path / "ckpt" / "checkpoint_3.pt"
+def _convert(source, target) -> str:
     result = subprocess.run(
         [sys.executable, "-m", "tracktrain_integrations.cli", "convert", str(source), str(target)],
         capture_output=True,
@@ -169,7 +165,15 @@ def test_tracktrain_convert_makes_one_full_file(tmp_path):
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "checkpoint_3.pt" in result.stdout
+    return result.stdout
+
+
+@pytest.mark.slow  # about 40 s of ranks; CI runs the slow tests
+def test_tracktrain_convert_makes_one_full_file_and_back(tmp_path):
+    spawn(_fit, 2, args=(str(tmp_path), "trained", 9))
+    source = tmp_path / "ckpt" / "checkpoint_9.dcp"
+    target = tmp_path / "ckpt" / "checkpoint_9.pt"
+    assert "checkpoint_9.pt" in _convert(source, target)
     converted = torch.load(target, weights_only=True)
     expected = _checkpoint_as_read(source)
     assert converted.keys() == expected.keys()
@@ -177,9 +181,22 @@ def test_tracktrain_convert_makes_one_full_file(tmp_path):
         assert torch.equal(converted["model"][name], tensor)
     module = BlockNet()
     module.load_state_dict(converted["model"])
-    # committed beside the sharded one: discovery sees both at step 3
-    found = {checkpoint.data_filename for checkpoint in committed_checkpoints(tmp_path / "ckpt")[0]}
-    assert found == {"checkpoint_3.dcp", "checkpoint_3.pt"}
+    # committed beside the sharded one: discovery sees both at step 9
+    found = {c.data_filename for c in committed_checkpoints(tmp_path / "ckpt")[0] if c.summary["global_step"] == 9}
+    assert found == {"checkpoint_9.dcp", "checkpoint_9.pt"}
+
+    # and back: the full file as a sharded checkpoint, which 2 FSDP ranks load (their parts) to the same state
+    back = tmp_path / "back" / "checkpoint_9.dcp"
+    os.makedirs(back.parent)
+    _convert(target, back)
+    assert committed_checkpoints(back.parent)[0][0].summary["global_step"] == 9
+    spawn(_load_only, 2, args=(str(tmp_path / "back"), str(back), "fsdp"))
+    names = [name for name, _ in BlockNet().named_parameters()]
+    moments = _flat({names[index]: state for index, state in expected["optimizers"][0]["state"].items()})
+    for record in _load(tmp_path / "back", "loaded"):
+        assert record["step"] == 9
+        assert record["params"] == {name: t.flatten().tolist() for name, t in expected["model"].items()}
+        assert record["moments"] == moments
 
 
 def _fit_killed_while_committing(out: str, step: int) -> None:
@@ -243,3 +260,27 @@ def test_sharded_checkpoints_on_s3_are_committed_retained_and_read_back(tmp_path
     trained = _load(tmp_path, "trained")[0]
     for name, tensor in states["model"].items():
         assert tensor.flatten().tolist() == trained["params"][name], name
+
+
+def _fit_with_a_full_disk_on_rank_1(out: str) -> None:
+    """Rank 1 cannot write more than 10 kB per file (RLIMIT_FSIZE: a real EFBIG, as a full disk gives ENOSPC)."""
+    import resource
+    import signal
+
+    from tracktrain.handlers.savers import CheckpointWriteError
+
+    if os.environ["RANK"] == "1":
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (10_000, 10_000))
+    try:
+        _fit(out, "trained", 6, async_save=False)
+    except CheckpointWriteError as error:
+        _save(out, "error", str(error))
+
+
+def test_a_rank_that_cannot_write_its_shards_fails_the_save_on_every_rank_and_leaves_nothing(tmp_path):
+    spawn(_fit_with_a_full_disk_on_rank_1, 2, args=(str(tmp_path),))
+    for message in _load(tmp_path, "error"):  # every rank raised, naming the checkpoint and the cause
+        assert "Could not write checkpoint checkpoint_3.dcp" in message
+        assert "rank 1" in message and "File too large" in message
+    assert [name for name in os.listdir(tmp_path / "ckpt") if not name.startswith(".")] == []  # complete or absent

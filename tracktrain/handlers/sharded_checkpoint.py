@@ -92,13 +92,28 @@ class StoredShards:
         load(nested, storage_reader=storage_reader(self.url))
         return template
 
+    def keyed_by_parameter_name(self) -> bool:
+        """Whether this entry, an optimizer's state, is keyed by parameter name (as a sharded run saves it, and as
+        `load_into` reads it into a sharded optimizer's layout); False for one keyed by index (a full checkpoint
+        converted with `tracktrain convert`), which is read whole instead."""
+        key = ".".join(str(part) for part in self.path)
+        value: Any = _read_alone(self.url, f"{key}.param_groups")
+        for part in (*self.path, "param_groups"):
+            value = value[part]
+        return _keyed_by_name({"param_groups": value})
+
     def full(self) -> Any:
         """This entry with every tensor whole, read by this process alone (an optimizer's state keyed by parameter
         index, as `Optimizer.state_dict()` keys it: DCP keys it by parameter name)."""
         value: Any = _read_alone(self.url, ".".join(str(part) for part in self.path))
         for part in self.path:
             value = value[part]
-        return by_index(value) if _keyed_by_name(value) else value
+        if _keyed_by_name(value):
+            return by_index(value)
+        if isinstance(value, dict) and isinstance(value.get("state"), dict) and "param_groups" in value:
+            # DCP writes dict keys as text: an optimizer's state keyed by index gets its integer keys back
+            return {**value, "state": {int(index): state for index, state in value["state"].items()}}
+        return value
 
 
 def read_sharded(url: str | os.PathLike, lazy: bool) -> dict[str, Any]:
@@ -181,7 +196,11 @@ def _full(value: StoredShards | Sequence[StoredShards]) -> Any:
 
 def _keyed_by_name(state: Any) -> bool:
     groups = state.get("param_groups") if isinstance(state, dict) else None
-    return isinstance(groups, list) and bool(groups) and all(isinstance(name, str) for group in groups for name in group.get("params", ()))
+    return (
+        isinstance(groups, list)
+        and bool(groups)
+        and all(isinstance(name, str) for group in groups for name in group.get("params", ()))
+    )
 
 
 def by_index(state: dict[str, Any]) -> dict[str, Any]:

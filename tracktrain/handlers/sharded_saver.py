@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.api import CheckpointException
 
 from tracktrain import distributed, storage
 from tracktrain.handlers.savers import CheckpointWriteError, FsspecSaver
@@ -33,7 +34,7 @@ from tracktrain.handlers.sharded_checkpoint import METADATA_FILE, REST_KEY
 from tracktrain.ranks import global_rank
 from tracktrain.storage.manifest import FileDigest, remove_checkpoint, sha256_of, write_manifest
 
-__all__ = ["ShardedSaver", "holds_shards"]
+__all__ = ["ShardedSaver", "holds_shards", "write_sharded"]
 
 
 class ShardedSaver(FsspecSaver):
@@ -80,15 +81,16 @@ class ShardedSaver(FsspecSaver):
             every_file = {info.relative_path for info in written.storage_data.values()} | {METADATA_FILE}
             own = {name for name in every_file if _written_by(name, rank)}
             failure, digests = None, _digests(directory, own)
-        except Exception as error:  # noqa: BLE001 - every rank learns it below, so all of them raise
-            failure, digests = f"rank {rank}: {type(error).__name__}: {error}", {}
+        except (Exception, CheckpointException) as error:  # noqa: BLE001 - every rank learns it below: all raise
+            failure, digests = _described(error, rank), {}
         reports = distributed.gather_objects((failure, digests), self.process_group)
         outcome = None
         if rank == 0:
             outcome = self._commit(filename, checkpoint, metadata, reports, every_file)
         outcome = distributed.rank_zero_value(outcome, self.process_group)
         if outcome is not None:
-            raise CheckpointWriteError(OSError(outcome), filename, self.url, 0)
+            size = sum(digest.bytes for _, digests in reports for digest in digests.values())
+            raise CheckpointWriteError(OSError(outcome), filename, self.url, size)
 
     def _commit(
         self,
@@ -119,6 +121,26 @@ class ShardedSaver(FsspecSaver):
         raise NotImplementedError("ShardedSaver writes each rank's shards itself; it serializes no single file.")
 
 
+def write_sharded(
+    states: Mapping[str, Any], url: str, summary: Mapping[str, Any], metadata: Mapping[str, Any] | None = None
+) -> None:
+    """Write `states` (a full checkpoint, as read) as a sharded checkpoint at `url`, by this process alone: the model
+    and the optimizers in DCP's format (each rank of a sharded run then reads its own part), the rest as the blob a
+    sharded run writes; then its manifest (with `summary` and `metadata`), in the directory above. (`tracktrain convert
+    FILE DIR.dcp`.)"""
+    from torch.distributed.checkpoint.state_dict_saver import save
+
+    directory, name = storage.split(url)
+    sharded = {key: value for key, value in states.items() if key in ("model", "optimizers")}
+    rest = io.BytesIO()
+    torch.save({key: value for key, value in states.items() if key not in sharded}, rest)
+    rest.seek(0)
+    written = save({**sharded, REST_KEY: rest}, storage_writer=_storage_writer(url), no_dist=True)
+    every_file = {info.relative_path for info in written.storage_data.values()} | {METADATA_FILE}
+    files = {f"{name}/{member}": digest for member, digest in _digests(url, every_file).items()}
+    write_manifest(directory, dict(sorted(files.items())), summary, metadata, checkpoint_name=name)
+
+
 def holds_shards(value: Any) -> bool:
     """Whether `value` (a state dict) holds a DTensor: then each rank saves its own shards of it."""
     from torch.distributed.tensor import DTensor
@@ -141,6 +163,19 @@ def _storage_writer(directory: str) -> Any:
     from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
     return FsspecWriter(directory)
+
+
+def _described(error: BaseException, rank: int) -> str:
+    """What went wrong, on which rank: DCP's CheckpointException holds every failing rank's error (and their
+    tracebacks, left out here)."""
+    if isinstance(error, CheckpointException):
+        return "; ".join(
+            f"rank {failed}: {type(cause[0]).__name__}: {cause[0]}"
+            if isinstance(cause, tuple)
+            else f"rank {failed}: {cause}"
+            for failed, cause in sorted(error.failures.items())
+        )
+    return f"rank {rank}: {type(error).__name__}: {error}"
 
 
 def _written_by(name: str, rank: int) -> bool:

@@ -76,6 +76,8 @@ class _OptimizerState:
         self.optimizer = optimizer
 
     def load_state_dict(self, state_dict: Any) -> None:
+        if isinstance(state_dict, StoredShards) and not state_dict.keyed_by_parameter_name():
+            state_dict = state_dict.full()  # keyed by index: loaded as a full state is
         if isinstance(state_dict, StoredShards):
             shards = state_dict.load_into(get_optimizer_state_dict(self.module, self.optimizer))
             set_optimizer_state_dict(self.module, self.optimizer, shards)
