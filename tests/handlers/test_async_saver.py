@@ -131,3 +131,19 @@ def test_through_a_real_saver_the_checkpoint_is_committed_with_its_manifest(tmp_
     saver.remove("c_5.pt")
     saver.wait()
     assert list(tmp_path.iterdir()) == []
+
+
+class _Wrapped(torch.Tensor):
+    """A tensor subclass, as a DTensor is: the snapshot knows it by its object (a DTensor's own storage is empty)."""
+
+
+def test_copies_of_tensors_known_by_object_never_go_to_another_tensor_that_took_a_freed_ones_id():
+    # a sharded model's state_dict() makes new DTensors on each call; one_snapshot's copies outlive the first call's
+    # state dict, whose tensors are freed: Python hands their ids to the next call's tensors
+    copies: dict = {}
+    for round_ in range(5):
+        state = {f"w{i}": torch.full((i + 1 + round_,), float(round_)).as_subclass(_Wrapped) for i in range(30)}
+        expected = {name: tensor.tolist() for name, tensor in state.items()}
+        snapshot = cpu_snapshot(state, copies)
+        assert {name: tensor.tolist() for name, tensor in snapshot.items()} == expected, f"round {round_}"
+        del state, snapshot  # dropped, as Checkpoint drops them after the save

@@ -71,14 +71,21 @@ def _checkpoint_as_read(path) -> dict:
     return states
 
 
+def _fit_saving_last(out: str) -> None:
+    _fit(out, "trained", 6, save_last=True)
+
+
 def test_each_rank_writes_its_shards_and_one_process_loads_the_full_state(tmp_path):
-    spawn(_fit, 2, args=(str(tmp_path), "trained", 6))
+    # save_last: two checkpoints of each step from one snapshot of the shards (AsyncSaver.one_snapshot)
+    spawn(_fit_saving_last, 2, args=(str(tmp_path),))
     directory = tmp_path / "ckpt"
     assert sorted(name for name in os.listdir(directory) if not name.startswith(".")) == [
         "checkpoint_3.dcp",
         "checkpoint_3.dcp.manifest.json",
         "checkpoint_6.dcp",
         "checkpoint_6.dcp.manifest.json",
+        "last_checkpoint_6.dcp",
+        "last_checkpoint_6.dcp.manifest.json",
     ]
     manifest = json.loads((directory / "checkpoint_6.dcp.manifest.json").read_text())
     # every rank's shards, DCP's metadata: listed (written last, by rank 0, after every rank finished)
@@ -89,7 +96,7 @@ def test_each_rank_writes_its_shards_and_one_process_loads_the_full_state(tmp_pa
     ]
     assert manifest["summary"]["global_step"] == 6
     newest = committed_checkpoints(directory)[0][0]
-    assert newest.data_filename == "checkpoint_6.dcp"
+    assert newest.data_filename in ("checkpoint_6.dcp", "last_checkpoint_6.dcp")  # the same step
 
     # one process, no process group: the whole state, equal to what the ranks held at the end
     states = _checkpoint_as_read(newest.url)
@@ -103,7 +110,7 @@ def test_each_rank_writes_its_shards_and_one_process_loads_the_full_state(tmp_pa
     assert states["trainer"]["global_step"] == 6
 
     # a shard altered after the commit is refused, naming it
-    shard = directory / "checkpoint_6.dcp" / "__1_0.distcp"
+    shard = directory / newest.data_filename / "__1_0.distcp"
     data = bytearray(shard.read_bytes())
     data[-1] ^= 0xFF
     shard.write_bytes(bytes(data))

@@ -181,7 +181,8 @@ def cpu_snapshot(state: Any, copies: dict[tuple, tuple[torch.Tensor, torch.Tenso
         key = _view_key(state)
         if key not in copies:
             detached = state.detach()
-            copies[key] = (detached, detached.clone() if detached.device.type == "cpu" else detached.to("cpu"))
+            # the source itself is held: a tensor known by its object (a DTensor) must keep its id meanwhile
+            copies[key] = (state, detached.clone() if detached.device.type == "cpu" else detached.to("cpu"))
         return copies[key][1]
     if isinstance(state, Mapping):
         items = [(key, cpu_snapshot(value, copies)) for key, value in state.items()]

@@ -102,7 +102,7 @@ class ShardedSaver(FsspecSaver):
     ) -> str | None:
         """On rank 0, once every rank reported: write the manifest, or remove what was written. What went wrong, or
         None."""
-        failures = [failure for failure, _ in reports if failure is not None]
+        failures = list(dict.fromkeys(failure for failure, _ in reports if failure is not None))  # DCP's: on all
         if not failures:
             try:
                 hashed = {name: digest for _, digests in reports for name, digest in digests.items()}
@@ -168,7 +168,7 @@ def _storage_writer(directory: str) -> Any:
 def _described(error: BaseException, rank: int) -> str:
     """What went wrong, on which rank: DCP's CheckpointException holds every failing rank's error (and their
     tracebacks, left out here)."""
-    if isinstance(error, CheckpointException):
+    if isinstance(error, CheckpointException):  # every rank holds the same: rank 0's is the one reported
         return "; ".join(
             f"rank {failed}: {type(cause[0]).__name__}: {cause[0]}"
             if isinstance(cause, tuple)
