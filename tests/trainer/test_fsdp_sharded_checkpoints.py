@@ -9,12 +9,16 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 from torch.utils.data import DataLoader
 
+from tracktrain import Callback
 from tracktrain.callbacks import ModelCheckpoint
 from tracktrain.distributed import spawn
 from tracktrain.handlers.checkpoint_state import read_checkpoint
@@ -37,10 +41,12 @@ def _fit(
     crash_at: int | None = None,
     dirpath: str | None = None,
     save_top_k: int | None = None,
+    extra: list | None = None,
     **kwargs,
 ) -> None:
     dirpath = dirpath or os.path.join(out, "ckpt")
     callbacks = [ModelCheckpoint(dirpath=dirpath, every_n_train_steps=3, save_top_k=save_top_k, **kwargs)]
+    callbacks += extra or []
     if crash_at is not None:
         callbacks.append(CrashAtStep(crash_at))
     module = BlockNet()
@@ -291,3 +297,88 @@ def test_a_rank_that_cannot_write_its_shards_fails_the_save_on_every_rank_and_le
         assert "Could not write checkpoint checkpoint_3.dcp" in message
         assert "rank 1" in message and "File too large" in message
     assert [name for name in os.listdir(tmp_path / "ckpt") if not name.startswith(".")] == []  # complete or absent
+
+
+class _OutageByFile(Callback):
+    """At the start of epoch `down_at` (and `up_at`), rank 0 asks the test, through a file, to take the store down
+    (bring it back) and waits until it did; every rank then goes on together."""
+
+    def __init__(self, out: str, down_at: int, up_at: int) -> None:
+        self.out, self.down_at, self.up_at = out, down_at, up_at
+
+    def on_train_epoch_start(self, trainer, module):
+        for epoch, state in ((self.down_at, "down"), (self.up_at, "up")):
+            if trainer.current_epoch == epoch:
+                for callback in trainer.callbacks:  # the background saves of the epoch before end first
+                    if isinstance(callback, ModelCheckpoint):
+                        callback.wait()
+                if trainer.strategy.global_rank == 0:
+                    Path(self.out, f"{state}.request").touch()
+                    while not Path(self.out, f"{state}.done").exists():
+                        time.sleep(0.02)
+                trainer.strategy.barrier()
+
+
+def _fit_through_an_outage(out: str, url: str, async_save: bool) -> None:
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _fit(out, "trained", 24, None, None, url, None, async_save=async_save, extra=[_OutageByFile(out, 1, 2)])
+    _save(out, "warnings", [str(warning.message) for warning in caught if "was not written" in str(warning.message)])
+
+
+@pytest.mark.slow  # about 35 s of ranks; CI runs the slow tests
+@pytest.mark.parametrize("async_save", [True, False])
+def test_a_store_that_stops_answering_skips_sharded_checkpoints_and_training_goes_on(
+    tmp_path, s3_bucket, s3_endpoint, async_save
+):
+    from s3fs import S3FileSystem
+
+    from tests.test_store_outage_during_training import SwitchableProxy
+
+    proxy = SwitchableProxy(s3_endpoint)
+    os.environ.update(
+        AWS_ENDPOINT_URL=f"http://127.0.0.1:{proxy.port}",  # the ranks reach the bucket through the proxy
+        TRACKTRAIN_STORAGE_CONNECT_TIMEOUT="1",
+        TRACKTRAIN_STORAGE_READ_TIMEOUT="2",
+        TRACKTRAIN_STORAGE_ATTEMPTS="2",
+    )
+    S3FileSystem.clear_instance_cache()
+    stop = threading.Event()
+
+    def switch() -> None:  # the test's side of _OutageByFile
+        for state, action in (("down", proxy.down), ("up", proxy.up)):
+            while not (tmp_path / f"{state}.request").exists():
+                if stop.wait(0.02):
+                    return
+            action()
+            (tmp_path / f"{state}.done").touch()
+
+    switcher = threading.Thread(target=switch, daemon=True)
+    switcher.start()
+    url = f"{s3_bucket}/runs/ckpt"
+    try:
+        spawn(_fit_through_an_outage, 2, args=(str(tmp_path), url, async_save))
+    finally:
+        stop.set()
+        proxy.down()
+        for variable in ("TRACKTRAIN_STORAGE_CONNECT_TIMEOUT", "TRACKTRAIN_STORAGE_READ_TIMEOUT"):
+            os.environ.pop(variable)
+        os.environ.pop("TRACKTRAIN_STORAGE_ATTEMPTS")
+        os.environ["AWS_ENDPOINT_URL"] = s3_endpoint
+        S3FileSystem.clear_instance_cache()
+    # training went on to its end on both ranks; the checkpoints of epoch 1 (steps 9, 12, 15) were skipped, said
+    # so on every rank, and nothing of them is left; those after the store came back are committed
+    assert [record["step"] for record in _load(tmp_path, "trained")] == [24, 24]
+    for skipped in _load(tmp_path, "warnings"):
+        assert [message.split()[1] for message in skipped] == [
+            "checkpoint_9.dcp",
+            "checkpoint_12.dcp",
+            "checkpoint_15.dcp",
+        ]
+    found = committed_checkpoints(url)[0]
+    assert sorted(checkpoint.summary["global_step"] for checkpoint in found) == [3, 6, 18, 21, 24]
+    from tracktrain import storage
+
+    assert storage.subdirectories(url) == sorted(f"checkpoint_{step}.dcp" for step in (3, 6, 18, 21, 24))

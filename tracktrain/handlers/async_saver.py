@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 
 import torch
 
-from tracktrain.handlers.savers import CheckpointWriteError, FsspecSaver
+from tracktrain.handlers.savers import CheckpointSkipped, CheckpointWriteError, FsspecSaver
 from tracktrain.handlers.spool import Spool
 
 __all__ = ["AsyncSaver", "SaveHandler", "cpu_snapshot"]
@@ -159,6 +160,10 @@ class AsyncSaver:
                 self._busy = True
             try:
                 operation()
+            except CheckpointSkipped as skipped:  # the store did not answer: said, and training goes on
+                warnings.warn(str(skipped), stacklevel=1)
+                with self._condition:
+                    self._queue.clear()  # what followed the save (retention, callbacks) is about a checkpoint that is not
             except BaseException as error:  # kept for the training thread, which decides what to do
                 with self._condition:
                     if self._error is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
@@ -34,7 +35,7 @@ from tracktrain.handlers.checkpoint_retention import (
     with_new_item,
 )
 from tracktrain.handlers.checkpoint_state import check_objects, state_of
-from tracktrain.handlers.savers import BaseSaveHandler, FsspecSaver, make_save_handler
+from tracktrain.handlers.savers import BaseSaveHandler, CheckpointSkipped, FsspecSaver, make_save_handler
 from tracktrain.storage.discovery import CommittedCheckpoint
 
 __all__ = ["Checkpoint", "CheckpointEvents"]
@@ -228,10 +229,14 @@ class Checkpoint:
             # Unlike Ignite, which adds "checkpointer" inside a single object's state dict (where that object's
             # load_state_dict then rejects it), the file then holds a dict of objects under their keys.
             payload = {**states, "checkpointer": state_dict_of(saved)}
-        if self._pass_metadata:
-            self.save_handler(payload, filename, metadata)
-        else:
-            self.save_handler(payload, filename)
+        try:
+            if self._pass_metadata:
+                self.save_handler(payload, filename, metadata)
+            else:
+                self.save_handler(payload, filename)
+        except CheckpointSkipped as skipped:  # the store did not answer: the list stays as it was, training goes on
+            warnings.warn(str(skipped), stacklevel=2)
+            return
         # Only now that the new file is committed: a failed save leaves the old files and the list as they were.
         self._saved = saved
         self._remove(evicted)

@@ -24,7 +24,20 @@ from tracktrain.ranks import global_rank
 from tracktrain.storage.check import is_unreachable
 from tracktrain.storage.manifest import is_plain_name, manifest_name, remove_checkpoint, write_manifest
 
-__all__ = ["BaseSaveHandler", "CheckpointWriteError", "DiskSaver", "FsspecSaver", "deliver_left_over"]
+__all__ = [
+    "BaseSaveHandler",
+    "CheckpointSkipped",
+    "CheckpointWriteError",
+    "DiskSaver",
+    "FsspecSaver",
+    "deliver_left_over",
+]
+
+
+class CheckpointSkipped(RuntimeError):
+    """A checkpoint was not written because its store did not answer, and nothing of it is left: training goes on,
+    and the next save tries again. (A saver that cannot keep the checkpoint until the store answers raises it: the
+    sharded one, whose shards are on every rank. `Checkpoint` warns, keeps its list as it was, and goes on.)"""
 
 
 class CheckpointWriteError(OSError):

@@ -29,9 +29,10 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
 
 from tracktrain import distributed, storage
-from tracktrain.handlers.savers import CheckpointWriteError, FsspecSaver
+from tracktrain.handlers.savers import CheckpointSkipped, CheckpointWriteError, FsspecSaver
 from tracktrain.handlers.sharded_checkpoint import METADATA_FILE, REST_KEY
 from tracktrain.ranks import global_rank
+from tracktrain.storage.check import is_unreachable
 from tracktrain.storage.manifest import FileDigest, remove_checkpoint, sha256_of, write_manifest
 
 __all__ = ["ShardedSaver", "holds_shards", "write_sharded"]
@@ -68,41 +69,56 @@ class ShardedSaver(FsspecSaver):
         directory = os.fspath(self.path_of(filename))
         rank = global_rank() if distributed.is_distributed() else 0
         state: dict[str, Any] = {key: value for key, value in checkpoint.items() if holds_shards(value)}
+        failure: tuple[str, bool] | None = None
         if rank == 0:  # the rest is the same on every rank: rank 0's is written
             rest = io.BytesIO()
             torch.save({key: value for key, value in checkpoint.items() if key not in state}, rest)
             rest.seek(0)
             state[REST_KEY] = rest
-            remove_checkpoint(self.url, filename)  # one saved before under this name stops being one, first
-        distributed.gather_objects(None, self.process_group)  # no rank writes into the directory before that
+            try:
+                remove_checkpoint(self.url, filename)  # one saved before under this name stops being one, first
+            except Exception as error:  # noqa: BLE001 - every rank learns it next, and none writes
+                failure = (_described(error, rank), _unreachable(error))
+        # no rank writes into the directory before that, and none does if it failed
+        failure = distributed.rank_zero_value(failure, self.process_group)
         every_file: set[str] = set()
-        try:
-            written = save(state, storage_writer=_storage_writer(directory), process_group=self.process_group)
-            every_file = {info.relative_path for info in written.storage_data.values()} | {METADATA_FILE}
-            own = {name for name in every_file if _written_by(name, rank)}
-            failure, digests = None, _digests(directory, own)
-        except (Exception, CheckpointException) as error:  # noqa: BLE001 - every rank learns it below: all raise
-            failure, digests = _described(error, rank), {}
+        digests: dict[str, FileDigest] = {}
+        if failure is None:
+            try:
+                written = save(state, storage_writer=_storage_writer(directory), process_group=self.process_group)
+                every_file = {info.relative_path for info in written.storage_data.values()} | {METADATA_FILE}
+                digests = _digests(directory, {name for name in every_file if _written_by(name, rank)})
+            except (Exception, CheckpointException) as error:  # noqa: BLE001 - every rank learns it below
+                failure = (_described(error, rank), _unreachable(error))
         reports = distributed.gather_objects((failure, digests), self.process_group)
         outcome = None
         if rank == 0:
             outcome = self._commit(filename, checkpoint, metadata, reports, every_file)
         outcome = distributed.rank_zero_value(outcome, self.process_group)
         if outcome is not None:
+            message, unreachable = outcome
+            if unreachable:  # every rank: the loop goes on without this checkpoint
+                raise CheckpointSkipped(
+                    f"Checkpoint {filename} was not written to {self.url}: the store did not answer ({message}). "
+                    "What it had written was removed, the checkpoints saved before it are intact, and training goes "
+                    "on; the next checkpoint tries again."
+                )
             size = sum(digest.bytes for _, digests in reports for digest in digests.values())
-            raise CheckpointWriteError(OSError(outcome), filename, self.url, size)
+            raise CheckpointWriteError(OSError(message), filename, self.url, size)
 
     def _commit(
         self,
         filename: str,
         checkpoint: Mapping,
         metadata: Mapping | None,
-        reports: list[tuple[str | None, dict[str, FileDigest]]],
+        reports: list[tuple[tuple[str, bool] | None, dict[str, FileDigest]]],
         every_file: set[str],
-    ) -> str | None:
-        """On rank 0, once every rank reported: write the manifest, or remove what was written. What went wrong, or
-        None."""
-        failures = list(dict.fromkeys(failure for failure, _ in reports if failure is not None))  # DCP's: on all
+    ) -> tuple[str, bool] | None:
+        """On rank 0, once every rank reported: write the manifest, or remove what was written. What went wrong and
+        whether the store did not answer, or None."""
+        reported = [failure for failure, _ in reports if failure is not None]
+        failures = list(dict.fromkeys(text for text, _ in reported))  # DCP's own failures are reported on all ranks
+        unreachable = any(store_down for _, store_down in reported)
         if not failures:
             try:
                 hashed = {name: digest for _, digests in reports for name, digest in digests.items()}
@@ -113,9 +129,10 @@ class ShardedSaver(FsspecSaver):
                 return None
             except Exception as error:  # noqa: BLE001 - reported to every rank
                 failures.append(f"writing the manifest: {type(error).__name__}: {error}")
-        with contextlib.suppress(Exception):  # a checkpoint is complete or absent
+                unreachable = is_unreachable(error)
+        with contextlib.suppress(Exception):  # a checkpoint is complete or absent (a store down keeps what it has)
             remove_checkpoint(self.url, filename)
-        return "; ".join(failures)
+        return "; ".join(failures), unreachable
 
     def serialize(self, checkpoint: Mapping) -> tuple[memoryview, dict[str, Any]]:
         raise NotImplementedError("ShardedSaver writes each rank's shards itself; it serializes no single file.")
@@ -176,6 +193,13 @@ def _described(error: BaseException, rank: int) -> str:
             for failed, cause in sorted(error.failures.items())
         )
     return f"rank {rank}: {type(error).__name__}: {error}"
+
+
+def _unreachable(error: BaseException) -> bool:
+    if isinstance(error, CheckpointException):
+        causes = [cause[0] if isinstance(cause, tuple) else cause for cause in error.failures.values()]
+        return any(isinstance(cause, BaseException) and is_unreachable(cause) for cause in causes)
+    return is_unreachable(error)
 
 
 def _written_by(name: str, rank: int) -> bool:
