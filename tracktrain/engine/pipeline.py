@@ -1,0 +1,200 @@
+"""Pipeline schedules: each batch split into micro-batches that flow through a model's stages, one or more stages
+per rank (Colossal-AI's pipeline schedules, on `torch.distributed.pipelining`).
+
+    stages = split_stages(model, ["block2"])              # nn.Sequential children, cut before "block2": 2 stages
+    schedule = PipelineSchedule(stages, num_microbatches=4, schedule="1f1b")
+    engine = ModelEngine(schedule.local_model, optimizer_over(schedule.local_model), criterion, schedule=schedule)
+    output, label, loss = engine.execute_schedule(iter(loader))   # every rank; loss on every rank
+    engine.step()
+
+Every rank reads the same batches (the pipeline is not data parallel): the first stage takes the inputs, the last one
+the labels, and the loss of the last stage is sent to every rank, so that each can log it and decide alike. The
+gradients are those of the mean loss over the whole batch (each micro-batch's loss is scaled by their number), as
+one process computes them on the whole batch: the batch size must be a multiple of `num_microbatches`.
+
+Schedules: "gpipe" (all forwards, then all backwards), "1f1b" (one forward, one backward: fewer activations held),
+"interleaved_1f1b" (several stages per rank, round robin: a smaller bubble).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from tracktrain.engine.batches import split_batch
+
+if TYPE_CHECKING:
+    from tracktrain.engine.model_engine import ModelEngine
+
+__all__ = ["SCHEDULES", "PipelineSchedule", "split_stages"]
+
+#: the schedule names `PipelineSchedule` takes, and whether each runs several stages per rank
+SCHEDULES = {"gpipe": False, "1f1b": False, "interleaved_1f1b": True}
+
+
+def split_stages(model: nn.Module, split_points: Sequence[str]) -> list[nn.Module]:
+    """`model`'s children in order, cut before each child named in `split_points`: one `nn.Sequential` per stage,
+    whose children keep their names (a stage's state dict has the whole model's keys for its part). For models whose
+    forward calls their children one after the other (an `nn.Sequential`, a stack of blocks)."""
+    names = [name for name, _ in model.named_children()]
+    unknown = [point for point in split_points if point not in names]
+    if unknown or not split_points:
+        raise ValueError(
+            f"split_stages: {unknown or 'no split points'} — split points are names of the model's children, "
+            f"before which a new stage starts: one of {names[1:]}."
+        )
+    positions = [names.index(point) for point in split_points]
+    if positions != sorted(set(positions)) or positions[0] == 0:
+        raise ValueError(
+            f"split_stages: split points {list(split_points)} must be distinct children in the model's order, not "
+            f"its first child: the children are {names}."
+        )
+    bounds = [0, *positions, len(names)]
+    children = list(model.named_children())
+    return [nn.Sequential(OrderedDict(children[start:end])) for start, end in zip(bounds, bounds[1:])]
+
+
+class PipelineSchedule:
+    """Runs each batch through `stages` (every stage of the model, in order), this rank's stages being those
+    `stage_indices` names: stage `r` on rank `r`, or with "interleaved_1f1b" stages `r, r + W, r + 2W, ...` of `W`
+    ranks.
+
+    Args:
+        stages: the model's stages, in order (`split_stages`), the same on every rank.
+        num_microbatches: how many micro-batches each batch is split into (along its first dimension).
+        schedule: "gpipe", "1f1b" or "interleaved_1f1b".
+        group: the ranks of the pipeline (default: all of them).
+    """
+
+    uses_pipeline = True
+
+    def __init__(
+        self,
+        stages: Sequence[nn.Module],
+        num_microbatches: int,
+        schedule: str = "1f1b",
+        group: dist.ProcessGroup | None = None,
+    ) -> None:
+        if schedule not in SCHEDULES:
+            raise ValueError(f"PipelineSchedule(schedule={schedule!r}) takes one of {sorted(SCHEDULES)}.")
+        if not isinstance(num_microbatches, int) or isinstance(num_microbatches, bool) or num_microbatches < 1:
+            raise ValueError(f"PipelineSchedule(num_microbatches={num_microbatches!r}) must be a positive integer.")
+        if not dist.is_initialized():
+            raise RuntimeError(
+                "PipelineSchedule runs stages on several ranks: start the processes with torchrun (or "
+                "tracktrain.distributed.spawn) and join the process group first."
+            )
+        self.group = group
+        self.world_size = dist.get_world_size(group)
+        self.rank = dist.get_rank(group)
+        interleaved = SCHEDULES[schedule]
+        count = len(stages)
+        if interleaved and (count % self.world_size or count < 2 * self.world_size):
+            raise ValueError(
+                f"PipelineSchedule(schedule={schedule!r}) runs several stages per rank: give a multiple of the "
+                f"{self.world_size} ranks, at least {2 * self.world_size} stages (got {count})."
+            )
+        if not interleaved and count != self.world_size:
+            raise ValueError(
+                f"PipelineSchedule(schedule={schedule!r}) runs one stage per rank: give {self.world_size} stages, one "
+                f"for each rank (got {count}), or use schedule='interleaved_1f1b' for several per rank."
+            )
+        self.schedule_name = schedule
+        self.num_microbatches = num_microbatches
+        self.num_stages = count
+        self.stage_indices = list(range(self.rank, count, self.world_size))
+        self.local_model = nn.ModuleList([stages[index] for index in self.stage_indices])
+        # one per batch size (the stages exchange buffers of the shapes they saw first), built with the engine's criterion
+        self._schedules: dict[tuple[int, ...], Any] = {}
+
+    @property
+    def holds_first_stage(self) -> bool:
+        return 0 in self.stage_indices
+
+    @property
+    def holds_last_stage(self) -> bool:
+        return self.num_stages - 1 in self.stage_indices
+
+    @property
+    def last_stage_rank(self) -> int:
+        """The global rank of the process holding the last stage (where the loss and the outputs are)."""
+        return (
+            dist.get_global_rank(self.group, (self.num_stages - 1) % self.world_size)
+            if self.group
+            else ((self.num_stages - 1) % self.world_size)
+        )
+
+    def forward_backward_step(
+        self,
+        model_engine: ModelEngine,
+        data_iter: Iterator[Any],
+        forward_only: bool = False,
+        return_loss: bool = True,
+        return_output_label: bool = True,
+    ) -> tuple[Any, Any, torch.Tensor | None]:
+        """Colossal-AI's `execute_schedule` over the stages: the next `(inputs, label)` batch of `data_iter`, split in
+        micro-batches, forward (and backward unless `forward_only`) through every stage. Returns `(output, label,
+        loss)`: the loss (the mean over the micro-batches) on every rank when `return_loss`, the output (the last
+        stage's, whole batch) on the rank holding the last stage, None elsewhere."""
+        inputs, label = split_batch(
+            next(data_iter), "execute_schedule", "A pipeline's first stage takes the inputs, its last the labels."
+        )
+        if model_engine.criterion is None:
+            raise ValueError("A pipeline computes the loss on its last stage: pass criterion= to ModelEngine.")
+        size = len(inputs)
+        if size % self.num_microbatches:
+            raise ValueError(
+                f"A batch of {size} does not split into {self.num_microbatches} equal micro-batches: use a batch size "
+                "that is a multiple of num_microbatches (drop_last=True for the last one of an epoch)."
+            )
+        schedule = self._schedule_for(model_engine.criterion, inputs)
+        losses: list[torch.Tensor] = []
+        args = (inputs,) if self.holds_first_stage else ()
+        kwargs = {"target": label, "losses": losses} if self.holds_last_stage else {}
+        output = schedule.eval(*args, **kwargs) if forward_only else schedule.step(*args, **kwargs)
+        loss = None
+        if return_loss or not forward_only:
+            loss = self._loss_on_every_rank(losses)
+        if not return_output_label:
+            return None, None, loss
+        return (output if self.holds_last_stage else None), label, loss
+
+    def forward_backward(self, *args: Any, **kwargs: Any) -> tuple[Any, bool]:
+        raise NotImplementedError(
+            "A pipeline schedule runs whole batches through its stages: call ModelEngine.execute_schedule(data_iter) "
+            "(the Trainer's step over pipeline stages is not built yet)."
+        )
+
+    def _schedule_for(self, criterion: Any, inputs: torch.Tensor) -> Any:
+        shape = tuple(inputs.shape)
+        if shape not in self._schedules:
+            from torch.distributed.pipelining import (
+                PipelineStage,
+                Schedule1F1B,
+                ScheduleGPipe,
+                ScheduleInterleaved1F1B,
+            )
+
+            device = inputs.device
+            stages: list[Any] = [
+                PipelineStage(module, index, self.num_stages, device, group=self.group)
+                for module, index in zip(self.local_model, self.stage_indices)
+            ]
+            if self.schedule_name == "interleaved_1f1b":
+                schedule = ScheduleInterleaved1F1B(stages, self.num_microbatches, loss_fn=criterion)
+            else:
+                single = ScheduleGPipe if self.schedule_name == "gpipe" else Schedule1F1B
+                schedule = single(stages[0], self.num_microbatches, loss_fn=criterion)
+            self._schedules[shape] = schedule
+        return self._schedules[shape]
+
+    def _loss_on_every_rank(self, losses: list[torch.Tensor]) -> torch.Tensor:
+        """The mean micro-batch loss, computed on the last stage and broadcast: every rank logs and decides alike."""
+        loss = torch.stack([value.detach().float() for value in losses]).mean() if losses else torch.zeros(())
+        dist.broadcast(loss, src=self.last_stage_rank, group=self.group)
+        return loss
