@@ -185,6 +185,7 @@ class PipelineSchedule:
                 PipelineStage(module, index, self.num_stages, device, group=self.group)
                 for module, index in zip(self.local_model, self.stage_indices)
             ]
+            schedule: Any
             if self.schedule_name == "interleaved_1f1b":
                 schedule = ScheduleInterleaved1F1B(stages, self.num_microbatches, loss_fn=criterion)
             else:

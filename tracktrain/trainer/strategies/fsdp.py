@@ -9,7 +9,6 @@ block. The model is sharded before the optimizers are built, so they step the sh
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -18,9 +17,7 @@ import torch
 from torch import nn
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-from tracktrain import distributed
 from tracktrain.handlers.savers import FsspecSaver
-from tracktrain.handlers.sharded_saver import ShardedSaver
 from tracktrain.handlers.spool import Spool
 from tracktrain.trainer.strategies.data_parallel import DataParallelStrategy, StepModule
 from tracktrain.trainer.strategies.full_state import (
@@ -28,12 +25,14 @@ from tracktrain.trainer.strategies.full_state import (
     FullOptimizerState,
     ShardedModelState,
     ShardedOptimizerState,
+    ShardedSaving,
 )
 
 __all__ = ["AutoWrap", "FSDPStrategy", "blocks_to_shard"]
 
-#: the sharded root around each module sharded so far, for the next fit of the same module
-_SHARDED_ROOTS: weakref.WeakKeyDictionary[nn.Module, StepModule] = weakref.WeakKeyDictionary()
+#: where a module keeps the sharded root around it, for its next fit (in its __dict__, not as a submodule: the
+#: cycle module -> root -> module is freed with the module, which a table of modules would keep alive)
+_SHARDED_ROOT_ATTRIBUTE = "_tracktrain_sharded_root"
 
 #: which submodules get their own shard group: module classes, or a predicate over submodules
 AutoWrap = Iterable[type[nn.Module]] | Callable[[nn.Module], bool] | None
@@ -105,7 +104,7 @@ class FSDPStrategy(DataParallelStrategy):
         self.offload_to_cpu = offload_to_cpu
         self.reshard_after_forward = reshard_after_forward
         self.state_dict_type = state_dict_type
-        self._checkpoint_group: torch.distributed.ProcessGroup | None = None
+        self._sharded_saving = ShardedSaving(timeout)
         self._wrapped: StepModule | None = None
         self._module: nn.Module | None = None
 
@@ -113,7 +112,7 @@ class FSDPStrategy(DataParallelStrategy):
     def setup_module(self, module: nn.Module) -> Callable[[Any, int], Any]:
         """Shard each block, then the rest with the root: a `StepModule` around `module`, whose forward (the
         step) gathers what the blocks do not hold and sets up the gradients' reduction for each backward."""
-        wrapped = _SHARDED_ROOTS.get(module)
+        wrapped = module.__dict__.get(_SHARDED_ROOT_ATTRIBUTE)
         if wrapped is None:
             options: dict[str, Any] = {"mp_policy": self._mixed_precision(), "offload_policy": self._offload_policy()}
             for block in blocks_to_shard(module, self.auto_wrap):
@@ -121,7 +120,7 @@ class FSDPStrategy(DataParallelStrategy):
             wrapped = StepModule(module)
             # the root is used again right away by backward: keeping it gathered saves one all-gather per step
             fully_shard(wrapped, reshard_after_forward=False, **options)
-            _SHARDED_ROOTS[module] = wrapped
+            module.__dict__[_SHARDED_ROOT_ATTRIBUTE] = wrapped
         # else a fit before this one sharded it (FSDP2 shards a module once): it goes on as it was sharded then
         self._wrapped, self._module = wrapped, module
         return wrapped
@@ -196,11 +195,7 @@ class FSDPStrategy(DataParallelStrategy):
         once, on every rank at the same point), so that a save in the background never meets the step's."""
         if self.state_dict_type == "full":
             return super().checkpoint_saver(url, summarize, spool)
-        if self._checkpoint_group is None and torch.distributed.is_initialized():
-            self._checkpoint_group = torch.distributed.new_group(
-                backend="gloo", timeout=distributed.collective_timeout(self.timeout)
-            )
-        return ShardedSaver(url, summarize=summarize, process_group=self._checkpoint_group)
+        return self._sharded_saving.saver(url, summarize)
 
 
 def blocks_to_shard(module: nn.Module, auto_wrap: AutoWrap) -> list[nn.Module]:

@@ -9,6 +9,8 @@ state is keyed by parameter index, as `Optimizer.state_dict()` keys it, not by p
 `ShardedModelState` and `ShardedOptimizerState` save each rank's shards as they are (DTensors, for `ShardedSaver`):
 no rank ever holds the full state.
 
+`ShardedSaving` makes the savers of sharded checkpoints for a strategy (with the process group of their own).
+
 All four load either kind: a full state (each rank keeps its shards of it), or the `StoredShards` of a sharded
 checkpoint, of which each rank reads just its own shards, in the layout it has now (any number of ranks). They talk
 to the other ranks, so every rank calls them at the same point (the checkpoint handler does);
@@ -17,6 +19,8 @@ to the other ranks, so every rank calls them at the same point (the checkpoint h
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -29,9 +33,11 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from tracktrain import distributed
 from tracktrain.handlers.sharded_checkpoint import StoredShards, by_index, by_parameter_name
+from tracktrain.handlers.sharded_saver import ShardedSaver
 
-__all__ = ["FullModelState", "FullOptimizerState", "ShardedModelState", "ShardedOptimizerState"]
+__all__ = ["FullModelState", "FullOptimizerState", "ShardedModelState", "ShardedOptimizerState", "ShardedSaving"]
 
 _SAVE = StateDictOptions(full_state_dict=True, cpu_offload=True)
 _LOAD = StateDictOptions(full_state_dict=True)
@@ -102,3 +108,20 @@ class ShardedOptimizerState(_OptimizerState):
 
     def state_dict(self) -> dict[str, Any]:
         return get_optimizer_state_dict(self.module, self.optimizer)
+
+
+class ShardedSaving:
+    """The savers of a strategy's sharded checkpoints, every rank writing its shards. Their collectives use a gloo
+    group of their own, made at the first saver, on every rank at the same point (the callbacks' set-up), so that a
+    save in the background never meets the training step's collectives."""
+
+    def __init__(self, timeout: timedelta | None = None) -> None:
+        self.timeout = timeout
+        self._group: torch.distributed.ProcessGroup | None = None
+
+    def saver(self, url: str, summarize: Callable[[Any], Any]) -> ShardedSaver:
+        if self._group is None and torch.distributed.is_initialized():
+            self._group = torch.distributed.new_group(
+                backend="gloo", timeout=distributed.collective_timeout(self.timeout)
+            )
+        return ShardedSaver(url, summarize=summarize, process_group=self._group)
