@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sequ
 from tracktrain import distributed
 from tracktrain.trainer.strategies.base import Strategy
 
-__all__ = ["DataParallelStrategy", "StepModule", "device_of"]
+__all__ = ["DataParallelStrategy", "StepModule", "device_of", "with_sampler"]
 
 
 class StepModule(nn.Module):
@@ -70,27 +70,32 @@ class DataParallelStrategy(Strategy):
         sampler: DistributedSampler = DistributedSampler(
             loader.dataset, shuffle=shuffle, seed=self.seed, drop_last=loader.drop_last
         )
-        return DataLoader(
-            loader.dataset,
-            batch_size=loader.batch_size,
-            sampler=sampler,
-            num_workers=loader.num_workers,
-            collate_fn=loader.collate_fn,
-            pin_memory=loader.pin_memory,
-            drop_last=loader.drop_last,
-            timeout=loader.timeout,
-            worker_init_fn=loader.worker_init_fn,
-            generator=loader.generator,
-            prefetch_factor=loader.prefetch_factor,
-            persistent_workers=loader.persistent_workers,
-            multiprocessing_context=loader.multiprocessing_context,
-            pin_memory_device=loader.pin_memory_device,
-            in_order=loader.in_order,
-        )
+        return with_sampler(loader, sampler)
 
     def teardown(self) -> None:
         """Every rank ends the fit together (rank 0 may still be writing its last checkpoint)."""
         self.barrier()
+
+
+def with_sampler(loader: DataLoader, sampler: DistributedSampler) -> DataLoader:
+    """`loader` rebuilt around `sampler`, every other option kept."""
+    return DataLoader(
+        loader.dataset,
+        batch_size=loader.batch_size,
+        sampler=sampler,
+        num_workers=loader.num_workers,
+        collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory,
+        drop_last=loader.drop_last,
+        timeout=loader.timeout,
+        worker_init_fn=loader.worker_init_fn,
+        generator=loader.generator,
+        prefetch_factor=loader.prefetch_factor,
+        persistent_workers=loader.persistent_workers,
+        multiprocessing_context=loader.multiprocessing_context,
+        pin_memory_device=loader.pin_memory_device,
+        in_order=loader.in_order,
+    )
 
 
 def device_of(module: nn.Module) -> torch.device:

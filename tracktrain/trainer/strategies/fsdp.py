@@ -23,9 +23,8 @@ from tracktrain.trainer.strategies.data_parallel import DataParallelStrategy, St
 from tracktrain.trainer.strategies.full_state import (
     FullModelState,
     FullOptimizerState,
-    ShardedModelState,
-    ShardedOptimizerState,
     ShardedSaving,
+    with_stand_ins,
 )
 
 __all__ = ["AutoWrap", "FSDPStrategy", "blocks_to_shard"]
@@ -178,17 +177,9 @@ class FSDPStrategy(DataParallelStrategy):
         a checkpoint of this fit is then a single-device checkpoint)."""
         if self._module is None:
             return objects
-        module: nn.Module = self._module
-        sharded = self.state_dict_type == "sharded"
-        model_state, optimizer_state = (
-            (ShardedModelState, ShardedOptimizerState) if sharded else (FullModelState, FullOptimizerState)
-        )
-        converted = dict(objects)
-        if converted.get("model") is module:
-            converted["model"] = model_state(module)
-        if "optimizers" in converted:
-            converted["optimizers"] = [optimizer_state(module, optimizer) for optimizer in converted["optimizers"]]
-        return converted
+        if self.state_dict_type == "sharded":
+            return with_stand_ins(objects, self._module)
+        return with_stand_ins(objects, self._module, FullModelState, FullOptimizerState)
 
     def checkpoint_saver(self, url: str, summarize: Callable[[Any], Any], spool: Spool | None) -> FsspecSaver:
         """ "sharded": every rank writes its shards, with collectives of a process group of their own (made here,

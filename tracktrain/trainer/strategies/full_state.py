@@ -37,7 +37,14 @@ from tracktrain import distributed
 from tracktrain.handlers.sharded_checkpoint import StoredShards, by_index, by_parameter_name
 from tracktrain.handlers.sharded_saver import ShardedSaver
 
-__all__ = ["FullModelState", "FullOptimizerState", "ShardedModelState", "ShardedOptimizerState", "ShardedSaving"]
+__all__ = [
+    "FullModelState",
+    "FullOptimizerState",
+    "ShardedModelState",
+    "ShardedOptimizerState",
+    "ShardedSaving",
+    "with_stand_ins",
+]
 
 _SAVE = StateDictOptions(full_state_dict=True, cpu_offload=True)
 _LOAD = StateDictOptions(full_state_dict=True)
@@ -125,3 +132,19 @@ class ShardedSaving:
                 backend="gloo", timeout=distributed.collective_timeout(self.timeout)
             )
         return ShardedSaver(url, summarize=summarize, process_group=self._group)
+
+
+def with_stand_ins(
+    objects: dict[str, Any],
+    module: nn.Module,
+    model_state: type[_ModelState] = ShardedModelState,
+    optimizer_state: type[_OptimizerState] = ShardedOptimizerState,
+) -> dict[str, Any]:
+    """A checkpoint's `objects` with `module` and its optimizers replaced by the stand-ins that save and load them
+    (each rank's shards, or with the Full* ones the full state on rank 0)."""
+    converted = dict(objects)
+    if converted.get("model") is module:
+        converted["model"] = model_state(module)
+    if "optimizers" in converted:
+        converted["optimizers"] = [optimizer_state(module, optimizer) for optimizer in converted["optimizers"]]
+    return converted

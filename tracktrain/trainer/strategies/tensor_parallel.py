@@ -1,0 +1,115 @@
+"""`TensorParallelStrategy`: the linear layers a plan names split over the ranks with DTensor's
+`parallelize_module` — column-wise (each rank computes a slice of the outputs) or row-wise (a slice of the inputs,
+the partial outputs summed) — so that a layer too large for one device is spread over several.
+
+Every rank reads the same batches (tensor parallelism is not data parallelism): the loader's order is drawn from the
+run's seed, the same on each rank, so the loss and the metrics are the same everywhere and every decision agrees.
+Checkpoints are sharded (each rank writes its slices, `ShardedSaver`), and load on any number of ranks or whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SequentialSampler
+
+from tracktrain import distributed
+from tracktrain.handlers.savers import FsspecSaver
+from tracktrain.handlers.spool import Spool
+from tracktrain.trainer.strategies.base import Strategy
+from tracktrain.trainer.strategies.data_parallel import with_sampler
+from tracktrain.trainer.strategies.full_state import ShardedSaving, with_stand_ins
+
+__all__ = ["TensorParallelStrategy"]
+
+#: the plan's words for DTensor's parallel styles
+STYLES = ("colwise", "rowwise")
+
+
+class TensorParallelStrategy(Strategy):
+    """`Trainer(strategy=TensorParallelStrategy({"net.0": "colwise", "net.2": "rowwise"}))`.
+
+    Args:
+        plan: submodule name -> "colwise", "rowwise", or a `torch.distributed.tensor.parallel` style (e.g.
+            `ColwiseParallel(output_layouts=Shard(1))`). The usual pair: a column-wise layer followed by a
+            row-wise one, whose output is whole again on every rank (one all-reduce per pair).
+        timeout: how long a collective waits for the other ranks before the run fails.
+    """
+
+    name = "tensor_parallel"
+    steps_in_lockstep = True
+
+    def __init__(self, plan: Mapping[str, Any], timeout: timedelta | None = None) -> None:
+        super().__init__()
+        if not isinstance(plan, Mapping) or not plan:
+            raise ValueError(
+                "TensorParallelStrategy(plan=...) takes a dict of submodule names to 'colwise' or 'rowwise', e.g. "
+                f"{{'net.0': 'colwise', 'net.2': 'rowwise'}}; got {plan!r}."
+            )
+        for name, style in plan.items():
+            if isinstance(style, str) and style not in STYLES:
+                raise ValueError(
+                    f"TensorParallelStrategy plan[{name!r}] = {style!r}: use 'colwise', 'rowwise', or a style of "
+                    "torch.distributed.tensor.parallel."
+                )
+        self.plan = dict(plan)
+        self.timeout = timeout
+        self._sharded_saving = ShardedSaving(timeout)
+        self._module: nn.Module | None = None
+
+    def setup_environment(self, device: torch.device) -> torch.device:
+        distributed.init_from_env(timeout=self.timeout)
+        return device
+
+    def setup_module(self, module: nn.Module) -> Callable[[Any, int], Any]:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+        names = dict(module.named_modules())
+        missing = [name for name in self.plan if name not in names]
+        if missing:
+            linear = [name for name, child in names.items() if isinstance(child, nn.Linear)]
+            raise ValueError(
+                f"TensorParallelStrategy plan names {missing}, which the module does not have; its linear layers "
+                f"are {linear}."
+            )
+        if not any(isinstance(parameter, torch.distributed.tensor.DTensor) for parameter in module.parameters()):
+            styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+            plan = {name: styles[style]() if isinstance(style, str) else style for name, style in self.plan.items()}
+            device_type = next(module.parameters()).device.type
+            mesh = init_device_mesh(device_type, (torch.distributed.get_world_size(),))
+            parallelize_module(module, mesh, plan)
+        # else a fit before this one split it: it goes on as it was
+        self._module = module
+        return module.train_step  # type: ignore[return-value]  # a LoopModule's
+
+    def distribute(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
+        """`loader` in the same order on every rank: a shuffling DataLoader draws its order from the run's seed."""
+        if not isinstance(loader, DataLoader) or not isinstance(loader.sampler, RandomSampler):
+            if isinstance(loader, DataLoader) and not isinstance(
+                loader.sampler, (SequentialSampler, DistributedSampler)
+            ):
+                raise ValueError(
+                    f"strategy={self.name!r} needs every rank to read the same batches, but this DataLoader has a "
+                    f"custom {type(loader.sampler).__name__}: seed it identically on every rank, or use shuffle=True."
+                )
+            return loader
+        sampler: DistributedSampler = DistributedSampler(
+            loader.dataset, num_replicas=1, rank=0, shuffle=True, seed=self.seed, drop_last=loader.drop_last
+        )
+        return with_sampler(loader, sampler)
+
+    def checkpoint_objects(self, objects: dict[str, Any]) -> dict[str, Any]:
+        """The module and its optimizers as each rank's slices."""
+        return objects if self._module is None else with_stand_ins(objects, self._module)
+
+    def checkpoint_saver(self, url: str, summarize: Callable[[Any], Any], spool: Spool | None) -> FsspecSaver:
+        return self._sharded_saving.saver(url, summarize)
+
+    def teardown(self) -> None:
+        """Every rank ends the fit together (a sharded save may still be committing)."""
+        self.barrier()
