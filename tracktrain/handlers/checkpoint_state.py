@@ -188,15 +188,16 @@ def looks_like_objects(states: Mapping, obj: Any) -> bool:
     return not (isinstance(own, Mapping) and any(key in own for key in states))
 
 
-def read_checkpoint(url: str | os.PathLike, lazy_shards: bool = False) -> Any:
+def read_checkpoint(url: str | os.PathLike, lazy_shards: bool = False, share: Any = None) -> Any:
     """torch.load of the file at `url`, checked against its manifest when it has one, with errors that name the
     file and say what to do. A sharded checkpoint (a directory, `tracktrain.handlers.sharded_checkpoint`) is read
-    whole, or with `lazy_shards` its sharded entries as `StoredShards`, for objects that read their own shards."""
+    whole, or with `lazy_shards` its sharded entries as `StoredShards`, for objects that read their own shards;
+    `share` (a `sharded_checkpoint.VerifyShare`): the ranks reading it together share checking its files."""
     from tracktrain.handlers import sharded_checkpoint  # torch.distributed.checkpoint: only when one is read
 
     if sharded_checkpoint.is_sharded_checkpoint(url):
         try:
-            states = sharded_checkpoint.read_sharded(url, lazy_shards)
+            states = sharded_checkpoint.read_sharded(url, lazy_shards, share)
         except CheckpointCorrupted:
             raise
         except Exception as e:

@@ -18,7 +18,7 @@ import io
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
@@ -41,6 +41,7 @@ __all__ = [
     "METADATA_FILE",
     "REST_KEY",
     "StoredShards",
+    "VerifyShare",
     "by_index",
     "by_parameter_name",
     "is_sharded_checkpoint",
@@ -116,11 +117,21 @@ class StoredShards:
         return value
 
 
-def read_sharded(url: str | os.PathLike, lazy: bool) -> dict[str, Any]:
+class VerifyShare(NamedTuple):
+    """The ranks that read a sharded checkpoint together share checking it: this rank hashes every `world_size`-th
+    file from its `rank`-th, and `gather(value)` (every rank calls it) returns every rank's value."""
+
+    rank: int
+    world_size: int
+    gather: Callable[[Any], list[Any]]
+
+
+def read_sharded(url: str | os.PathLike, lazy: bool, share: VerifyShare | None = None) -> dict[str, Any]:
     """The states of the sharded checkpoint at `url`, checked against its manifest: the rest as saved, and the
-    sharded entries as `StoredShards` (`lazy`: for the objects to read their own shards) or in full."""
+    sharded entries as `StoredShards` (`lazy`: for the objects to read their own shards) or in full. `share`: the
+    checksums are shared by the ranks reading it together (see `check_members`)."""
     url = os.fspath(url)
-    check = check_members(url)  # sizes now; the checksums in a thread while the rest is read
+    check = check_members(url, share)  # sizes now; the checksums in a thread while the rest is read
     reader = storage_reader(url)
     metadata = reader.read_metadata()
     entries: dict[str, Any] = {}
@@ -142,11 +153,14 @@ def read_sharded(url: str | os.PathLike, lazy: bool) -> dict[str, Any]:
     return {**rest, **entries}
 
 
-def check_members(url: str | os.PathLike) -> Callable[[], None]:
+def check_members(url: str | os.PathLike, share: VerifyShare | None = None) -> Callable[[], None]:
     """For the sharded checkpoint (a directory) at `url`: CheckpointCorrupted now unless every file its manifest
     lists is there with the size recorded, and a `check()` that raises it unless their SHA-256 match too (computed
     in a thread meanwhile, while the caller reads them; call `check()` before using anything read). A directory
-    without a manifest (not written by a manifest-keeping saver) has nothing to check."""
+    without a manifest (not written by a manifest-keeping saver) has nothing to check.
+
+    With `share` (the ranks that load it together), each rank hashes its share of the files, and `check()` (called
+    by every rank) gathers what each found, so that every rank raises the same error, or none does."""
     directory, name = split(os.fspath(url))
     manifest_url = storage.join(directory, manifest_name(name))
     try:
@@ -162,8 +176,12 @@ def check_members(url: str | os.PathLike) -> Callable[[], None]:
         )
     altered: list[str] = []
 
+    members = sorted(manifest["files"].items())
+    if share is not None:
+        members = members[share.rank :: share.world_size]
+
     def hash_all() -> None:
-        for member, expected in manifest["files"].items():
+        for member, expected in members:
             if sha256_of(storage.read_bytes(storage.join(directory, member))) != expected["sha256"]:
                 altered.append(member)
 
@@ -172,6 +190,8 @@ def check_members(url: str | os.PathLike) -> Callable[[], None]:
 
     def check() -> None:
         hashing.join()
+        if share is not None:
+            altered[:] = [member for found in share.gather(list(altered)) for member in found]
         if altered:
             raise CheckpointCorrupted(
                 f"Checkpoint {url}: {', '.join(altered)} does not match the SHA-256 in its manifest {manifest_url}: "

@@ -152,7 +152,11 @@ class RunCheckpoints:
         """Read `ckpt_path`, refuse it when it was written for another module (see `settings`), then load it; the
         Trainer settings that changed are warned about here and recorded by the loggers."""
         trainer = self._trainer
-        states = read_checkpoint(ckpt_path, lazy_shards=True)  # each rank reads its own shards, on any number
+        from tracktrain.handlers.sharded_checkpoint import VerifyShare  # torch.distributed.checkpoint: when loading
+
+        # each rank reads its own shards (on any number of ranks), and checks its share of a sharded one's files
+        share = VerifyShare(trainer.strategy.global_rank, trainer.strategy.world_size, trainer.strategy.gather)
+        states = read_checkpoint(ckpt_path, lazy_shards=True, share=share)
         saved = (states.get("trainer") or {}).get("settings") if isinstance(states, Mapping) else None
         current = run_settings(trainer, module)
         if trainer.seed is None:  # the seed is the checkpoint's unless one is given
