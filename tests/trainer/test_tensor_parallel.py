@@ -123,3 +123,91 @@ def test_a_shuffling_loader_reads_the_same_order_on_every_rank_drawn_from_the_ru
         orders.append(list(loader.sampler))
     assert orders[0] == orders[1] == list(DistributedSampler(dataset, num_replicas=1, rank=0, seed=3))
     assert orders[0] != list(range(len(dataset)))  # shuffled
+
+
+# ------------------------------------------------------------------------------------------ 2-D: FSDP2 + TP
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(8, 16)
+        self.down = nn.Linear(16, 8)
+
+    def forward(self, x):
+        return x + self.down(torch.tanh(self.up(x)))
+
+
+class BlockStack(LoopModule):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Linear(4, 8)
+        self.blocks = nn.ModuleList([Block(), Block()])
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        x = self.embed(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+    def train_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=0.05)
+
+
+PLAN_2D = {
+    f"blocks.{index}.{name}": style for index in (0, 1) for name, style in (("up", "colwise"), ("down", "rowwise"))
+}
+
+
+def _fit_2d(out: str, strategy, batch_size: int, replicas: int, rank: int) -> BlockStack:
+    module = BlockStack()
+    trainer = Trainer(
+        max_steps=8,
+        seed=5,
+        enable_progress_bar=False,
+        default_root_dir=out,
+        strategy=strategy,
+        callbacks=[ModelCheckpoint(dirpath=os.path.join(out, "ckpt"), every_n_train_steps=8, save_top_k=None)],
+        loggers=False,
+    )
+    dataset = make_loader().dataset
+    sampler = DistributedSampler(dataset, num_replicas=replicas, rank=rank, shuffle=True, seed=5)
+    trainer.fit(module, DataLoader(dataset, batch_size=batch_size, sampler=sampler))
+    return module
+
+
+def _two_dimensional(out: str) -> None:
+    import torch.distributed as dist
+
+    from tracktrain.trainer.strategies import FSDPStrategy
+
+    strategy = FSDPStrategy(tensor_parallel=PLAN_2D, tensor_parallel_size=2)
+    rank = int(os.environ["RANK"])
+    module = _fit_2d(out, strategy, 4, 2, rank // 2)  # the two ranks of a mesh row read the same data shard
+    up = module.blocks[0].up.weight
+    _save(out, "placements", [str(placement) for placement in up.placements] + [list(up.to_local().shape)])
+    _save(out, "params", _full(module))
+    dist.barrier()
+
+
+@pytest.mark.slow  # 4 ranks on 2 cores; CI runs the slow tests
+def test_fsdp_with_a_tensor_parallel_plan_shards_both_ways_and_trains_what_one_process_trains(tmp_path):
+    spawn(_two_dimensional, 4, args=(str(tmp_path),))
+    # up.weight (16 x 8): split by rows over tp (8 rows each), then sharded over dp (4 rows each)
+    for placements in _load(tmp_path, "placements", 4):
+        assert placements[-1] == [4, 8]
+        assert placements[:2] == ["_S(0, 2)", "S(0)"]  # dim 0 over both mesh dimensions (dp strided by tp)
+    expected = _full(_fit_2d(str(tmp_path / "one"), "auto", 8, 1, 0))
+    params = _load(tmp_path, "params", 4)
+    assert params[0] == params[1] == params[2] == params[3]
+    for name, values in expected.items():
+        assert params[0][name] == pytest.approx(values, abs=1e-5), name
+    states = read_checkpoint(tmp_path / "ckpt" / "checkpoint_8.dcp")  # sharded both ways, read whole
+    for name, tensor in states["model"].items():
+        assert tensor.flatten().tolist() == pytest.approx(params[0][name], abs=1e-6), name

@@ -67,10 +67,20 @@ class DataParallelStrategy(Strategy):
                 "tracktrain.get_dataloader)."
             )
         shuffle = isinstance(loader.sampler, RandomSampler)
+        replicas, rank = self.data_shard()
         sampler: DistributedSampler = DistributedSampler(
-            loader.dataset, shuffle=shuffle, seed=self.seed, drop_last=loader.drop_last
+            loader.dataset,
+            num_replicas=replicas,
+            rank=rank,
+            shuffle=shuffle,
+            seed=self.seed,
+            drop_last=loader.drop_last,
         )
         return with_sampler(loader, sampler)
+
+    def data_shard(self) -> tuple[int, int]:
+        """How many shards the data is split into, and which this rank reads: one per rank here."""
+        return self.world_size, self.global_rank
 
     def teardown(self) -> None:
         """Every rank ends the fit together (rank 0 may still be writing its last checkpoint)."""

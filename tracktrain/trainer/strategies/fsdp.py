@@ -9,7 +9,7 @@ block. The model is sharded before the optimizers are built, so they step the sh
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -26,6 +26,7 @@ from tracktrain.trainer.strategies.full_state import (
     ShardedSaving,
     with_stand_ins,
 )
+from tracktrain.trainer.strategies.tensor_parallel import apply_plan, check_plan, check_styles
 
 __all__ = ["AutoWrap", "FSDPStrategy", "blocks_to_shard"]
 
@@ -54,6 +55,11 @@ class FSDPStrategy(DataParallelStrategy):
             or keep them for its backward (False, one all-gather less per block), or an int: reshard to groups of
             that many ranks (e.g. the ranks of one node).
         timeout: how long a collective waits for the other ranks before the run fails.
+        tensor_parallel: a tensor-parallel plan (submodule name -> "colwise" or "rowwise", as
+            `TensorParallelStrategy`'s) for 2-D parallelism: the ranks form a mesh of `tensor_parallel_size` columns,
+            the plan's layers are split over each row's ranks, and FSDP shards over the columns (each rank reads the
+            data shard of its row's index).
+        tensor_parallel_size: how many ranks split each layer of the plan (the world size must be a multiple).
         state_dict_type: how checkpoints hold the model and optimizers. "sharded" (default): each rank writes its
             own shards (`torch.distributed.checkpoint`), in parallel, and no rank ever holds the full state; the
             checkpoint is a directory `<name>.dcp`. "full": rank 0 gathers the full state and writes one file, in
@@ -79,8 +85,14 @@ class FSDPStrategy(DataParallelStrategy):
         reshard_after_forward: bool | int = True,
         timeout: timedelta | None = None,
         state_dict_type: str = "sharded",
+        tensor_parallel: Mapping[str, Any] | None = None,
+        tensor_parallel_size: int = 2,
     ) -> None:
         super().__init__(timeout)
+        if tensor_parallel is not None and state_dict_type != "sharded":
+            raise ValueError("FSDPStrategy(tensor_parallel=...) saves sharded checkpoints: leave state_dict_type out.")
+        if not isinstance(tensor_parallel_size, int) or tensor_parallel_size < 1:
+            raise ValueError(f"FSDPStrategy(tensor_parallel_size={tensor_parallel_size!r}) must be a positive integer.")
         if state_dict_type not in ("sharded", "full"):
             raise ValueError(
                 f"FSDPStrategy(state_dict_type={state_dict_type!r}) takes 'sharded' (each rank saves its shards) or "
@@ -103,6 +115,10 @@ class FSDPStrategy(DataParallelStrategy):
         self.offload_to_cpu = offload_to_cpu
         self.reshard_after_forward = reshard_after_forward
         self.state_dict_type = state_dict_type
+        self.tensor_parallel = (
+            None if tensor_parallel is None else check_styles(tensor_parallel, "FSDPStrategy(tensor_parallel=...)")
+        )
+        self.tensor_parallel_size = tensor_parallel_size if tensor_parallel is not None else 1
         self._sharded_saving = ShardedSaving(timeout)
         self._wrapped: StepModule | None = None
         self._module: nn.Module | None = None
@@ -114,6 +130,8 @@ class FSDPStrategy(DataParallelStrategy):
         wrapped = module.__dict__.get(_SHARDED_ROOT_ATTRIBUTE)
         if wrapped is None:
             options: dict[str, Any] = {"mp_policy": self._mixed_precision(), "offload_policy": self._offload_policy()}
+            if self.tensor_parallel is not None:  # 2-D: the plan over each row of the mesh, FSDP over its columns
+                options["mesh"] = self._tensor_parallel_first(module)
             for block in blocks_to_shard(module, self.auto_wrap):
                 fully_shard(block, reshard_after_forward=self.reshard_after_forward, **options)
             wrapped = StepModule(module)
@@ -123,6 +141,26 @@ class FSDPStrategy(DataParallelStrategy):
         # else a fit before this one sharded it (FSDP2 shards a module once): it goes on as it was sharded then
         self._wrapped, self._module = wrapped, module
         return wrapped
+
+    def _tensor_parallel_first(self, module: nn.Module) -> Any:
+        """Split the plan's layers over the "tp" dimension of a (data, tensor) mesh; returns the data dimension."""
+        from torch.distributed.device_mesh import init_device_mesh
+
+        assert self.tensor_parallel is not None
+        size, world = self.tensor_parallel_size, self.world_size
+        if world % size:
+            raise ValueError(
+                f"FSDPStrategy(tensor_parallel_size={size}) needs a world size that is a multiple of it, got {world}."
+            )
+        check_plan(module, self.tensor_parallel)
+        device_type = next(module.parameters()).device.type
+        mesh = init_device_mesh(device_type, (world // size, size), mesh_dim_names=("dp", "tp"))
+        apply_plan(module, mesh["tp"], self.tensor_parallel)
+        return mesh["dp"]
+
+    def data_shard(self) -> tuple[int, int]:
+        """With a tensor-parallel plan the ranks of one mesh row read the same shard: (rows, this rank's row)."""
+        return self.world_size // self.tensor_parallel_size, self.global_rank // self.tensor_parallel_size
 
     @property
     def wrapped_model(self) -> StepModule | None:

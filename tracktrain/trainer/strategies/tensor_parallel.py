@@ -24,10 +24,45 @@ from tracktrain.trainer.strategies.base import Strategy
 from tracktrain.trainer.strategies.data_parallel import with_sampler
 from tracktrain.trainer.strategies.full_state import ShardedSaving, with_stand_ins
 
-__all__ = ["TensorParallelStrategy"]
+__all__ = ["TensorParallelStrategy", "apply_plan", "check_plan", "check_styles"]
 
 #: the plan's words for DTensor's parallel styles
 STYLES = ("colwise", "rowwise")
+
+
+def check_plan(module: nn.Module, plan: Mapping[str, Any]) -> None:
+    """ValueError naming what a tensor-parallel `plan` names that `module` does not have, and its linear layers."""
+    names = dict(module.named_modules())
+    missing = [name for name in plan if name not in names]
+    if missing:
+        linear = [name for name, child in names.items() if isinstance(child, nn.Linear)]
+        raise ValueError(
+            f"The tensor-parallel plan names {missing}, which the module does not have; its linear layers are {linear}."
+        )
+
+
+def apply_plan(module: nn.Module, mesh: Any, plan: Mapping[str, Any]) -> None:
+    """Split the layers `plan` names over the ranks of the 1-D `mesh` (DTensor's `parallelize_module`)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    parallelize_module(module, mesh, {name: styles[s]() if isinstance(s, str) else s for name, s in plan.items()})
+
+
+def check_styles(plan: Any, owner: str) -> dict[str, Any]:
+    """`plan` as a dict, each style checked; ValueError saying what a plan takes."""
+    if not isinstance(plan, Mapping) or not plan:
+        raise ValueError(
+            f"{owner} takes a dict of submodule names to 'colwise' or 'rowwise', e.g. "
+            f"{{'net.0': 'colwise', 'net.2': 'rowwise'}}; got {plan!r}."
+        )
+    for name, style in plan.items():
+        if isinstance(style, str) and style not in STYLES:
+            raise ValueError(
+                f"{owner}: plan[{name!r}] = {style!r}: use 'colwise', 'rowwise', or a style of "
+                "torch.distributed.tensor.parallel."
+            )
+    return dict(plan)
 
 
 class TensorParallelStrategy(Strategy):
@@ -45,18 +80,7 @@ class TensorParallelStrategy(Strategy):
 
     def __init__(self, plan: Mapping[str, Any], timeout: timedelta | None = None) -> None:
         super().__init__()
-        if not isinstance(plan, Mapping) or not plan:
-            raise ValueError(
-                "TensorParallelStrategy(plan=...) takes a dict of submodule names to 'colwise' or 'rowwise', e.g. "
-                f"{{'net.0': 'colwise', 'net.2': 'rowwise'}}; got {plan!r}."
-            )
-        for name, style in plan.items():
-            if isinstance(style, str) and style not in STYLES:
-                raise ValueError(
-                    f"TensorParallelStrategy plan[{name!r}] = {style!r}: use 'colwise', 'rowwise', or a style of "
-                    "torch.distributed.tensor.parallel."
-                )
-        self.plan = dict(plan)
+        self.plan = check_styles(plan, "TensorParallelStrategy(plan=...)")
         self.timeout = timeout
         self._sharded_saving = ShardedSaving(timeout)
         self._module: nn.Module | None = None
@@ -67,22 +91,11 @@ class TensorParallelStrategy(Strategy):
 
     def setup_module(self, module: nn.Module) -> Callable[[Any, int], Any]:
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-        names = dict(module.named_modules())
-        missing = [name for name in self.plan if name not in names]
-        if missing:
-            linear = [name for name, child in names.items() if isinstance(child, nn.Linear)]
-            raise ValueError(
-                f"TensorParallelStrategy plan names {missing}, which the module does not have; its linear layers "
-                f"are {linear}."
-            )
+        check_plan(module, self.plan)
         if not any(isinstance(parameter, torch.distributed.tensor.DTensor) for parameter in module.parameters()):
-            styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
-            plan = {name: styles[style]() if isinstance(style, str) else style for name, style in self.plan.items()}
             device_type = next(module.parameters()).device.type
-            mesh = init_device_mesh(device_type, (torch.distributed.get_world_size(),))
-            parallelize_module(module, mesh, plan)
+            apply_plan(module, init_device_mesh(device_type, (torch.distributed.get_world_size(),)), self.plan)
         # else a fit before this one split it: it goes on as it was
         self._module = module
         return module.train_step  # type: ignore[return-value]  # a LoopModule's
