@@ -136,9 +136,11 @@ class Block(nn.Module):
         return x + self.down(torch.tanh(self.up(x)))
 
 
-class BlockStack(LoopModule):
+class BlockStack(Mlp):
+    """Blocks of a column-wise and a row-wise layer in an nn.ModuleList (FSDP shards each block), Mlp's steps."""
+
     def __init__(self) -> None:
-        super().__init__()
+        LoopModule.__init__(self)
         torch.manual_seed(0)
         self.embed = nn.Linear(4, 8)
         self.blocks = nn.ModuleList([Block(), Block()])
@@ -149,15 +151,6 @@ class BlockStack(LoopModule):
         for block in self.blocks:
             x = block(x)
         return self.head(x)
-
-    def train_step(self, batch, batch_idx):
-        x, y = batch
-        loss = F.cross_entropy(self(x), y)
-        self.log("train_loss", loss)
-        return loss
-
-    def configure_optimizers(self):
-        return torch.optim.AdamW(self.parameters(), lr=0.05)
 
 
 PLAN_2D = {
