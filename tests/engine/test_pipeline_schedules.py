@@ -106,6 +106,7 @@ def _check(tmp_path, schedule: str, stages: int, ranks: int) -> None:
 CASES_2 = [("gpipe", 2, 4), ("1f1b", 2, 4), ("interleaved_1f1b", 4, 4)]
 
 
+@pytest.mark.slow  # 20 s of ranks; CI runs the slow tests
 def test_each_schedule_on_two_ranks_trains_what_one_process_trains_on_the_whole_batch(tmp_path):
     spawn(_every_schedule, 2, args=(str(tmp_path), CASES_2))
     for schedule, stages, _ in CASES_2:

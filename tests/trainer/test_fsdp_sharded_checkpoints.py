@@ -255,6 +255,7 @@ def test_sigkill_during_an_async_sharded_save_resumes_from_the_last_committed_on
     assert not [name for name in names if name.endswith(".dcp") and f"{name}.manifest.json" not in names]
 
 
+@pytest.mark.slow  # 20 s of ranks; the default run has S3 in its other checkpoint tests; CI runs the slow tests
 def test_sharded_checkpoints_on_s3_are_committed_retained_and_read_back(tmp_path, s3_bucket):
     url = f"{s3_bucket}/runs/ckpt"
     spawn(_fit, 2, args=(str(tmp_path), "trained", 9, None, None, url, 2))

@@ -86,6 +86,7 @@ def _tensor_parallel(out: str) -> None:
     _save(out, "resumed", _full(resumed))
 
 
+@pytest.mark.slow  # 25 s of ranks; CI runs the slow tests
 def test_the_plan_splits_the_layers_and_the_fit_trains_what_one_process_trains(tmp_path):
     spawn(_tensor_parallel, 2, args=(str(tmp_path),))
     # column-wise: half of up's output rows (and bias); row-wise: half of down's input columns, its bias whole
