@@ -79,7 +79,7 @@ def test_core_imports_with_integrations_blocked():
     """Every module of the core imports while mlflow, wandb, torch_xla and the integrations cannot."""
     code = """
 import importlib, pkgutil, sys
-BLOCKED = ("mlflow", "wandb", "torch_xla", "tracktrain_integrations", "tensorboard", "s3fs")
+BLOCKED = ("mlflow", "wandb", "torch_xla", "tracktrain_integrations", "tensorboard", "s3fs", "ray")
 class Block:
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in BLOCKED:
