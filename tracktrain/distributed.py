@@ -59,7 +59,8 @@ def init_from_env(backend: str | None = None, timeout: timedelta | None = None) 
     missing = [name for name in _TORCHRUN_VARIABLES if name not in os.environ]
     if missing:
         raise RuntimeError(
-            f"strategy='ddp' needs the process group torchrun describes, but {missing} are not set. Start the script "
+            f"A strategy over several processes (ddp, fsdp, tensor parallel) needs the process group torchrun "
+            f"describes, but {missing} are not set. Start the script "
             "with `torchrun --nproc_per_node N train.py`, or from Python with tracktrain.distributed.spawn(fn, N)."
         )
     if backend is None:

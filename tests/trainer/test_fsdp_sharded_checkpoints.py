@@ -383,3 +383,23 @@ def test_a_store_that_stops_answering_skips_sharded_checkpoints_and_training_goe
     from tracktrain import storage
 
     assert storage.subdirectories(url) == sorted(f"checkpoint_{step}.dcp" for step in (3, 6, 18, 21, 24))
+
+
+class _PlainSgd(BlockNet):
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)  # no momentum: an optimizer state without tensors
+
+
+def _fit_sgd(out: str, name: str, ckpt: str | None) -> None:
+    module = _PlainSgd()
+    callbacks = [ModelCheckpoint(dirpath=os.path.join(out, "ckpt"), every_n_train_steps=3, save_top_k=None)]
+    trainer = _trainer(out, max_epochs=None, max_steps=9, seed=5, callbacks=callbacks)
+    trainer.fit(module, DataLoader(make_loader().dataset, batch_size=4, shuffle=True), ckpt_path=ckpt)
+    _save(out, name, _full_params(module))
+
+
+@pytest.mark.slow  # 20 s of ranks; CI runs the slow tests
+def test_an_optimizer_without_tensor_state_resumes_from_a_sharded_checkpoint(tmp_path):
+    spawn(_fit_sgd, 2, args=(str(tmp_path), "full", None))
+    spawn(_fit_sgd, 2, args=(str(tmp_path / "again"), "resumed", str(tmp_path / "ckpt" / "checkpoint_6.dcp")))
+    assert _load(tmp_path / "again", "resumed") == _load(tmp_path, "full")

@@ -159,7 +159,7 @@ class PipelineSchedule:
         output = schedule.eval(*args, **kwargs) if forward_only else schedule.step(*args, **kwargs)
         loss = None
         if return_loss or not forward_only:
-            loss = self._loss_on_every_rank(losses)
+            loss = self._loss_on_every_rank(losses, inputs.device)
         if not return_output_label:
             return None, None, loss
         return (output if self.holds_last_stage else None), label, loss
@@ -194,8 +194,13 @@ class PipelineSchedule:
             self._schedules[shape] = schedule
         return self._schedules[shape]
 
-    def _loss_on_every_rank(self, losses: list[torch.Tensor]) -> torch.Tensor:
-        """The mean micro-batch loss, computed on the last stage and broadcast: every rank logs and decides alike."""
-        loss = torch.stack([value.detach().float() for value in losses]).mean() if losses else torch.zeros(())
+    def _loss_on_every_rank(self, losses: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+        """The mean micro-batch loss, computed on the last stage and broadcast: every rank logs and decides alike
+        (on the batch's device: an nccl group has no CPU tensors)."""
+        loss = (
+            torch.stack([value.detach().float() for value in losses]).mean()
+            if losses
+            else torch.zeros((), device=device)
+        )
         dist.broadcast(loss, src=self.last_stage_rank, group=self.group)
         return loss

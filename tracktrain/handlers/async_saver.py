@@ -44,7 +44,9 @@ class AsyncSaver:
 
     def __init__(self, saver: SaveHandler) -> None:
         self.saver = saver
-        self._queue: deque[tuple[str, Callable[[], None]]] = deque()
+        self._queue: deque[tuple[str, Callable[[], None], bool]] = deque()  # (file, operation, is a save)
+        # after a skipped save, what was queued for it (its retention, its callbacks) until the next save is dropped
+        self._dropping_for_skipped = False
         self._condition = threading.Condition()
         self._busy = False
         self._error: BaseException | None = None
@@ -56,7 +58,7 @@ class AsyncSaver:
         if self._shared_copies is None:
             self.wait()  # one checkpoint in flight at most: memory stays at one snapshot
         snapshot = cpu_snapshot(checkpoint, self._shared_copies)
-        self._submit(filename, lambda: self.saver(snapshot, filename, metadata))
+        self._submit(filename, lambda: self.saver(snapshot, filename, metadata), is_save=True)
 
     @contextlib.contextmanager
     def one_snapshot(self) -> Iterator[None]:
@@ -140,9 +142,9 @@ class AsyncSaver:
             )
         return self.saver
 
-    def _submit(self, filename: str, operation: Callable[[], None]) -> None:
+    def _submit(self, filename: str, operation: Callable[[], None], is_save: bool = False) -> None:
         with self._condition:
-            self._queue.append((filename, operation))
+            self._queue.append((filename, operation, is_save))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._work, name="tracktrain-checkpoint-writer", daemon=True)
                 self._thread.start()
@@ -156,14 +158,20 @@ class AsyncSaver:
                     if not self._queue:
                         self._thread = None
                         return
-                filename, operation = self._queue.popleft()
+                filename, operation, is_save = self._queue.popleft()
+                if is_save:
+                    self._dropping_for_skipped = False
+                elif self._dropping_for_skipped:
+                    continue  # the retention or callback of a save that was skipped
                 self._busy = True
             try:
                 operation()
             except CheckpointSkipped as skipped:  # the store did not answer: said, and training goes on
                 warnings.warn(str(skipped), stacklevel=1)
                 with self._condition:
-                    self._queue.clear()  # what followed the save (retention, callbacks) is about a checkpoint that is not
+                    # what was queued for it is about a checkpoint that is not; the saves after it still run, in the
+                    # same order on every rank (a sharded save is collective: a rank must not drop one another runs)
+                    self._dropping_for_skipped = True
             except BaseException as error:  # kept for the training thread, which decides what to do
                 with self._condition:
                     if self._error is None:

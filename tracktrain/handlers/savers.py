@@ -37,7 +37,9 @@ __all__ = [
 class CheckpointSkipped(RuntimeError):
     """A checkpoint was not written because its store did not answer, and nothing of it is left: training goes on,
     and the next save tries again. (A saver that cannot keep the checkpoint until the store answers raises it: the
-    sharded one, whose shards are on every rank. `Checkpoint` warns, keeps its list as it was, and goes on.)"""
+    sharded one, whose shards are on every rank. Saved in the loop, `Checkpoint` warns, keeps its list as it was, and
+    goes on; saved in the background (`AsyncSaver`), the list already names it, and what was queued for it — its
+    retention, its callbacks — is dropped: the next run's start counts only what is committed.)"""
 
 
 class CheckpointWriteError(OSError):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -66,16 +67,18 @@ class ShardedSaver(FsspecSaver):
     def __call__(self, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None:
         from torch.distributed.checkpoint.state_dict_saver import save
 
+        if filename in self.protected:  # the checkpoint this run resumed from, of this very step: kept as it is
+            return
         directory = os.fspath(self.path_of(filename))
         rank = global_rank() if distributed.is_distributed() else 0
         state: dict[str, Any] = {key: value for key, value in checkpoint.items() if holds_shards(value)}
         failure: tuple[str, bool] | None = None
         if rank == 0:  # the rest is the same on every rank: rank 0's is written
-            rest = io.BytesIO()
-            torch.save({key: value for key, value in checkpoint.items() if key not in state}, rest)
-            rest.seek(0)
-            state[REST_KEY] = rest
             try:
+                rest = io.BytesIO()
+                torch.save({key: value for key, value in checkpoint.items() if key not in state}, rest)
+                rest.seek(0)
+                state[REST_KEY] = rest
                 remove_checkpoint(self.url, filename)  # one saved before under this name stops being one, first
             except Exception as error:  # noqa: BLE001 - every rank learns it next, and none writes
                 failure = (_described(error, rank), _unreachable(error))
@@ -133,6 +136,20 @@ class ShardedSaver(FsspecSaver):
         with contextlib.suppress(Exception):  # a checkpoint is complete or absent (a store down keeps what it has)
             remove_checkpoint(self.url, filename)
         return "; ".join(failures), unreachable
+
+    def remove_now(self, filename: str) -> None:
+        """Retention's removal (rank 0): a store that does not answer leaves the checkpoint there, said, rather than
+        stopping rank 0 alone (the next run's retention counts it: it is committed)."""
+        try:
+            super().remove_now(filename)
+        except Exception as error:
+            if not is_unreachable(error):
+                raise
+            warnings.warn(
+                f"Could not remove checkpoint {filename} from {self.url}: the store did not answer ({error}). It "
+                "stays, committed; the next run's retention removes it.",
+                stacklevel=2,
+            )
 
     def serialize(self, checkpoint: Mapping) -> tuple[memoryview, dict[str, Any]]:
         raise NotImplementedError("ShardedSaver writes each rank's shards itself; it serializes no single file.")

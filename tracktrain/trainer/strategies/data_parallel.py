@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sequ
 from tracktrain import distributed
 from tracktrain.trainer.strategies.base import Strategy
 
-__all__ = ["DataParallelStrategy", "StepModule", "device_of", "with_sampler"]
+__all__ = ["DataParallelStrategy", "StepModule", "device_of", "join_process_group", "with_sampler"]
 
 
 class StepModule(nn.Module):
@@ -49,11 +49,7 @@ class DataParallelStrategy(Strategy):
         self.timeout = timeout
 
     def setup_environment(self, device: torch.device) -> torch.device:
-        distributed.init_from_env(timeout=self.timeout)
-        if device.type == "cuda":
-            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-            torch.cuda.set_device(device)
-        return device
+        return join_process_group(device, self.timeout)
 
     def distribute(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
         """`loader` reading this process's shard: a DataLoader rebuilt around a DistributedSampler (shuffling
@@ -85,6 +81,16 @@ class DataParallelStrategy(Strategy):
     def teardown(self) -> None:
         """Every rank ends the fit together (rank 0 may still be writing its last checkpoint)."""
         self.barrier()
+
+
+def join_process_group(device: torch.device, timeout: timedelta | None) -> torch.device:
+    """Join torchrun's process group; this process's device (with CUDA, the one of its LOCAL_RANK, made current
+    before anything is put on a GPU)."""
+    distributed.init_from_env(timeout=timeout)
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+    return device
 
 
 def with_sampler(loader: DataLoader, sampler: DistributedSampler) -> DataLoader:

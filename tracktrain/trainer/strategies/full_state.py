@@ -95,6 +95,9 @@ class _OptimizerState:
             shards = state_dict.load_into(get_optimizer_state_dict(self.module, self.optimizer))
             set_optimizer_state_dict(self.module, self.optimizer, shards)
             return
+        if not _keyed_by_index(state_dict):  # a sharded save of an optimizer without tensor state (plain SGD)
+            set_optimizer_state_dict(self.module, self.optimizer, state_dict)
+            return
         names = {id(parameter): name for name, parameter in self.module.named_parameters()}
         ordered = [names[id(parameter)] for group in self.optimizer.param_groups for parameter in group["params"]]
         by_name = by_parameter_name(state_dict, ordered)
@@ -132,6 +135,11 @@ class ShardedSaving:
                 backend="gloo", timeout=distributed.collective_timeout(self.timeout)
             )
         return ShardedSaver(url, summarize=summarize, process_group=self._group)
+
+
+def _keyed_by_index(state: Any) -> bool:
+    groups = state.get("param_groups") if isinstance(state, dict) else None
+    return not groups or all(isinstance(key, int) for group in groups for key in group.get("params", ()))
 
 
 def with_stand_ins(

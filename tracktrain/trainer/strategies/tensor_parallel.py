@@ -17,11 +17,10 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SequentialSampler
 
-from tracktrain import distributed
 from tracktrain.handlers.savers import FsspecSaver
 from tracktrain.handlers.spool import Spool
 from tracktrain.trainer.strategies.base import Strategy
-from tracktrain.trainer.strategies.data_parallel import with_sampler
+from tracktrain.trainer.strategies.data_parallel import join_process_group, with_sampler
 from tracktrain.trainer.strategies.full_state import ShardedSaving, with_stand_ins
 
 __all__ = ["TensorParallelStrategy", "apply_plan", "check_plan", "check_styles"]
@@ -86,8 +85,7 @@ class TensorParallelStrategy(Strategy):
         self._module: nn.Module | None = None
 
     def setup_environment(self, device: torch.device) -> torch.device:
-        distributed.init_from_env(timeout=self.timeout)
-        return device
+        return join_process_group(device, self.timeout)
 
     def setup_module(self, module: nn.Module) -> Callable[[Any, int], Any]:
         from torch.distributed.device_mesh import init_device_mesh
