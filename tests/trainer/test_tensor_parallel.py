@@ -205,3 +205,17 @@ def test_fsdp_with_a_tensor_parallel_plan_shards_both_ways_and_trains_what_one_p
     states = read_checkpoint(tmp_path / "ckpt" / "checkpoint_8.dcp")  # sharded both ways, read whole
     for name, tensor in states["model"].items():
         assert tensor.flatten().tolist() == pytest.approx(params[0][name], abs=1e-6), name
+
+
+def test_a_loaders_own_sampler_must_read_the_shard_the_strategy_gives():
+    dataset = make_loader().dataset
+    strategy = TensorParallelStrategy(PLAN)
+    per_rank = DataLoader(dataset, batch_size=8, sampler=DistributedSampler(dataset, num_replicas=2, rank=1))
+    with pytest.raises(
+        ValueError,
+        match=r"reads shard 1 of 2, but under strategy='tensor_parallel' this rank reads "
+        r"shard 0 of 1: build it with DistributedSampler\(dataset, num_replicas=1, rank=0\)",
+    ):
+        strategy.distribute(per_rank, shuffle_default=True)
+    whole = DataLoader(dataset, batch_size=8, sampler=DistributedSampler(dataset, num_replicas=1, rank=0))
+    assert strategy.distribute(whole, shuffle_default=True) is whole

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sequ
 from tracktrain import distributed
 from tracktrain.trainer.strategies.base import Strategy
 
-__all__ = ["DataParallelStrategy", "StepModule", "device_of", "join_process_group", "with_sampler"]
+__all__ = ["DataParallelStrategy", "StepModule", "check_shard", "device_of", "join_process_group", "with_sampler"]
 
 
 class StepModule(nn.Module):
@@ -54,7 +54,10 @@ class DataParallelStrategy(Strategy):
     def distribute(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
         """`loader` reading this process's shard: a DataLoader rebuilt around a DistributedSampler (shuffling
         if the loader shuffled), as it is when it already has one; other iterables are taken as sharded already."""
-        if not isinstance(loader, DataLoader) or isinstance(loader.sampler, DistributedSampler):
+        if isinstance(loader, DataLoader) and isinstance(loader.sampler, DistributedSampler):
+            check_shard(loader.sampler, self.data_shard(), self.name)
+            return loader
+        if not isinstance(loader, DataLoader):
             return loader
         if not isinstance(loader.sampler, (RandomSampler, SequentialSampler)) or loader.batch_sampler is None:
             raise ValueError(
@@ -81,6 +84,18 @@ class DataParallelStrategy(Strategy):
     def teardown(self) -> None:
         """Every rank ends the fit together (rank 0 may still be writing its last checkpoint)."""
         self.barrier()
+
+
+def check_shard(sampler: DistributedSampler, shard: tuple[int, int], strategy: str) -> None:
+    """ValueError unless a loader's own DistributedSampler reads the data shard the strategy gives this rank."""
+    replicas, rank = shard
+    if (sampler.num_replicas, sampler.rank) != (replicas, rank):
+        raise ValueError(
+            f"This DataLoader's DistributedSampler reads shard {sampler.rank} of {sampler.num_replicas}, but under "
+            f"strategy={strategy!r} this rank reads shard {rank} of {replicas}: build it with "
+            f"DistributedSampler(dataset, num_replicas={replicas}, rank={rank}), or give a plain DataLoader and let "
+            "the strategy shard it."
+        )
 
 
 def join_process_group(device: torch.device, timeout: timedelta | None) -> torch.device:

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sequ
 from tracktrain.handlers.savers import FsspecSaver
 from tracktrain.handlers.spool import Spool
 from tracktrain.trainer.strategies.base import Strategy
-from tracktrain.trainer.strategies.data_parallel import join_process_group, with_sampler
+from tracktrain.trainer.strategies.data_parallel import check_shard, join_process_group, with_sampler
 from tracktrain.trainer.strategies.full_state import ShardedSaving, with_stand_ins
 
 __all__ = ["TensorParallelStrategy", "apply_plan", "check_plan", "check_styles"]
@@ -100,10 +100,11 @@ class TensorParallelStrategy(Strategy):
 
     def distribute(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
         """`loader` in the same order on every rank: a shuffling DataLoader draws its order from the run's seed."""
+        if isinstance(loader, DataLoader) and isinstance(loader.sampler, DistributedSampler):
+            check_shard(loader.sampler, (1, 0), self.name)  # every rank reads all of it
+            return loader
         if not isinstance(loader, DataLoader) or not isinstance(loader.sampler, RandomSampler):
-            if isinstance(loader, DataLoader) and not isinstance(
-                loader.sampler, (SequentialSampler, DistributedSampler)
-            ):
+            if isinstance(loader, DataLoader) and not isinstance(loader.sampler, SequentialSampler):
                 raise ValueError(
                     f"strategy={self.name!r} needs every rank to read the same batches, but this DataLoader has a "
                     f"custom {type(loader.sampler).__name__}: seed it identically on every rank, or use shuffle=True."
