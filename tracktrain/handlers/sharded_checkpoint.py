@@ -47,6 +47,7 @@ __all__ = [
     "is_sharded_checkpoint",
     "read_sharded",
     "storage_reader",
+    "storage_writer",
 ]
 
 #: the file DCP's coordinator writes last into the directory, after every rank's shards
@@ -68,6 +69,18 @@ def storage_reader(url: str | os.PathLike) -> StorageReader:
     from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 
     return FsspecReader(os.fspath(url))
+
+
+def storage_writer(url: str | os.PathLike) -> Any:
+    """DCP's writer of the directory `url`, chosen as `storage_reader` chooses its reader."""
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    local = storage.local_path(url)
+    if local is not None:
+        return FileSystemWriter(local)
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+
+    return FsspecWriter(os.fspath(url))
 
 
 class StoredShards:

@@ -31,7 +31,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 from tracktrain import distributed, storage
 from tracktrain.handlers.savers import CheckpointSkipped, CheckpointWriteError, FsspecSaver
-from tracktrain.handlers.sharded_checkpoint import METADATA_FILE, REST_KEY
+from tracktrain.handlers.sharded_checkpoint import METADATA_FILE, REST_KEY, storage_writer
 from tracktrain.ranks import global_rank
 from tracktrain.storage.check import is_unreachable
 from tracktrain.storage.manifest import FileDigest, remove_checkpoint, sha256_of, write_manifest
@@ -88,7 +88,7 @@ class ShardedSaver(FsspecSaver):
         digests: dict[str, FileDigest] = {}
         if failure is None:
             try:
-                written = save(state, storage_writer=_storage_writer(directory), process_group=self.process_group)
+                written = save(state, storage_writer=storage_writer(directory), process_group=self.process_group)
                 every_file = {info.relative_path for info in written.storage_data.values()} | {METADATA_FILE}
                 digests = _digests(directory, {name for name in every_file if _written_by(name, rank)})
             except (Exception, CheckpointException) as error:  # noqa: BLE001 - every rank learns it below
@@ -169,7 +169,7 @@ def write_sharded(
     rest = io.BytesIO()
     torch.save({key: value for key, value in states.items() if key not in sharded}, rest)
     rest.seek(0)
-    written = save({**sharded, REST_KEY: rest}, storage_writer=_storage_writer(url), no_dist=True)
+    written = save({**sharded, REST_KEY: rest}, storage_writer=storage_writer(url), no_dist=True)
     every_file = {info.relative_path for info in written.storage_data.values()} | {METADATA_FILE}
     files = {f"{name}/{member}": digest for member, digest in _digests(url, every_file).items()}
     write_manifest(directory, dict(sorted(files.items())), summary, metadata, checkpoint_name=name)
@@ -186,17 +186,6 @@ def holds_shards(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return any(holds_shards(item) for item in value)
     return False
-
-
-def _storage_writer(directory: str) -> Any:
-    from torch.distributed.checkpoint.filesystem import FileSystemWriter
-
-    local = storage.local_path(directory)
-    if local is not None:
-        return FileSystemWriter(local)
-    from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
-
-    return FsspecWriter(directory)
 
 
 def _described(error: BaseException, rank: int) -> str:
