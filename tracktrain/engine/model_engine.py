@@ -250,7 +250,7 @@ class ModelEngine:
             events.state.step_optimizer = optimizer
             self._fire(StepEvents.OPTIMIZER_STEP_STARTED)
         if clipping:
-            self.clip_gradients(optimizer, self.clip_grad_norm, self.clip_grad_value)
+            self.clip_gradients(optimizer, self.clip_grad_norm, self.clip_grad_value, self._schedule.gradient_norm)
         if self.scaler is not None:
             self.scaled_step(optimizer)
             self.scaler.update()
@@ -292,13 +292,21 @@ class ModelEngine:
 
     @staticmethod
     def clip_gradients(
-        optimizer: torch.optim.Optimizer, max_norm: float | None = None, max_value: float | None = None
+        optimizer: torch.optim.Optimizer,
+        max_norm: float | None = None,
+        max_value: float | None = None,
+        norm_of: Callable[[list[torch.Tensor]], torch.Tensor] | None = None,
     ) -> None:
         """Clip the gradients of `optimizer`'s parameters: their total norm to `max_norm`, then each element to
-        [-`max_value`, `max_value`]. With a GradScaler, unscale first (`step()` does)."""
+        [-`max_value`, `max_value`]. With a GradScaler, unscale first (`step()` does). `norm_of(gradients)`: their
+        total norm (default this process's; a pipeline's schedule takes it over every stage)."""
         parameters = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         if max_norm is not None:
-            torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+            if norm_of is None:
+                torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+            else:
+                total = norm_of([parameter.grad for parameter in parameters])
+                torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
         if max_value is not None:
             torch.nn.utils.clip_grad_value_(parameters, max_value)
 

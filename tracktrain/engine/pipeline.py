@@ -19,7 +19,7 @@ Schedules: "gpipe" (all forwards, then all backwards), "1f1b" (one forward, one 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -31,7 +31,7 @@ from tracktrain.engine.batches import split_batch
 if TYPE_CHECKING:
     from tracktrain.engine.model_engine import ModelEngine
 
-__all__ = ["SCHEDULES", "PipelineSchedule", "split_stages"]
+__all__ = ["SCHEDULES", "PipelineSchedule", "check_schedule_options", "split_stages"]
 
 #: the schedule names `PipelineSchedule` takes, and whether each runs several stages per rank
 SCHEDULES = {"gpipe": False, "1f1b": False, "interleaved_1f1b": True}
@@ -59,6 +59,14 @@ def split_stages(model: nn.Module, split_points: Sequence[str]) -> list[nn.Modul
     return [nn.Sequential(OrderedDict(children[start:end])) for start, end in zip(bounds, bounds[1:])]
 
 
+def check_schedule_options(owner: str, schedule: str, num_microbatches: int) -> None:
+    """ValueError naming `owner` for a schedule name or micro-batch count a pipeline does not take."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"{owner}(schedule={schedule!r}) takes one of {sorted(SCHEDULES)}.")
+    if not isinstance(num_microbatches, int) or isinstance(num_microbatches, bool) or num_microbatches < 1:
+        raise ValueError(f"{owner}(num_microbatches={num_microbatches!r}) must be a positive integer.")
+
+
 class PipelineSchedule:
     """Runs each batch through `stages` (every stage of the model, in order), this rank's stages being those
     `stage_indices` names: stage `r` on rank `r`, or with "interleaved_1f1b" stages `r, r + W, r + 2W, ...` of `W`
@@ -69,6 +77,7 @@ class PipelineSchedule:
         num_microbatches: how many micro-batches each batch is split into (along its first dimension).
         schedule: "gpipe", "1f1b" or "interleaved_1f1b".
         group: the ranks of the pipeline (default: all of them).
+        criterion: the loss of one micro-batch, on the last stage (default: the ModelEngine's criterion).
     """
 
     uses_pipeline = True
@@ -79,11 +88,9 @@ class PipelineSchedule:
         num_microbatches: int,
         schedule: str = "1f1b",
         group: dist.ProcessGroup | None = None,
+        criterion: Callable[[Any, Any], torch.Tensor] | None = None,
     ) -> None:
-        if schedule not in SCHEDULES:
-            raise ValueError(f"PipelineSchedule(schedule={schedule!r}) takes one of {sorted(SCHEDULES)}.")
-        if not isinstance(num_microbatches, int) or isinstance(num_microbatches, bool) or num_microbatches < 1:
-            raise ValueError(f"PipelineSchedule(num_microbatches={num_microbatches!r}) must be a positive integer.")
+        check_schedule_options("PipelineSchedule", schedule, num_microbatches)
         if not dist.is_initialized():
             raise RuntimeError(
                 "PipelineSchedule runs stages on several ranks: start the processes with torchrun (or "
@@ -109,8 +116,12 @@ class PipelineSchedule:
         self.num_stages = count
         self.stage_indices = list(range(self.rank, count, self.world_size))
         self.local_model = nn.ModuleList([stages[index] for index in self.stage_indices])
-        # one per batch size (the stages exchange buffers of the shapes they saw first), built with the engine's criterion
-        self._schedules: dict[tuple[int, ...], Any] = {}
+        #: the loss of one micro-batch, `criterion(output, target)`, on the last stage (ModelEngine's criterion)
+        self.criterion = criterion
+        #: an accumulation window's batches: each micro-batch's loss divided by it (set for one step)
+        self.loss_divisor = 1
+        # one per batch shape, with or without the loss (the stages exchange buffers of the shapes they saw first)
+        self._schedules: dict[tuple[Any, ...], Any] = {}
 
     @property
     def holds_first_stage(self) -> bool:
@@ -138,41 +149,86 @@ class PipelineSchedule:
         return_output_label: bool = True,
     ) -> tuple[Any, Any, torch.Tensor | None]:
         """Colossal-AI's `execute_schedule` over the stages: the next `(inputs, label)` batch of `data_iter`, split in
-        micro-batches, forward (and backward unless `forward_only`) through every stage. Returns `(output, label,
-        loss)`: the loss (the mean over the micro-batches) on every rank when `return_loss`, the output (the last
-        stage's, whole batch) on the rank holding the last stage, None elsewhere."""
+        micro-batches, forward (and backward unless `forward_only`) through every stage, the loss by the engine's
+        criterion. Returns `(output, label, loss)`: the loss (the mean over the micro-batches) on every rank when
+        `return_loss`, the output (the last stage's, whole batch) on the rank holding the last stage, None
+        elsewhere."""
         inputs, label = split_batch(
             next(data_iter), "execute_schedule", "A pipeline's first stage takes the inputs, its last the labels."
         )
-        if model_engine.criterion is None:
+        if model_engine.criterion is not None:
+            self.criterion = model_engine.criterion
+        if self.criterion is None:
             raise ValueError("A pipeline computes the loss on its last stage: pass criterion= to ModelEngine.")
+        output, loss = self.run(inputs, label, forward_only=forward_only)
+        if not (return_loss or not forward_only):
+            loss = None
+        if not return_output_label:
+            return None, None, loss
+        return output, label, loss
+
+    def forward_backward(
+        self,
+        model_engine: ModelEngine,
+        forward: Callable[[], Any],
+        loss_of: Callable[[Any], torch.Tensor],
+        loss_divisor: int = 1,
+        accept_loss: Callable[[torch.Tensor], bool] | None = None,
+    ) -> tuple[Any, bool]:
+        """The Trainer's step (`TrainingStep`): `forward()` runs the batch through the stages with `run` (forward and
+        backward: `PipelineStrategy`'s training step) and returns its loss, each micro-batch's loss divided by `loss_divisor` (an
+        accumulation window's batches add up to one step). `accept_loss` can only refuse the window's optimizer
+        step: the schedule has run the backward already. Returns `(output, backpropagated)`."""
+        self.loss_divisor = loss_divisor
+        try:
+            if model_engine.autocast_dtype is None:
+                output = forward()
+            else:
+                with model_engine.autocast():
+                    output = forward()
+        finally:
+            self.loss_divisor = 1
+        # the batch's loss, detached: the schedule has run the backward, `loss_of`'s check of a graph does not apply
+        return output, accept_loss is None or accept_loss(output)
+
+    def run(
+        self, inputs: torch.Tensor, target: Any = None, forward_only: bool = False
+    ) -> tuple[Any, torch.Tensor | None]:
+        """One batch through every stage: `inputs` into the first, `target` and `criterion` on the last (no loss
+        without a target: prediction). Backward too unless `forward_only`. Returns `(output, loss)`: the last
+        stage's output on its rank (None elsewhere), the mean micro-batch loss on every rank."""
         size = len(inputs)
         if size % self.num_microbatches:
             raise ValueError(
                 f"A batch of {size} does not split into {self.num_microbatches} equal micro-batches: use a batch size "
                 "that is a multiple of num_microbatches (drop_last=True for the last one of an epoch)."
             )
-        schedule = self._schedule_for(model_engine.criterion, inputs)
+        with_loss = target is not None
+        schedule = self._schedule_for(inputs, with_loss)
         losses: list[torch.Tensor] = []
         args = (inputs,) if self.holds_first_stage else ()
-        kwargs = {"target": label, "losses": losses} if self.holds_last_stage else {}
+        kwargs = {"target": target, "losses": losses} if self.holds_last_stage and with_loss else {}
         output = schedule.eval(*args, **kwargs) if forward_only else schedule.step(*args, **kwargs)
-        loss = None
-        if return_loss or not forward_only:
-            loss = self._loss_on_every_rank(losses, inputs.device)
-        if not return_output_label:
-            return None, None, loss
-        return (output if self.holds_last_stage else None), label, loss
+        loss = self._loss_on_every_rank(losses, inputs.device) * self.loss_divisor if with_loss else None
+        return (output if self.holds_last_stage else None), loss
 
-    def forward_backward(self, *args: Any, **kwargs: Any) -> tuple[Any, bool]:
-        raise NotImplementedError(
-            "A pipeline schedule runs whole batches through its stages: call ModelEngine.execute_schedule(data_iter) "
-            "(the Trainer's step over pipeline stages is not built yet)."
-        )
+    def gradient_norm(self, gradients: list[torch.Tensor]) -> torch.Tensor:
+        """The norm of every stage's gradients, `gradients` being this rank's: the squares summed over the ranks,
+        so that clipping scales every stage alike, as one process clips the whole model."""
+        local = torch.nn.utils.get_total_norm(gradients) if gradients else torch.zeros(())
+        squared = local.float() ** 2
+        dist.all_reduce(squared, group=self.group)
+        return squared.sqrt()
 
-    def _schedule_for(self, criterion: Any, inputs: torch.Tensor) -> Any:
-        shape = tuple(inputs.shape)
-        if shape not in self._schedules:
+    def _micro_batch_loss(self, output: Any, target: Any) -> torch.Tensor:
+        if self.criterion is None:
+            raise ValueError("A pipeline computes the loss on its last stage: give it a criterion.")
+        loss = self.criterion(output, target)
+        return loss / self.loss_divisor if self.loss_divisor > 1 else loss
+
+    def _schedule_for(self, inputs: torch.Tensor, with_loss: bool) -> Any:
+        key = (*inputs.shape, with_loss)
+        if key not in self._schedules:
             from torch.distributed.pipelining import (
                 PipelineStage,
                 Schedule1F1B,
@@ -185,14 +241,15 @@ class PipelineSchedule:
                 PipelineStage(module, index, self.num_stages, device, group=self.group)
                 for module, index in zip(self.local_model, self.stage_indices)
             ]
+            loss_fn = self._micro_batch_loss if with_loss else None
             schedule: Any
             if self.schedule_name == "interleaved_1f1b":
-                schedule = ScheduleInterleaved1F1B(stages, self.num_microbatches, loss_fn=criterion)
+                schedule = ScheduleInterleaved1F1B(stages, self.num_microbatches, loss_fn=loss_fn)
             else:
                 single = ScheduleGPipe if self.schedule_name == "gpipe" else Schedule1F1B
-                schedule = single(stages[0], self.num_microbatches, loss_fn=criterion)
-            self._schedules[shape] = schedule
-        return self._schedules[shape]
+                schedule = single(stages[0], self.num_microbatches, loss_fn=loss_fn)
+            self._schedules[key] = schedule
+        return self._schedules[key]
 
     def _loss_on_every_rank(self, losses: list[torch.Tensor], device: torch.device) -> torch.Tensor:
         """The mean micro-batch loss, computed on the last stage and broadcast: every rank logs and decides alike

@@ -44,6 +44,10 @@ class BaseSchedule(Protocol):
         return_output_label: bool = True,
     ) -> tuple[Any, Any, torch.Tensor | None]: ...
 
+    def gradient_norm(self, gradients: list[torch.Tensor]) -> torch.Tensor:
+        """The total norm of the model's gradients, of which this process holds `gradients` (for clipping)."""
+        ...
+
 
 class NonPipelineSchedule:
     """The whole batch through the whole model: forward (and loss) under the engine's autocast, then backward."""
@@ -105,6 +109,10 @@ class NonPipelineSchedule:
         if not return_output_label:
             return None, None, loss
         return output, label, loss
+
+    def gradient_norm(self, gradients: list[torch.Tensor]) -> torch.Tensor:
+        """The norm of `gradients`: the whole model's here (sharded ones as DTensors know theirs)."""
+        return torch.nn.utils.get_total_norm(gradients)
 
 
 def _second(pair: tuple[Any, Any]) -> Any:
