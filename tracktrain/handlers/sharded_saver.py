@@ -36,7 +36,7 @@ from tracktrain.ranks import global_rank
 from tracktrain.storage.check import is_unreachable
 from tracktrain.storage.manifest import FileDigest, remove_checkpoint, sha256_of, write_manifest
 
-__all__ = ["ShardedSaver", "holds_shards", "write_sharded"]
+__all__ = ["RankState", "ShardedSaver", "holds_shards", "write_sharded"]
 
 
 class ShardedSaver(FsspecSaver):
@@ -175,11 +175,16 @@ def write_sharded(
     write_manifest(directory, dict(sorted(files.items())), summary, metadata, checkpoint_name=name)
 
 
+class RankState(dict):
+    """A state each rank holds its own part of, as plain tensors under keys no other rank's part has (a pipeline
+    rank's stages): every rank saves its part, as it saves its shards of DTensors."""
+
+
 def holds_shards(value: Any) -> bool:
-    """Whether `value` (a state dict) holds a DTensor: then each rank saves its own shards of it."""
+    """Whether `value` (a state dict) holds a DTensor, or is a `RankState`: then each rank saves its own part."""
     from torch.distributed.tensor import DTensor
 
-    if isinstance(value, DTensor):
+    if isinstance(value, (DTensor, RankState)):
         return True
     if isinstance(value, Mapping):
         return any(holds_shards(item) for item in value.values())

@@ -8,6 +8,7 @@ _LAZY = {
     "LoopModule": "tracktrain.trainer.module",
     "Trainer": "tracktrain.trainer.trainer",
     "SupervisedModule": "tracktrain.trainer.supervised_module",
+    "PipelineModule": "tracktrain.trainer.pipeline_module",
     "LRSchedulerConfig": "tracktrain.trainer.optimizers",
     "HOOK_EVENTS": "tracktrain.trainer.hooks",
     "TrainerEvents": "tracktrain.trainer.hooks",

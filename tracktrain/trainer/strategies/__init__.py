@@ -5,6 +5,7 @@ from tracktrain.trainer.strategies.choice import STRATEGY_NAMES, strategy_for
 from tracktrain.trainer.strategies.data_parallel import DataParallelStrategy
 from tracktrain.trainer.strategies.ddp import DDPStrategy
 from tracktrain.trainer.strategies.fsdp import FSDPStrategy
+from tracktrain.trainer.strategies.pipeline import PipelineStrategy
 from tracktrain.trainer.strategies.tensor_parallel import TensorParallelStrategy
 from tracktrain.trainer.strategies.xla import XLAStrategy
 
@@ -13,6 +14,7 @@ __all__ = [
     "DDPStrategy",
     "DataParallelStrategy",
     "FSDPStrategy",
+    "PipelineStrategy",
     "SingleDeviceStrategy",
     "Strategy",
     "TensorParallelStrategy",

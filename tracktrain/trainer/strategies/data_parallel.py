@@ -17,7 +17,15 @@ from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sequ
 from tracktrain import distributed
 from tracktrain.trainer.strategies.base import Strategy
 
-__all__ = ["DataParallelStrategy", "StepModule", "check_shard", "device_of", "join_process_group", "with_sampler"]
+__all__ = [
+    "DataParallelStrategy",
+    "StepModule",
+    "check_shard",
+    "device_of",
+    "join_process_group",
+    "same_order_on_every_rank",
+    "with_sampler",
+]
 
 
 class StepModule(nn.Module):
@@ -96,6 +104,25 @@ def check_shard(sampler: DistributedSampler, shard: tuple[int, int], strategy: s
             f"DistributedSampler(dataset, num_replicas={replicas}, rank={rank}), or give a plain DataLoader and let "
             "the strategy shard it."
         )
+
+
+def same_order_on_every_rank(loader: Iterable[Any], seed: int, strategy: str) -> Iterable[Any]:
+    """`loader` in the same order on every rank (tensor and pipeline parallelism: the ranks compute one batch
+    together): a shuffling DataLoader draws its order from the run's `seed`."""
+    if isinstance(loader, DataLoader) and isinstance(loader.sampler, DistributedSampler):
+        check_shard(loader.sampler, (1, 0), strategy)  # every rank reads all of it
+        return loader
+    if not isinstance(loader, DataLoader) or not isinstance(loader.sampler, RandomSampler):
+        if isinstance(loader, DataLoader) and not isinstance(loader.sampler, SequentialSampler):
+            raise ValueError(
+                f"strategy={strategy!r} needs every rank to read the same batches, but this DataLoader has a "
+                f"custom {type(loader.sampler).__name__}: seed it identically on every rank, or use shuffle=True."
+            )
+        return loader
+    sampler: DistributedSampler = DistributedSampler(
+        loader.dataset, num_replicas=1, rank=0, shuffle=True, seed=seed, drop_last=loader.drop_last
+    )
+    return with_sampler(loader, sampler)
 
 
 def join_process_group(device: torch.device, timeout: timedelta | None) -> torch.device:

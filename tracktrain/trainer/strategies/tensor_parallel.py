@@ -15,12 +15,11 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SequentialSampler
 
 from tracktrain.handlers.savers import FsspecSaver
 from tracktrain.handlers.spool import Spool
 from tracktrain.trainer.strategies.base import Strategy
-from tracktrain.trainer.strategies.data_parallel import check_shard, join_process_group, with_sampler
+from tracktrain.trainer.strategies.data_parallel import join_process_group, same_order_on_every_rank
 from tracktrain.trainer.strategies.full_state import ShardedSaving, with_stand_ins
 
 __all__ = ["TensorParallelStrategy", "apply_plan", "check_plan", "check_styles"]
@@ -99,21 +98,7 @@ class TensorParallelStrategy(Strategy):
         return module.train_step  # type: ignore[return-value]  # a LoopModule's
 
     def distribute(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
-        """`loader` in the same order on every rank: a shuffling DataLoader draws its order from the run's seed."""
-        if isinstance(loader, DataLoader) and isinstance(loader.sampler, DistributedSampler):
-            check_shard(loader.sampler, (1, 0), self.name)  # every rank reads all of it
-            return loader
-        if not isinstance(loader, DataLoader) or not isinstance(loader.sampler, RandomSampler):
-            if isinstance(loader, DataLoader) and not isinstance(loader.sampler, SequentialSampler):
-                raise ValueError(
-                    f"strategy={self.name!r} needs every rank to read the same batches, but this DataLoader has a "
-                    f"custom {type(loader.sampler).__name__}: seed it identically on every rank, or use shuffle=True."
-                )
-            return loader
-        sampler: DistributedSampler = DistributedSampler(
-            loader.dataset, num_replicas=1, rank=0, shuffle=True, seed=self.seed, drop_last=loader.drop_last
-        )
-        return with_sampler(loader, sampler)
+        return same_order_on_every_rank(loader, self.seed, self.name)
 
     def checkpoint_objects(self, objects: dict[str, Any]) -> dict[str, Any]:
         """The module and its optimizers as each rank's slices."""
