@@ -63,3 +63,30 @@ def test_pipeline_example_trains_through_torchrun(tmp_path, schedule):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     _check_learning(result.stdout)  # printed once, by the rank holding the last stage
+
+
+def _torchrun(script: str, *args: str, cwd: Path) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+        + [str(ROOT / "examples" / script), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+@pytest.mark.slow  # two processes through torchrun, twice; CI runs the slow tests
+@pytest.mark.distributed
+def test_pipeline_trainer_example_learns_and_the_same_command_resumes(tmp_path):
+    """The README's command for the Trainer's pipeline: two stages on two ranks learn the digits, save checkpoints by
+    stage, and the same command with more epochs goes on from the last one."""
+    _check_learning(_torchrun("digits_pipeline_trainer.py", "--epochs", "5", cwd=tmp_path))
+    again = _torchrun("digits_pipeline_trainer.py", "--epochs", "7", cwd=tmp_path)
+    assert [int(epoch) for epoch in re.findall(r"epoch\s+(\d+)/7", again)] == [6, 7]  # went on after epoch 5
+    best = re.search(r"best checkpoint (\S+)", again).group(1)
+    assert "val_accuracy=" in best and (tmp_path / best).is_dir()  # a sharded checkpoint: a directory of shards

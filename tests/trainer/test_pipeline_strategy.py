@@ -86,12 +86,10 @@ def _loader(batch_size: int = 8) -> DataLoader:
     return DataLoader(dataset, batch_size=batch_size, sampler=DistributedSampler(dataset, 1, 0, shuffle=True, seed=3))
 
 
-def _fit(out: str, strategy, module=None, ckpt=None, max_steps=12, callbacks=(), clip=0.05, **checkpointing):
+def _fit(out: str, strategy, module=None, ckpt=None, max_steps=12, callbacks=(), clip=0.05, **options):
     module = module or Stacked()
     logged = _Logged()
-    checkpoint = ModelCheckpoint(
-        dirpath=os.path.join(out, "ckpt"), every_n_train_steps=4, save_top_k=None, **checkpointing
-    )
+    checkpoint = ModelCheckpoint(dirpath=os.path.join(out, "ckpt"), every_n_train_steps=4, save_top_k=None)
     trainer = Trainer(
         max_steps=max_steps,
         seed=3,
@@ -102,9 +100,18 @@ def _fit(out: str, strategy, module=None, ckpt=None, max_steps=12, callbacks=(),
         loggers=False,
         gradient_clip_val=clip,
         val_check_interval=4,
+        **options,
     )
     trainer.fit(module, _loader(), _loader(), ckpt_path=ckpt)
+    module.fitted_by = trainer
     return module, logged.values
+
+
+def _predicted_classes(module) -> list | None:
+    """The classes `module`'s Trainer predicts for the task's inputs (None on a rank without the last stage)."""
+    loader = DataLoader(make_loader().dataset.tensors[0], batch_size=8)
+    batches = module.fitted_by.predict(module, loader)
+    return None if batches[0] is None else [row for batch in batches for row in batch.argmax(dim=1).tolist()]
 
 
 def _two_stages(out: str) -> None:
@@ -112,6 +119,7 @@ def _two_stages(out: str) -> None:
     _save(out, "params", _params(module))
     _save(out, "logged", logged)
     _save(out, "removed", [name for name, child in module.named_modules() if isinstance(child, RemovedStage)])
+    _save(out, "predicted", _predicted_classes(module))
     resumed, _ = _fit(
         os.path.join(out, "again"),
         PipelineStrategy(num_microbatches=4),
@@ -142,6 +150,9 @@ def test_two_stages_train_what_one_process_trains_and_checkpoints_go_both_ways(t
         assert ours.keys() == theirs.keys()
         for name, value in ours.items():
             assert value == pytest.approx(theirs[name], abs=1e-4), name
+
+    # predictions: the last stage's output, on its rank
+    assert _load(tmp_path, "predicted") == [None, _predicted_classes(one)]
 
     # the sharded checkpoint of step 12, read whole by one process, is the model the ranks held
     states = read_checkpoint(tmp_path / "ckpt" / "checkpoint_12.dcp")
@@ -174,15 +185,17 @@ def test_sigkill_of_an_interleaved_pipeline_resumes_bit_for_bit(tmp_path):
 
 
 def _from_one_process(out: str, ckpt: str) -> None:
-    module, _ = _fit(out, PipelineStrategy(num_microbatches=2, schedule="gpipe"), ckpt=ckpt)
+    strategy = PipelineStrategy(num_microbatches=2, schedule="gpipe")
+    module, _ = _fit(out, strategy, ckpt=ckpt, max_steps=6, accumulate_grad_batches=2)
     _save(out, "params", _params(module))
 
 
 @pytest.mark.slow  # 15 s of ranks; CI runs the slow tests
 def test_a_single_process_checkpoint_loads_into_the_pipeline_and_training_goes_on_alike(tmp_path):
-    _fit(str(tmp_path / "one"), "auto", max_steps=8)
-    expected = _params(_fit(str(tmp_path / "one_more"), "auto")[0])  # 12 steps in one process
-    ckpt = str(tmp_path / "one" / "ckpt" / "checkpoint_8.pt")
+    # accumulating 2 batches per step: each micro-batch's loss divided by the window, as one process divides the loss
+    _fit(str(tmp_path / "one"), "auto", max_steps=4, accumulate_grad_batches=2)
+    expected = _params(_fit(str(tmp_path / "one_more"), "auto", max_steps=6, accumulate_grad_batches=2)[0])
+    ckpt = str(tmp_path / "one" / "ckpt" / "checkpoint_4.pt")
     spawn(_from_one_process, 2, args=(str(tmp_path), ckpt))
     params = _load(tmp_path, "params")
     held = {**params[0], **params[1]}

@@ -209,7 +209,8 @@ class PipelineSchedule:
         args = (inputs,) if self.holds_first_stage else ()
         kwargs = {"target": target, "losses": losses} if self.holds_last_stage and with_loss else {}
         output = schedule.eval(*args, **kwargs) if forward_only else schedule.step(*args, **kwargs)
-        loss = self._loss_on_every_rank(losses, inputs.device) * self.loss_divisor if with_loss else None
+        scale = self.num_microbatches * self.loss_divisor
+        loss = self._loss_on_every_rank(losses, inputs.device) * scale if with_loss else None
         return (output if self.holds_last_stage else None), loss
 
     def gradient_norm(self, gradients: list[torch.Tensor]) -> torch.Tensor:
@@ -223,8 +224,9 @@ class PipelineSchedule:
     def _micro_batch_loss(self, output: Any, target: Any) -> torch.Tensor:
         if self.criterion is None:
             raise ValueError("A pipeline computes the loss on its last stage: give it a criterion.")
-        loss = self.criterion(output, target)
-        return loss / self.loss_divisor if self.loss_divisor > 1 else loss
+        # each micro-batch's share of the batch's mean (and of an accumulation window's): the schedules are built
+        # not to scale the gradients themselves, which would divide a window's earlier batches' gradients again
+        return self.criterion(output, target) / (self.num_microbatches * self.loss_divisor)
 
     def _schedule_for(self, inputs: torch.Tensor, with_loss: bool) -> Any:
         key = (*inputs.shape, with_loss)
@@ -244,10 +246,10 @@ class PipelineSchedule:
             loss_fn = self._micro_batch_loss if with_loss else None
             schedule: Any
             if self.schedule_name == "interleaved_1f1b":
-                schedule = ScheduleInterleaved1F1B(stages, self.num_microbatches, loss_fn=loss_fn)
+                schedule = ScheduleInterleaved1F1B(stages, self.num_microbatches, loss_fn=loss_fn, scale_grads=False)
             else:
                 single = ScheduleGPipe if self.schedule_name == "gpipe" else Schedule1F1B
-                schedule = single(stages[0], self.num_microbatches, loss_fn=loss_fn)
+                schedule = single(stages[0], self.num_microbatches, loss_fn=loss_fn, scale_grads=False)
             self._schedules[key] = schedule
         return self._schedules[key]
 
