@@ -160,6 +160,15 @@ def test_two_stages_train_what_one_process_trains_and_checkpoints_go_both_ways(t
     whole.load_state_dict(states["model"])  # every stage's parameters, under the whole model's names
     assert _params(whole) == held
     assert len(whole(torch.randn(3, 4))) == 3  # runs in one process: evaluation, export
+    # the optimizer's state keyed by index in the whole model's order, as one process's AdamW keys it
+    optimizer = whole.configure_optimizers()
+    optimizer.load_state_dict(states["optimizers"][0])
+    reference = one.fitted_by.optimizers[0].state_dict()
+    assert states["optimizers"][0]["param_groups"][0]["params"] == reference["param_groups"][0]["params"]
+    for index, moments in reference["state"].items():
+        for key, value in moments.items():
+            read = states["optimizers"][0]["state"][index][key]
+            assert read.flatten().tolist() == pytest.approx(value.flatten().tolist(), abs=1e-5), (index, key)
     # resumed at step 8 on 2 ranks: bit for bit where the uninterrupted run ended
     assert _load(tmp_path, "resumed") == params
 

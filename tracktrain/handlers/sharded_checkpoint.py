@@ -38,12 +38,15 @@ from tracktrain.storage.manifest import (
 from tracktrain.storage.url import split
 
 __all__ = [
+    "GROUP_OF_KEY",
     "METADATA_FILE",
+    "PARAMETER_ORDER_KEY",
     "REST_KEY",
     "StoredShards",
     "VerifyShare",
     "by_index",
     "by_parameter_name",
+    "grouped_by_parameter",
     "is_sharded_checkpoint",
     "read_sharded",
     "storage_reader",
@@ -54,6 +57,10 @@ __all__ = [
 METADATA_FILE = ".metadata"
 #: the entry that holds everything of a checkpoint that is not sharded, as one torch.save blob
 REST_KEY = "tracktrain_rest"
+#: in an optimizer's state saved per parameter (torch's flattened layout, a pipeline's): the whole model's parameter
+#: names in order, and each parameter's group index, from which the state keyed by index is rebuilt
+PARAMETER_ORDER_KEY = "tracktrain_parameter_order"
+GROUP_OF_KEY = "tracktrain_group_of"
 
 
 def is_sharded_checkpoint(url: str | os.PathLike) -> bool:
@@ -122,6 +129,8 @@ class StoredShards:
         value: Any = _read_alone(self.url, ".".join(str(part) for part in self.path))
         for part in self.path:
             value = value[part]
+        if isinstance(value, dict) and PARAMETER_ORDER_KEY in value:
+            value = grouped_by_parameter(value)
         if _keyed_by_name(value):
             return by_index(value)
         if isinstance(value, dict) and isinstance(value.get("state"), dict) and "param_groups" in value:
@@ -252,6 +261,28 @@ def by_index(state: dict[str, Any]) -> dict[str, Any]:
             {**group, "params": [index[name] for name in group["params"]]} for group in state["param_groups"]
         ],
     }
+
+
+def grouped_by_parameter(flat: dict[str, Any]) -> dict[str, Any]:
+    """An optimizer's state saved per parameter (`state.<name>.<key>`, `param_groups.<name>.<option>`, torch's
+    flattened layout, with `PARAMETER_ORDER_KEY` and `GROUP_OF_KEY` entries) as one keyed by parameter name: its
+    groups in their order, their parameters in the model's order (as one process's optimizer holds them)."""
+    state: dict[str, dict[str, Any]] = {}
+    options: dict[str, dict[str, Any]] = {}
+    group_of: dict[str, int] = {}
+    for key, value in flat.items():
+        kind, _, rest = key.partition(".")
+        if kind == GROUP_OF_KEY:
+            group_of[rest] = int(value)
+        elif kind in ("state", "param_groups"):
+            name, _, field = rest.rpartition(".")
+            (state if kind == "state" else options).setdefault(name, {})[field] = value
+    groups: dict[int, dict[str, Any]] = {}
+    for name in flat[PARAMETER_ORDER_KEY]:
+        if name in group_of:
+            group = groups.setdefault(group_of[name], {**options.get(name, {}), "params": []})
+            group["params"].append(name)
+    return {"state": state, "param_groups": [groups[index] for index in sorted(groups)]}
 
 
 def by_parameter_name(state: dict[str, Any], names: list[str]) -> dict[str, Any]:

@@ -25,7 +25,12 @@ from torch.distributed.checkpoint.state_dict import (
 
 from tracktrain.engine.pipeline import PipelineSchedule, check_schedule_options
 from tracktrain.handlers.savers import FsspecSaver
-from tracktrain.handlers.sharded_checkpoint import StoredShards, by_parameter_name
+from tracktrain.handlers.sharded_checkpoint import (
+    GROUP_OF_KEY,
+    PARAMETER_ORDER_KEY,
+    StoredShards,
+    by_parameter_name,
+)
 from tracktrain.handlers.sharded_saver import RankState
 from tracktrain.handlers.spool import Spool
 from tracktrain.trainer.pipeline_module import PipelineModule, split_pipeline_batch, stage_of_step
@@ -273,7 +278,15 @@ class StagesOptimizerState:
         self.module, self.optimizer, self.parameter_names = module, optimizer, parameter_names
 
     def state_dict(self) -> dict[str, Any]:
-        return RankState(get_optimizer_state_dict(self.module, self.optimizer, options=_BY_PARAMETER))
+        names = {id(parameter): name for name, parameter in self.module.named_parameters()}
+        layout = {
+            f"{GROUP_OF_KEY}.{names[id(parameter)]}": index
+            for index, group in enumerate(self.optimizer.param_groups)
+            for parameter in group["params"]
+        }
+        flat = get_optimizer_state_dict(self.module, self.optimizer, options=_BY_PARAMETER)
+        # with the groups and the whole model's order, one process rebuilds the state keyed by index
+        return RankState({**flat, **layout, PARAMETER_ORDER_KEY: self.parameter_names})
 
     def load_state_dict(self, state_dict: Any) -> None:
         if isinstance(state_dict, StoredShards):
