@@ -102,14 +102,15 @@ def _fit(out: str, strategy, module=None, ckpt=None, max_steps=12, callbacks=(),
         val_check_interval=4,
         **options,
     )
-    trainer.fit(module, _loader(), _loader(), ckpt_path=ckpt)
+    # validation in batches of 10: the stages take any size to evaluate (padded to whole micro-batches)
+    trainer.fit(module, _loader(), _loader(batch_size=10), ckpt_path=ckpt)
     module.fitted_by = trainer
     return module, logged.values
 
 
 def _predicted_classes(module) -> list | None:
     """The classes `module`'s Trainer predicts for the task's inputs (None on a rank without the last stage)."""
-    loader = DataLoader(make_loader().dataset.tensors[0], batch_size=8)
+    loader = DataLoader(make_loader().dataset.tensors[0], batch_size=10)
     batches = module.fitted_by.predict(module, loader)
     return None if batches[0] is None else [row for batch in batches for row in batch.argmax(dim=1).tolist()]
 

@@ -196,14 +196,22 @@ class PipelineSchedule:
     ) -> tuple[Any, torch.Tensor | None]:
         """One batch through every stage: `inputs` into the first, `target` and `criterion` on the last (no loss
         without a target: prediction). Backward too unless `forward_only`. Returns `(output, loss)`: the last
-        stage's output on its rank (None elsewhere), the mean micro-batch loss on every rank."""
+        stage's output on its rank (None elsewhere), the mean micro-batch loss on every rank.
+
+        A prediction (forward only, no target) takes a batch of any size: it is padded to a multiple of
+        `num_microbatches` with copies of its last row, whose outputs are dropped."""
         size = len(inputs)
-        if size % self.num_microbatches:
-            raise ValueError(
-                f"A batch of {size} does not split into {self.num_microbatches} equal micro-batches: use a batch size "
-                "that is a multiple of num_microbatches (drop_last=True for the last one of an epoch)."
-            )
         with_loss = target is not None
+        if size % self.num_microbatches:
+            if with_loss or not forward_only:
+                raise ValueError(
+                    f"A batch of {size} does not split into {self.num_microbatches} equal micro-batches: use a batch "
+                    "size that is a multiple of num_microbatches (drop_last=True for the last one of an epoch)."
+                )
+            padding = self.num_microbatches - size % self.num_microbatches
+            padded = torch.cat([inputs, inputs[-1:].expand(padding, *inputs.shape[1:])])
+            output, _ = self.run(padded, forward_only=True)
+            return (output[:size] if output is not None else None), None
         schedule = self._schedule_for(inputs, with_loss)
         losses: list[torch.Tensor] = []
         args = (inputs,) if self.holds_first_stage else ()
@@ -254,12 +262,13 @@ class PipelineSchedule:
         return self._schedules[key]
 
     def _loss_on_every_rank(self, losses: list[torch.Tensor], device: torch.device) -> torch.Tensor:
-        """The mean micro-batch loss, computed on the last stage and broadcast: every rank logs and decides alike
-        (on the batch's device: an nccl group has no CPU tensors)."""
-        loss = (
-            torch.stack([value.detach().float() for value in losses]).mean()
-            if losses
-            else torch.zeros((), device=device)
-        )
-        dist.broadcast(loss, src=self.last_stage_rank, group=self.group)
-        return loss
+        """The mean micro-batch loss, computed on the last stage, on every rank."""
+        mean = torch.stack([value.detach().float() for value in losses]).mean() if losses else None
+        return self.from_last_stage(mean, device)
+
+    def from_last_stage(self, value: torch.Tensor | None, device: torch.device) -> torch.Tensor:
+        """The scalar `value` the last stage's rank has (the others give None), on every rank: every rank logs and
+        decides alike (on the batch's `device`: an nccl group has no CPU tensors)."""
+        shared = value.detach().float().reshape(()) if value is not None else torch.zeros((), device=device)
+        dist.broadcast(shared, src=self.last_stage_rank, group=self.group)
+        return shared

@@ -171,9 +171,14 @@ class PipelineStrategy(Strategy):
         return loss
 
     def _evaluation_step(self, batch: Any, stage: str) -> torch.Tensor:
+        """The batch forward through the stages (any size: an evaluation keeps every sample), its loss on the last
+        stage's whole output, on every rank."""
+        module, pipeline = self._module, self._running()
+        assert module is not None
         inputs, target = split_pipeline_batch(batch)
-        output, loss = self._running().run(inputs, target, forward_only=True)
-        assert loss is not None
+        output = pipeline.run(inputs, forward_only=True)[0]
+        loss = module.pipeline_loss(output, target) if pipeline.holds_last_stage else None
+        loss = pipeline.from_last_stage(loss, inputs.device)
         self._log(stage, loss, output, target)
         return loss
 
