@@ -32,7 +32,7 @@ def expected_bubble(schedule: str, ranks: int, microbatches: int) -> float:
 
 @pytest.fixture
 def bench(load_benchmark):
-    return load_benchmark("bench_pipeline", "harness")
+    return load_benchmark("bench_pipeline", "pipeline_fits", "harness")
 
 
 @pytest.mark.slow  # ~20 s: one process, then 3 schedules × 4 steps on 2 gloo ranks, sleeping their costs
