@@ -17,7 +17,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.utils.data import DataLoader, DistributedSampler
 
 from tracktrain import LoopModule, Trainer
-from tracktrain.callbacks import ModelCheckpoint
+from tracktrain.callbacks import ModelCheckpoint, ModelSummary
 from tracktrain.distributed import spawn
 from tracktrain.trainer.strategies import FSDPStrategy
 from tracktrain.trainer.strategies.fsdp import blocks_to_shard
@@ -115,12 +115,15 @@ def _fit_sharded(out: str, accumulate: int, batch_size: int = 8) -> None:
     _save(out, f"params{accumulate}", _full_params(module))
     _save(out, f"val_loss{accumulate}", float(trainer.callback_metrics["val_loss"]))
     _save(out, f"steps{accumulate}", trainer.global_step)
+    summary = next(callback.last for callback in trainer.callbacks if isinstance(callback, ModelSummary))
+    _save(out, f"summary{accumulate}", [summary.total_parameters, summary.total_bytes, summary.local_bytes])
 
 
 @pytest.mark.parametrize("accumulate", [1, 2])
 def test_ranks_hold_shards_and_train_what_one_process_trains_on_the_full_batch(tmp_path, accumulate):
     spawn(_fit_sharded, 2, args=(str(tmp_path), accumulate))
-    for local, full in _load(tmp_path, f"shards{accumulate}"):
+    shards = _load(tmp_path, f"shards{accumulate}")
+    for local, full in shards:
         assert local.keys() == full.keys()
         for name in full:  # dim-0 shards: half of each parameter's rows (the 2-row head splits 1 + 1)
             assert local[name] == full[name] // 2, name
@@ -130,6 +133,10 @@ def test_ranks_hold_shards_and_train_what_one_process_trains_on_the_full_batch(t
     assert params[0] == params[1]
     _assert_same_weights(params[0], single)
     assert _load(tmp_path, f"steps{accumulate}") == [8 // accumulate] * 2
+    # the default model summary: the whole model's counts, and what each rank holds of it (its shards)
+    for (count, total_bytes, local_bytes), (local, full) in zip(_load(tmp_path, f"summary{accumulate}"), shards):
+        assert count == sum(full.values()) and total_bytes == 4 * count
+        assert local_bytes == 4 * sum(local.values()) < total_bytes
     # eval_step ran through the gathered root on each rank's half of the 32 validation samples (8 per batch): their
     # mean is the mean over all 32 (self.log does not reduce over ranks unless asked to, as under DDP)
     val_losses = _load(tmp_path, f"val_loss{accumulate}")

@@ -14,6 +14,7 @@ _LAZY = {
     "MemoryMonitor": "tracktrain.callbacks.memory",
     "MetricPrinter": "tracktrain.callbacks.metric_printer",
     "ModelCheckpoint": "tracktrain.callbacks.model_checkpoint",
+    "ModelSummary": "tracktrain.callbacks.model_summary",
     "Timing": "tracktrain.callbacks.timing",
     "TrainerProgressBar": "tracktrain.callbacks.progress",
 }

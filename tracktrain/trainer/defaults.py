@@ -1,5 +1,5 @@
 """What a Trainer gets when it is not told otherwise: a progress bar, a `ModelCheckpoint` under
-`default_root_dir/checkpoints`, a `CSVLogger`, and the bridge to the loggers.
+`default_root_dir/checkpoints`, a `ModelSummary`, a `CSVLogger`, and the bridge to the loggers.
 
 The one module of the trainer layer that names parts of the layers above it (callbacks, loggers): those are the
 product's defaults, chosen here; everything else in the Trainer reaches them through the `Callback`,
@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from tracktrain import storage
 from tracktrain.callbacks.model_checkpoint import ModelCheckpoint
+from tracktrain.callbacks.model_summary import ModelSummary
 from tracktrain.callbacks.progress import TrainerProgressBar
 from tracktrain.loggers.base import Logger
 from tracktrain.loggers.bridge import LoggerBridge
@@ -22,9 +23,14 @@ from tracktrain.trainer.callback import Callback
 __all__ = ["default_callbacks", "logger_bridge", "loggers_from"]
 
 
-def default_callbacks(given: list[Callback], root_dir: str, progress_bar: bool, checkpointing: bool) -> list[Callback]:
-    """The callbacks to add to `given`: a progress bar and a checkpoint callback, unless given or switched off."""
+def default_callbacks(
+    given: list[Callback], root_dir: str, progress_bar: bool, checkpointing: bool, model_summary: bool = True
+) -> list[Callback]:
+    """The callbacks to add to `given`: a progress bar, a checkpoint callback and a model summary, unless given or
+    switched off."""
     defaults: list[Callback] = []
+    if model_summary and not any(isinstance(c, ModelSummary) for c in given):
+        defaults.append(ModelSummary())
     if progress_bar and not any(isinstance(c, TrainerProgressBar) for c in given):
         defaults.append(TrainerProgressBar())
     if checkpointing and not any(isinstance(c, ModelCheckpoint) for c in given):

@@ -23,6 +23,7 @@ from tracktrain.trainer.hooks import TrainerEvents
 from tracktrain.trainer.metric_log import to_floats
 from tracktrain.trainer.model_preparation import compile_blocks, prepare_module
 from tracktrain.trainer.module import LoopModule
+from tracktrain.trainer.quick_checks import first_batches
 from tracktrain.trainer.scaled_optimizer import ScaledOptimizer
 from tracktrain.trainer.wiring import ExceptionHooks, attach_handlers
 
@@ -55,7 +56,10 @@ class Session:
             if trainer.checkpoints.already_finished():
                 return
             trainer.train_engine.fire_event(TrainerEvents.FIT_STARTED)
-            loader = self.loader_for(train_loader, shuffle_default=True)
+            given = train_loader
+            if trainer.overfit_batches:  # the same first batches every epoch
+                given = first_batches(train_loader, trainer.overfit_batches)
+            loader = self.loader_for(given, shuffle_default=True)
             epoch_length = epoch_length_of("limit_train_batches", loader, trainer.limits["fit"])
             trainer.fitting = True
             trainer.preemption.start()

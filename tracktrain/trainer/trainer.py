@@ -28,8 +28,9 @@ from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.nonfinite import NonFiniteWatch
 from tracktrain.trainer.optimizers import LRSchedulerConfig
 from tracktrain.trainer.preemption_control import PreemptionControl
+from tracktrain.trainer.quick_checks import check_fast_dev_run, fast_dev_run_settings
 from tracktrain.trainer.resume import check_resume
-from tracktrain.trainer.run_checkpoints import RunCheckpoints
+from tracktrain.trainer.run_checkpoints import Checkpointer, RunCheckpoints
 from tracktrain.trainer.session import Session
 from tracktrain.trainer.strategies import Strategy, strategy_for
 from tracktrain.trainer.trainer_state import TrainerState
@@ -71,6 +72,8 @@ class Trainer:
         enable_progress_bar: show a tqdm bar (when the output is a terminal).
         enable_checkpointing: save a checkpoint at each epoch's end under `default_root_dir/checkpoints` unless
             a `ModelCheckpoint` callback is given.
+        enable_model_summary: log the module's layers, parameter counts and size at the start of each fit (rank 0;
+            a `ModelSummary(max_depth=...)` callback for more depth).
         default_root_dir: directory or fsspec URL for checkpoints and logs.
         preemption_timeout: on SIGTERM/SIGUSR1 or Ctrl-C the fit finishes its step, saves a checkpoint (waiting at most
             this many seconds for the write) and raises `tracktrain.preemption.Terminated` (exit status 128 + signal).
@@ -95,6 +98,11 @@ class Trainer:
         compile: `torch.compile` the module's forward (without one, each submodule with parameters: what its steps
             call; under "fsdp": each block it shards), once; True or a dict of torch.compile's options. Parameter
             names stay the same: checkpoints load in compiled and eager runs.
+        fast_dev_run: True (1) or N: a quick check of the steps — N batches of training, validation, test and
+            predict, one epoch, and nothing left behind: no checkpoints (a `ModelCheckpoint` given is left out), no
+            tracker runs, no resume.
+        overfit_batches: N batches (or a fraction of the loader) trained every epoch, in order (a shuffling
+            DataLoader is read unshuffled), and as many validation batches: a model that cannot overfit them has a bug.
     """
 
     def __init__(
@@ -117,6 +125,7 @@ class Trainer:
         deterministic: bool = False,
         enable_progress_bar: bool = True,
         enable_checkpointing: bool = True,
+        enable_model_summary: bool = True,
         default_root_dir: str | os.PathLike | None = None,
         precision: str | int = "32-true",
         strategy: str | Strategy = "auto",
@@ -128,7 +137,23 @@ class Trainer:
         logger: Logger | Sequence[Logger] | bool | None = None,
         activation_checkpointing: ActivationCheckpointing = None,
         compile: bool | Mapping[str, Any] = False,
+        fast_dev_run: bool | int = False,
+        overfit_batches: int | float | None = None,
     ) -> None:
+        self.fast_dev_run = check_fast_dev_run(fast_dev_run)
+        limits = arguments.check_limits(
+            limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches
+        )
+        self.overfit_batches = arguments.check_limit("overfit_batches", overfit_batches) or None
+        if self.overfit_batches is not None:  # as many validation batches as the training ones (`first_batches`)
+            limits["validate"] = self.overfit_batches
+        if self.fast_dev_run:
+            quick = fast_dev_run_settings(self.fast_dev_run)
+            max_epochs, max_steps, limits = quick["max_epochs"], quick["max_steps"], quick["limits"]
+            val_check_interval, val_every_n_epochs = quick["val_check_interval"], quick["val_every_n_epochs"]
+            loggers, logger, resume = quick["loggers"], None, quick["resume"]
+            enable_checkpointing = quick["enable_checkpointing"]
+            callbacks = [callback for callback in callbacks or () if not isinstance(callback, Checkpointer)]
         self.max_steps = arguments.check_positive_int("max_steps", max_steps, allow_none=True)
         self.max_epochs = arguments.check_positive_int("max_epochs", max_epochs, allow_none=True)
         if self.max_epochs is None and self.max_steps is None:
@@ -138,9 +163,7 @@ class Trainer:
         self.gradient_clip_algorithm = arguments.check_clip_algorithm(gradient_clip_algorithm)
         self.val_every_n_epochs = arguments.check_positive_int("val_every_n_epochs", val_every_n_epochs)
         self.val_check_interval = arguments.check_positive_int("val_check_interval", val_check_interval, True)
-        self.limits = arguments.check_limits(
-            limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches
-        )
+        self.limits = limits
         self.log_every_n_steps = arguments.check_positive_int("log_every_n_steps", log_every_n_steps)
         callbacks = arguments.check_callbacks(callbacks, Callback)
         self.seed = arguments.check_seed(seed)
@@ -169,7 +192,7 @@ class Trainer:
         self.loggers: list[Logger] = defaults.loggers_from(loggers, logger)
         self._logger_bridge = defaults.logger_bridge(self.loggers)
         self.callbacks = callbacks + defaults.default_callbacks(
-            callbacks, self.default_root_dir, enable_progress_bar, enable_checkpointing
+            callbacks, self.default_root_dir, enable_progress_bar, enable_checkpointing, bool(enable_model_summary)
         )
         self.callbacks.append(self._logger_bridge)
         check_state_keys(self.callbacks)
