@@ -17,7 +17,7 @@ from tracktrain.number_checks import is_integral, is_real
 if TYPE_CHECKING:
     from tracktrain.trainer.strategies import Strategy
 
-__all__ = ["MetricLog", "scalar_values", "to_floats"]
+__all__ = ["MetricLog", "is_torchmetrics_metric", "scalar_values", "to_floats"]
 
 _REDUCE = ("mean", "sum", "max", "min")
 
@@ -25,7 +25,17 @@ _REDUCE = ("mean", "sum", "max", "min")
 class _Logged:
     """One logged name: its options, its latest step value and its running epoch aggregate."""
 
-    __slots__ = ("on_step", "on_epoch", "reduce", "sync_dist", "step_value", "step_fresh", "total", "weight")
+    __slots__ = (
+        "on_step",
+        "on_epoch",
+        "reduce",
+        "sync_dist",
+        "step_value",
+        "step_fresh",
+        "total",
+        "weight",
+        "metric",
+    )
 
     def __init__(self, on_step: bool, on_epoch: bool, reduce: str, sync_dist: bool) -> None:
         self.on_step = on_step
@@ -36,6 +46,7 @@ class _Logged:
         self.step_fresh = False
         self.total: torch.Tensor | None = None
         self.weight = 0.0
+        self.metric: Any = None  # a TorchMetrics metric logged under this name: its own state, computed at the end
 
 
 class MetricLog:
@@ -74,6 +85,9 @@ class MetricLog:
 
     def reset(self) -> None:
         """Forget the period's values (at the start of each epoch); until `enter_steps`, values log per epoch."""
+        for entry in self._entries.values():
+            if entry.metric is not None:  # a TorchMetrics metric's state is the period's too
+                entry.metric.reset()
         self._entries = {}
         self.in_step = False
         self._epoch_values = None
@@ -107,6 +121,9 @@ class MetricLog:
                 f"but earlier in this epoch with on_step={entry.on_step}, on_epoch={entry.on_epoch}, "
                 f"reduce={entry.reduce!r}. Log a name with the same options every time."
             )
+        if is_torchmetrics_metric(value):
+            self._log_metric(name, entry, value)
+            return
         value = _as_scalar_tensor(name, value)
         if batch_size is not None:
             batch_size = _checked_batch_size(batch_size)
@@ -121,6 +138,27 @@ class MetricLog:
             self._accumulate(entry, value, batch_size)
             if not self.in_step:  # logged from a hook: visible at once to the hooks and callbacks after it
                 self.callback_metrics[name] = _aggregate(entry)
+
+    def _log_metric(self, name: str, entry: _Logged, metric: Any) -> None:
+        """A TorchMetrics metric: per step, the value of its last `forward` (this batch's); per epoch, its
+        `compute()` over everything it was updated with (synced across processes by TorchMetrics), at the end."""
+        if entry.metric is None and entry.total is None:
+            entry.metric = metric
+        elif entry.metric is not metric:
+            raise ValueError(
+                f"self.log({name!r}) got another value than the metric object logged under that name earlier in "
+                "this epoch: log one TorchMetrics metric per name (an attribute of the module), every time."
+            )
+        if entry.on_step:
+            batch_value = getattr(metric, "_forward_cache", None)
+            if batch_value is not None:  # updated by calling it: this batch's value
+                entry.step_value = _as_scalar_tensor(name, batch_value)
+                entry.step_fresh = True
+                self.callback_metrics[name] = entry.step_value
+                if entry.on_epoch:
+                    self.callback_metrics[f"{name}_step"] = entry.step_value
+        if entry.on_epoch:
+            self._epoch_values = None
 
     def _new_entry(
         self, name: str, prog_bar: bool, on_step: bool | None, on_epoch: bool | None, reduce: str, sync_dist: bool
@@ -195,15 +233,21 @@ class MetricLog:
             return dict(self._epoch_values)
         values = {}
         for name, entry in self._entries.items():
+            if entry.metric is not None and entry.on_epoch and entry.total is None:
+                # once per period, on every rank (TorchMetrics syncs its state across processes in compute)
+                entry.total = _as_scalar_tensor(name, entry.metric.compute())
             if not entry.on_epoch or entry.total is None:
                 continue
             total, weight = entry.total, entry.weight
-            if entry.sync_dist and self._strategy.is_distributed:
-                if entry.reduce == "mean":
-                    total, weight = self._sum_across_ranks(total, weight)
-                else:
-                    total = self._reduce_across_ranks(total, entry.reduce)
-            value = _aggregate(entry, total, weight)
+            if entry.metric is not None:
+                value = total  # the metric's own value over the period
+            else:
+                if entry.sync_dist and self._strategy.is_distributed:
+                    if entry.reduce == "mean":
+                        total, weight = self._sum_across_ranks(total, weight)
+                    else:
+                        total = self._reduce_across_ranks(total, entry.reduce)
+                value = _aggregate(entry, total, weight)
             self.callback_metrics[name] = value
             if entry.on_step:
                 self.callback_metrics[f"{name}_epoch"] = value
@@ -233,6 +277,12 @@ def _aggregate(entry: _Logged, total: torch.Tensor | None = None, weight: float 
     weight = entry.weight if weight is None else weight
     assert total is not None  # aggregated only once something was logged
     return total / weight if entry.reduce == "mean" else total
+
+
+def is_torchmetrics_metric(value: Any) -> bool:
+    """Whether `value` is a TorchMetrics `Metric`, or of a subclass (known by name: the core does not import
+    TorchMetrics)."""
+    return any(kind.__name__ == "Metric" and kind.__module__.startswith("torchmetrics") for kind in type(value).__mro__)
 
 
 def _as_scalar_tensor(name: str, value: Any) -> torch.Tensor:
