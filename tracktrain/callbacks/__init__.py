@@ -15,6 +15,7 @@ _LAZY = {
     "MetricPrinter": "tracktrain.callbacks.metric_printer",
     "ModelCheckpoint": "tracktrain.callbacks.model_checkpoint",
     "ModelSummary": "tracktrain.callbacks.model_summary",
+    "Profiler": "tracktrain.callbacks.profiler",
     "Timing": "tracktrain.callbacks.timing",
     "TrainerProgressBar": "tracktrain.callbacks.progress",
 }

@@ -59,6 +59,9 @@ class LoggerBridge(Callback):
     def checkpoint_saved(self, path: str, step: int | None = None) -> None:
         self.runs.checkpoint_saved(path, step)
 
+    def log_artifact(self, path: str, artifact_path: str | None, step: int | None = None) -> None:
+        self.runs.log_artifact(path, artifact_path, step)
+
     def on_train_epoch_end(self, trainer: Trainer, module: LoopModule) -> None:
         self.runs.flush()
 

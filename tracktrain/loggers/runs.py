@@ -75,6 +75,12 @@ class TrackerRuns:
                 if logger.log_checkpoints:
                     logger.log_artifact(path, CHECKPOINT_ARTIFACTS, step=step)
 
+    def log_artifact(self, path: str, artifact_path: str | None, step: int | None = None) -> None:
+        """Send the file `path` to every logger (a profiler trace, a plot), while the runs are open."""
+        if self.active:
+            for logger in self.loggers:
+                logger.log_artifact(path, artifact_path, step=step)
+
     def flush(self) -> None:
         """Ask for delivery of what is queued (each logger waits at most its own `flush_timeout`)."""
         if self.active:

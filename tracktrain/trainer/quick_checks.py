@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from torch.utils.data import DataLoader, Subset
 
+from tracktrain.dist_logger import get_dist_logger
 from tracktrain.trainer import arguments
 from tracktrain.trainer.batches import loader_length
+from tracktrain.trainer.run_checkpoints import Checkpointer
 
-__all__ = ["check_fast_dev_run", "fast_dev_run_settings", "first_batches"]
+__all__ = ["FastDevRun", "check_fast_dev_run", "first_batches"]
 
 
 def check_fast_dev_run(value: Any) -> int:
@@ -26,19 +28,19 @@ def check_fast_dev_run(value: Any) -> int:
     return arguments.check_positive_int("fast_dev_run", value)
 
 
-def fast_dev_run_settings(batches: int) -> dict[str, Any]:
-    """The Trainer's arguments `fast_dev_run=batches` sets: that many batches of each stage in one epoch, and no
-    checkpoints, trackers or resume, so that it leaves nothing behind a real run could mistake for its own."""
-    return {
-        "max_epochs": 1,
-        "max_steps": None,
-        "val_check_interval": None,
-        "val_every_n_epochs": 1,
-        "limits": dict.fromkeys(("fit", "validate", "test", "predict"), batches),
-        "loggers": False,
-        "enable_checkpointing": False,
-        "resume": None,
-    }
+class FastDevRun:
+    """What `Trainer(fast_dev_run=batches)` changes of the Trainer's arguments: that many batches of each stage in one
+    epoch (`schedule`: max_epochs, max_steps, limits, val_check_interval, val_every_n_epochs), and no checkpoints
+    (the `callbacks` without checkpointers), trackers or resume, so that it leaves nothing behind a real run could
+    take for its own."""
+
+    def __init__(self, batches: int, callbacks: Sequence[Any] | None) -> None:
+        limits: dict[str, int | float | None] = dict.fromkeys(("fit", "validate", "test", "predict"), batches)
+        self.schedule = (1, None, limits, None, 1)
+        self.callbacks = [callback for callback in callbacks or () if not isinstance(callback, Checkpointer)]
+        get_dist_logger().info(
+            f"fast_dev_run: {batches} batch(es) of each stage; no checkpoints, no tracker runs, no resume."
+        )
 
 
 def first_batches(loader: Iterable[Any], count: int | float) -> Iterable[Any]:

@@ -28,9 +28,9 @@ from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.nonfinite import NonFiniteWatch
 from tracktrain.trainer.optimizers import LRSchedulerConfig
 from tracktrain.trainer.preemption_control import PreemptionControl
-from tracktrain.trainer.quick_checks import check_fast_dev_run, fast_dev_run_settings
+from tracktrain.trainer.quick_checks import FastDevRun, check_fast_dev_run
 from tracktrain.trainer.resume import check_resume
-from tracktrain.trainer.run_checkpoints import Checkpointer, RunCheckpoints
+from tracktrain.trainer.run_checkpoints import RunCheckpoints
 from tracktrain.trainer.session import Session
 from tracktrain.trainer.strategies import Strategy, strategy_for
 from tracktrain.trainer.trainer_state import TrainerState
@@ -44,17 +44,14 @@ __all__ = ["Trainer"]
 class Trainer:
     """Trains, validates, tests and predicts with a `LoopModule` (or a plain model + optimizer + criterion).
 
-    `trainer.train_engine` and `trainer.eval_engine` (validation), `test_engine` and `predict_engine` are
-    ordinary Engines built here: attach any Ignite-style handler or metric to them; Ignite metrics attached to
-    an evaluation engine land in `callback_metrics` with the logged values.
+    `train_engine`, `eval_engine` (validation), `test_engine` and `predict_engine` are ordinary Engines: attach any
+    Ignite-style handler or metric (on an evaluation engine, it lands in `callback_metrics`).
 
     Args:
-        max_epochs: epochs to train (default 1000 when `max_steps` is not given either).
-        max_steps: stop after this many optimizer steps, mid-epoch if need be.
+        max_epochs, max_steps: epochs to train (1000 if neither is given); optimizer steps (mid-epoch if need be).
         accumulate_grad_batches: batches whose gradients add up before each optimizer step (the loss is divided
             by it, so the step equals one on a batch that many times larger).
-        gradient_clip_val: clip gradients before each optimizer step (None or 0: no clipping) ...
-        gradient_clip_algorithm: ... by their total norm ("norm") or element-wise ("value").
+        gradient_clip_val, gradient_clip_algorithm: clip gradients before each step by their norm or by value.
         val_every_n_epochs: validate at the end of every n-th training epoch.
         val_check_interval: validate every this many training batches instead (counted across epochs).
         limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches: batches per epoch
@@ -72,8 +69,7 @@ class Trainer:
         enable_progress_bar: show a tqdm bar (when the output is a terminal).
         enable_checkpointing: save a checkpoint at each epoch's end under `default_root_dir/checkpoints` unless
             a `ModelCheckpoint` callback is given.
-        enable_model_summary: log the module's layers, parameter counts and size at the start of each fit (rank 0;
-            a `ModelSummary(max_depth=...)` callback for more depth).
+        enable_model_summary: log the module's layers, parameter counts and size as each fit starts (rank 0).
         default_root_dir: directory or fsspec URL for checkpoints and logs.
         preemption_timeout: on SIGTERM/SIGUSR1 or Ctrl-C the fit finishes its step, saves a checkpoint (waiting at most
             this many seconds for the write) and raises `tracktrain.preemption.Terminated` (exit status 128 + signal).
@@ -98,11 +94,8 @@ class Trainer:
         compile: `torch.compile` the module's forward (without one, each submodule with parameters: what its steps
             call; under "fsdp": each block it shards), once; True or a dict of torch.compile's options. Parameter
             names stay the same: checkpoints load in compiled and eager runs.
-        fast_dev_run: True (1) or N: a quick check of the steps — N batches of training, validation, test and
-            predict, one epoch, and nothing left behind: no checkpoints (a `ModelCheckpoint` given is left out), no
-            tracker runs, no resume.
-        overfit_batches: N batches (or a fraction of the loader) trained every epoch, in order (a shuffling
-            DataLoader is read unshuffled), and as many validation batches: a model that cannot overfit them has a bug.
+        fast_dev_run: True (1) or N: N batches of each stage in one epoch, nothing left behind (no checkpoints,
+            tracker runs or resume). overfit_batches: N batches (or a fraction) trained every epoch, in order.
     """
 
     def __init__(
@@ -148,12 +141,9 @@ class Trainer:
         if self.overfit_batches is not None:  # as many validation batches as the training ones (`first_batches`)
             limits["validate"] = self.overfit_batches
         if self.fast_dev_run:
-            quick = fast_dev_run_settings(self.fast_dev_run)
-            max_epochs, max_steps, limits = quick["max_epochs"], quick["max_steps"], quick["limits"]
-            val_check_interval, val_every_n_epochs = quick["val_check_interval"], quick["val_every_n_epochs"]
-            loggers, logger, resume = quick["loggers"], None, quick["resume"]
-            enable_checkpointing = quick["enable_checkpointing"]
-            callbacks = [callback for callback in callbacks or () if not isinstance(callback, Checkpointer)]
+            quick = FastDevRun(self.fast_dev_run, callbacks)
+            max_epochs, max_steps, limits, val_check_interval, val_every_n_epochs = quick.schedule
+            loggers, logger, resume, enable_checkpointing, callbacks = False, None, None, False, quick.callbacks
         self.max_steps = arguments.check_positive_int("max_steps", max_steps, allow_none=True)
         self.max_epochs = arguments.check_positive_int("max_epochs", max_epochs, allow_none=True)
         if self.max_epochs is None and self.max_steps is None:
@@ -307,6 +297,10 @@ class Trainer:
         """A checkpoint callback committed `path`, taken at global step `step`: loggers that keep checkpoints
         upload it."""
         self._logger_bridge.checkpoint_saved(path, step)
+
+    def log_artifact(self, path: str, artifact_path: str | None = None) -> None:
+        """Send the file `path` to every tracker of the fit's runs, under `artifact_path` (rank 0, runs open)."""
+        self._logger_bridge.log_artifact(path, artifact_path, self.global_step)
 
     def persist_logs(self) -> None:
         """Make what the loggers hold durable before a checkpoint commits (see `LoggerBridge.persist`): a run
