@@ -7,6 +7,7 @@ from tracktrain._lazy import lazy_attributes
 _LAZY = {
     "Callback": "tracktrain.callbacks.base",
     "AccuracyTracker": "tracktrain.callbacks.metric_tracking",
+    "EMA": "tracktrain.callbacks.weight_averaging",
     "EarlyStopping": "tracktrain.callbacks.early_stopping",
     "EarlyStoppingReason": "tracktrain.callbacks.early_stopping",
     "LearningRateMonitor": "tracktrain.callbacks.lr_monitor",
@@ -16,8 +17,10 @@ _LAZY = {
     "ModelCheckpoint": "tracktrain.callbacks.model_checkpoint",
     "ModelSummary": "tracktrain.callbacks.model_summary",
     "Profiler": "tracktrain.callbacks.profiler",
+    "SWA": "tracktrain.callbacks.weight_averaging",
     "Timing": "tracktrain.callbacks.timing",
     "TrainerProgressBar": "tracktrain.callbacks.progress",
+    "WeightAveraging": "tracktrain.callbacks.weight_averaging",
 }
 
 __all__ = sorted(_LAZY)
