@@ -176,9 +176,9 @@ class PipelineSchedule:
         accept_loss: Callable[[torch.Tensor], bool] | None = None,
     ) -> tuple[Any, bool]:
         """The Trainer's step (`TrainingStep`): `forward()` runs the batch through the stages with `run` (forward and
-        backward: `PipelineStrategy`'s training step) and returns its loss, each micro-batch's loss divided by `loss_divisor` (an
-        accumulation window's batches add up to one step). `accept_loss` can only refuse the window's optimizer
-        step: the schedule has run the backward already. Returns `(output, backpropagated)`."""
+        backward: `PipelineStrategy`'s training step) and returns its loss, each micro-batch's loss divided by
+        `loss_divisor` (an accumulation window's batches add up to one step). `accept_loss` can only refuse the
+        window's optimizer step: the schedule has run the backward already. Returns `(output, backpropagated)`."""
         self.loss_divisor = loss_divisor
         try:
             if model_engine.autocast_dtype is None:
