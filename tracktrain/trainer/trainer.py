@@ -85,9 +85,9 @@ class Trainer:
             (skip the steps whose loss is not finite, at the cost of reading every loss back). See
             `tracktrain.trainer.nonfinite`.
         precision: "32-true" (default), "bf16-mixed" or "16-mixed".
-        strategy: "auto" / "single_device", "ddp" (data parallel) or "fsdp" (FSDP2 sharding) over the processes
-            torchrun starts (or `tracktrain.distributed.spawn`), gloo on CPU and nccl on CUDA; or a `Strategy` with
-            options (`FSDPStrategy(auto_wrap=[Block])`). `trainer.strategy` is the Strategy object.
+        strategy: "auto" / "single_device", "ddp" (data parallel), "fsdp" (FSDP2 sharding) or "pipeline" (a
+            PipelineModule's stages) over the processes torchrun starts (or `tracktrain.distributed.spawn`), gloo on
+            CPU, nccl on CUDA; or a `Strategy` with options (`FSDPStrategy(auto_wrap=[Block])`).
         accelerator: "auto" (CUDA when available), "cpu" or "cuda".
         activation_checkpointing: recompute these submodules' activations in backward instead of keeping them (less
             memory, one more forward of each): module classes (`[Block]`) or a function of a submodule.

@@ -7,6 +7,7 @@ from typing import Any
 from tracktrain.trainer.strategies.base import SingleDeviceStrategy, Strategy
 from tracktrain.trainer.strategies.ddp import DDPStrategy
 from tracktrain.trainer.strategies.fsdp import FSDPStrategy
+from tracktrain.trainer.strategies.pipeline import PipelineStrategy
 from tracktrain.trainer.strategies.xla import XLAStrategy
 
 __all__ = ["STRATEGY_NAMES", "strategy_for"]
@@ -16,13 +17,15 @@ _BY_NAME: dict[str, type[Strategy]] = {
     "single_device": SingleDeviceStrategy,
     "ddp": DDPStrategy,
     "fsdp": FSDPStrategy,
+    "pipeline": PipelineStrategy,  # a PipelineModule's stages, 4 micro-batches, 1F1B
     "xla": XLAStrategy,
 }
 STRATEGY_NAMES = tuple(_BY_NAME)
 
 
 def strategy_for(strategy: Any) -> Strategy:
-    """A `Strategy` as given, or a new one of the kind a name says ("auto", "single_device", "ddp", "fsdp", "xla")."""
+    """A `Strategy` as given, or a new one of the kind a name says ("auto", "single_device", "ddp", "fsdp",
+    "pipeline", "xla")."""
     if isinstance(strategy, Strategy):
         return strategy
     if isinstance(strategy, str) and strategy in _BY_NAME:
