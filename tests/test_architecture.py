@@ -17,7 +17,16 @@ INTEGRATIONS = ROOT / "integrations" / "tracktrain_integrations"
 
 # engine (Events, State, the step) -> handlers/metrics -> trainer -> callbacks/loggers -> colossal; a package may import
 # its own layer and those below it, never above
-LAYERS = {"engine": 0, "handlers": 1, "metrics": 1, "trainer": 2, "callbacks": 3, "loggers": 3, "colossal": 4}
+LAYERS = {
+    "engine": 0,
+    "handlers": 1,
+    "metrics": 1,
+    "trainer": 2,
+    "callbacks": 3,
+    "loggers": 3,
+    "colossal": 4,
+    "tuning": 4,
+}
 
 # the one deliberate upward reach: the product's defaults (a progress bar, a ModelCheckpoint, a CSVLogger, the logger
 # bridge) are chosen in one module; the rest of the Trainer meets them through the Callback/Checkpointer/Logger seams

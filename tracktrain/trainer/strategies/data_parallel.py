@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SequentialSampler
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sampler, SequentialSampler
 
 from tracktrain import distributed
 from tracktrain.trainer.strategies.base import Strategy
@@ -135,11 +135,11 @@ def join_process_group(device: torch.device, timeout: timedelta | None) -> torch
     return device
 
 
-def with_sampler(loader: DataLoader, sampler: DistributedSampler) -> DataLoader:
-    """`loader` rebuilt around `sampler`, every other option kept."""
+def with_sampler(loader: DataLoader, sampler: Sampler, batch_size: int | None = None) -> DataLoader:
+    """`loader` rebuilt around `sampler` (and with `batch_size` where given), every other option kept."""
     return DataLoader(
         loader.dataset,
-        batch_size=loader.batch_size,
+        batch_size=loader.batch_size if batch_size is None else batch_size,
         sampler=sampler,
         num_workers=loader.num_workers,
         collate_fn=loader.collate_fn,
