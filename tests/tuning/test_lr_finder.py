@@ -314,3 +314,22 @@ def test_bad_trainer_module_and_manual_optimization_are_refused(tmp_path):
         lr_find(trainer_for(tmp_path), nn.Linear(4, 2), make_loader())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"lr_find needs automatic optimization .* GAN steps its optimizers itself"):
         lr_find(trainer_for(tmp_path), GAN(), make_loader())
+
+
+class WithPlateau(Classifier):
+    """An LR scheduler that monitors a validation value: a sweep without validation steps the optimizer alone."""
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=self.lr)
+        plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=0)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": plateau, "monitor": "val_loss"}}
+
+
+def test_the_sweep_leaves_the_modules_lr_schedulers_out_and_gives_them_back(tmp_path):
+    module = WithPlateau()
+    result = lr_find(
+        Trainer(**quiet(tmp_path, loggers=False, max_epochs=3)), module, make_loader(n=64), num_training=12
+    )
+    assert len(result.lrs) == 12  # more than the 8 batches of an epoch: its end stepped no scheduler
+    assert "lr_scheduler" in module.configure_optimizers()  # the module's own again
+    assert "configure_optimizers" not in vars(module)

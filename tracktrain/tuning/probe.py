@@ -13,6 +13,7 @@ import torch
 from tracktrain.rng import get_rng_states, set_rng_states
 from tracktrain.trainer.callback import Callback
 from tracktrain.trainer.module import LoopModule
+from tracktrain.trainer.optimizers import parse_optimizers
 from tracktrain.trainer.trainer import Trainer
 
 __all__ = ["OptimizerSnapshot", "check_trainer_and_module", "probe_trainer", "restored"]
@@ -87,7 +88,8 @@ class OptimizerSnapshot(Callback):
 
 @contextmanager
 def restored(module: LoopModule, snapshot: OptimizerSnapshot) -> Iterator[None]:
-    """Run the body, then put back the module's parameters and buffers (bit for bit), its train/eval mode, the
+    """Run the body with the module's optimizers without their LR schedulers, then put back the module's
+    parameters and buffers (bit for bit), its train/eval mode, the
     Trainer it was attached to, the optimizers' states (`snapshot`) and the random generators (python, numpy,
     torch: a sweep draws batches and dropout masks, and building a seeded Trainer reseeds them)."""
     weights = {name: tensor.detach().clone() for name, tensor in module.state_dict(keep_vars=True).items()}
@@ -97,9 +99,18 @@ def restored(module: LoopModule, snapshot: OptimizerSnapshot) -> Iterator[None]:
         attached: Trainer | None = module.trainer
     except RuntimeError:  # not attached to any Trainer yet
         attached = None
+    own = module.__dict__.get("configure_optimizers")  # one set on the instance, to put back
+    configure = own if own is not None else module.configure_optimizers
+    # the searches step the optimizer alone: a scheduler would change the rates a sweep sets, and one that monitors
+    # a validation value finds none in a fit without validation
+    module.configure_optimizers = lambda: parse_optimizers(configure())[0]  # type: ignore[method-assign]
     try:
         yield
     finally:
+        if own is None:
+            del module.configure_optimizers
+        else:
+            module.configure_optimizers = own  # type: ignore[method-assign]
         with torch.no_grad():
             module.load_state_dict(weights)
         module.train(training)
