@@ -121,7 +121,7 @@ class MetricLog:
                 f"but earlier in this epoch with on_step={entry.on_step}, on_epoch={entry.on_epoch}, "
                 f"reduce={entry.reduce!r}. Log a name with the same options every time."
             )
-        if is_torchmetrics_metric(value):
+        if not isinstance(value, torch.Tensor) and is_torchmetrics_metric(value):  # a tensor: no class walk
             self._log_metric(name, entry, value)
             return
         value = _as_scalar_tensor(name, value)
