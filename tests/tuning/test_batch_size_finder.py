@@ -193,5 +193,6 @@ def test_bad_arguments_are_refused_by_name(tmp_path, kwargs, error, match):
 
 
 def test_nothing_fits_is_an_error_naming_the_fix(tmp_path):
-    with pytest.raises(RuntimeError, match=r"even batch size 2 does not fit in max_memory=1 bytes\. Lower init_val"):
-        scale_batch_size(trainer_for(tmp_path), Hungry(), make_loader(), max_memory=1)
+    # 16 samples: 64 MiB, above glibc's largest mmap threshold (32 MiB), so fresh pages whatever the process freed before
+    with pytest.raises(RuntimeError, match=r"even batch size 16 does not fit in max_memory=1 bytes\. Lower init_val"):
+        scale_batch_size(trainer_for(tmp_path), Hungry(), make_loader(), max_memory=1, init_val=16)

@@ -18,6 +18,7 @@ first that failed. The module's weights, its optimizer's state and the random ge
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import re
 from collections.abc import Callable
@@ -140,7 +141,11 @@ def _trial(run: Callable[[], None], on_cuda: bool, max_memory: int | None) -> bo
 
 def peak_memory_growth(run: Callable[[], None]) -> int:
     """Bytes by which this process's peak resident set rose above its resident set while `run()` ran (Linux: the
-    peak is reset first through /proc/self/clear_refs). Raises where that cannot be measured."""
+    peak is reset first through /proc/self/clear_refs, after the allocator's free pages are given back). Raises where
+    that cannot be measured."""
+    # the C allocator's free pages given back (glibc), so that this trial's allocations show in the resident set
+    # instead of reusing pages already counted
+    _give_back_free_memory()
     try:
         with open("/proc/self/clear_refs", "w") as file:
             file.write("5")  # 5: reset the peak resident set (VmHWM) to the current one
@@ -152,6 +157,13 @@ def peak_memory_growth(run: Callable[[], None]) -> int:
         ) from error
     run()
     return max(_status_bytes("VmHWM") - start, 0)
+
+
+def _give_back_free_memory() -> None:
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: its free pages stay, and a trial may reuse them unseen
+        pass
 
 
 def _positive_int(name: str, value: Any) -> int:
