@@ -46,25 +46,6 @@ def test_engine_example_trains(tmp_path):
     _check_learning(_run("digits_engine.py", cwd=tmp_path))
 
 
-@pytest.mark.slow  # two processes through torchrun; CI runs the slow tests
-@pytest.mark.distributed
-@pytest.mark.parametrize("schedule", ["1f1b", "interleaved_1f1b"])
-def test_pipeline_example_trains_through_torchrun(tmp_path, schedule):
-    """The README's command for the pipeline example: two stages (four, interleaved) on two ranks learn the digits."""
-    result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-        + [str(ROOT / "examples" / "digits_pipeline.py"), "--epochs", "5", "--schedule", schedule],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    _check_learning(result.stdout)  # printed once, by the rank holding the last stage
-
-
 def _torchrun(script: str, *args: str, cwd: Path) -> str:
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
@@ -78,6 +59,15 @@ def _torchrun(script: str, *args: str, cwd: Path) -> str:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
+
+
+@pytest.mark.slow  # two processes through torchrun; CI runs the slow tests
+@pytest.mark.distributed
+@pytest.mark.parametrize("schedule", ["1f1b", "interleaved_1f1b"])
+def test_pipeline_example_trains_through_torchrun(tmp_path, schedule):
+    """The README's command for the pipeline example: two stages (four, interleaved) on two ranks learn the digits."""
+    stdout = _torchrun("digits_pipeline.py", "--epochs", "5", "--schedule", schedule, cwd=tmp_path)
+    _check_learning(stdout)  # printed once, by the rank holding the last stage
 
 
 @pytest.mark.slow  # two processes through torchrun, twice; CI runs the slow tests
