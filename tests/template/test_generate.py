@@ -33,7 +33,8 @@ def test_every_tracker_choice_generates_a_project_whose_tests_pass(generate, tra
     result = run_project_tests(project)
 
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    assert "3 passed" in result.stdout  # the smoke fit (with its tracker's read-back), the resume, the config
+    # the smoke fit (with its tracker's read-back and plots), the resume, the learning-rate finder, the config
+    assert "4 passed" in result.stdout
     dependencies = tomllib.loads((project / "pyproject.toml").read_text())["project"]["dependencies"]
     assert any(d.startswith("tracktrain @ file://") for d in dependencies)
     assert any(d.startswith("mlflow") for d in dependencies) == (tracker in ("mlflow", "both"))

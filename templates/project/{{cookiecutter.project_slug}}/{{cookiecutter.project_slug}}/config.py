@@ -32,6 +32,8 @@ class TrainerConfig:
     resume_with_changes: bool
     progress_bar: str
     early_stopping_patience: int
+    model_summary_depth: int
+    plots_every_n_epochs: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,5 +172,11 @@ def _check_choices(config: Config) -> None:
     if config.trainer.early_stopping_patience < 0:
         raise ConfigError("trainer.early_stopping_patience must be 0 (never stop early) or a number of validations, "
                           f"got {config.trainer.early_stopping_patience!r}.")
+    if config.trainer.plots_every_n_epochs < 0:
+        raise ConfigError("trainer.plots_every_n_epochs must be 0 (no plots) or a number of epochs, "
+                          f"got {config.trainer.plots_every_n_epochs!r}.")
+    if config.trainer.model_summary_depth < -1:
+        raise ConfigError("trainer.model_summary_depth must be -1 (every layer), 0 (the totals) or a depth, "
+                          f"got {config.trainer.model_summary_depth!r}.")
     if not 0.0 < config.data.val_fraction < 1.0:
         raise ConfigError(f"data.val_fraction must be between 0 and 1, got {config.data.val_fraction!r}.")

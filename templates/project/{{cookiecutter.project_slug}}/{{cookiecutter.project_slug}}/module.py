@@ -15,7 +15,8 @@ from {{ cookiecutter.project_slug }}.data import NUM_CLASSES, NUM_FEATURES
 
 
 class Classifier(LoopModule):
-    """An MLP classifier; logs train_loss every step, val_loss and val_accuracy every validation."""
+    """An MLP classifier; logs train_loss every step, val_loss and val_accuracy every validation, and returns each
+    validation batch's logits and targets (the confusion-matrix plot counts them)."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -40,6 +41,7 @@ class Classifier(LoopModule):
         logits = self(x)
         self.log("val_loss", F.cross_entropy(logits, y), prog_bar=True)
         self.log("val_accuracy", (logits.argmax(dim=1) == y).float().mean(), prog_bar=True)
+        return {"output": logits, "target": y}
 
     def configure_optimizers(self):
         optimizer = torch.optim.SGD(self.parameters(), lr=self.config.lr, momentum=self.config.momentum)

@@ -67,7 +67,10 @@ def build_loggers(config: Config) -> list:
 
 def build_trainer(config: Config):
     from tracktrain import Trainer
-    from tracktrain.callbacks import EarlyStopping, MetricPrinter, ModelCheckpoint, TrainerProgressBar
+    from tracktrain.callbacks import (ConfusionMatrixPlot, EarlyStopping, MetricPrinter, ModelCheckpoint, ModelSummary,
+                                      TrainerProgressBar)
+
+    from {{ cookiecutter.project_slug }}.data import NUM_CLASSES
 
     settings = config.trainer
     root_dir = local_or_url(config.run.root_dir)
@@ -75,7 +78,10 @@ def build_trainer(config: Config):
         ModelCheckpoint(dirpath=local_or_url(config.run.checkpoint_dir), monitor="val_accuracy", mode="max",
                         save_top_k=1, save_last=True),
         MetricPrinter(),
+        ModelSummary(max_depth=settings.model_summary_depth),  # layers, parameter counts and size, as a fit starts
     ]
+    if settings.plots_every_n_epochs > 0:  # PNGs in root_dir/plots and in the tracker run's artifacts ("plots")
+        callbacks.append(ConfusionMatrixPlot(num_classes=NUM_CLASSES, every_n_epochs=settings.plots_every_n_epochs))
     if settings.early_stopping_patience > 0:  # under DDP, one rank's stop is every rank's (agreed at the boundary)
         callbacks.append(EarlyStopping(monitor="val_accuracy", mode="max", patience=settings.early_stopping_patience))
     if settings.progress_bar == "always":
