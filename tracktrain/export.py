@@ -12,9 +12,10 @@ reads the file back as a callable.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -71,33 +72,61 @@ def export_module(
     Raises `ExportError` when torch.export cannot trace the module (data-dependent control flow, unsupported
     Python), chaining torch's error, and `ExportMismatch` when the program's outputs differ from the module's.
     """
+    module, name = prepare_module(module, checkpoint=checkpoint, submodule=submodule, caller="export_module")
+    args = example_args(example_input, module)
+    with eval_mode(module):
+        program = trace_program(module, name, args, dynamic_batch)
+        _check_outputs(module, name, program, args, rtol, atol)
+    destination = os.fspath(path)
+    os.makedirs(os.path.dirname(os.path.abspath(destination)), exist_ok=True)
+    torch.export.save(program, destination)
+    return program
+
+
+def prepare_module(
+    module: nn.Module, *, checkpoint: str | os.PathLike | None, submodule: str | None, caller: str
+) -> tuple[nn.Module, str]:
+    """The module to export and its name for messages: a copy holding `checkpoint`'s "model" state when one is given,
+    then its `submodule` when one is named; refused when it has no forward(). `caller` names the public function in
+    the messages (export_module, export_onnx)."""
     if not isinstance(module, nn.Module):
-        raise TypeError(f"export_module(module=...) must be a torch.nn.Module, got {type(module).__name__}.")
+        raise TypeError(f"{caller}(module=...) must be a torch.nn.Module, got {type(module).__name__}.")
     name = type(module).__name__
     if checkpoint is not None:
         module = module_from_checkpoint(module, checkpoint)
     if submodule is not None:
-        module = _submodule(module, submodule)
+        module = _submodule(module, submodule, caller)
         name = f"{name}.{submodule}"
     if type(module).forward is nn.Module.forward:
         children = [child for child, _ in module.named_children()]
         raise ExportError(
             f"{name} has no forward() to export. Export the network its steps call: "
-            f"export_module(..., submodule=NAME) with NAME one of {children}, or define forward()."
+            f"{caller}(..., submodule=NAME) with NAME one of {children}, or define forward()."
         )
-    args = _on_device(_as_args(example_input), module)
+    return module, name
+
+
+def example_args(example_input: Any, module: nn.Module) -> tuple[Any, ...]:
+    """The positional arguments of one call of `module`: `example_input` (a tensor, or a tuple of arguments), its
+    tensors moved to the module's device."""
+    args = tuple(example_input) if isinstance(example_input, tuple) else (example_input,)
+    parameter = next(module.parameters(), None)
+    if parameter is None:
+        return args
+    return tuple(arg.to(parameter.device) if isinstance(arg, torch.Tensor) else arg for arg in args)
+
+
+@contextlib.contextmanager
+def eval_mode(module: nn.Module) -> Iterator[None]:
+    """`module` in eval mode (dropout off, batch norm on its running statistics: the module as it predicts), each
+    submodule's own mode given back afterwards, also on an error."""
     modes = {sub: sub.training for sub in module.modules()}
-    module.eval()  # dropout off, batch norm on its running statistics: the module as it predicts
+    module.eval()
     try:
-        program = _export(module, name, args, dynamic_batch)
-        _check_outputs(module, name, program, args, rtol, atol)
+        yield
     finally:
         for sub, training in modes.items():
             sub.train(training)
-    destination = os.fspath(path)
-    os.makedirs(os.path.dirname(os.path.abspath(destination)), exist_ok=True)
-    torch.export.save(program, destination)
-    return program
 
 
 def load_exported(path: str | os.PathLike) -> nn.Module:
@@ -138,30 +167,23 @@ def detached_copy(module: nn.Module) -> nn.Module:
     return copy.deepcopy(module, memo)
 
 
-def _submodule(module: nn.Module, name: str) -> nn.Module:
+def _submodule(module: nn.Module, name: str, caller: str) -> nn.Module:
     try:
         found = module.get_submodule(name)
     except AttributeError:
         children = [child for child, _ in module.named_children()]
         raise AttributeError(
-            f"export_module(submodule={name!r}): {type(module).__name__} has no submodule {name!r}; its children "
+            f"{caller}(submodule={name!r}): {type(module).__name__} has no submodule {name!r}; its children "
             f"are {children} (a dotted path reaches deeper, e.g. 'net.0')."
         ) from None
     return found
 
 
-def _as_args(example_input: Any) -> tuple[Any, ...]:
-    return tuple(example_input) if isinstance(example_input, tuple) else (example_input,)
-
-
-def _on_device(args: tuple[Any, ...], module: nn.Module) -> tuple[Any, ...]:
-    parameter = next(module.parameters(), None)
-    if parameter is None:
-        return args
-    return tuple(arg.to(parameter.device) if isinstance(arg, torch.Tensor) else arg for arg in args)
-
-
-def _export(module: nn.Module, name: str, args: tuple[Any, ...], dynamic_batch: bool) -> torch.export.ExportedProgram:
+def trace_program(
+    module: nn.Module, name: str, args: tuple[Any, ...], dynamic_batch: bool
+) -> torch.export.ExportedProgram:
+    """`torch.export.export(module, args)`, the first dimension of each tensor argument free when `dynamic_batch`;
+    a failure becomes an `ExportError` naming `name`, the cause and the usual fixes, torch's error chained."""
     dynamic_shapes = None
     if dynamic_batch:
         dynamic_shapes = tuple(

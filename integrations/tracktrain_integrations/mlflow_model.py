@@ -21,6 +21,7 @@ from torch import nn
 
 from tracktrain.callbacks.model_checkpoint import ModelCheckpoint
 from tracktrain.export import detached_copy, export_module, module_from_checkpoint
+from tracktrain.export_onnx import export_onnx  # imports onnx and onnxruntime only when it is called
 from tracktrain_integrations.mlflow import MLflowLogger
 
 if TYPE_CHECKING:
@@ -30,7 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = ["EXPORT_ARTIFACTS", "log_model"]
 
-#: where `log_model(..., export=True)` puts the `torch.export` program (`model.pt2`) in the run's artifacts
+#: where `log_model(..., export=True)` puts the `torch.export` program (`model.pt2`), and `onnx=True` the ONNX file
+#: (`model.onnx`), in the run's artifacts
 EXPORT_ARTIFACTS = "export"
 
 
@@ -44,6 +46,7 @@ def log_model(
     submodule: str | None = None,
     name: str = "model",
     export: bool = False,
+    onnx: bool = False,
 ) -> ModelInfo:
     """Log `module` (with a checkpoint's weights) to the MLflow run of `source` as an MLflow pytorch model.
 
@@ -64,6 +67,9 @@ def log_model(
         name: the model's name in the run (`runs:/<run_id>/<name>`).
         export: also export the model with `torch.export` (`tracktrain.export.export_module`) and log the program
             as `export/model.pt2` in the run's artifacts (`torch.export.load` reads it without the module's class).
+        onnx: also export the model to ONNX (`tracktrain.export_onnx.export_onnx`, checked by onnxruntime) and log
+            the file as `export/model.onnx` (with `model.onnx.data` beside it for weights over 2 GB); onnxruntime
+            runs it without torch. Needs the ONNX extra: `pip install 'tracktrain[onnx]'`.
 
     Returns MLflow's `ModelInfo` (`model_uri`, `registered_model_version`, ...).
 
@@ -129,14 +135,24 @@ def log_model(
             # the flavour's own requirements: inferring them loads the model again in a subprocess (seconds)
             pip_requirements=mlflow.pytorch.get_default_pip_requirements(),
         )
-        if export:
-            with tempfile.TemporaryDirectory(prefix="tracktrain-export-") as directory:
-                program = os.path.join(directory, "model.pt2")
-                export_module(model, example, program)
-                client.log_artifact(run_id, program, EXPORT_ARTIFACTS)
+        if export or onnx:
+            _log_exports(client, run_id, model, example, export=export, onnx=onnx)
     finally:
         mlflow.set_tracking_uri(previous)  # type: ignore[arg-type]  # None: back to MLflow's own default
     return info
+
+
+def _log_exports(
+    client: Any, run_id: str, model: nn.Module, example: torch.Tensor, *, export: bool, onnx: bool
+) -> None:
+    """The exports asked for, written to one folder and logged from it under EXPORT_ARTIFACTS: every file an export
+    writes goes along (an ONNX file's external data too)."""
+    with tempfile.TemporaryDirectory(prefix="tracktrain-export-") as directory:
+        if export:
+            export_module(model, example, os.path.join(directory, "model.pt2"))
+        if onnx:
+            export_onnx(model, example, os.path.join(directory, "model.onnx"))
+        client.log_artifacts(run_id, directory, EXPORT_ARTIFACTS)
 
 
 def _mlflow_logger(source: Any) -> MLflowLogger:

@@ -1,7 +1,7 @@
 """`tracktrain_integrations.mlflow_model.log_model` against real MLflow (an embedded sqlite store, which has a model
 registry): after a fit with `MLflowLogger` and `ModelCheckpoint`, the best checkpoint's model lands in the fit's own
 run with a signature and an input example, loads and predicts as that checkpoint does, is registered, and its
-torch.export program is kept beside it."""
+torch.export program, or its ONNX file, is kept beside it."""
 
 from __future__ import annotations
 
@@ -125,6 +125,26 @@ def test_a_registered_name_makes_a_model_version_and_export_keeps_the_program_in
     exported = torch.export.load(program).module()
     assert exported(torch.randn(3, 4)).shape == (3, 2)  # the batch dimension stayed free
     torch.testing.assert_close(exported(x), want, rtol=0, atol=0)
+
+
+def test_onnx_keeps_a_checked_onnx_file_in_the_run_that_onnxruntime_runs(tmp_path, sqlite_uri):
+    onnxruntime = pytest.importorskip("onnxruntime")
+    trainer, logger, callback, fitted = _fit(tmp_path, sqlite_uri)
+    x = torch.randn(6, 4)
+
+    log_model(trainer, fitted, x, onnx=True)
+
+    client = MlflowClient(sqlite_uri)
+    listed = [artifact.path for artifact in client.list_artifacts(logger.run_id, EXPORT_ARTIFACTS)]
+    assert listed == [f"{EXPORT_ARTIFACTS}/model.onnx"]  # export=False: no .pt2; small weights: no external data
+    path = client.download_artifacts(logger.run_id, f"{EXPORT_ARTIFACTS}/model.onnx", str(tmp_path / "onnx"))
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    (feed,) = session.get_inputs()
+    for batch in (x, torch.randn(3, 4)):  # the example, and another batch size: the batch dimension stayed free
+        (got,) = session.run(None, {feed.name: batch.numpy()})
+        torch.testing.assert_close(
+            torch.from_numpy(got), _best_checkpoints_outputs(callback, batch), rtol=1e-4, atol=1e-5
+        )
 
 
 def test_without_an_mlflow_logger_or_a_checkpoint_to_take_it_says_what_to_pass(tmp_path):
