@@ -39,7 +39,8 @@ def batches(n_batches: int = 4, batch_size: int = 8, seed: int = 0) -> list[tupl
 
 class TinyModule(LoopModule):
     """A linear classifier: logs `train_loss` per step and, in validation, `val_loss` or — with `val_script` — the
-    scripted value of the current validation run (the n-th run logs `val_script[n]`) as `val_metric`."""
+    scripted value of the current validation run (the n-th run logs `val_script[n]`; the sanity check, the first
+    value) as `val_metric`."""
 
     def __init__(self, val_script: Sequence[float] | None = None, lr: float = 0.1) -> None:
         super().__init__()
@@ -65,7 +66,8 @@ class TinyModule(LoopModule):
         return {"output": output, "target": y}
 
     def on_validation_end(self) -> None:
-        self.validations += 1
+        if not self.trainer.sanity_checking:  # the sanity check's batches are no validation of the script
+            self.validations += 1
 
     def configure_optimizers(self) -> Any:
         return torch.optim.SGD(self.parameters(), lr=self.lr)

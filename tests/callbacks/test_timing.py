@@ -59,7 +59,8 @@ class Clock:
                 clock.epochs.append(perf_counter() - clock._epoch)
 
             def on_validation_end(self, trainer, module):
-                clock.validations.append(perf_counter() - clock._validation)
+                if not trainer.sanity_checking:  # Timing does not time the sanity check either
+                    clock.validations.append(perf_counter() - clock._validation)
 
         self.callbacks = [Open(), Close()]
 

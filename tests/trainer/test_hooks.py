@@ -62,6 +62,15 @@ def test_fit_hook_order_with_validation_at_epoch_end(tmp_path):
     trainer.fit(Classifier(), make_loader(), make_loader())
     assert calls == [
         "on_fit_start",
+        # the sanity check (Lightning's order): min(num_sanity_val_steps=2, limit_val_batches=1) batch
+        "on_sanity_check_start",
+        "on_validation_start",
+        "on_validation_epoch_start",
+        "on_validation_batch_start",
+        "on_validation_batch_end",
+        "on_validation_epoch_end",
+        "on_validation_end",
+        "on_sanity_check_end",
         "on_train_start",
         "on_train_epoch_start",
         "on_train_batch_start",
@@ -94,7 +103,8 @@ def test_validation_at_step_interval_runs_inside_the_epoch(tmp_path):
             calls.append(f"batch{batch_idx}")
 
         def on_validation_end(self, trainer, module):
-            calls.append(f"val@{trainer.global_step}")
+            if not trainer.sanity_checking:  # the fit's validations only
+                calls.append(f"val@{trainer.global_step}")
 
         def on_train_epoch_end(self, trainer, module):
             calls.append("epoch_end")
@@ -130,7 +140,8 @@ def test_val_every_n_epochs(tmp_path):
 
     class Marks(Callback):
         def on_validation_start(self, trainer, module):
-            epochs.append(trainer.current_epoch)
+            if not trainer.sanity_checking:  # the fit's validations only
+                epochs.append(trainer.current_epoch)
 
     Trainer(
         **quiet(

@@ -27,7 +27,8 @@ class _Batches(Callback):
         self.seen["train"].append(batch[0][0].tolist())
 
     def on_validation_batch_start(self, trainer, module, batch, batch_idx):
-        self.seen["val"].append(batch[0][0].tolist())
+        if not trainer.sanity_checking:  # the fit's validations only
+            self.seen["val"].append(batch[0][0].tolist())
 
     def on_test_batch_start(self, trainer, module, batch, batch_idx):
         self.seen["test"].append(batch[0][0].tolist())

@@ -102,8 +102,10 @@ class ConfusionMatrixPlot(Callback):
 
     # ------------------------------------------------------------------------------------------------- hooks
     def on_validation_start(self, trainer: Trainer, module: LoopModule) -> None:
-        # every rank decides alike (the same epoch): the collective at the end is issued by all or by none
-        self._active = not trainer.fitting or (trainer.current_epoch + 1) % self.every_n_epochs == 0
+        # every rank decides alike (the same epoch): the collective at the end is issued by all or by none; the
+        # sanity check's batches are no epoch's
+        at_epoch = not trainer.fitting or (trainer.current_epoch + 1) % self.every_n_epochs == 0
+        self._active = at_epoch and not trainer.sanity_checking
         self._counts = None
 
     def on_validation_batch_end(

@@ -25,8 +25,9 @@ def is_rank_zero() -> bool:
 
 
 def is_fitting(trainer: Trainer) -> bool:
-    """Whether `trainer.fit()` is running, as opposed to a `validate()` or `test()` call of its own."""
-    return trainer.fitting
+    """Whether `trainer.fit()` is running (its sanity check included), as opposed to a `validate()` or `test()` call
+    of its own."""
+    return trainer.fitting or trainer.sanity_checking
 
 
 def report(trainer: Trainer, values: Mapping[str, torch.Tensor | float]) -> None:

@@ -89,7 +89,7 @@ class Timing(Callback):
         self._restart(VALIDATION)
 
     def on_validation_end(self, trainer: Trainer, module: LoopModule) -> None:
-        if not self.timer.is_on():
+        if not self.timer.is_on() or trainer.sanity_checking:  # the sanity check's batches are not a validation
             return
         seconds = self.timer.stop(VALIDATION, keep_in_history=True)
         if EPOCH in self.timer and self.timer.get_timer(EPOCH).is_running:

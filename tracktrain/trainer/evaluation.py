@@ -27,13 +27,15 @@ class EvaluationStages:
         self._trainer = trainer
         self.predictions: list[Any] = []
 
-    def run(self, stage: str, loader: Any) -> dict[str, Any]:
-        """Run the engine of `stage` once over `loader`; returns the epoch's values."""
+    def run(self, stage: str, loader: Any, max_batches: int | None = None) -> dict[str, Any]:
+        """Run the engine of `stage` once over `loader` (at most `max_batches` of it); returns the epoch's values."""
         trainer = self._trainer
         module, outer_log = trainer.running_module, trainer.metric_log
         training = module.training
         loader = trainer.loader_for(loader, shuffle_default=False)
         epoch_length = epoch_length_of(f"limit_{_LIMIT_NAMES[stage]}_batches", loader, trainer.limits[stage])
+        if max_batches is not None:
+            epoch_length = max_batches if epoch_length is None else min(epoch_length, max_batches)
         if epoch_length == 0:
             return {}
         module.eval()

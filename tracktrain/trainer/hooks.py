@@ -27,6 +27,8 @@ class TrainerEvents(EventEnum):
 
     FIT_STARTED = "fit_started"
     FIT_COMPLETED = "fit_completed"
+    SANITY_CHECK_STARTED = "sanity_check_started"
+    SANITY_CHECK_COMPLETED = "sanity_check_completed"
     CHECKPOINT_SAVING = "checkpoint_saving"
     CHECKPOINT_LOADED = "checkpoint_loaded"
 
@@ -76,6 +78,8 @@ class HookEvent:
 HOOK_EVENTS: dict[str, HookEvent] = {
     "on_fit_start": HookEvent("fit", TrainerEvents.FIT_STARTED),
     "on_fit_end": HookEvent("fit", TrainerEvents.FIT_COMPLETED),
+    "on_sanity_check_start": HookEvent("fit", TrainerEvents.SANITY_CHECK_STARTED),
+    "on_sanity_check_end": HookEvent("fit", TrainerEvents.SANITY_CHECK_COMPLETED),
     "on_train_start": HookEvent("fit", Events.STARTED),
     "on_train_end": HookEvent("fit", Events.COMPLETED),
     "on_train_epoch_start": HookEvent("fit", Events.EPOCH_STARTED),

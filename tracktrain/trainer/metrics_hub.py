@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from tracktrain.engine.engine import Engine
@@ -38,6 +39,7 @@ class MetricsHub:
         }
         self.current = self.logs["fit"]  # the log `self.log` writes to: the stage running
         self._epoch_values: dict[str, dict[str, Any]] = {}
+        self._discarding = False
 
     def enter_stage(self, stage: str) -> None:
         """A stage's period starts (a training epoch, an evaluation run): its values start over."""
@@ -67,10 +69,30 @@ class MetricsHub:
         """The values of `stage`'s last epoch (what `validate()`/`test()` return), forgotten here."""
         return self._epoch_values.pop(stage, {})
 
+    @contextmanager
+    def discarding(self) -> Iterator[None]:
+        """Values logged inside are dropped when it ends (the sanity check's): nothing reaches the loggers, and
+        `callback_metrics`, `logged_metrics` and the progress bar's names are as they were before."""
+        callback_metrics, logged_metrics = dict(self.callback_metrics), dict(self.logged_metrics)
+        progress_bar_names = set(self.progress_bar_names)
+        self._discarding = True
+        try:
+            yield
+        finally:
+            self._discarding = False
+            # restored in place: the stages' logs hold these very containers
+            self.callback_metrics.clear()
+            self.callback_metrics.update(callback_metrics)
+            self.logged_metrics.clear()
+            self.logged_metrics.update(logged_metrics)
+            self.progress_bar_names.clear()
+            self.progress_bar_names.update(progress_bar_names)
+            self._epoch_values.pop("validate", None)
+
     def publish(self, values: Mapping[str, Any]) -> None:
         """The one path logged values take to `logged_metrics` and the loggers (read from the device here), at the
         current global step; while fitting, with the epoch and the samples seen as axes too."""
-        if not values:
+        if not values or self._discarding:
             return
         trainer = self._trainer
         floats = to_floats(dict(values))

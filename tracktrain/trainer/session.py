@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from tracktrain.boundary import Boundary, Decision
 from tracktrain.engine.events import RemovableEventHandle
 from tracktrain.engine.model_engine import ModelEngine
 from tracktrain.rng import manual_seed
@@ -24,6 +25,7 @@ from tracktrain.trainer.metric_log import to_floats
 from tracktrain.trainer.model_preparation import compile_blocks, prepare_module
 from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.quick_checks import first_batches
+from tracktrain.trainer.sanity_check import run_sanity_check
 from tracktrain.trainer.scaled_optimizer import ScaledOptimizer
 from tracktrain.trainer.wiring import ExceptionHooks, attach_handlers
 
@@ -61,9 +63,10 @@ class Session:
                 given = first_batches(train_loader, trainer.overfit_batches)
             loader = self.loader_for(given, shuffle_default=True)
             epoch_length = epoch_length_of("limit_train_batches", loader, trainer.limits["fit"])
-            trainer.fitting = True
             trainer.preemption.start()
             try:
+                run_sanity_check(trainer, val_loader)
+                trainer.fitting = True
                 trainer.train_engine.run(
                     loader, max_epochs=self._max_epochs(epoch_length), epoch_length=epoch_length, seed=trainer.run_seed
                 )
@@ -123,6 +126,26 @@ class Session:
             raise
         finally:
             self._teardown(handles)
+
+    def decisions(self) -> list[Decision]:
+        """`Trainer.decisions`: under DDP, a stop any rank asked for during the epoch (`stop_requested`) is everyone's
+        at its end."""
+        if not self._trainer.strategy.is_distributed:
+            return []
+        return [
+            Decision(
+                Boundary.TRAIN_EPOCH_END,
+                "stop requested",
+                propose=lambda: self.stop_requested,
+                agree="any",
+                act=self._stop_if_agreed,
+            )
+        ]
+
+    def _stop_if_agreed(self, agreed: float) -> None:
+        self.stop_requested = False
+        if agreed:
+            self._trainer.train_engine.terminate()
 
     def loader_for(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
         """`loader` as the strategy reads it (this process's shard under DDP), made once per entry point."""

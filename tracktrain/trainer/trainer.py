@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from tracktrain.boundary import Boundary, Decision
+from tracktrain.boundary import Decision
 from tracktrain.engine.deterministic import ResumableEngine
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events
@@ -31,6 +31,7 @@ from tracktrain.trainer.preemption_control import PreemptionControl
 from tracktrain.trainer.quick_checks import FastDevRun, check_fast_dev_run
 from tracktrain.trainer.resume import check_resume
 from tracktrain.trainer.run_checkpoints import RunCheckpoints
+from tracktrain.trainer.sanity_check import sanity_steps
 from tracktrain.trainer.session import Session
 from tracktrain.trainer.strategies import Strategy, strategy_for
 from tracktrain.trainer.trainer_state import TrainerState
@@ -96,6 +97,7 @@ class Trainer:
             names stay the same: checkpoints load in compiled and eager runs.
         fast_dev_run: True (1) or N: N batches of each stage in one epoch, nothing left behind (no checkpoints,
             tracker runs or resume). overfit_batches: N batches (or a fraction) trained every epoch, in order.
+        num_sanity_val_steps: validation batches a fit runs first, their values discarded (0: none, -1: all).
     """
 
     def __init__(
@@ -132,6 +134,7 @@ class Trainer:
         compile: bool | Mapping[str, Any] = False,
         fast_dev_run: bool | int = False,
         overfit_batches: int | float | None = None,
+        num_sanity_val_steps: int = 2,
     ) -> None:
         self.fast_dev_run = check_fast_dev_run(fast_dev_run)
         limits = arguments.check_limits(
@@ -140,6 +143,7 @@ class Trainer:
         self.overfit_batches = arguments.check_limit("overfit_batches", overfit_batches) or None
         if self.overfit_batches is not None:  # as many validation batches as the training ones (`first_batches`)
             limits["validate"] = self.overfit_batches
+        self.num_sanity_val_steps = sanity_steps(num_sanity_val_steps, self.fast_dev_run)
         if self.fast_dev_run:
             quick = FastDevRun(self.fast_dev_run, callbacks)
             max_epochs, max_steps, limits, val_check_interval, val_every_n_epochs = quick.schedule
@@ -212,6 +216,7 @@ class Trainer:
         self.manual_optimizers: list[Any] = []  # what LoopModule.optimizers() hands out
         self.lr_scheduler_configs: list[LRSchedulerConfig] = []
         self.fitting = False  # True while fit() runs (not during a validate()/test() of its own)
+        self.sanity_checking = False  # True during the validation batches a fit runs before training
         self.val_dataloaders: Any = None
 
     # ------------------------------------------------------------------------------------------- progress
@@ -315,22 +320,7 @@ class Trainer:
     def decisions(self) -> list[Decision]:
         """The Trainer's own decisions at the boundaries (see `tracktrain.boundary`): under DDP, a stop any rank
         asked for during the epoch is everyone's at its end."""
-        if not self.strategy.is_distributed:
-            return []
-        return [
-            Decision(
-                Boundary.TRAIN_EPOCH_END,
-                "stop requested",
-                propose=lambda: self.session.stop_requested,
-                agree="any",
-                act=self._stop_if_agreed,
-            )
-        ]
-
-    def _stop_if_agreed(self, agreed: float) -> None:
-        self.session.stop_requested = False
-        if agreed:
-            self.train_engine.terminate()
+        return self.session.decisions()
 
     # ------------------------------------------------------------------------------------------ entry points
     def fit(
@@ -385,8 +375,7 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------ evaluation
     def run_stage(self, stage: str, loader: Any) -> dict[str, Any]:
-        """Run the evaluation engine of `stage` once over `loader` (no gradients, module in eval mode); returns
-        the epoch's values."""
+        """One pass of `stage`'s evaluation engine over `loader` (no gradients, eval mode); its epoch's values."""
         return self.evaluation.run(stage, loader)
 
     def reduce_epoch(self, stage: str, engine: Engine) -> None:
