@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 import optuna
 import torch
@@ -69,7 +70,9 @@ def mlflow_ui_command(tracking_uri: str) -> str:
     prefix = "sqlite:///"
     if tracking_uri.startswith(prefix):
         path = os.path.abspath(tracking_uri[len(prefix) :])
-        return f"mlflow ui --backend-store-uri sqlite:///{path}"
+        # the mlflow beside this interpreter: a virtual environment's bin/ is rarely on PATH
+        mlflow = os.path.join(os.path.dirname(sys.executable), "mlflow")
+        return f"{mlflow if os.path.exists(mlflow) else 'mlflow'} ui --backend-store-uri sqlite:///{path}"
     return f"open {tracking_uri} in a browser"
 
 

@@ -233,9 +233,10 @@ def test_the_example_sweeps_and_the_same_command_continues_the_study(tmp_path):
     assert [int(n) for n in re.findall(r"^trial\s+(\d+)", second, re.M)] == [2, 3]  # went on, not restarted
     study = optuna.load_study(study_name="digits-mlp", storage=storage)
     assert [trial.number for trial in study.trials] == [0, 1, 2, 3]
-    command = re.search(r"view the runs: (mlflow ui --backend-store-uri sqlite:///(\S+))$", second, re.M)
-    assert command and Path(command.group(2)).is_absolute() and Path(command.group(2)).is_file()
-    client = tracking.MlflowClient(f"sqlite:///{command.group(2)}")
+    command = re.search(r"view the runs: ((\S*mlflow) ui --backend-store-uri sqlite:///(\S+))$", second, re.M)
+    assert command and Path(command.group(3)).is_absolute() and Path(command.group(3)).is_file()
+    assert os.access(command.group(2), os.X_OK)  # the mlflow of this environment: pasted, the command runs
+    client = tracking.MlflowClient(f"sqlite:///{command.group(3)}")
     experiment_id = client.get_experiment_by_name("digits-optuna").experiment_id
     runs = client.search_runs([experiment_id])
     parents = [run for run in runs if run.data.tags.get("optuna.role") == "study"]
