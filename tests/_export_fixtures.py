@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+from torch import nn
+
 from tracktrain import Trainer
 from tracktrain.callbacks.model_checkpoint import ModelCheckpoint
 
@@ -18,3 +21,16 @@ def best_checkpoint_of_a_fit(tmp_path: Path, max_epochs: int = 3) -> str:
     trainer.fit(Classifier(), make_loader(), make_loader(seed=1))
     assert callback.best_model_path is not None
     return callback.best_model_path
+
+
+class DataDependent(nn.Module):
+    """Python control flow on a tensor's value: torch.export cannot trace it (it would need torch.cond)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            return self.net(x)
+        return -self.net(x)

@@ -8,12 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-from tracktrain import Trainer
-from tracktrain.callbacks.model_checkpoint import ModelCheckpoint
 from tracktrain.export import ExportError, ExportMismatch, export_module, load_exported
 from tracktrain.handlers.checkpoint_state import read_checkpoint
 
-from .trainer._tasks import Classifier, make_loader, quiet
+from ._export_fixtures import DataDependent, best_checkpoint_of_a_fit
+from .trainer._tasks import Classifier
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> None:
@@ -38,11 +37,7 @@ def test_a_module_is_exported_in_eval_mode_loaded_back_and_gives_its_outputs_at_
 
 
 def test_the_best_checkpoint_of_a_fit_is_exported_into_a_copy_and_the_module_keeps_its_weights(tmp_path):
-    callback = ModelCheckpoint(dirpath=str(tmp_path / "checkpoints"), monitor="val_loss", save_top_k=1)
-    trainer = Trainer(**{**quiet(tmp_path, max_epochs=3), "enable_checkpointing": True}, callbacks=[callback])
-    trainer.fit(Classifier(), make_loader(), make_loader(seed=1))
-    best = callback.best_model_path
-    assert best is not None
+    best = best_checkpoint_of_a_fit(tmp_path)
 
     fresh = Classifier()  # the initial weights: the checkpoint's differ after three epochs
     before = {key: value.clone() for key, value in fresh.state_dict().items()}
@@ -73,19 +68,6 @@ def test_a_sharded_dcp_checkpoint_is_exported_like_a_single_file(tmp_path):
     x = torch.randn(5, 4)
     with torch.no_grad():
         _same(load_exported(tmp_path / "sharded.pt2")(x), trained(x))
-
-
-class DataDependent(nn.Module):
-    """Python control flow on a tensor's value: torch.export cannot trace it (it would need torch.cond)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = nn.Linear(4, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.sum() > 0:
-            return self.net(x)
-        return -self.net(x)
 
 
 def test_a_module_torch_export_cannot_trace_fails_naming_it_the_cause_and_the_fix(tmp_path):

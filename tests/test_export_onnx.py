@@ -16,7 +16,7 @@ from tracktrain.export import ExportError, ExportMismatch
 from tracktrain.export_onnx import export_onnx, load_onnx
 from tracktrain.handlers.checkpoint_state import read_checkpoint
 
-from ._export_fixtures import best_checkpoint_of_a_fit
+from ._export_fixtures import DataDependent, best_checkpoint_of_a_fit
 from .trainer._tasks import Classifier
 
 # onnxruntime fuses and reorders float operations: close to the module's outputs, not bit for bit
@@ -111,19 +111,6 @@ def test_a_missing_checkpoint_fails_before_anything_is_exported(tmp_path):
         export_onnx(Classifier(), torch.randn(8, 4), tmp_path / "m.onnx", checkpoint=tmp_path / "none.pt")
     with pytest.raises(FileNotFoundError, match=r"No ONNX file at .*export_onnx\(module, example_input, path\)"):
         load_onnx(tmp_path / "m.onnx")
-
-
-class DataDependent(nn.Module):
-    """Python control flow on a tensor's value: torch.export cannot trace it (it would need torch.cond)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = nn.Linear(4, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.sum() > 0:
-            return self.net(x)
-        return -self.net(x)
 
 
 def test_a_module_torch_export_cannot_trace_fails_naming_it_the_cause_and_the_fix(tmp_path):

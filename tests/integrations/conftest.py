@@ -4,6 +4,7 @@ local artifact store, started in its own process group and stopped by that PID (
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -39,3 +40,16 @@ def start_mlflow_server(tmp_path: Path) -> Iterator[Callable[..., MlflowServer]]
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def sqlite_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One embedded store (with a model registry) per test module: creating a database takes MLflow ~2 s; tests use
+    their own experiments (`experiment`)."""
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow-sqlite') / 'mlflow.db'}"
+
+
+@pytest.fixture
+def experiment(request: pytest.FixtureRequest) -> str:
+    """An experiment name of this test's own."""
+    return f"{request.node.name}-{time.time_ns()}"

@@ -46,17 +46,6 @@ def _in_tmp_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # MLflow's own default artifact root is ./mlruns: never the repository's
 
 
-@pytest.fixture(scope="module")
-def sqlite_uri(tmp_path_factory) -> str:
-    """One embedded store for the module (creating a database takes MLflow ~2 s); tests use their own experiments."""
-    return f"sqlite:///{tmp_path_factory.mktemp('mlflow-sqlite') / 'mlflow.db'}"
-
-
-@pytest.fixture
-def experiment(request) -> str:
-    return f"{request.node.name}-{time.time_ns()}"
-
-
 def started(root, **kwargs) -> MLflowLogger:
     logger = MLflowLogger(**kwargs)
     logger.start(str(root))

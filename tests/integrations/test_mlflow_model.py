@@ -48,12 +48,6 @@ def _fit(tmp_path, sqlite_uri: str) -> tuple[Trainer, MLflowLogger, ModelCheckpo
     return trainer, logger, callback, module
 
 
-@pytest.fixture(scope="module")
-def sqlite_uri(tmp_path_factory) -> str:
-    """One embedded store (with a model registry) for the module: creating a database takes MLflow seconds."""
-    return f"sqlite:///{tmp_path_factory.mktemp('mlflow-sqlite') / 'mlflow.db'}"
-
-
 def _best_checkpoints_outputs(callback: ModelCheckpoint, x: torch.Tensor) -> torch.Tensor:
     expected = Classifier()
     expected.load_state_dict(read_checkpoint(callback.best_model_path)["model"])

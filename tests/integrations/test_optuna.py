@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -33,17 +32,6 @@ MAX_EPOCHS = 4
 def _in_tmp_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # MLflow's own default artifact root is ./mlruns: never the repository's
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-@pytest.fixture(scope="module")
-def sqlite_uri(tmp_path_factory) -> str:
-    """One embedded store for the module (creating a database takes MLflow ~2 s); tests use their own experiments."""
-    return f"sqlite:///{tmp_path_factory.mktemp('mlflow-sqlite') / 'mlflow.db'}"
-
-
-@pytest.fixture
-def experiment(request) -> str:
-    return f"{request.node.name}-{time.time_ns()}"
 
 
 class PruneTrial(optuna.pruners.BasePruner):

@@ -54,6 +54,16 @@ def _collapse(calls: list[str]) -> list[str]:
     return out
 
 
+ONE_VALIDATION_BATCH = [
+    "on_validation_start",
+    "on_validation_epoch_start",
+    "on_validation_batch_start",
+    "on_validation_batch_end",
+    "on_validation_epoch_end",
+    "on_validation_end",
+]
+
+
 def test_fit_hook_order_with_validation_at_epoch_end(tmp_path):
     calls: list[str] = []
     trainer = Trainer(
@@ -64,12 +74,7 @@ def test_fit_hook_order_with_validation_at_epoch_end(tmp_path):
         "on_fit_start",
         # the sanity check (Lightning's order): min(num_sanity_val_steps=2, limit_val_batches=1) batch
         "on_sanity_check_start",
-        "on_validation_start",
-        "on_validation_epoch_start",
-        "on_validation_batch_start",
-        "on_validation_batch_end",
-        "on_validation_epoch_end",
-        "on_validation_end",
+        *ONE_VALIDATION_BATCH,
         "on_sanity_check_end",
         "on_train_start",
         "on_train_epoch_start",
@@ -83,12 +88,7 @@ def test_fit_hook_order_with_validation_at_epoch_end(tmp_path):
         "on_after_backward",
         "on_before_optimizer_step",
         "on_train_batch_end",
-        "on_validation_start",
-        "on_validation_epoch_start",
-        "on_validation_batch_start",
-        "on_validation_batch_end",
-        "on_validation_epoch_end",
-        "on_validation_end",
+        *ONE_VALIDATION_BATCH,
         "on_train_epoch_end",
         "on_train_end",
         "on_fit_end",
