@@ -72,7 +72,7 @@ def export_module(
     Raises `ExportError` when torch.export cannot trace the module (data-dependent control flow, unsupported
     Python), chaining torch's error, and `ExportMismatch` when the program's outputs differ from the module's.
     """
-    module, name = prepare_module(module, checkpoint=checkpoint, submodule=submodule, caller="export_module")
+    module, name = module_to_export(module, checkpoint=checkpoint, submodule=submodule, caller="export_module")
     args = example_args(example_input, module)
     with eval_mode(module):
         program = trace_program(module, name, args, dynamic_batch)
@@ -83,7 +83,7 @@ def export_module(
     return program
 
 
-def prepare_module(
+def module_to_export(
     module: nn.Module, *, checkpoint: str | os.PathLike | None, submodule: str | None, caller: str
 ) -> tuple[nn.Module, str]:
     """The module to export and its name for messages: a copy holding `checkpoint`'s "model" state when one is given,

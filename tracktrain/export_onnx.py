@@ -27,7 +27,7 @@ import torch
 import torch.utils._pytree as pytree  # torch's own flattening of nested outputs, as torch.onnx flattens them
 from torch import nn
 
-from tracktrain.export import ExportError, ExportMismatch, eval_mode, example_args, prepare_module, trace_program
+from tracktrain.export import ExportError, ExportMismatch, eval_mode, example_args, module_to_export, trace_program
 
 __all__ = ["OnnxModel", "export_onnx", "load_onnx"]
 
@@ -68,7 +68,7 @@ def export_onnx(
     """
     for package in _PACKAGES:
         _imported("export_onnx", package)
-    module, name = prepare_module(module, checkpoint=checkpoint, submodule=submodule, caller="export_onnx")
+    module, name = module_to_export(module, checkpoint=checkpoint, submodule=submodule, caller="export_onnx")
     args = example_args(example_input, module)
     destination = os.path.abspath(os.fspath(path))
     os.makedirs(os.path.dirname(destination), exist_ok=True)
