@@ -2,7 +2,10 @@
 
 `saver(checkpoint, filename, metadata)` copies every tensor of `checkpoint` to host memory (a clone: the
 training step goes on changing the originals in place) and returns; a worker thread then serializes, writes,
-and commits it through the wrapped saver. Operations keep their order, so a retention `remove` queued after a
+and commits it through the wrapped saver. Around a saver that serializes before it returns (`FsspecSaver`,
+`DiskSaver`), CUDA tensors are copied into page-locked host buffers kept from one save to the next, without
+waiting: the copies are queued on the device's stream (so they read the state before any later step changes it)
+and the worker thread waits for them, not the loop. Operations keep their order, so a retention `remove` queued after a
 save runs only once that save is committed, and not at all if it failed. The next save, and `wait()` (called at
 the end of training), wait for the previous one; a failed background write is raised there, naming the file.
 """
@@ -23,7 +26,7 @@ import torch
 from tracktrain.handlers.savers import CheckpointSkipped, CheckpointWriteError, FsspecSaver
 from tracktrain.handlers.spool import Spool
 
-__all__ = ["AsyncSaver", "SaveHandler", "cpu_snapshot"]
+__all__ = ["AsyncSaver", "PinnedStaging", "SaveHandler", "cpu_snapshot"]
 
 
 class SaveHandler(Protocol):
@@ -53,12 +56,25 @@ class AsyncSaver:
         self._failed_on: str | None = None
         self._thread: threading.Thread | None = None
         self._shared_copies: dict[tuple, tuple[torch.Tensor, torch.Tensor]] | None = None
+        # page-locked buffers are reused by the next snapshot, so only around a saver that keeps no reference to
+        # the checkpoint it was given (it serializes to bytes first); any other save handler gets fresh copies
+        self._staging = PinnedStaging() if isinstance(saver, FsspecSaver) else None
 
     def __call__(self, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None:
         if self._shared_copies is None:
-            self.wait()  # one checkpoint in flight at most: memory stays at one snapshot
-        snapshot = cpu_snapshot(checkpoint, self._shared_copies)
-        self._submit(filename, lambda: self.saver(snapshot, filename, metadata), is_save=True)
+            self.wait()  # one checkpoint in flight at most: memory stays at one snapshot, the buffers are free
+            if self._staging is not None:
+                self._staging.rewind()
+        staging = self._staging
+        snapshot = cpu_snapshot(checkpoint, self._shared_copies, staging)
+        copied = staging.copies_done() if staging is not None else None
+
+        def save() -> None:
+            if copied is not None:
+                copied()  # the device-to-host copies queued by the snapshot, waited for here, not in the loop
+            self.saver(snapshot, filename, metadata)
+
+        self._submit(filename, save, is_save=True)
 
     @contextlib.contextmanager
     def one_snapshot(self) -> Iterator[None]:
@@ -68,6 +84,8 @@ class AsyncSaver:
         once, the first time it is met inside."""
         self.wait()
         self._shared_copies = {}
+        if self._staging is not None:
+            self._staging.rewind()  # once for all the saves inside: they share one set of buffers
         try:
             yield
         finally:
@@ -183,22 +201,82 @@ class AsyncSaver:
                     self._condition.notify_all()
 
 
-def cpu_snapshot(state: Any, copies: dict[tuple, tuple[torch.Tensor, torch.Tensor]] | None = None) -> Any:
-    """`state` with every tensor copied to (pageable) host memory, containers rebuilt, and other leaves deep
-    copied; tensors that are the same view of the same memory (tied weights, which `state_dict` returns as two
-    tensor objects) stay one tensor, so they are saved once and load tied. `copies` (view -> (source, copy))
-    carries the copies over to the next call, for a state that has not changed since (see
-    `AsyncSaver.one_snapshot`); it holds each source, so no other tensor can take its memory meanwhile."""
+class PinnedStaging:
+    """Page-locked host buffers for snapshots of CUDA tensors, kept from one snapshot to the next (pinning memory
+    costs far more than copying into it, and a copy from the device into pageable memory waits for the device and
+    runs at a fraction of the bus's speed). Buffers are matched by the order tensors are met, shape and dtype; one
+    snapshot's set is in use until its save is done, so `rewind()` only once the previous save finished. Holds as
+    much host memory as the device tensors of one checkpoint, for the life of its owner."""
+
+    def __init__(self) -> None:
+        self._buffers: list[torch.Tensor] = []
+        self._next = 0
+        self._streams: dict[torch.device, torch.cuda.Stream] = {}
+
+    def rewind(self) -> None:
+        """The next snapshot may reuse every buffer (the previous snapshot's save is done)."""
+        self._next = 0
+        self._streams = {}
+
+    def copy(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A host copy of the CUDA `tensor`, queued on its device's current stream (the stream the step that
+        changes it next runs on, so the copy reads the state as it is now)."""
+        index = self._next
+        self._next += 1
+        buffer = self._buffers[index] if index < len(self._buffers) else None
+        if buffer is None or buffer.shape != tensor.shape or buffer.dtype != tensor.dtype:
+            buffer = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+            if index < len(self._buffers):
+                self._buffers[index] = buffer
+            else:
+                self._buffers.append(buffer)
+        buffer.copy_(tensor, non_blocking=True)
+        self._streams.setdefault(tensor.device, torch.cuda.current_stream(tensor.device))
+        return buffer
+
+    def copies_done(self) -> Callable[[], None]:
+        """A function that waits until every copy queued so far has landed (an event on each stream used)."""
+        events = []
+        for stream in self._streams.values():
+            event = torch.cuda.Event()
+            event.record(stream)
+            events.append(event)
+
+        def wait() -> None:
+            for event in events:
+                event.synchronize()
+
+        return wait
+
+
+def cpu_snapshot(
+    state: Any,
+    copies: dict[tuple, tuple[torch.Tensor, torch.Tensor]] | None = None,
+    staging: PinnedStaging | None = None,
+) -> Any:
+    """`state` with every tensor copied to host memory, containers rebuilt, and other leaves deep copied; tensors
+    that are the same view of the same memory (tied weights, which `state_dict` returns as two tensor objects) stay
+    one tensor, so they are saved once and load tied. `copies` (view -> (source, copy)) carries the copies over to
+    the next call, for a state that has not changed since (see `AsyncSaver.one_snapshot`); it holds each source, so
+    no other tensor can take its memory meanwhile. Without `staging`, copies are pageable and done on return; with
+    it, CUDA tensors go into its page-locked buffers and the copies are done once `staging.copies_done()`'s
+    function returns."""
     copies = {} if copies is None else copies
     if isinstance(state, torch.Tensor):
         key = _view_key(state)
         if key not in copies:
             detached = state.detach()
+            if detached.device.type == "cpu":
+                copy_ = detached.clone()
+            elif staging is not None and _plain_cuda_tensor(detached):
+                copy_ = staging.copy(detached)
+            else:
+                copy_ = detached.to("cpu")
             # the source itself is held: a tensor known by its object (a DTensor) must keep its id meanwhile
-            copies[key] = (state, detached.clone() if detached.device.type == "cpu" else detached.to("cpu"))
+            copies[key] = (state, copy_)
         return copies[key][1]
     if isinstance(state, Mapping):
-        items = [(key, cpu_snapshot(value, copies)) for key, value in state.items()]
+        items = [(key, cpu_snapshot(value, copies, staging)) for key, value in state.items()]
         try:
             rebuilt = type(state)(items)  # type: ignore[call-arg]  # an OrderedDict stays one (a Mapping may not)
         except TypeError:
@@ -208,10 +286,15 @@ def cpu_snapshot(state: Any, copies: dict[tuple, tuple[torch.Tensor, torch.Tenso
             rebuilt._metadata = copy.deepcopy(metadata)  # type: ignore[attr-defined]
         return rebuilt
     if isinstance(state, (list, tuple)) and not hasattr(state, "_fields"):
-        return type(state)(cpu_snapshot(value, copies) for value in state)
+        return type(state)(cpu_snapshot(value, copies, staging) for value in state)
     if isinstance(state, (str, bytes, int, float, bool, type(None))):
         return state
     return copy.deepcopy(state)
+
+
+def _plain_cuda_tensor(tensor: torch.Tensor) -> bool:
+    # what a page-locked buffer of the same shape holds: not a subclass (a DTensor's shards), not sparse
+    return tensor.device.type == "cuda" and type(tensor) is torch.Tensor and tensor.layout == torch.strided
 
 
 def _view_key(tensor: torch.Tensor) -> tuple:
