@@ -317,11 +317,12 @@ def measure_steps(
 ) -> dict[str, Any]:
     """Per variant: µs per step (samples), the peak device memory (MB) of its long fits, and the weights check."""
     short, long = args.short_epochs, args.long_epochs
-    reference = weights(run_once(fit_raw, workload, short, root, args.threads).net)
+    # on the host: Lightning moves the module there at the end of its fit
+    reference = [w.cpu() for w in weights(run_once(fit_raw, workload, short, root, args.threads).net)]
     result: dict[str, Any] = {"title": workload.title, "parameters": workload.parameters, "variants": {}}
     for name, fit in fits.items():  # warm-up: first-call paths, lazy imports, the allocator, cuBLAS handles
         run = run_once(fit, workload, short, root, args.threads)
-        difference = max_difference(weights(run.net), reference)
+        difference = max_difference([w.cpu() for w in weights(run.net)], reference)
         # the same arithmetic in the same order: equal up to kernels whose reduction order varies (bf16 most)
         tolerance = math.inf if workload.random else 1e-5 if workload.precision == "32-true" else 1e-2
         if run.steps != short * workload.batches_per_epoch:

@@ -265,18 +265,21 @@ def test_synchronize_waits_for_queued_gpu_work():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     torch.cuda.init()
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    torch.cuda._sleep(50_000_000)
-    end.record()
-    torch.cuda.synchronize()
-    kernel = begin.elapsed_time(end) / 1000.0  # seconds the sleep kernel runs
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
 
+    # each sleep kernel timed by events around it: its run time depends on the clock, which rises from idle at the
+    # first kernels, so each timer is compared with its own kernel, not an earlier one's
     synced, unsynced = MultiTimer(synchronize=True), MultiTimer()
     synced.start("gpu")
+    events[0].record()
     torch.cuda._sleep(50_000_000)
-    assert synced.stop("gpu") >= 0.8 * kernel
+    events[1].record()
+    synced_seconds = synced.stop("gpu")
     unsynced.start("gpu")
+    events[2].record()
     torch.cuda._sleep(50_000_000)
-    assert unsynced.stop("gpu") < 0.5 * kernel  # only the launch was timed
+    events[3].record()
+    unsynced_seconds = unsynced.stop("gpu")
     torch.cuda.synchronize()
+    assert synced_seconds >= 0.9 * events[0].elapsed_time(events[1]) / 1000.0
+    assert unsynced_seconds < 0.5 * events[2].elapsed_time(events[3]) / 1000.0  # only the launch was timed

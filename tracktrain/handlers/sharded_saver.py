@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import traceback
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -194,16 +195,25 @@ def holds_shards(value: Any) -> bool:
 
 
 def _described(error: BaseException, rank: int) -> str:
-    """What went wrong, on which rank: DCP's CheckpointException holds every failing rank's error (and their
-    tracebacks, left out here)."""
+    """What went wrong, on which rank, and where it was raised (the error crosses processes as text, its traceback
+    lost): DCP's CheckpointException holds every failing rank's error and stack."""
     if isinstance(error, CheckpointException):  # every rank holds the same: rank 0's is the one reported
         return "; ".join(
-            f"rank {failed}: {type(cause[0]).__name__}: {cause[0]}"
+            f"rank {failed}: {type(cause[0]).__name__}: {cause[0]}{_raised_at(cause[1])}"
             if isinstance(cause, tuple)
             else f"rank {failed}: {cause}"
             for failed, cause in sorted(error.failures.items())
         )
-    return f"rank {rank}: {type(error).__name__}: {error}"
+    return f"rank {rank}: {type(error).__name__}: {error}{_raised_at(traceback.extract_tb(error.__traceback__))}"
+
+
+def _raised_at(stack: Any) -> str:
+    frames = list(stack) if isinstance(stack, traceback.StackSummary) else []
+    if not frames:
+        return ""
+    frame = frames[-1]
+    path = frame.filename.split("site-packages/")[-1]
+    return f" (raised at {path}:{frame.lineno} in {frame.name})"
 
 
 def _unreachable(error: BaseException) -> bool:
