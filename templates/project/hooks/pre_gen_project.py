@@ -64,6 +64,15 @@ def checkpoint_problem(location: str) -> str | None:
     return None
 
 
+def memory_problem(location: str, strategy: str) -> str | None:
+    """memory:// lives in one process: torchrun's processes do not share it, and no later command resumes from it."""
+    if strategy in ("ddp", "fsdp") and location.startswith("memory://"):
+        return (f"checkpoint_location {location!r} lives in one process's memory, which the processes of strategy "
+                f"{strategy!r} do not share: use a local path or an object store URL, e.g. 'runs/checkpoints' or "
+                "'s3://my-bucket/checkpoints'.")
+    return None
+
+
 def requirement_problem(requirement: str) -> str | None:
     if not requirement.strip() or "\n" in requirement or '"' in requirement:
         return (f"tracktrain_requirement {requirement!r} must be one pip requirement on one line without double "
@@ -91,6 +100,7 @@ def main() -> int:
         slug_problem(ANSWERS["project_slug"]),
         *(choice_problem(name, ANSWERS[name]) for name in CHOICES),
         checkpoint_problem(ANSWERS["checkpoint_location"]),
+        memory_problem(ANSWERS["checkpoint_location"], ANSWERS["strategy"]),
         requirement_problem(ANSWERS["tracktrain_requirement"]),
         output_dir_problem(os.getcwd()),
     ]

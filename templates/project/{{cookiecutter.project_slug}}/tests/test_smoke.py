@@ -1,79 +1,175 @@
-"""A fast fit on the real data with the project's own tracker, then a second command that resumes it."""
+{%- set over_processes = cookiecutter.strategy in ("ddp", "fsdp") -%}
+{%- set extension = "dcp" if cookiecutter.strategy == "fsdp" else "pt" -%}
+"""A fast fit on the real data with the project's own tracker, then a second command that resumes it{% if over_processes %}: on 2
+processes started by torchrun (gloo on a CPU), as the README launches them, and on 1 without torchrun{% endif %}."""
 
 from __future__ import annotations
 
 import glob
 import re
+{%- if over_processes %}
+import shlex
+import sys
+{%- endif %}
 
+import fsspec
 import pytest
 
 from {{ cookiecutter.project_slug }}.config import ConfigError, default_values, load_config, parse_override
 from {{ cookiecutter.project_slug }}.find_lr import main as find_lr_main
+{%- if over_processes %}
+from {{ cookiecutter.project_slug }}.train import installed
+{%- else %}
 from {{ cookiecutter.project_slug }}.train import fit, how_to_view, main
+{%- endif %}
 
-# small and fast: two short epochs, checkpoints and logs in the test's directory
-FAST = ["trainer.max_epochs=2", "data.batch_size=128", 'run.root_dir="runs"', 'run.checkpoint_dir="runs/checkpoints"',
-        'trainer.progress_bar="never"']
+{%- if over_processes %}
+
+# each of the 2 processes trains on its half of the 1437 training images in batches of 64: 12 steps an epoch
+STEPS_PER_EPOCH = 12
+TORCHRUN = [installed("torchrun"), "--standalone", "--nproc_per_node", "2"]  # the README's launcher
+{%- else %}
+
+STEPS_PER_EPOCH = 12  # 1437 training images in batches of 128
+{%- endif %}
 
 
-def test_a_short_fit_learns_checkpoints_and_is_tracked(isolated_run):
-    config = load_config(overrides=FAST)
-    result = fit(config)
+def fast(checkpoint_dir: str) -> list[str]:
+    """Small and fast: short epochs, checkpoints in `checkpoint_dir`, logs in the test's directory."""
+    return ["data.batch_size={{ 64 if over_processes else 128 }}", 'run.root_dir="runs"', f'run.checkpoint_dir="{checkpoint_dir}"',
+            'trainer.progress_bar="never"']
 
-    assert result.global_step == 2 * 12  # 1437 training images in batches of 128
-    assert result.resumed_from is None
-    assert result.metrics["val_accuracy"] > 0.5  # chance is 0.1
-    # committed checkpoints: a file (or, under strategy="fsdp", a directory of shards) with its manifest
-    assert glob.glob(str(isolated_run / "runs" / "checkpoints" / "*.manifest.json"))
-    # each epoch's confusion matrix and per-class precision/recall/F1, as images
-    assert len(glob.glob(str(isolated_run / "runs" / "plots" / "confusion_matrix_epoch*.png"))) == 2
+
+def arguments(settings: list[str]) -> list[str]:
+    return [argument for setting in settings for argument in ("--set", setting)]
+
+
+def checkpoint_names(checkpoint_dir: str, folder: str = "") -> set[str]:
+    """The names in the checkpoint directory (a local path or a URL), or in one of its folders."""
+    filesystem, path = fsspec.core.url_to_fs(checkpoint_dir)
+    filesystem.invalidate_cache()  # an object store's listing, as it is now (not as an earlier call saw it)
+    entries = filesystem.ls(f"{path}/{folder}".rstrip("/"), detail=False)
+    return {entry.rstrip("/").rsplit("/", 1)[-1] for entry in entries}
+
+
+def assert_tracked(run_dir, val_accuracy: float, how_to_view: str) -> None:
+    """The fit's record in the project's tracker (`how_to_view`: the commands the run printed to look at it)."""
 {%- if cookiecutter.tracker in ("mlflow", "both") %}
     # the run is in the embedded MLflow database, finished, with the logged values
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{isolated_run / 'runs' / 'mlflow.db'}"
+    uri = f"sqlite:///{run_dir / 'runs' / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("{{ cookiecutter.project_slug }}")
-    (run,) = client.search_runs([experiment.experiment_id])
+    (run,) = client.search_runs([experiment.experiment_id])  # one run{% if over_processes %}: not one per process{% endif %}
     assert run.info.status == "FINISHED"
     assert {"train_loss_step", "val_loss", "val_accuracy"} <= set(run.data.metrics)
-    assert run.data.metrics["val_accuracy"] == pytest.approx(result.metrics["val_accuracy"])
+    assert run.data.metrics["val_accuracy"] == pytest.approx(val_accuracy, abs=1e-4)
     plots = [artifact.path for artifact in client.list_artifacts(run.info.run_id, "plots")]
     assert sum(path.endswith(".png") and "confusion_matrix" in path for path in plots) == 2
-    assert any(uri in line for line in how_to_view(config))
+    assert uri in how_to_view
 {%- endif %}
 {%- if cookiecutter.tracker in ("wandb", "both") %}
     # the offline W&B run is on disk
-    assert len(glob.glob(str(isolated_run / "wandb-home" / "wandb" / "offline-run-*" / "*.wandb"))) == 1
-    assert any("wandb sync" in line for line in how_to_view(config))
+    assert len(glob.glob(str(run_dir / "wandb-home" / "wandb" / "offline-run-*" / "*.wandb"))) == 1
+    assert "wandb sync" in how_to_view
 {%- endif %}
 {%- if cookiecutter.tracker == "none" %}
     # without a tracker the values go to a CSV log
-    assert glob.glob(str(isolated_run / "runs" / "logs" / "**" / "*.csv"), recursive=True)
+    assert glob.glob(str(run_dir / "runs" / "logs" / "**" / "*.csv"), recursive=True)
+{%- endif %}
+{%- if over_processes %}
+
+
+def test_a_short_fit_on_two_processes_checkpoints_is_tracked_and_the_same_command_resumes(isolated_run, checkpoint_dir,
+                                                                                          run_command):
+    command = [*TORCHRUN, "-m", "{{ cookiecutter.project_slug }}.train", *arguments(fast(checkpoint_dir))]
+    first = run_command([*command, "--epochs", "2"])
+
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert first.stdout.count(f"final metrics after {2 * STEPS_PER_EPOCH} steps") == 1  # rank 0 reports, once
+    val_accuracy = float(re.search(r"val_accuracy (\S+)", first.stdout).group(1))
+    assert val_accuracy > 0.5  # chance is 0.1
+    last = f"last_checkpoint_{2 * STEPS_PER_EPOCH}.{{ extension }}"
+    assert {last, f"{last}.manifest.json"} <= checkpoint_names(checkpoint_dir)  # committed: its manifest is there
+{%- if cookiecutter.strategy == "fsdp" %}
+    # sharded: a directory with each process's shard of the weights and optimizer state
+    assert len([name for name in checkpoint_names(checkpoint_dir, last) if name.endswith(".distcp")]) == 2
+{%- endif %}
+    # each epoch's confusion matrix and per-class precision/recall/F1, as images
+    assert len(glob.glob(str(isolated_run / "runs" / "plots" / "confusion_matrix_epoch*.png"))) == 2
+    assert_tracked(isolated_run, val_accuracy, first.stdout)
+
+    # the same command with one more epoch continues from the newest checkpoint, on both processes
+    second = run_command([*command, "--epochs", "3"])
+
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert re.search(r"resumed from (\S+)", second.stdout).group(1).endswith(f"/{last}")
+    assert second.stdout.count(f"final metrics after {3 * STEPS_PER_EPOCH} steps") == 1
+    assert f"last_checkpoint_{3 * STEPS_PER_EPOCH}.{{ extension }}.manifest.json" in checkpoint_names(checkpoint_dir)
+{%- if cookiecutter.tracker in ("mlflow", "both") %}
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{isolated_run / 'runs' / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("{{ cookiecutter.project_slug }}").experiment_id])
+    validated = sorted(metric.step for metric in client.get_metric_history(run.info.run_id, "val_accuracy"))
+    assert validated == [STEPS_PER_EPOCH, 2 * STEPS_PER_EPOCH, 3 * STEPS_PER_EPOCH]  # the same run, continued
 {%- endif %}
 
 
-def test_the_same_command_again_resumes_and_trains_only_the_new_epochs(isolated_run, capsys):
-    fast_args = [argument for setting in FAST for argument in ("--set", setting)]
+def test_without_torchrun_it_trains_as_one_process_and_says_how_to_start_more(isolated_run, checkpoint_dir,
+                                                                               run_command):
+    settings = [*arguments(fast(checkpoint_dir)), "--epochs", "1"]
+    result = run_command([sys.executable, "-m", "{{ cookiecutter.project_slug }}.train", *settings])
+
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    hint = re.search(r"strategy='{{ cookiecutter.strategy }}' on 1 process, as torchrun did not start it; with torchrun "
+                     r"\(one process per GPU, or 2 on a CPU\): (.*)", result.stdout)
+    assert hint, result.stdout[-3000:]
+    assert shlex.split(hint.group(1)) == [*TORCHRUN, "-m", "{{ cookiecutter.project_slug }}.train", *settings]
+    steps = 23  # one process: all 1437 training images in batches of 64
+    assert f"final metrics after {steps} steps" in result.stdout
+    assert f"last_checkpoint_{steps}.{{ extension }}.manifest.json" in checkpoint_names(checkpoint_dir)
+{%- else %}
+
+
+def test_a_short_fit_learns_checkpoints_and_is_tracked(isolated_run, checkpoint_dir):
+    config = load_config(overrides=fast(checkpoint_dir) + ["trainer.max_epochs=2"])
+    result = fit(config)
+
+    assert result.global_step == 2 * STEPS_PER_EPOCH
+    assert result.resumed_from is None
+    assert result.metrics["val_accuracy"] > 0.5  # chance is 0.1
+    # committed checkpoints: each file with its manifest
+    assert [name for name in checkpoint_names(checkpoint_dir) if name.endswith(".{{ extension }}.manifest.json")]
+    # each epoch's confusion matrix and per-class precision/recall/F1, as images
+    assert len(glob.glob(str(isolated_run / "runs" / "plots" / "confusion_matrix_epoch*.png"))) == 2
+    assert_tracked(isolated_run, result.metrics["val_accuracy"], "\n".join(how_to_view(config)))
+
+
+def test_the_same_command_again_resumes_and_trains_only_the_new_epochs(checkpoint_dir, capsys):
+    fast_args = [*arguments(fast(checkpoint_dir)), "--epochs", "2"]
     assert main(fast_args) == 0
 
     first = capsys.readouterr().out
-    assert "final metrics after 24 steps" in first and "resumed from" not in first
+    assert f"final metrics after {2 * STEPS_PER_EPOCH} steps" in first and "resumed from" not in first
     assert main([*fast_args, "--epochs", "3"]) == 0
 
     second = capsys.readouterr().out
-    assert "resumed from " in second and "final metrics after 36 steps" in second
+    assert "resumed from " in second and f"final metrics after {3 * STEPS_PER_EPOCH} steps" in second
+{%- endif %}
 
 
-def test_the_learning_rate_finder_suggests_a_rate_and_saves_its_curve(isolated_run, capsys):
-    settings = ["data.batch_size=32", 'run.root_dir="runs"', 'run.checkpoint_dir="runs/checkpoints"']
-    assert find_lr_main(["--steps", "40", *[argument for setting in settings for argument in ("--set", setting)]]) == 0
+def test_the_learning_rate_finder_suggests_a_rate_and_saves_its_curve(isolated_run, checkpoint_dir, capsys):
+    settings = ["data.batch_size=32", 'run.root_dir="runs"', f'run.checkpoint_dir="{checkpoint_dir}"']
+    assert find_lr_main(["--steps", "40", *arguments(settings)]) == 0
     out = capsys.readouterr().out
     suggested = float(re.search(r"suggested learning rate: (\S+)", out).group(1))
     assert 1e-5 < suggested < 1.0
     assert f"-m {{ cookiecutter.project_slug }}.train --set model.lr={suggested:.3g}" in out
     assert (isolated_run / "runs" / "lr_find.png").stat().st_size > 0
-    assert not (isolated_run / "runs" / "checkpoints").exists()  # the training run is left as it was
+    filesystem, path = fsspec.core.url_to_fs(checkpoint_dir)
+    assert not filesystem.exists(path)  # the training run is left as it was
 {%- if cookiecutter.tracker in ("mlflow", "both") %}
     from mlflow.tracking import MlflowClient
 
@@ -95,3 +191,7 @@ def test_the_config_file_and_overrides_are_typed():
         load_config(overrides=["trainer.epochs=3"])
     with pytest.raises(ConfigError, match="tracking.tracker must be one of"):
         load_config(overrides=["tracking.tracker=tensorboard"])
+    with pytest.raises(ConfigError, match="trainer.strategy must be one of"):
+        load_config(overrides=["trainer.strategy=dp"])
+    with pytest.raises(ConfigError, match="lives in one process's memory"):
+        load_config(overrides=["trainer.strategy=ddp", 'run.checkpoint_dir="memory://checkpoints"'])

@@ -16,6 +16,8 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 TRACKERS = ("mlflow", "wandb", "both", "none")
+STRATEGIES = ("single_device", "ddp", "fsdp")
+OVER_PROCESSES = ("ddp", "fsdp")  # the strategies over the processes torchrun starts (or a world of one without it)
 PROGRESS_BAR = ("auto", "always", "never")
 WANDB_MODES = ("offline", "online", "disabled")
 
@@ -162,6 +164,7 @@ def _check_choices(config: Config) -> None:
         ("tracking.tracker", config.tracking.tracker, TRACKERS),
         ("tracking.wandb_mode", config.tracking.wandb_mode, WANDB_MODES),
         ("trainer.progress_bar", config.trainer.progress_bar, PROGRESS_BAR),
+        ("trainer.strategy", config.trainer.strategy, STRATEGIES),
     ):
         if value not in choices:
             raise ConfigError(f"{name} must be one of {list(choices)}, got {value!r}.")
@@ -178,5 +181,9 @@ def _check_choices(config: Config) -> None:
     if config.trainer.model_summary_depth < -1:
         raise ConfigError("trainer.model_summary_depth must be -1 (every layer), 0 (the totals) or a depth, "
                           f"got {config.trainer.model_summary_depth!r}.")
+    if config.trainer.strategy in OVER_PROCESSES and config.run.checkpoint_dir.startswith("memory://"):
+        raise ConfigError(f"run.checkpoint_dir {config.run.checkpoint_dir!r} lives in one process's memory, which the "
+                          f"processes of trainer.strategy={config.trainer.strategy!r} do not share (nor does the next "
+                          "command, the one that resumes): use a local path or an object store URL (s3://bucket/prefix).")
     if not 0.0 < config.data.val_fraction < 1.0:
         raise ConfigError(f"data.val_fraction must be between 0 and 1, got {config.data.val_fraction!r}.")

@@ -2,7 +2,8 @@
 
 Resumes by default: run the same command again after a crash or Ctrl-C and it continues from the newest complete
 checkpoint, in the same tracker run. Under DDP: `torchrun --standalone --nproc_per_node 2 -m
-{{ cookiecutter.project_slug }}.train --set trainer.strategy=ddp`.
+{{ cookiecutter.project_slug }}.train --set trainer.strategy=ddp`; without torchrun, strategy "ddp" or "fsdp" trains
+as a world of one process.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ import argparse
 import dataclasses
 import glob
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from {{ cookiecutter.project_slug }}.config import Config, ConfigError, load_config
+from {{ cookiecutter.project_slug }}.config import OVER_PROCESSES, Config, ConfigError, load_config
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -26,7 +28,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="replace one value, e.g. --set trainer.max_epochs=20 (repeatable)")
     parser.add_argument("--epochs", type=int, help="shortcut for --set trainer.max_epochs=N")
-    parser.add_argument("--no-resume", action="store_true", help="start afresh (shortcut for --set trainer.resume=never)")
+    parser.add_argument("--no-resume", action="store_true",
+                        help="start afresh (shortcut for --set trainer.resume=never)")
     return parser.parse_args(argv)
 
 
@@ -172,6 +175,24 @@ def how_to_view(config: Config) -> list[str]:
     return lines
 
 
+def alone_unless_launched(config: Config, argv: Sequence[str]) -> None:
+    """Under strategy "ddp" or "fsdp" without torchrun: describe a world of one process, as torchrun does for
+    `--nproc_per_node 1`, and say in one line how to start more. The run trains at once, the way each of torchrun's
+    processes would, rather than stopping with an error (Lightning runs `strategy="ddp"` on one device the same way)."""
+    if config.trainer.strategy not in OVER_PROCESSES or "WORLD_SIZE" in os.environ:
+        return  # no process group needed, or torchrun (or tracktrain.distributed.spawn) describes one
+    # MASTER_PORT 0: the process group's store takes any free port, as no other process needs to find it
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT="0")
+    import torch
+
+    processes = torch.cuda.device_count() or 2
+    command = shlex.join([installed("torchrun"), "--standalone", "--nproc_per_node", str(processes), "-m",
+                          "{{ cookiecutter.project_slug }}.train", *argv])
+    print(f"strategy={config.trainer.strategy!r} on 1 process, as torchrun did not start it; with torchrun (one "
+          f"process per GPU, or 2 on a CPU): {command}", flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -179,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    alone_unless_launched(config, sys.argv[1:] if argv is None else list(argv))
     result = fit(config)
     from tracktrain.ranks import global_rank
 
