@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import _processes
+
 REPOSITORY = Path(__file__).resolve().parents[2]
 TEMPLATE = "templates/project"
 
@@ -49,6 +51,14 @@ def project_environment(project: Path, **extra: str) -> dict[str, str]:
     for name in ("WANDB_DIR", "WANDB_DATA_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR"):
         environment[name] = str(project / "wandb-home")
     return environment
+
+
+def run_project_tests(project: Path, *arguments: str, timeout: float = 400) -> _processes.Command:
+    """The generated project's own `pytest` (with `arguments`, e.g. `-k NAME`), in `project_environment`, waited for
+    (`.returncode`, `.stdout`, `.stderr`); past `timeout` seconds it fails with the stack of every process it left
+    (torchrun's ranks included)."""
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *arguments]
+    return _processes.run(command, timeout=timeout, cwd=project, env=project_environment(project))
 
 
 @pytest.fixture

@@ -38,6 +38,11 @@ def failed(result: subprocess.CompletedProcess, output_dir: Path) -> str:
             "checkpoint_location 's4://bucket/ckpt' uses the protocol 's4', which fsspec does not know",
         ),
         ({"checkpoint_location": " runs"}, "checkpoint_location ' runs' must be a directory path or an fsspec URL"),
+        (
+            {"checkpoint_location": "memory://ckpt", "strategy": "fsdp"},
+            "checkpoint_location 'memory://ckpt' lives in one process's memory, which the processes of strategy "
+            "'fsdp' do not share: use a local path or an object store URL",
+        ),
         ({"tracktrain_requirement": ""}, "tracktrain_requirement '' must be one pip requirement"),
     ],
 )
