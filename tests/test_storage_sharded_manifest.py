@@ -111,3 +111,25 @@ def test_ranks_reading_together_share_the_checksums_and_all_learn_what_any_found
         check_members(url, VerifyShare(0, 2, lambda mine: [mine, found_by_rank_1]))()
     with pytest.raises(CheckpointCorrupted, match=r"__0_0.distcp does not match the SHA-256"):
         check_members(url, VerifyShare(1, 2, lambda mine: [[], mine]))()
+
+
+def test_a_sharded_save_lists_its_files_when_dcp_returns_metadata_without_storage_data(tmp_path, monkeypatch):
+    """torch 2.11's `save` (seen on an H200) returns the metadata without its storage data: the manifest must
+    still list every file the save wrote, and the checkpoint load back."""
+    import dataclasses
+
+    import torch
+    import torch.distributed.checkpoint.state_dict_saver as dcp_saver
+
+    from tracktrain.handlers.sharded_saver import ShardedSaver
+
+    real_save = dcp_saver.save
+    monkeypatch.setattr(dcp_saver, "save", lambda *a, **k: dataclasses.replace(real_save(*a, **k), storage_data=None))
+    weights = {"weight": torch.arange(6.0).reshape(2, 3)}
+    ShardedSaver(str(tmp_path))({"model": weights, "step": 4}, "checkpoint_4.dcp")
+    url = str(tmp_path / "checkpoint_4.dcp.manifest.json")
+    manifest = parse_manifest(storage.read_bytes(url), url)
+    on_disk = {f"checkpoint_4.dcp/{path.name}" for path in (tmp_path / "checkpoint_4.dcp").iterdir()}
+    assert set(manifest["files"]) == on_disk and "checkpoint_4.dcp/.metadata" in on_disk
+    found, problems = committed_checkpoints(str(tmp_path))
+    assert [checkpoint.data_filename for checkpoint in found] == ["checkpoint_4.dcp"] and problems == []

@@ -90,7 +90,7 @@ class ShardedSaver(FsspecSaver):
         if failure is None:
             try:
                 written = save(state, storage_writer=storage_writer(directory), process_group=self.process_group)
-                every_file = {info.relative_path for info in written.storage_data.values()} | {METADATA_FILE}
+                every_file = _files_written(written, directory)
                 digests = _digests(directory, {name for name in every_file if _written_by(name, rank)})
             except (Exception, CheckpointException) as error:  # noqa: BLE001 - every rank learns it below
                 failure = (_described(error, rank), _unreachable(error))
@@ -221,6 +221,15 @@ def _unreachable(error: BaseException) -> bool:
         causes = [cause[0] if isinstance(cause, tuple) else cause for cause in error.failures.values()]
         return any(isinstance(cause, BaseException) and is_unreachable(cause) for cause in causes)
     return is_unreachable(error)
+
+
+def _files_written(metadata: Any, directory: str) -> set[str]:
+    """The files of the checkpoint DCP's `save` just wrote into `directory` (every rank's: it returns once the
+    coordinator wrote `.metadata`, after every rank reported its writes). Named by the metadata it returns, or, where
+    that leaves them out (torch 2.11 returns it without its storage data; the file on disk has it), listed."""
+    if metadata.storage_data is not None:
+        return {info.relative_path for info in metadata.storage_data.values()} | {METADATA_FILE}
+    return set(storage.listdir(directory))
 
 
 def _written_by(name: str, rank: int) -> bool:
