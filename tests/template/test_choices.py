@@ -9,13 +9,18 @@ tests start 2 gloo processes with torchrun, resume them, and train once without 
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 
-from tests.template.conftest import run_project_tests
+from tests import _processes
+from tests.template.conftest import project_environment, run_project_tests
 
 # (tracker, precision, strategy, checkpoint location); every value of each appears at least once
 CHOICES = [
@@ -78,3 +83,32 @@ def test_a_ddp_project_started_without_torchrun_trains_as_one_process(generate):
 
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
     assert "1 passed, 3 deselected" in result.stdout, result.stdout[-3000:]
+
+
+def readme_commands(project: Path, section: str) -> list[str]:
+    """The commands of the first bash block under `## {section}` in the project's README, as printed."""
+    text = (project / "README.md").read_text().split(f"## {section}", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", text, re.S).group(1)
+    return [line for line in block.splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["single_device", "fsdp"])
+def test_the_readme_train_commands_work_as_printed(generate, strategy):
+    """The README's first train command and its torchrun command, pasted as they are (all 10 epochs), each into a
+    fresh run directory: `python` and `torchrun` are this environment's, found on PATH as in an activated venv."""
+    project = generate(project_slug="digits", tracker="none", strategy=strategy)
+    environment = project_environment(project, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    (train, *_others) = readme_commands(project, "Train")
+    (launch,) = readme_commands(project, "Several processes")
+    assert train.startswith("python -m digits.train ") and launch.startswith("torchrun --standalone")
+
+    for command, processes in ((train, 1), (launch, 2)):
+        shutil.rmtree(project / "runs", ignore_errors=True)
+        result = _processes.run(["bash", "-c", command], timeout=300, cwd=project, env=environment)
+
+        assert result.returncode == 0, f"{command}\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
+        steps = 10 * -(-1437 // (64 * processes))  # 10 epochs of the training images in batches of 64 per process
+        assert result.stdout.count(f"final metrics after {steps} steps") == 1, result.stdout[-3000:]
+        alone = "on 1 process, as torchrun did not start it" in result.stdout
+        assert alone == (processes == 1 and strategy != "single_device")
