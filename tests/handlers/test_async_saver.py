@@ -147,3 +147,15 @@ def test_copies_of_tensors_known_by_object_never_go_to_another_tensor_that_took_
         snapshot = cpu_snapshot(state, copies)
         assert {name: tensor.tolist() for name, tensor in snapshot.items()} == expected, f"round {round_}"
         del state, snapshot  # dropped, as Checkpoint drops them after the save
+
+
+def test_snapshot_copies_containers_of_plain_values_and_keeps_their_subclasses_apart():
+    """Lists and tuples of plain numbers (the RNG states: ~1250 ints a checkpoint) take a fast path; the snapshot is
+    still a copy, equal to the state, and a container holding anything else (a tensor, an int subclass) is walked."""
+    state = {"python": (3, tuple(range(625)), None), "numpy": ("MT19937", list(range(624)), 2, 0, 0.0)}
+    snapshot = cpu_snapshot(state)
+    assert snapshot == state
+    assert snapshot["numpy"][1] is not state["numpy"][1]  # a list the training loop may change is copied
+    tensor = torch.zeros(2)
+    mixed = cpu_snapshot([1, tensor, 2])
+    assert mixed[0] == 1 and mixed[2] == 2 and mixed[1] is not tensor and torch.equal(mixed[1], tensor)
