@@ -209,3 +209,35 @@ def test_step_without_optimizer_is_a_clear_error():
     with pytest.raises(TypeError, match="subclass tracktrain.engine.BaseOpHook"):
         ModelEngine(_model()).add_hook(object())
     assert initialize(_model(), torch.optim.SGD(_model().parameters(), lr=0.1))[1:] == (None, None, None)
+
+
+def test_an_attached_engine_gets_every_step_event_in_order_with_the_loss_and_the_optimizer():
+    """Each StepEvent is fired under its own name's key (the hot path passes the key, not the event): a handler of
+    each runs once per backward/step, in order, seeing `step_loss` and `step_optimizer`."""
+    from tracktrain.engine import Engine
+    from tracktrain.engine.model_engine import StepEvents
+
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model_engine = ModelEngine(model, optimizer, nn.CrossEntropyLoss())
+    engine = Engine(lambda engine, batch: None)
+    model_engine.attach(engine)
+    seen: list[tuple[str, object]] = []
+    for event in StepEvents:
+        engine.add_event_handler(
+            event,
+            lambda e, name=event.name: seen.append(
+                (name, e.state.step_loss if "BACKWARD" in name else e.state.step_optimizer)
+            ),
+        )
+    (x, y), *_ = _batches(1)
+    loss = model_engine.criterion(model_engine(x), y)
+    model_engine.backward(loss)
+    model_engine.step()
+    assert seen == [
+        ("BACKWARD_STARTED", loss),
+        ("BACKWARD_COMPLETED", loss),
+        ("OPTIMIZER_STEP_STARTED", optimizer),
+        ("OPTIMIZER_STEP_COMPLETED", optimizer),
+    ]
+    assert engine.last_event_name is StepEvents.OPTIMIZER_STEP_COMPLETED

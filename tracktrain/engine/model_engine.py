@@ -44,6 +44,14 @@ class StepEvents(EventEnum):
     OPTIMIZER_STEP_COMPLETED = "optimizer_step_completed"
 
 
+# Fired through the Engine's hot path (`Engine._fire`) with their keys: an event without handlers costs one dict lookup.
+_BACKWARD_STARTED, _BACKWARD_COMPLETED = StepEvents.BACKWARD_STARTED, StepEvents.BACKWARD_COMPLETED
+_OPTIMIZER_STEP_STARTED, _OPTIMIZER_STEP_COMPLETED = (
+    StepEvents.OPTIMIZER_STEP_STARTED,
+    StepEvents.OPTIMIZER_STEP_COMPLETED,
+)
+
+
 class BaseOpHook:
     """Code around every submodule's forward and backward (Colossal-AI's ophooks); override what you need.
 
@@ -168,10 +176,6 @@ class ModelEngine:
     def detach(self) -> None:
         self._events_engine = None
 
-    def _fire(self, event: StepEvents) -> None:
-        # the Engine's own hot path: an event without handlers costs one dict lookup
-        self._events_engine._fire(event, event.name)
-
     # --------------------------------------------------------------------------------------------- properties
     @property
     def model(self) -> nn.Module:
@@ -223,12 +227,12 @@ class ModelEngine:
         events = self._events_engine
         if events is not None:
             events.state.step_loss = loss
-            self._fire(StepEvents.BACKWARD_STARTED)
+            events._fire(_BACKWARD_STARTED, "BACKWARD_STARTED")
         if self.scaler is not None:
             loss = self.scaler.scale(loss)
         loss.backward()
         if events is not None:
-            self._fire(StepEvents.BACKWARD_COMPLETED)
+            events._fire(_BACKWARD_COMPLETED, "BACKWARD_COMPLETED")
 
     def backward_by_grad(self, tensor: torch.Tensor, grad: torch.Tensor) -> None:
         """Backpropagate from `tensor` given the gradient of the loss with respect to it."""
@@ -244,11 +248,11 @@ class ModelEngine:
             handle()
         events = self._events_engine
         clipping = self.clip_grad_norm is not None or self.clip_grad_value is not None
-        if clipping or events is not None:
-            self.unscale_gradients(optimizer)  # clipping and step handlers see the true gradients, not scaled ones
+        if self.scaler is not None and (clipping or events is not None):
+            self.scaler.unscale_(optimizer)  # clipping and step handlers see the true gradients, not scaled ones
         if events is not None:
             events.state.step_optimizer = optimizer
-            self._fire(StepEvents.OPTIMIZER_STEP_STARTED)
+            events._fire(_OPTIMIZER_STEP_STARTED, "OPTIMIZER_STEP_STARTED")
         if clipping:
             self.clip_gradients(optimizer, self.clip_grad_norm, self.clip_grad_value, self._schedule.gradient_norm)
         if self.scaler is not None:
@@ -259,7 +263,7 @@ class ModelEngine:
         for ophook in self._ophooks:
             ophook.post_iter()
         if events is not None:
-            self._fire(StepEvents.OPTIMIZER_STEP_COMPLETED)
+            events._fire(_OPTIMIZER_STEP_COMPLETED, "OPTIMIZER_STEP_COMPLETED")
 
     def scaled_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Step `optimizer` through the GradScaler (skipped, and counted, when its gradients hold inf/NaN); the

@@ -112,10 +112,19 @@ class TrainingStep:
     def __call__(self, engine: Engine, batch: Any) -> Any:
         windows, model_engine = self.windows, self.model_engine
         size = windows.size
-        if size == 1 or windows.starts(engine):
-            model_engine.zero_grad()
-        ends = size == 1 or windows.ends(engine)
         forward = lambda: self.forward(engine, batch)  # noqa: E731
+        if size == 1:  # no accumulation: every batch is a whole window (no window arithmetic, no context)
+            model_engine.zero_grad()
+            output, backpropagated = model_engine.schedule.forward_backward(
+                model_engine, forward, self.loss_of, 1, self.accept_loss
+            )
+            self._skip_window |= not backpropagated
+            self.pending_batches += 1
+            self._step()
+            return output
+        if windows.starts(engine):
+            model_engine.zero_grad()
+        ends = windows.ends(engine)
         with contextlib.nullcontext() if ends else self.no_sync():
             output, backpropagated = model_engine.schedule.forward_backward(
                 model_engine, forward, self.loss_of, size, self.accept_loss
