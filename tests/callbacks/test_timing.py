@@ -138,6 +138,8 @@ def test_batch_size_is_the_first_tensors_length():
     assert _batch_size({"meta": "id", "inputs": {"image": torch.zeros(4, 2)}, "y": x}) == 4
     assert _batch_size(["text", 3]) == 1
     assert _batch_size(torch.tensor(2.0)) == 1
+    assert _batch_size([torch.zeros(3, 2), x]) == 3 and _batch_size((torch.tensor(2.0), x)) == 1  # the fast path
+    assert _batch_size(()) == 1 and _batch_size(("id", x)) == 5
 
 
 def test_bad_arguments_are_refused():

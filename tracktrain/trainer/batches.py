@@ -12,6 +12,9 @@ __all__ = ["batch_size_of", "epoch_length_of", "loader_length"]
 
 def batch_size_of(batch: Any) -> int:
     """The length of the first tensor found in `batch` (depth first), from its shape; 1 when there is none."""
+    kind = type(batch)
+    if (kind is tuple or kind is list) and batch and type(batch[0]) is torch.Tensor:  # (inputs, targets): no walk
+        batch = batch[0]
     if isinstance(batch, torch.Tensor):
         return int(batch.shape[0]) if batch.dim() > 0 else 1
     if isinstance(batch, Mapping):

@@ -39,12 +39,14 @@ class FitStep:
         self._module: LoopModule
         self._model_engine: ModelEngine
         self._train_forward: Callable[[Any, int], Any]
+        self._device: torch.device | None = None  # where batches go; None: they stay where they are (CPU)
 
     def setup(self, train_forward: Callable[[Any, int], Any]) -> None:
         """Build the step for the fit starting (the module, its optimizers and model engine are set up)."""
         trainer = self._trainer
         module, model_engine, strategy = trainer.running_module, trainer.running_model_engine, trainer.strategy
         self._module, self._model_engine = module, model_engine
+        self._device = trainer.device if trainer.device.type != "cpu" else None
         for optimizer in trainer.optimizers:
             optimizer.zero_grad()
         self._training_step = TrainingStep(
@@ -75,9 +77,9 @@ class FitStep:
 
     def __call__(self, engine: Engine, batch: Any) -> Any:
         trainer = self._trainer
-        if trainer.device.type != "cpu":  # CPU tensors stay where they are: no walk over the batch
-            batch = move_to_device(batch, trainer.device)
-        trainer.metric_log.batch = batch
+        if self._device is not None:  # CPU tensors stay where they are: no walk over the batch
+            batch = move_to_device(batch, self._device)
+        trainer.metrics.current.batch = batch  # the log `self.log` writes to (`trainer.metric_log`)
         trainer.state.samples_seen += batch_size_of(batch)  # from shapes: no device sync
         if self._module.automatic_optimization:
             return self._training_step(engine, batch)
