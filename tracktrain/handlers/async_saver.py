@@ -264,7 +264,7 @@ def cpu_snapshot(
     kind = type(state)
     if kind in _ATOMS:  # most leaves: exact types first, before the isinstance checks (Mapping's is an ABC's)
         return state
-    if (kind is list or kind is tuple) and all(type(value) in _ATOMS for value in state):
+    if (kind is list or kind is tuple) and _ATOMS.issuperset(map(type, state)):
         return kind(state)  # the RNG states: ~1250 ints a checkpoint, copied in one call, not one each
     copies = {} if copies is None else copies
     if isinstance(state, torch.Tensor):

@@ -196,11 +196,18 @@ class _BarDriver:
         self.output_transform = output_transform
         self.state_attributes = None if state_attributes is None else list(state_attributes)
         self.shows_values = bool(metric_names or output_transform is not None or state_attributes)
+        # decided once, not at every event: the state attribute that says how often the event fires per bar
+        self._period = _PERIOD_OF.get(event.name)
+        self._counter: str | None = None  # the state counter of the event, looked up on the first call
 
     def __call__(self, engine: Engine) -> None:
         state = engine.state
-        total = _events_per_bar(self.event, engine)
-        step = state.get_event_attrib_value(self.event)
+        period = self._period
+        total = getattr(state, period) if period is not None else 1
+        if self._counter is None:
+            state.get_event_attrib_value(self.event)  # an event without a counter: its error, once
+            self._counter = state.event_to_attr[self.event]
+        step = getattr(state, self._counter)
         if total is not None:
             step = (step - 1) % total + 1
         bar = self.progress.pbar
@@ -260,13 +267,18 @@ class _BarDriver:
         return flat
 
 
+_PERIOD_OF = {  # the state attribute counting an event's firings per bar (other events: once)
+    "ITERATION_STARTED": "epoch_length",
+    "ITERATION_COMPLETED": "epoch_length",
+    "EPOCH_STARTED": "max_epochs",
+    "EPOCH_COMPLETED": "max_epochs",
+}
+
+
 def _events_per_bar(event: CallableEventWithFilter, engine: Engine) -> int | None:
     """How many times `event` fires in one bar's period: iterations per epoch, epochs per run, or once."""
-    if event.name in ("ITERATION_STARTED", "ITERATION_COMPLETED"):
-        return engine.state.epoch_length
-    if event.name in ("EPOCH_STARTED", "EPOCH_COMPLETED"):
-        return engine.state.max_epochs
-    return 1
+    period = _PERIOD_OF.get(event.name)
+    return getattr(engine.state, period) if period is not None else 1
 
 
 def _will_redraw(bar: Any, n: int) -> bool:
