@@ -189,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     files = cuda_test_files()
     result["test_files"] = files
     junit = out / "cuda-tests.xml"
-    test_command = [sys.executable, "-m", "pytest", "-m", "cuda", "-p", "no:cacheprovider", "-q", "-rfEs"]
+    # the project's addopts (xdist's -n among them) replaced: that machine may lack a plugin they name
+    test_command = [sys.executable, "-m", "pytest", "-o", "addopts=", "--strict-markers", "-m", "cuda"]
+    test_command += ["-p", "no:cacheprovider", "-q", "-rfEs"]
     test_command += ["--timeout", "150", f"--junitxml={junit}", *files]
     if not args.dry_run and importlib.util.find_spec("xdist") is not None:
         # one test file per worker (a file's tests share their set-up): compile and the nccl rank run beside the rest
