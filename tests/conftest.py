@@ -166,3 +166,56 @@ def s3_bucket(s3_endpoint: str, s3_admin, monkeypatch: pytest.MonkeyPatch) -> It
     finally:
         S3FileSystem.clear_instance_cache()
         s3_admin.rm(bucket, recursive=True)
+
+
+# ------------------------------------------------------------------------------------------------ the smoke tier
+# `pytest -m smoke`: every feature once, in about a minute — the contributor's loop between edits. One place lists it,
+# feature by feature; the default run holds all of these and more (`pytest`), `-m slow` the long proofs.
+SMOKE = {
+    "engine: Ignite's event order": "engine/test_engine.py::test_event_order_of_a_plain_run",
+    "engine: resumable data order": "engine/test_deterministic.py::test_every_pass_is_reseeded_and_the_seed_decides_the_order",
+    "supervised step and accumulation": "engine/test_supervised.py::test_gradient_accumulation_equals_one_step_on_the_concatenated_batch",
+    "ModelEngine (Colossal-AI)": "engine/test_model_engine.py::test_step_runs_gradient_handlers_then_clipping_then_the_optimizer",
+    "metrics": "metrics/test_accuracy.py::test_multiclass_is_the_fraction_of_argmax_hits",
+    "Ignite Checkpoint": "handlers/test_checkpoint.py::test_filenames_metadata_and_payload_match_ignite[best-True-acc-True-True-True]",
+    "Ignite EarlyStopping": "handlers/test_early_stopping.py::test_counts_evaluations_without_improvement_and_resets_on_improvement",
+    "async checkpoint writes": "handlers/test_async_saver.py::test_through_a_real_saver_the_checkpoint_is_committed_with_its_manifest",
+    "fsspec storage": "test_storage.py::test_write_read_list_remove_round_trip[memory]",
+    "Trainer hooks map to events": "trainer/test_hooks.py::test_every_hook_maps_to_exactly_one_event",
+    "Trainer logging": "trainer/test_logging.py::test_step_values_are_published_every_n_steps_at_their_step",
+    "accumulation, clipping, schedulers": "trainer/test_optimization.py::test_accumulation_equals_the_large_batch",
+    "mixed precision": "trainer/test_precision.py::test_mixed_precision_lands_where_fp32_does[bf16-mixed]",
+    "ModelCheckpoint top-k": "trainer/test_checkpointing.py::test_top_k_by_a_monitored_metric",
+    "exact resume": "trainer/test_resume.py::test_resume_auto_starts_fresh_then_continues_bit_identical",
+    "fast_dev_run": "trainer/test_quick_checks.py::test_fast_dev_run_runs_n_batches_of_each_stage_and_leaves_nothing_behind",
+    "compile": "trainer/test_compile.py::test_model_engine_compiles_its_model_in_place",
+    "DDP (2 gloo processes)": "trainer/test_ddp.py::test_ranks_stay_identical_and_equal_one_process_on_the_full_batch[2]",
+    "FSDP2 (2 gloo processes)": "trainer/test_fsdp.py::test_ranks_hold_shards_and_train_what_one_process_trains_on_the_full_batch[2]",
+    "pipeline in one process": "trainer/test_pipeline_strategy.py::test_a_pipeline_module_trains_in_one_process_with_the_same_names",
+    "callbacks: EarlyStopping": "callbacks/test_early_stopping.py::test_stops_after_patience_checks_without_improvement[min-0.0-2-script0-3]",
+    "callbacks: EMA": "callbacks/test_weight_averaging.py::test_ema_is_the_hand_computed_ema_of_the_weights_after_each_optimizer_step[2]",
+    "CSV logger": "test_loggers.py::test_csv_logger_is_the_default_and_holds_every_published_value",
+    "MLflow": "integrations/test_mlflow.py::test_the_default_is_an_embedded_sqlite_file_in_the_root_dir_holding_the_whole_run[thread]",
+    "W&B": "integrations/test_wandb.py::test_values_hyperparameters_and_tags_are_read_back_from_the_offline_run",
+    "LR finder": "tuning/test_lr_finder.py::test_exponential_sweep_runs_from_min_lr_to_max_lr",
+    "export": "test_export.py::test_a_module_is_exported_in_eval_mode_loaded_back_and_gives_its_outputs_at_any_batch_size",
+    "the command line": "test_cli.py::test_inspect_says_what_a_checkpoint_holds_and_that_it_is_complete",
+    "the template": "template/test_generate.py::test_the_root_index_and_the_template_directory_generate_the_same_project",
+    "Colossal-AI trainer": "colossal/test_seed_example.py::test_seed_example_runs_as_written",
+    "layers and import contracts": "test_architecture.py::test_layers_import_downwards_only",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks the tests `SMOKE` names with `smoke`. A name that no longer matches a test of its file (a test renamed
+    or its parameters changed) fails the collection of that file, so the tier cannot lose a feature silently."""
+    wanted = set(SMOKE.values())
+    collected = {item.nodeid.removeprefix("tests/") for item in items}
+    files = {nodeid.split("::")[0] for nodeid in collected}
+    lost = sorted(nodeid for nodeid in wanted - collected if nodeid.split("::")[0] in files)
+    whole_files = not any("::" in argument for argument in config.args)  # not when single tests were asked for
+    if lost and whole_files:
+        raise pytest.UsageError(f"tests/conftest.py's SMOKE names tests that do not exist (renamed?): {lost}")
+    for item in items:
+        if item.nodeid.removeprefix("tests/") in wanted:
+            item.add_marker(pytest.mark.smoke)
