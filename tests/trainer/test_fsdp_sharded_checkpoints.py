@@ -300,6 +300,37 @@ def test_a_rank_that_cannot_write_its_shards_fails_the_save_on_every_rank_and_le
     assert [name for name in os.listdir(tmp_path / "ckpt") if not name.startswith(".")] == []  # complete or absent
 
 
+def _fit_with_rank_1_failing_to_read_back_its_shards(out: str) -> None:
+    """Rank 1's read-back of its own shard files fails (an I/O error) after DCP's save returned on every rank: DCP
+    saw nothing wrong, so only the ranks' reports can tell rank 0 not to commit."""
+    from tracktrain import storage
+    from tracktrain.handlers.savers import CheckpointWriteError
+
+    if os.environ["RANK"] == "1":
+        read_bytes = storage.read_bytes
+
+        def failing(url):
+            if os.path.basename(str(url)).startswith("__1_"):
+                raise OSError(5, "Input/output error", str(url))
+            return read_bytes(url)
+
+        storage.read_bytes = failing
+    try:
+        _fit(out, "trained", 6, async_save=False)
+    except CheckpointWriteError as error:
+        _save(out, "error", str(error))
+
+
+def test_a_rank_failing_after_the_write_returned_keeps_rank_0_from_committing_and_fails_every_rank(tmp_path):
+    spawn(_fit_with_rank_1_failing_to_read_back_its_shards, 2, args=(str(tmp_path),))
+    messages = _load(tmp_path, "error")
+    assert len(messages) == 2  # both ranks raised
+    for message in messages:
+        assert "Could not write checkpoint checkpoint_3.dcp" in message
+        assert "rank 1" in message and "Input/output error" in message
+    assert [name for name in os.listdir(tmp_path / "ckpt") if not name.startswith(".")] == []  # no manifest, no shards
+
+
 class _OutageByFile(Callback):
     """At the start of epoch `down_at` (and `up_at`), rank 0 asks the test, through a file, to take the store down
     (bring it back) and waits until it did; every rank then goes on together."""
