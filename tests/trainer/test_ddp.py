@@ -211,16 +211,30 @@ def test_torchrun_launches_a_ddp_fit(tmp_path):
 
 
 # ------------------------------------------------------------------------------------- resume mid-epoch under DDP
+class DropoutClassifier(Classifier):
+    """Each step draws a dropout mask from its rank's generators, and rank 1 draws more than rank 0, so the ranks'
+    generators differ: a resumed run trains the same only if every rank gets back its own generator states from the
+    checkpoint (not rank 0's, which the engine's own state holds), deterministic=False included."""
+
+    def train_step(self, batch, batch_idx):
+        x, y = batch
+        torch.rand(dist.get_rank() + 1)
+        return super().train_step((F.dropout(x, 0.5), y), batch_idx)
+
+
 def _fit_deterministic(out: str, name: str, crash_at: int | None, ckpt: str | None) -> None:
     from tracktrain.callbacks import ModelCheckpoint
 
     callbacks = [ModelCheckpoint(dirpath=os.path.join(out, "ckpt"), every_n_train_steps=3, save_top_k=None)]
     if crash_at is not None:
         callbacks.append(CrashAtStep(crash_at))
-    module = Classifier()
+    module = DropoutClassifier()
     trainer = _trainer(out, max_epochs=2, seed=11, callbacks=callbacks)
     try:
-        trainer.fit(module, DataLoader(make_loader().dataset, batch_size=4, shuffle=True), ckpt_path=ckpt)
+        # a worker loads the batches: their seeds reach the worker's generators, so the steps' draws in this process
+        # continue this rank's own generators, which only the checkpoint's per-rank states bring back
+        loader = DataLoader(make_loader().dataset, batch_size=4, shuffle=True, num_workers=1)
+        trainer.fit(module, loader, ckpt_path=ckpt)
     except RuntimeError:
         return  # the "kill": every rank stops at the same step
     _save(out, name, _params(module))
