@@ -161,7 +161,9 @@ def test_a_score_that_differs_between_ranks_gives_one_save_decision_not_a_hang(t
 class StopOnRankOne(Callback):
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         if dist.get_rank() == 1 and trainer.current_epoch == 1 and batch_idx == 0:
-            trainer.stop()  # asked on one rank only
+            # asked on one rank only, as Lightning code does (the setter is `trainer.stop()`, one implementation)
+            trainer.should_stop = True
+            assert trainer.should_stop  # this rank's request, until the ranks agree at the epoch's end
 
 
 def _fit_stopping(out: str) -> None:
@@ -171,6 +173,7 @@ def _fit_stopping(out: str) -> None:
 
 
 def test_a_stop_asked_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):
+    # `trainer.should_stop = True` on rank 1 (issue 35: it was silently ignored)
     spawn(_fit_stopping, 2, args=(str(tmp_path),))
     assert _load(tmp_path, "stopped") == [[2, 8], [2, 8]]  # agreed at the end of epoch 2 (4 steps per epoch)
 
