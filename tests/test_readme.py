@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -37,11 +39,13 @@ def _python_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
 
 
-def test_every_python_block_runs_as_written_in_order(tmp_path):
-    """As the README says: in order, in one session, nothing added (only a line between blocks, to say which
-    one failed)."""
-    blocks = _python_blocks()
-    assert len(blocks) >= 7
+# blocks that start a local Ray cluster (~30 s of the default run): the slow run runs every block, these included
+RAY = "tracktrain_integrations.ray"
+
+
+def _run_in_order(blocks: list[str], tmp_path: Path) -> None:
+    """As the README says: in order, in one session, nothing added (only a line between blocks, to say which one
+    failed)."""
     script = "".join(
         f"print('README block {number}', flush=True)\n{block}\n" for number, block in enumerate(blocks, start=1)
     )
@@ -53,3 +57,14 @@ def test_every_python_block_runs_as_written_in_order(tmp_path):
     reached = re.findall(r"README block (\d+)", result.stdout)
     assert result.returncode == 0, f"block {reached[-1] if reached else '?'}: {result.stderr[-3000:]}"
     assert reached == [str(number) for number in range(1, len(blocks) + 1)]
+
+
+def test_every_python_block_but_ray_runs_as_written_in_order(tmp_path):
+    blocks = _python_blocks()
+    assert len(blocks) >= 7 and sum(RAY in block for block in blocks) == 1
+    _run_in_order([block for block in blocks if RAY not in block], tmp_path)
+
+
+@pytest.mark.slow
+def test_every_python_block_runs_as_written_in_order(tmp_path):
+    _run_in_order(_python_blocks(), tmp_path)

@@ -216,7 +216,7 @@ def _wait_for_exit(before: set[int], timeout: float) -> None:
         time.sleep(0.2)
 
 
-@pytest.mark.slow  # a Ray cluster of 2 workers, ~40 s; the README's Ray block runs one in the default run
+@pytest.mark.slow  # a Ray cluster of 2 workers, ~40 s (so is the README's Ray block, in the slow run too)
 @pytest.mark.distributed
 def test_two_workers_report_every_checkpoint_with_the_logged_values(ray_cluster, tmp_path):
     """Checkpoints at every epoch's end (4 steps an epoch on 2 ranks) and every 3 steps (a second ModelCheckpoint):
