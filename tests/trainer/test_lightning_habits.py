@@ -3,7 +3,12 @@ the real Trainer with Lightning's meaning (issue 35) — and nothing a user writ
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
 from tracktrain import Callback
+from tracktrain.callbacks import ModelCheckpoint
 
 from ._tasks import Classifier, make_loader
 
@@ -51,3 +56,44 @@ def test_should_stop_set_by_the_module_stops_the_fit(tmp_path):
 
 # under DDP: tests/trainer/test_ddp.py::test_a_stop_asked_on_one_rank_stops_every_rank_at_the_same_step sets it on
 # one rank and both stop at the same step
+
+
+# ------------------------------------------------------------------------------------------- configure_callbacks
+class Recorder(Callback):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.epochs = 0
+
+    def on_train_epoch_end(self, trainer, module):
+        self.epochs += 1
+
+
+class WithCallbacks(Classifier):
+    def __init__(self, checkpoint_dir) -> None:
+        super().__init__()
+        self.checkpoint_dir = checkpoint_dir
+
+    def configure_callbacks(self):
+        return [ModelCheckpoint(dirpath=self.checkpoint_dir), Recorder("module's")]
+
+
+def test_configure_callbacks_adds_the_modules_callbacks_replacing_those_of_the_same_type(tmp_path):
+    given, kept = Recorder("trainer's"), StopAtStep(100)
+    trainer = quiet_trainer(tmp_path, max_epochs=2, callbacks=[given, kept], enable_checkpointing=True)
+    trainer.fit(WithCallbacks(tmp_path / "module_checkpoints"), make_loader())
+    recorders = [callback for callback in trainer.callbacks if isinstance(callback, Recorder)]
+    assert [recorder.name for recorder in recorders] == ["module's"]  # replaced, and it ran
+    assert recorders[0].epochs == 2 and given.epochs == 0 and kept in trainer.callbacks
+    checkpoints = [callback for callback in trainer.callbacks if isinstance(callback, ModelCheckpoint)]
+    assert len(checkpoints) == 1 and trainer.callbacks[-1] is checkpoints[0]  # the Trainer's default replaced; last
+    assert os.listdir(tmp_path / "module_checkpoints")  # the module's checkpoint callback saved
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_configure_callbacks_returning_something_else_is_an_error(tmp_path):
+    class Wrong(Classifier):
+        def configure_callbacks(self):
+            return [print]
+
+    with pytest.raises(TypeError, match=r"configure_callbacks\(\) returned <built-in function print>.*Callback"):
+        quiet_trainer(tmp_path, max_epochs=1).fit(Wrong(), make_loader())

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from tracktrain.trainer.module import LoopModule
     from tracktrain.trainer.trainer import Trainer
 
-__all__ = ["Callback", "check_state_keys"]
+__all__ = ["Callback", "check_state_keys", "with_module_callbacks"]
 
 
 class Callback:
@@ -155,3 +155,31 @@ def check_state_keys(callbacks: Iterable[Callback]) -> None:
                 "state_key in one of them (e.g. include its monitored metric) so checkpoints keep both."
             )
         seen[key] = callback
+
+
+def with_module_callbacks(callbacks: list[Callback], module: LoopModule) -> list[Callback]:
+    """`callbacks` with those of `module.configure_callbacks()`, by Lightning's rule: a module's callback replaces the
+    given ones of its exact type, and checkpointing callbacks (`Checkpointer`s: `ModelCheckpoint`) go last, so they
+    save what the others did. Each entry point applies it (the Trainer's list keeps the result, as Lightning's)."""
+    from tracktrain.trainer.run_checkpoints import Checkpointer  # the seam checkpointing callbacks implement
+
+    returned = module.configure_callbacks()
+    added = [returned] if isinstance(returned, Callback) else returned
+    if added is None or isinstance(added, (str, bytes)) or not isinstance(added, Iterable):
+        raise TypeError(
+            f"{type(module).__name__}.configure_callbacks() must return a Callback or a list of them, got "
+            f"{type(returned).__name__}: {returned!r}."
+        )
+    added = list(added)
+    for callback in added:
+        if not isinstance(callback, Callback):
+            raise TypeError(
+                f"{type(module).__name__}.configure_callbacks() returned {callback!r}, which is not a "
+                "tracktrain.Callback; subclass tracktrain.Callback (its hooks are Lightning's)."
+            )
+    if not added:
+        return callbacks
+    replaced = {type(callback) for callback in added}
+    merged = [callback for callback in callbacks if type(callback) not in replaced] + added
+    last = [callback for callback in merged if isinstance(callback, Checkpointer)]
+    return [callback for callback in merged if not isinstance(callback, Checkpointer)] + last

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 if TYPE_CHECKING:
+    from tracktrain.trainer.callback import Callback
     from tracktrain.trainer.trainer import Trainer
 
 __all__ = ["LoopModule", "checked_loss", "loss_in_output"]
@@ -109,6 +110,11 @@ class LoopModule(nn.Module):
         `{"optimizer": opt, "lr_scheduler": scheduler or {"scheduler": s, "interval": "step" | "epoch",
         "frequency": n, "monitor": "val_loss"}}`."""
         raise NotImplementedError(f"{type(self).__name__} must define configure_optimizers(self).")
+
+    def configure_callbacks(self) -> Sequence[Callback] | Callback:
+        """Callbacks this module needs, added by each `fit`/`validate`/`test`/`predict`: one replaces a callback of
+        the same type given to the Trainer; checkpointing ones (`ModelCheckpoint`) run after the others."""
+        return []
 
     # --------------------------------------------------------------------------------------- the trainer side
     @property

@@ -20,6 +20,7 @@ from tracktrain.rng import manual_seed
 from tracktrain.trainer import arguments
 from tracktrain.trainer.batches import epoch_length_of
 from tracktrain.trainer.building import configure_optimizers, model_engine_for
+from tracktrain.trainer.callback import check_state_keys, with_module_callbacks
 from tracktrain.trainer.hooks import TrainerEvents
 from tracktrain.trainer.metric_log import to_floats
 from tracktrain.trainer.model_preparation import compile_blocks, prepare_module
@@ -142,6 +143,24 @@ class Session:
             )
         ]
 
+    def should_stop(self) -> bool:
+        """`Trainer.should_stop`: a stop asked for this fit, not yet acted on by every rank (or under way)."""
+        engine = self._trainer.train_engine
+        return bool(self.stop_requested or engine.should_terminate or engine.should_terminate_single_epoch)
+
+    def set_should_stop(self, value: bool) -> None:
+        """`trainer.should_stop = value`: True is `Trainer.stop()` (one stop decision, agreed by every rank); False
+        withdraws nothing during a fit (the stop may be under way on other ranks), so it is refused then."""
+        if not isinstance(value, bool):
+            raise TypeError(f"trainer.should_stop must be True or False, got {value!r}.")
+        if value:
+            self._trainer.stop()
+        elif self._trainer.fitting and self.should_stop():
+            raise RuntimeError(
+                "trainer.should_stop = False: a stop asked for during this fit cannot be withdrawn (it may already be "
+                "under way on other ranks). Set should_stop = True only once the fit must stop."
+            )
+
     def _stop_if_agreed(self, agreed: float) -> None:
         self.stop_requested = False
         if agreed:
@@ -178,6 +197,8 @@ class Session:
             torch.use_deterministic_algorithms(True, warn_only=True)
         module.trainer = trainer
         trainer.module = module
+        trainer.callbacks = with_module_callbacks(trainer.callbacks, module)
+        check_state_keys(trainer.callbacks)
         module.to(trainer.device)
         prepare_module(module, trainer.activation_checkpointing, trainer.compile, compile_blocks(strategy, module))
         if training:

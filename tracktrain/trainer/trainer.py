@@ -290,24 +290,13 @@ class Trainer:
 
     @property
     def should_stop(self) -> bool:
-        """Lightning's stop flag: whether a stop of the fit is asked for (by `stop()` or `should_stop = True`) and
-        not yet acted on everywhere. Under DDP it is this rank's request until the ranks agree on it."""
-        engine = self.train_engine
-        return bool(self.session.stop_requested or engine.should_terminate or engine.should_terminate_single_epoch)
+        """Lightning's stop flag: whether a stop of the fit is asked for (under DDP, this rank's request until the
+        ranks agree). Setting it True (from a callback or the module) is `stop()`."""
+        return self.session.should_stop()
 
     @should_stop.setter
     def should_stop(self, value: bool) -> None:
-        """`trainer.should_stop = True` (from a callback or the module) is `stop()`: the fit ends at the next boundary,
-        on every rank at the same step. A stop already asked for cannot be withdrawn during the fit."""
-        if not isinstance(value, bool):
-            raise TypeError(f"trainer.should_stop must be True or False, got {value!r}.")
-        if value:
-            self.stop()
-        elif self.fitting and self.should_stop:
-            raise RuntimeError(
-                "trainer.should_stop = False: a stop asked for during this fit cannot be withdrawn (it may already be "
-                "under way on every rank). Decide before asking: set should_stop = True only when the fit must stop."
-            )
+        self.session.set_should_stop(value)
 
     def publish(self, values: Mapping[str, Any]) -> None:
         """Send `values` to `logged_metrics` and the loggers at the current global step (read from the device
