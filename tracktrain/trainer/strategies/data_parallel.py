@@ -106,23 +106,20 @@ def check_shard(sampler: DistributedSampler, shard: tuple[int, int], strategy: s
         )
 
 
-def same_order_on_every_rank(loader: Iterable[Any], seed: int, strategy: str) -> Iterable[Any]:
+def same_order_on_every_rank(loader: Iterable[Any], strategy: str) -> Iterable[Any]:
     """`loader` in the same order on every rank (tensor and pipeline parallelism: the ranks compute one batch
-    together): a shuffling DataLoader draws its order from the run's `seed`."""
+    together). A shuffling DataLoader is left as it is: the training engine draws each pass's order from the run's
+    seed, which every rank shares, so every rank reads the order one process reads with the same seed (and a
+    parallel run can be checked against a one-process run)."""
     if isinstance(loader, DataLoader) and isinstance(loader.sampler, DistributedSampler):
         check_shard(loader.sampler, (1, 0), strategy)  # every rank reads all of it
         return loader
-    if not isinstance(loader, DataLoader) or not isinstance(loader.sampler, RandomSampler):
-        if isinstance(loader, DataLoader) and not isinstance(loader.sampler, SequentialSampler):
-            raise ValueError(
-                f"strategy={strategy!r} needs every rank to read the same batches, but this DataLoader has a "
-                f"custom {type(loader.sampler).__name__}: seed it identically on every rank, or use shuffle=True."
-            )
-        return loader
-    sampler: DistributedSampler = DistributedSampler(
-        loader.dataset, num_replicas=1, rank=0, shuffle=True, seed=seed, drop_last=loader.drop_last
-    )
-    return with_sampler(loader, sampler)
+    if isinstance(loader, DataLoader) and not isinstance(loader.sampler, (RandomSampler, SequentialSampler)):
+        raise ValueError(
+            f"strategy={strategy!r} needs every rank to read the same batches, but this DataLoader has a "
+            f"custom {type(loader.sampler).__name__}: seed it identically on every rank, or use shuffle=True."
+        )
+    return loader
 
 
 def join_process_group(device: torch.device, timeout: timedelta | None) -> torch.device:

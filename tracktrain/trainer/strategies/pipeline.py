@@ -134,7 +134,7 @@ class PipelineStrategy(Strategy):
         return lambda batch, batch_idx: self._evaluation_step(batch, stage)
 
     def distribute(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
-        return same_order_on_every_rank(loader, self.seed, self.name)
+        return same_order_on_every_rank(loader, self.name)
 
     def checkpoint_objects(self, objects: dict[str, Any]) -> dict[str, Any]:
         """The module and its optimizers as this rank's stages' state, under their names in the whole model."""

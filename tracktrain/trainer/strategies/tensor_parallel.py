@@ -98,7 +98,7 @@ class TensorParallelStrategy(Strategy):
         return module.train_step  # type: ignore[return-value]  # a LoopModule's
 
     def distribute(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
-        return same_order_on_every_rank(loader, self.seed, self.name)
+        return same_order_on_every_rank(loader, self.name)
 
     def checkpoint_objects(self, objects: dict[str, Any]) -> dict[str, Any]:
         """The module and its optimizers as each rank's slices."""
