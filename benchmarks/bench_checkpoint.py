@@ -50,6 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import harness as h
 import torch
 from checkpoint_fits import (
     LIGHTNING,
@@ -74,19 +75,6 @@ from checkpoint_report import (
     summarize_resume,
 )
 from checkpoint_storage import LOCAL, S3, MotoServer, Storage, start_s3
-from harness import (
-    before_run,
-    environment,
-    exit_status,
-    finish_args,
-    freeze_garbage,
-    interleaved,
-    make_parser,
-    prepare,
-    print_heading,
-    temporary_root,
-    write_json,
-)
 from workloads import load_peer
 
 FULL_SIZES, QUICK_SIZES = (1024, 2048, 2048, 1024, 10), (256, 512, 512, 10)  # ~100.8 MB and ~4.8 MB of state
@@ -211,7 +199,7 @@ class Bench:
     ) -> Fit:
         run_dir = tempfile.mkdtemp(prefix="run-", dir=self.root_dir)
         try:
-            before_run(self.settings.threads)
+            h.before_run(self.settings.threads)
             return self.fitters[library](self.workload, max_steps, run_dir, directory, every, async_save, ckpt_path)
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -304,7 +292,7 @@ class Bench:
         """R repeats; in each, every case once, in a shuffled order. The first repeat keeps each library's files
         for the resume fits."""
         for repeat in range(self.settings.repeats):
-            for _, case in interleaved(list(self.cases.values()), 1, self.rng):
+            for _, case in h.interleaved(list(self.cases.values()), 1, self.rng):
                 self.saving_fit(case, keep=repeat == 0 and case.variant in (TT_ASYNC, LIGHTNING))
             on_repeat(repeat)
 
@@ -330,7 +318,7 @@ class Bench:
             samples: dict[tuple[str, str], list[float]] = {(library, how): [] for library, how, _ in variants}
             errors: dict[tuple[str, str], str] = {}
             for _ in range(settings.resume_repeats):
-                for _, (library, how, ckpt_path) in interleaved(variants, 1, self.rng):
+                for _, (library, how, ckpt_path) in h.interleaved(variants, 1, self.rng):
                     directory = self.kept[(storage.key, library)][0] if ckpt_path else storage.new_dir()
                     max_steps = newest + 1 if ckpt_path else 1
                     where = f"[{storage.key}] {library} resume {how}"
@@ -379,7 +367,7 @@ class Bench:
 
 # ------------------------------------------------------------------------------------------------------ main
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = make_parser(__doc__, root_dir="the local checkpoints and run directories", stat_of="the checkpoints")
+    parser = h.make_parser(__doc__, root_dir="the local checkpoints and run directories", stat_of="the checkpoints")
     add = parser.add_argument
     add("--repeats", type=int, help="timed fits per variant and storage (default 3; --quick 1)")
     add("--saves", type=int, help="checkpoints per timed fit (default 3; --quick 2)")
@@ -395,7 +383,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "every_s3": (50, 6),
         "resume_repeats": (3, 1),
     }
-    args = finish_args(parser, argv, defaults, positive=["repeats", "saves", "resume_repeats", "batch_size", "threads"])
+    args = h.finish_args(
+        parser, argv, defaults, positive=["repeats", "saves", "resume_repeats", "batch_size", "threads"]
+    )
     for name in ("every_local", "every_s3"):
         if getattr(args, name) < LEAD_IN_SKIP + 3:
             parser.error(
@@ -410,7 +400,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    rng = prepare(args)
+    rng = h.prepare(args)
     lightning, lightning_status = load_peer("lightning", "lightning.pytorch.callbacks", skip=args.no_lightning)
     notes = [] if lightning is not None else [f"lightning: {lightning_status}; its rows are missing."]
     wanted = args.storages.split(",")
@@ -423,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     batches = max(settings.max_steps(key) for key in (LOCAL, S3)) + 2  # one epoch holds every fit
     workload = Workload(QUICK_SIZES if args.quick else FULL_SIZES, args.batch_size, batches, args.seed)
-    root_dir = temporary_root("tracktrain-bench-checkpoint-", args.root_dir)
+    root_dir = h.temporary_root("tracktrain-bench-checkpoint-", args.root_dir)
     storages = []
     if LOCAL in wanted:
         os.makedirs(os.path.join(root_dir, "checkpoints"))
@@ -437,9 +427,9 @@ def main(argv: list[str] | None = None) -> int:
         fitters[LIGHTNING] = lightning_fitter(lightning)
     bench = Bench(workload, settings, fitters, storages, root_dir, rng)
 
-    freeze_garbage()
-    env = environment(args.threads, lightning=lightning_status)
-    print_heading(
+    h.freeze_garbage()
+    env = h.environment(args.threads, lightning=lightning_status)
+    h.print_heading(
         "Checkpoint stall, commit and resume: tracktrain (async, blocking) and Lightning",
         env,
         args.threads,
@@ -474,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [summarize_case(case, settings, args.stat) for case in bench.cases.values()]
     report(rows, resume_rows, bench.baselines, bench.lightning_identical, args.stat, lightning_status, notes)
     if args.json:
-        write_json(
+        h.write_json(
             args.json,
             {
                 "environment": env,
@@ -489,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
                 "problems": bench.problems,
             },
         )
-    return exit_status(bench.problems)
+    return h.exit_status(bench.problems)
 
 
 if __name__ == "__main__":

@@ -27,23 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import harness as h
 import torch
 import torch.nn.functional as F
-from harness import (
-    before_run,
-    environment,
-    exit_status,
-    finish_args,
-    format_cell,
-    freeze_garbage,
-    interleaved,
-    iqr,
-    make_parser,
-    markdown_table,
-    prepare,
-    print_heading,
-    write_json,
-)
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from workloads import LEARNING_RATE, make_mlp, mlp_name
@@ -221,12 +207,12 @@ def measure(workload: Workload, args: Any, rng: Any, problems: list[str]) -> dic
     fits: dict[str, list[Fit]] = {key: [] for key in VARIANTS}
     first: dict[str, Fit] = {}
     for key, run in VARIANTS.items():  # the warm-up fit: its first epoch holds the compile
-        before_run(args.threads)
+        h.before_run(args.threads)
         first[key] = run(workload, args.epochs)
         check(workload, key, first[key], reference, steps, problems)
     for repeat in range(args.repeats):
-        for _, key in interleaved(list(VARIANTS), 1, rng):
-            before_run(args.threads)
+        for _, key in h.interleaved(list(VARIANTS), 1, rng):
+            h.before_run(args.threads)
             fits[key].append(VARIANTS[key](workload, args.epochs))
             check(workload, key, fits[key][-1], reference, steps, problems)
         print(
@@ -243,7 +229,7 @@ def paired(fits: dict[str, list[Fit]], key: str, other: str | None) -> tuple[flo
     if other is None:
         return None, None
     ratios = [mine.steps_per_second / theirs.steps_per_second for mine, theirs in zip(fits[key], fits[other])]
-    return statistics.median(ratios), iqr(ratios)
+    return statistics.median(ratios), h.iqr(ratios)
 
 
 def summarize(workload: Workload, fits: dict[str, list[Fit]]) -> list[dict[str, Any]]:
@@ -258,7 +244,7 @@ def summarize(workload: Workload, fits: dict[str, list[Fit]]) -> list[dict[str, 
                 "workload": workload.name,
                 "variant": key,
                 "steps_per_second": statistics.median(samples),
-                "iqr_steps_per_second": iqr(samples),
+                "iqr_steps_per_second": h.iqr(samples),
                 "x_eager": over_eager,
                 "x_eager_iqr": over_eager_iqr,
                 "x_hand_written": over_hand,
@@ -281,13 +267,13 @@ def report(rows: list[dict[str, Any]], args: Any) -> None:
             [
                 row["workload"],
                 row["variant"],
-                format_cell(row["steps_per_second"], decimals=1),
+                h.format_cell(row["steps_per_second"], decimals=1),
                 ratio_cell(row["x_eager"], row["x_eager_iqr"]),
                 ratio_cell(row["x_hand_written"], row["x_hand_written_iqr"]),
-                format_cell(row["first_epoch_seconds"], decimals=2),
+                h.format_cell(row["first_epoch_seconds"], decimals=2),
             ]
         )
-    print("\n" + markdown_table(lines, "llrrrr") + "\n")
+    print("\n" + h.markdown_table(lines, "llrrrr") + "\n")
     print(
         f"steps/s: median over {args.repeats} fits of the steps from the 2nd epoch's start to the fit's end over that "
         f"time ({(args.epochs - 1) * args.batches} steps per fit); ×: median of the per-round ratios (fits of one "
@@ -298,21 +284,21 @@ def report(rows: list[dict[str, Any]], args: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = make_parser(__doc__, lightning=False, stat_of="the fits")
+    parser = h.make_parser(__doc__, lightning=False, stat_of="the fits")
     add = parser.add_argument
     add("--repeats", type=int, help="timed fits per variant, after one warm-up fit (default 5; --quick 1)")
     add("--epochs", type=int, help="epochs of a fit, the first not timed (default 3; --quick 2)")
     add("--batches", type=int, help="batches per epoch (default 30; --quick 4)")
-    args = finish_args(
+    args = h.finish_args(
         parser,
         argv,
         {"repeats": (5, 1), "epochs": (3, 2), "batches": (30, 4)},
         positive=["repeats", "batches"],
         at_least_two=["epochs"],
     )
-    rng = prepare(args)
-    env = environment(args.threads)
-    print_heading(
+    rng = h.prepare(args)
+    env = h.environment(args.threads)
+    h.print_heading(
         "torch.compile: tracktrain and a hand-written loop, eager and compiled",
         env,
         args.threads,
@@ -324,13 +310,13 @@ def main(argv: list[str] | None = None) -> int:
     problems: list[str] = []
     rows = []
     cases = workloads(args.batches)
-    freeze_garbage()
+    h.freeze_garbage()
     for workload in cases:
         rows += summarize(workload, measure(workload, args, rng, problems))
     report(rows, args)
     if args.json:
-        write_json(args.json, {"environment": env, "arguments": vars(args), "rows": rows, "problems": problems})
-    return exit_status(problems)
+        h.write_json(args.json, {"environment": env, "arguments": vars(args), "rows": rows, "problems": problems})
+    return h.exit_status(problems)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ import tempfile
 import time
 from typing import Any
 
+import harness as h
 import torch
 from dcp_fits import (
     BASELINE_OF,
@@ -87,23 +88,6 @@ from dcp_fits import (
     run_load,
 )
 from fsdp_fits import Shape, StackModule
-from harness import (
-    STATISTICS,
-    before_run,
-    command_line,
-    environment,
-    exit_status,
-    finish_args,
-    format_cell,
-    interleaved,
-    iqr,
-    make_parser,
-    markdown_table,
-    prepare,
-    print_heading,
-    temporary_root,
-    write_json,
-)
 from workloads import load_peer
 
 from tracktrain.distributed import spawn
@@ -134,7 +118,7 @@ ONE_TITLES = {
     ONE_TRAINER: "tracktrain sharded: single-process Trainer, fit(ckpt_path=<dir.dcp>)",
     ONE_RAW: "hand-written: dcp.load(no_dist=True) + set_*_state_dict",
 }
-fmt = functools.partial(format_cell, decimals=1)
+fmt = functools.partial(h.format_cell, decimals=1)
 
 
 # ------------------------------------------------------------------------------------------------- summaries
@@ -150,7 +134,7 @@ def summarize_saves(
     """Each variant's stall (ms per save: the statistic over every save of every round, and its IQR), its ratio to
     `dcp.save`'s (of the figures, and the median of the per-round ratios), and the time its saves added to the fit
     beyond the same framework's fit without checkpoints in the same round (ms per save)."""
-    center = STATISTICS[statistic]
+    center = h.STATISTICS[statistic]
     rows: dict[str, Any] = {}
     raw_rounds = [statistics.median(fit) for fit in stalls.get(RAW_SAVE, [])]
     for variant, fits in stalls.items():
@@ -159,7 +143,7 @@ def summarize_saves(
         added = [(total - base) / saves * 1e3 for total, base in zip(totals[variant], baseline)] if saves else []
         rows[variant] = {
             "stall_ms": center(flat) if flat else None,
-            "stall_iqr_ms": iqr(flat) if flat else None,
+            "stall_iqr_ms": h.iqr(flat) if flat else None,
             "stall_samples_ms": flat,
             "added_ms": center(added) if added else None,
             "added_samples_ms": added,
@@ -177,9 +161,9 @@ def summarize_saves(
 
 def summarize_loads(samples: dict[str, list[float]], reference: str, statistic: str) -> dict[str, Any]:
     """ms per load (the statistic over the repeats, IQR) and the ratio to `reference`'s figure."""
-    center = STATISTICS[statistic]
+    center = h.STATISTICS[statistic]
     rows = {
-        kind: {"ms": center(values) * 1e3, "iqr_ms": iqr(values) * 1e3, "samples_ms": [v * 1e3 for v in values]}
+        kind: {"ms": center(values) * 1e3, "iqr_ms": h.iqr(values) * 1e3, "samples_ms": [v * 1e3 for v in values]}
         for kind, values in samples.items()
         if values
     }
@@ -208,7 +192,7 @@ def size_mb(path: str) -> float:
 # ------------------------------------------------------------------------------------------------ reporting
 def report_saves(rows: dict[str, Any], config: DcpConfig, stat: str, fabric_status: str) -> None:
     print(f"\n## Loop stall per checkpoint, {WORLD_SIZE} gloo ranks\n")
-    print(f"`{command_line()}`\n")
+    print(f"`{h.command_line()}`\n")
     lines = [["variant", "stall ms/save", "IQR ms", "× dcp.save", "paired × dcp.save", "added ms/save", "fit s"]]
     for variant in SAVING + [TT_NONE, RAW_NONE, FABRIC_NONE]:
         row = rows.get(variant)
@@ -225,7 +209,7 @@ def report_saves(rows: dict[str, Any], config: DcpConfig, stat: str, fabric_stat
                 f"{row['fit_s']:.2f}",
             ]
         )
-    print(markdown_table(lines, "lrrrrrr") + "\n")
+    print(h.markdown_table(lines, "lrrrrrr") + "\n")
     print(
         f"{config.saves} saves per fit (every {config.every} steps, {config.max_steps} steps, batch "
         f"{config.batch_size} per rank), {config.repeats} timed round(s) after a warm-up. stall: the time around the "
@@ -257,7 +241,7 @@ def report_loads(
                 fmt(call),
             ]
         )
-    print(markdown_table(lines, "lrrrrr") + "\n")
+    print(h.markdown_table(lines, "lrrrrr") + "\n")
     print(
         f"{config.load_repeats} timed load(s) of each after a warm-up, {stat}, the larger of the ranks' times. load: "
         "tracktrain: `trainer.checkpoints.load` inside `fit(ckpt_path=...)` (reading, every rank its own shards or "
@@ -283,7 +267,7 @@ def report_reshard(rows: dict[str, Any], two: dict[str, Any], stat: str) -> None
             continue
         base = two.get(LOAD_RAW if kind in (ONE_RAW, LOAD_RAW) else LOAD_TT_SHARDED, {}).get("ms")
         lines.append([where, title, fmt(row["ms"]), fmt(row["iqr_ms"]), ratio_cell(row["ms"] / base if base else None)])
-    print(markdown_table(lines, "llrrr") + "\n")
+    print(h.markdown_table(lines, "llrrr") + "\n")
     print(
         f"{stat} over the repeats; on {RESHARD_WORLD_SIZE} ranks the larger of the ranks' times (4 processes on this "
         f"machine's cores). × on {WORLD_SIZE} ranks: over the same checkpoint's load on the {WORLD_SIZE} ranks "
@@ -305,8 +289,8 @@ def one_process_loads(
         if needs in sources
     ]
     samples: dict[str, list[float]] = {kind: [] for kind in kinds}
-    for repeat, kind in interleaved(kinds, config.load_repeats + 1, rng):
-        before_run(config.threads)
+    for repeat, kind in h.interleaved(kinds, config.load_repeats + 1, rng):
+        h.before_run(config.threads)
         where = f"[reshard] {kind} on 1 process"
         if kind == ONE_READ:
             start = time.perf_counter()
@@ -402,7 +386,7 @@ def run_all(args: argparse.Namespace, config: DcpConfig, rng: Any, problems: lis
 
 # ------------------------------------------------------------------------------------------------------ main
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = make_parser(__doc__, root_dir="the checkpoints", stat_of="the saves (loads: the repeats)")
+    parser = h.make_parser(__doc__, root_dir="the checkpoints", stat_of="the saves (loads: the repeats)")
     add = parser.add_argument
     add("--repeats", type=int, help="timed rounds of one fit per variant, after a warm-up round (default 2; --quick 1)")
     add("--saves", type=int, help="checkpoints per fit (default 2; --quick 2)")
@@ -410,7 +394,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--batch-size", type=int, help="samples per step per rank (default 8; --quick 8)")
     add("--load-repeats", type=int, help="timed loads of each kind, after a warm-up one (default 3; --quick 1)")
     defaults = {"repeats": (2, 1), "saves": (2, 2), "every": (6, 4), "batch_size": (8, 8), "load_repeats": (3, 1)}
-    args = finish_args(
+    args = h.finish_args(
         parser,
         argv,
         defaults,
@@ -422,10 +406,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    rng = prepare(args)
+    rng = h.prepare(args)
     quiet()
     lightning, lightning_version = load_peer("lightning", "lightning.fabric.strategies", skip=args.no_lightning)
-    root_dir = temporary_root("tracktrain-bench-dcp-", args.root_dir)
+    root_dir = h.temporary_root("tracktrain-bench-dcp-", args.root_dir)
     out_dir = tempfile.mkdtemp(prefix="out-", dir=root_dir)
     shape = QUICK_SHAPE if args.quick else FULL_SHAPE
     variants = [v for v in SAVING if lightning is not None or v != FABRIC] + [TT_NONE, RAW_NONE]
@@ -445,8 +429,8 @@ def main(argv: list[str] | None = None) -> int:
         tuple(variants),
         tuple(loads),
     )
-    env = environment(args.threads, lightning=lightning_version)
-    print_heading(
+    env = h.environment(args.threads, lightning=lightning_version)
+    h.print_heading(
         'tracktrain Trainer(strategy="fsdp") sharded checkpoints (DCP): loop stall, load, resharding',
         env,
         args.threads,
@@ -479,8 +463,8 @@ def main(argv: list[str] | None = None) -> int:
         "problems": problems,
     }
     if args.json:
-        write_json(args.json, payload)
-    return exit_status(problems)
+        h.write_json(args.json, payload)
+    return h.exit_status(problems)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import sys
 import time
 from typing import Any
 
+import harness as h
 import torch
 from engine_addons import metrics_case, pbar_case
 from engine_cases import (
@@ -42,26 +43,6 @@ from engine_cases import (
     noop_cases,
     training_cases,
 )
-from harness import (
-    STATISTICS,
-    before_run,
-    environment,
-    exit_status,
-    finish_args,
-    format_cell,
-    freeze_garbage,
-    goal_line,
-    interleaved,
-    iqr,
-    make_parser,
-    markdown_table,
-    prepare,
-    print_heading,
-    print_profile,
-    temporary_root,
-    verdict,
-    write_json,
-)
 from workloads import load_peer
 
 GOAL_RATIO = 0.5  # the project's goal: tracktrain's overhead <= GOAL_RATIO x Ignite's, measured in the same run
@@ -73,7 +54,7 @@ def run_once(variant: Variant, epochs: int, iterations: int, threads: int) -> fl
     """One timed run; returns microseconds per iteration."""
     if variant.reset is not None:
         variant.reset()
-    before_run(threads)
+    h.before_run(threads)
     start = time.perf_counter()
     measured = variant.body(epochs)
     elapsed = time.perf_counter() - start
@@ -110,7 +91,7 @@ def measure_case(
 
     samples: dict[str, list[float]] = {variant.name: [] for variant in case.variants}
     for _ in range(repeats):
-        for _, variant in interleaved(case.variants, 1, rng):
+        for _, variant in h.interleaved(case.variants, 1, rng):
             samples[variant.name].append(run_once(variant, case.epochs, case.iterations, threads))
             check_run(case, variant, case.epochs, problems)
         check_handler_counts(case, problems)  # after every round: the handlers' counts of each engine's last run
@@ -118,11 +99,11 @@ def measure_case(
 
 
 def summarize(case: Case, samples: dict[str, list[float]], statistic: str = "median") -> dict[str, Any]:
-    center = STATISTICS[statistic]
+    center = h.STATISTICS[statistic]
     medians = {name: center(values) for name, values in samples.items()}
     raw = medians[RAW]
     overheads = {name: medians[name] - raw for name in medians if name != RAW}
-    iqrs = {name: iqr(values) for name, values in samples.items()}
+    iqrs = {name: h.iqr(values) for name, values in samples.items()}
     # What a difference of medians has to beat to mean something: the widest spread among the compared runs.
     noise = max(iqrs[name] for name in (RAW, TRACKTRAIN, IGNITE) if name in iqrs)
     ratio, goal = None, "n/a"
@@ -170,7 +151,7 @@ def summarize_addons(case: Case, medians: dict[str, float], iqrs: dict[str, floa
             if theirs > noise:
                 ratio = ours / theirs
             # the measured costs decide; "(within noise)" says that this run's spread is wider than the margin
-            goal = verdict(ADDON_GOAL_RATIO * theirs - ours, noise)
+            goal = h.verdict(ADDON_GOAL_RATIO * theirs - ours, noise)
         rows.append(
             {
                 "suffix": addon.suffix,
@@ -198,7 +179,7 @@ def profile_case(case: Case, threads: int, top: int) -> None:
             continue
         if variant.reset is not None:
             variant.reset()
-        before_run(threads)
+        h.before_run(threads)
         profiler = cProfile.Profile()
         profiler.enable()
         variant.body(case.epochs)
@@ -206,7 +187,7 @@ def profile_case(case: Case, threads: int, top: int) -> None:
         title = f"\n### cProfile: {case.key} / {variant.name} ({case.iterations} iterations), top {top}"
         if case.addons:
             library = TRACKTRAIN if variant.name.startswith(TRACKTRAIN) else IGNITE
-            print_profile(
+            h.print_profile(
                 profiler,
                 f"{title} functions of {library} and tqdm by cumulative time\n",
                 top,
@@ -214,11 +195,11 @@ def profile_case(case: Case, threads: int, top: int) -> None:
                 rf"[/\\]({library}|tqdm)[/\\]",
             )
         else:
-            print_profile(profiler, f"{title} by own time\n", top)
+            h.print_profile(profiler, f"{title} by own time\n", top)
 
 
 # ------------------------------------------------------------------------------------------------ reporting
-fmt = functools.partial(format_cell, decimals=2)  # hundredths: the no-op step's overheads are below 1 µs
+fmt = functools.partial(h.format_cell, decimals=2)  # hundredths: the no-op step's overheads are below 1 µs
 
 
 def engine_table(results: list[dict[str, Any]], has_lightning: bool) -> str:
@@ -252,7 +233,7 @@ def engine_table(results: list[dict[str, Any]], has_lightning: bool) -> str:
         ratio = result["tracktrain_over_ignite_overhead"]
         row += [fmt(result["noise_us_per_iter"]), "—" if ratio is None else f"{ratio:.2f}", result["goal_met"]]
         lines.append(row)
-    return markdown_table(lines, "l" + "r" * (len(header) - 2) + "l")
+    return h.markdown_table(lines, "l" + "r" * (len(header) - 2) + "l")
 
 
 def addon_table(results: list[dict[str, Any]]) -> str:
@@ -299,12 +280,12 @@ def addon_table(results: list[dict[str, Any]]) -> str:
                     row["goal_met"] if row["in_goal"] else f"({row['goal_met']}; not counted)",
                 ]
             )
-    return markdown_table(lines, "ll" + "r" * (len(header) - 3) + "l")
+    return h.markdown_table(lines, "ll" + "r" * (len(header) - 3) + "l")
 
 
 # ---------------------------------------------------------------------------------------------------- main
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = make_parser(__doc__, profile_top=25)
+    parser = h.make_parser(__doc__, profile_top=25)
     add = parser.add_argument
     add(
         "--iters",
@@ -328,7 +309,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "lightning_iters": (1000, 200),
         "repeats": (9, 3),
     }
-    return finish_args(parser, argv, defaults, positive=list(defaults))
+    return h.finish_args(parser, argv, defaults, positive=list(defaults))
 
 
 def selected(key: str, wanted: str) -> bool:
@@ -339,11 +320,11 @@ def selected(key: str, wanted: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    rng = prepare(args)
+    rng = h.prepare(args)
     lightning, lightning_status = None, "left out (--no-lightning)"
     if not args.no_lightning and (selected("tiny-step", args.cases) or selected("medium-step", args.cases)):
         lightning, lightning_status = load_peer("lightning.pytorch")
-    root_dir = temporary_root("tracktrain-bench-")  # Lightning's default_root_dir; stays empty
+    root_dir = h.temporary_root("tracktrain-bench-")  # Lightning's default_root_dir; stays empty
 
     tiny_batches, medium_batches = 100, 10
     cases: list[Case] = []
@@ -391,9 +372,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"No case matches --cases {args.cases!r}.", file=sys.stderr)
         return 2
 
-    freeze_garbage()
-    env = environment(torch.get_num_threads(), ignite=IGNITE_STATUS)
-    print_heading(
+    h.freeze_garbage()
+    env = h.environment(torch.get_num_threads(), ignite=IGNITE_STATUS)
+    h.print_heading(
         "tracktrain Engine overhead per iteration",
         env,
         args.threads,
@@ -435,8 +416,8 @@ def main(argv: list[str] | None = None) -> int:
             "results": results,
             "problems": problems,
         }
-        write_json(args.json, payload)
-    return exit_status(problems)
+        h.write_json(args.json, payload)
+    return h.exit_status(problems)
 
 
 def report_engine_results(results: list[dict[str, Any]], stat: str) -> None:
@@ -457,7 +438,7 @@ def report_engine_results(results: list[dict[str, Any]], stat: str) -> None:
     else:
         verdicts = [(result["title"], result["goal_met"]) for result in results if result["goal_met"] != "n/a"]
         print(
-            goal_line(
+            h.goal_line(
                 f"Goal (tracktrain overhead ≤ {GOAL_RATIO} × ignite's)",
                 verdicts,
                 unit="cases",
@@ -490,7 +471,7 @@ def report_addon_results(results: list[dict[str, Any]], stat: str) -> None:
         for row in result["addons"]
         if row["in_goal"]
     ]
-    print(goal_line(f"Goal (tracktrain's metrics / progress bar cost ≤ {ADDON_GOAL_RATIO:g} × ignite's)", rows))
+    print(h.goal_line(f"Goal (tracktrain's metrics / progress bar cost ≤ {ADDON_GOAL_RATIO:g} × ignite's)", rows))
 
 
 if __name__ == "__main__":

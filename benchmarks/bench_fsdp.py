@@ -44,6 +44,7 @@ import tempfile
 import time
 from typing import Any
 
+import harness as h
 import torch
 from fsdp_fits import (
     DDP,
@@ -64,23 +65,6 @@ from fsdp_fits import (
     rank_file,
     step_process,
 )
-from harness import (
-    STATISTICS,
-    environment,
-    exit_status,
-    finish_args,
-    format_cell,
-    goal_line,
-    interleaved,
-    iqr,
-    make_parser,
-    markdown_table,
-    prepare,
-    print_heading,
-    temporary_root,
-    verdict,
-    write_json,
-)
 from workloads import load_peer, max_difference
 
 from tracktrain.distributed import spawn
@@ -93,7 +77,7 @@ MEMORY_VARIANTS = [DDP, FSDP, RAW_FSDP]
 TITLES = {RAW: "hand-written FSDP2 loop", TRACKTRAIN: 'Trainer(strategy="fsdp")', LIGHTNING: "Lightning FSDP2"}
 MEMORY_TITLES = {DDP: 'Trainer(strategy="ddp")', FSDP: TITLES[TRACKTRAIN], RAW_FSDP: TITLES[RAW]}
 MIB = 2**20
-fmt = functools.partial(format_cell, decimals=1)
+fmt = functools.partial(h.format_cell, decimals=1)
 
 
 # ------------------------------------------------------------------------------------------------ step overhead
@@ -138,9 +122,9 @@ def measure_steps(config: StepConfig, problems: list[str]) -> dict[str, Any]:
 def summarize_steps(samples: dict[str, list[float]], statistic: str) -> dict[str, Any]:
     """Each variant's figure; the ratios to the raw loop (of the figures, and the median of the per-round ratios,
     whose drift the variants of a round share); the Trainer's overhead, the noise and the goal's verdict."""
-    center = STATISTICS[statistic]
+    center = h.STATISTICS[statistic]
     us_per_step = {name: center(values) for name, values in samples.items()}
-    spread = {name: iqr(values) for name, values in samples.items()}
+    spread = {name: h.iqr(values) for name, values in samples.items()}
     raw = us_per_step[RAW]
     ratio = {name: value / raw for name, value in us_per_step.items() if name != RAW}
     paired = {
@@ -158,7 +142,7 @@ def summarize_steps(samples: dict[str, list[float]], statistic: str) -> dict[str
         "iqr_us": spread,
         "noise_percent": noise_percent,
         "goal_percent": GOAL_PERCENT,
-        "goal_met": verdict(GOAL_PERCENT - overhead_percent, noise_percent),
+        "goal_met": h.verdict(GOAL_PERCENT - overhead_percent, noise_percent),
     }
 
 
@@ -182,7 +166,7 @@ def report_steps(row: dict[str, Any], stat: str) -> None:
             ]
         )
     print(f"\n## FSDP2 step on {WORLD_SIZE} gloo ranks, start-up and first epoch excluded\n")
-    print(markdown_table(lines, "lrrrrrrl") + "\n")
+    print(h.markdown_table(lines, "lrrrrrrl") + "\n")
     print(
         f"{row['timed_steps']} timed steps per sample ({row['steps_per_epoch']} per epoch per rank, batch "
         f"{row['batch_size']} per rank), {len(row['samples_us_per_step'][RAW])} samples per variant. µs/step: {stat} "
@@ -194,7 +178,7 @@ def report_steps(row: dict[str, Any], stat: str) -> None:
         f"{cpu['overhead_percent']:+.2f} % (noise {cpu['noise_percent']:.2f} %)."
     )
     print(
-        goal_line(
+        h.goal_line(
             f"Goal (the Trainer's FSDP step ≤ {GOAL_PERCENT:g} % over the hand-written one)",
             [("fsdp", row["goal_met"])],
         )
@@ -211,7 +195,7 @@ def measure_memory(
     for mode in modes:
         units += [(mode, tuple(variants))] if SHARED_LAUNCH[mode] else [(mode, (variant,)) for variant in variants]
     launches: dict[tuple[str, str], list[list[dict[str, Any]]]] = {(m, v): [] for m in modes for v in variants}
-    for _, (mode, unit) in interleaved(units, repeats, rng):
+    for _, (mode, unit) in h.interleaved(units, repeats, rng):
         order = list(unit)
         rng.shuffle(order)
         try:
@@ -269,7 +253,7 @@ def report_memory(summary: dict[str, Any], config: MemoryConfig, modes: list[str
                 ]
                 + ["—" if ratio is None else f"{ratio:.2f}" for ratio in ratios]
             )
-    print(markdown_table(lines, "llrrrrrr") + "\n")
+    print(h.markdown_table(lines, "llrrrrrr") + "\n")
     print(
         "peak growth: a rank's peak RSS minus its RSS just before the model was built, the larger of the 2 ranks, "
         f"median of {repeats} fit(s) (samples). malloc: `live` sets {MMAP_THRESHOLD}=65536, so that every tensor of "
@@ -285,7 +269,7 @@ def report_memory(summary: dict[str, Any], config: MemoryConfig, modes: list[str
 
 # ------------------------------------------------------------------------------------------------------ main
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = make_parser(__doc__, stat_of="the samples")
+    parser = h.make_parser(__doc__, stat_of="the samples")
     add = parser.add_argument
     add("--cases", default="step,memory", help="comma-separated: step, memory (default both)")
     add("--repeats", type=int, help="timed fits per step variant, after one warm-up fit (default 12; --quick 2)")
@@ -301,7 +285,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "memory_repeats": (3, 1),
         "memory_steps": (4, 2),
     }
-    args = finish_args(
+    args = h.finish_args(
         parser,
         argv,
         defaults,
@@ -319,16 +303,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    rng = prepare(args)
+    rng = h.prepare(args)
     wanted = args.cases.split(",")
     lightning, lightning_version = (
         (None, "not run")
         if "step" not in wanted
         else load_peer("lightning", "lightning.pytorch.strategies", skip=args.no_lightning)
     )
-    root_dir = temporary_root("tracktrain-bench-fsdp-")
-    env = environment(args.threads, lightning=lightning_version)
-    print_heading(
+    root_dir = h.temporary_root("tracktrain-bench-fsdp-")
+    env = h.environment(args.threads, lightning=lightning_version)
+    h.print_heading(
         'tracktrain Trainer(strategy="fsdp"): step overhead next to hand-written FSDP2, memory next to DDP',
         env,
         args.threads,
@@ -391,8 +375,8 @@ def main(argv: list[str] | None = None) -> int:
         report_memory(summary, config, modes, args.memory_repeats)
     payload["problems"] = problems
     if args.json:
-        write_json(args.json, payload)
-    return exit_status(problems)
+        h.write_json(args.json, payload)
+    return h.exit_status(problems)
 
 
 if __name__ == "__main__":

@@ -44,24 +44,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import harness as h
 import torch
 import torch.nn.functional as F
-from harness import (
-    STATISTICS,
-    before_run,
-    environment,
-    exit_status,
-    finish_args,
-    format_cell,
-    freeze_garbage,
-    interleaved,
-    iqr,
-    make_parser,
-    markdown_table,
-    prepare,
-    temporary_root,
-    write_json,
-)
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from workloads import load_peer, max_difference, weights
@@ -315,7 +300,7 @@ def lightning_fitter(lightning: Any) -> Callable[[Workload, int, str], Run]:
 def run_once(fit: Callable[[Workload, int, str], Run], workload: Workload, epochs: int, root: str, threads: int) -> Run:
     run_dir = tempfile.mkdtemp(prefix="run-", dir=root)
     try:
-        before_run(threads)
+        h.before_run(threads)
         if workload.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(workload.device)
         run = fit(workload, epochs, run_dir)
@@ -347,7 +332,7 @@ def measure_steps(
             problems.append(f"[{workload.key}] {name}: weights differ from the hand-written loop's by {difference:.3g}")
         result["variants"][name] = {"max_weight_difference": difference, "samples_us": [], "peak_mb": []}
     extra_steps = (long - short) * workload.batches_per_epoch
-    for _, name in interleaved(list(fits), args.repeats, rng):
+    for _, name in h.interleaved(list(fits), args.repeats, rng):
         lengths = [short, long]
         rng.shuffle(lengths)
         runs = {epochs: run_once(fits[name], workload, epochs, root, args.threads) for epochs in lengths}
@@ -356,11 +341,11 @@ def measure_steps(
         if runs[long].peak_mb is not None:
             variant["peak_mb"].append(runs[long].peak_mb)
     syncs = count_syncs(workload, fits, root, args.threads)
-    stat = STATISTICS[args.stat]
+    stat = h.STATISTICS[args.stat]
     raw = stat(result["variants"][RAW]["samples_us"])
     for variant in result["variants"].values():
         variant["us_per_step"] = stat(variant["samples_us"])
-        variant["iqr_us"] = iqr(variant["samples_us"])
+        variant["iqr_us"] = h.iqr(variant["samples_us"])
         variant["ratio"] = variant["us_per_step"] / raw
         variant["peak_mb"] = max(variant["peak_mb"]) if variant["peak_mb"] else None
     for name, per_step in syncs.items():
@@ -430,8 +415,8 @@ def measure_checkpoint_stall(args: argparse.Namespace, device: torch.device, roo
     }
     stalls: dict[str, list[float]] = {kind: [] for kind in savers}
     commits: dict[str, list[float]] = {kind: [] for kind in savers}
-    rng = prepare(args)
-    for repeat, kind in interleaved(list(savers), args.checkpoint_repeats, rng):
+    rng = h.prepare(args)
+    for repeat, kind in h.interleaved(list(savers), args.checkpoint_repeats, rng):
         saver = savers[kind]
         filename = f"checkpoint_{repeat}.pt"
         state["step"] = repeat
@@ -452,7 +437,7 @@ def measure_checkpoint_stall(args: argparse.Namespace, device: torch.device, roo
         saver.remove(filename)
         if isinstance(saver, AsyncSaver):
             saver.wait()
-    stat = STATISTICS[args.stat]
+    stat = h.STATISTICS[args.stat]
     later = {kind: values[1:] or values for kind, values in stalls.items()}  # the first save allocates buffers
     return {
         "size_mb": size_mb,
@@ -484,17 +469,17 @@ def report(steps: dict[str, dict], checkpoint: dict | None, env: dict[str, Any],
                 [
                     result["key"],
                     name,
-                    format_cell(variant["us_per_step"] / 1e3, decimals=3),
-                    format_cell(variant["iqr_us"] / 1e3, decimals=3),
+                    h.format_cell(variant["us_per_step"] / 1e3, decimals=3),
+                    h.format_cell(variant["iqr_us"] / 1e3, decimals=3),
                     f"{variant['ratio']:.3f}",
-                    format_cell(variant["peak_mb"], decimals=0),
-                    format_cell(variant["syncs_per_step"], decimals=2),
+                    h.format_cell(variant["peak_mb"], decimals=0),
+                    h.format_cell(variant["syncs_per_step"], decimals=2),
                     f"{variant['max_weight_difference']:.2g}",
                 ]
             )
     text = [
         f"## Step time on {env['device_name']} ({env['torch']}, CUDA {env['cuda']}, Lightning {env['lightning']})\n",
-        markdown_table(lines, "llrrrrrr"),
+        h.markdown_table(lines, "llrrrrrr"),
     ]
     for result in steps.values():
         text.append(f"\n- `{result['key']}`: {result['title']}, {result['parameters'] / 1e6:.2f} M parameters")
@@ -510,18 +495,18 @@ def report(steps: dict[str, dict], checkpoint: dict | None, env: dict[str, Any],
             rows.append(
                 [
                     kind,
-                    format_cell(stall, decimals=1),
-                    format_cell(checkpoint["first_stall_ms"][kind], decimals=1),
-                    format_cell(checkpoint["commit_ms"][kind], decimals=1),
+                    h.format_cell(stall, decimals=1),
+                    h.format_cell(checkpoint["first_stall_ms"][kind], decimals=1),
+                    h.format_cell(checkpoint["commit_ms"][kind], decimals=1),
                 ]
             )
-        text.append(markdown_table(rows, "lrrr"))
+        text.append(h.markdown_table(rows, "lrrr"))
     text.append(f"\nstatistic: {args.stat} of {args.repeats} repeats (steps), {args.checkpoint_repeats} (checkpoints)")
     return "\n".join(text)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = make_parser(__doc__)
+    parser = h.make_parser(__doc__)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--cases", default="transformer,mlp", help="workloads to time (transformer, mlp)")
     parser.add_argument("--repeats", type=int, help="timed short+long fit pairs per variant (default 7)")
@@ -538,23 +523,23 @@ def main(argv: list[str] | None = None) -> int:
         "checkpoint_mb": (1024, 8),
         "checkpoint_repeats": (4, 2),
     }
-    args = finish_args(parser, argv, defaults, positive=("repeats", "batches"), cases=("transformer", "mlp"))
+    args = h.finish_args(parser, argv, defaults, positive=("repeats", "batches"), cases=("transformer", "mlp"))
     if args.long_epochs <= args.short_epochs:
         parser.error(f"--long-epochs ({args.long_epochs}) must exceed --short-epochs ({args.short_epochs})")
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here; use --device cpu for a dry run")
-    rng = prepare(args)
+    rng = h.prepare(args)
     lightning, lightning_version = load_peer("lightning", skip=args.no_lightning)
-    env = environment(args.threads, lightning=lightning_version)
+    env = h.environment(args.threads, lightning=lightning_version)
     env["device_name"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     env["cuda"] = torch.version.cuda or "none"
-    root = temporary_root("bench-gpu-")
+    root = h.temporary_root("bench-gpu-")
     workloads = make_workloads(args, device)
     fits: dict[str, Callable] = {RAW: fit_raw, TRACKTRAIN: fit_tracktrain}
     if lightning is not None:
         fits[LIGHTNING] = lightning_fitter(lightning)
-    freeze_garbage()
+    h.freeze_garbage()
     problems: list[str] = []
     steps = {}
     for key in args.cases.split(","):
@@ -570,8 +555,8 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.out, "w", encoding="utf-8") as handle:
             handle.write(table + "\n")
     if args.json:
-        write_json(args.json, {"environment": env, "steps": steps, "checkpoint": checkpoint, "problems": problems})
-    return exit_status(problems)
+        h.write_json(args.json, {"environment": env, "steps": steps, "checkpoint": checkpoint, "problems": problems})
+    return h.exit_status(problems)
 
 
 if __name__ == "__main__":

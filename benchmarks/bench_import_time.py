@@ -27,7 +27,7 @@ import tempfile
 import time
 from importlib.util import find_spec
 
-from harness import interleaved, markdown_table, write_json
+import harness as h
 
 # label, statement, module that must be importable for the row to run
 STATEMENTS: list[tuple[str, str, str]] = [
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                 missing.append((label, "import fails"))
         samples = {label: samples[label] for label, _ in available}
         walls = {label: walls[label] for label, _ in available}
-        for _, (label, statement) in interleaved(available, args.repeats, rng):
+        for _, (label, statement) in h.interleaved(available, args.repeats, rng):
             seconds, torch_loaded, wall = run_child(statement, env, workdir)
             samples[label].append(seconds)
             walls[label].append(wall)
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             ]
         )
     lines += [[f"`{label}`", why] + [""] * 6 for label, why in missing]
-    print(markdown_table(lines, "lrrrrlrr"))
+    print(h.markdown_table(lines, "lrrrrlrr"))
     print(
         "\nmedian/min/max ms: time spent in the import statement only. process wall: the whole `python -c` run, "
         "interpreter start-up and exit included. × columns: median / the median of that reference row."
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             ],
             "missing": dict(missing),
         }
-        write_json(args.json, payload)
+        h.write_json(args.json, payload)
     return 0
 
 

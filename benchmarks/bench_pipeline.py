@@ -37,21 +37,7 @@ import sys
 import time
 from typing import Any
 
-from harness import (
-    STATISTICS,
-    command_line,
-    environment,
-    exit_status,
-    finish_args,
-    format_cell,
-    iqr,
-    make_parser,
-    markdown_table,
-    prepare,
-    print_heading,
-    temporary_root,
-    write_json,
-)
+import harness as h
 from pipeline_fits import (
     BACKWARD_RATIO,
     WIDTH,
@@ -67,7 +53,7 @@ from pipeline_fits import (
 from tracktrain.distributed import spawn
 from tracktrain.engine.pipeline import SCHEDULES
 
-fmt = functools.partial(format_cell, decimals=1)
+fmt = functools.partial(h.format_cell, decimals=1)
 
 
 # ------------------------------------------------------------------------------------------------- summaries
@@ -77,7 +63,7 @@ def summarize(
     """Per case: time per batch (per step the slowest rank's; the statistic over the steps), its ratio to the one
     process's time, the ideal ratio p × (1 − predicted bubble), the critical path, the measured bubble and the
     predicted one, and the busy time each rank measured (its sleeps; the slowest rank's)."""
-    center = STATISTICS[stat]
+    center = h.STATISTICS[stat]
     base_s = center(base["times"])
     rows: dict[str, Any] = {
         "one-process": {
@@ -85,7 +71,7 @@ def summarize(
             "stages": 1,
             "microbatches": 1,
             "batch_ms": base_s * 1e3,
-            "batch_iqr_ms": iqr(base["times"]) * 1e3,
+            "batch_iqr_ms": h.iqr(base["times"]) * 1e3,
             "samples_ms": [value * 1e3 for value in base["times"]],
             "throughput_ratio": 1.0,
             "ideal_ratio": 1.0,
@@ -112,7 +98,7 @@ def summarize(
                 "stages": stage_count(schedule, world),
                 "microbatches": m,
                 "batch_ms": batch_s * 1e3,
-                "batch_iqr_ms": iqr(steps) * 1e3,
+                "batch_iqr_ms": h.iqr(steps) * 1e3,
                 "samples_ms": [value * 1e3 for value in steps],
                 "throughput_ratio": base_s / batch_s,
                 "ideal_ratio": world * (1 - predicted),
@@ -146,7 +132,7 @@ def check_ranks(
 # ------------------------------------------------------------------------------------------------ reporting
 def report(rows: dict[str, Any], config: PipelineConfig, stat: str) -> None:
     print(f"\n## Time per batch and bubble, {' and '.join(map(str, config.world_sizes))} gloo ranks\n")
-    print(f"`{command_line()}`\n")
+    print(f"`{h.command_line()}`\n")
     lines = [
         [
             "schedule",
@@ -182,7 +168,7 @@ def report(rows: dict[str, Any], config: PipelineConfig, stat: str) -> None:
                 fmt(row["cpu_ms"]),
             ]
         )
-    print(markdown_table(lines, "lrrrrrrrrrrrr") + "\n")
+    print(h.markdown_table(lines, "lrrrrrrrrrrrr") + "\n")
     print(
         f"{config.blocks} cost blocks, forward {config.forward_ms:g} ms each on the batch of {config.batch_size} "
         f"(backward {BACKWARD_RATIO:g} ×), split evenly into the stages. {config.warmup} warm-up step(s) per case, "
@@ -202,7 +188,7 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = make_parser(__doc__, lightning=False, stat_of="the steps")
+    parser = h.make_parser(__doc__, lightning=False, stat_of="the steps")
     add = parser.add_argument
     add("--blocks", type=int, help="cost blocks in the model, L (default 8; --quick 8)")
     add("--batch-size", type=int, help="samples per batch, a multiple of every M (default 32; --quick 32)")
@@ -214,7 +200,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--repeats", type=int, help="rounds of every case (default 3; --quick 1)")
     add("--steps", type=int, help="timed steps per case per round (default 5; --quick 3)")
     defaults = {"blocks": (8, 8), "batch_size": (32, 32), "warmup": (2, 1), "repeats": (3, 1), "steps": (5, 3)}
-    args = finish_args(
+    args = h.finish_args(
         parser, argv, defaults, positive=["blocks", "batch_size", "warmup", "repeats", "steps", "threads"]
     )
     args.forward_ms = 30.0 if args.forward_ms is None else args.forward_ms
@@ -235,8 +221,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    prepare(args)
-    root_dir = temporary_root("tracktrain-bench-pipeline-")
+    h.prepare(args)
+    root_dir = h.temporary_root("tracktrain-bench-pipeline-")
     config = PipelineConfig(
         args.blocks,
         args.batch_size,
@@ -251,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         args.threads,
         root_dir,
     )
-    env = environment(args.threads)
-    print_heading(
+    env = h.environment(args.threads)
+    h.print_heading(
         "tracktrain pipeline schedules: time per batch and bubble, next to one process",
         env,
         args.threads,
@@ -302,8 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         "problems": problems,
     }
     if args.json:
-        write_json(args.json, payload)
-    return exit_status(problems)
+        h.write_json(args.json, payload)
+    return h.exit_status(problems)
 
 
 if __name__ == "__main__":

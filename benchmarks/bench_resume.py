@@ -45,24 +45,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from harness import (
-    STATISTICS,
-    command_line,
-    environment,
-    exit_status,
-    finish_args,
-    format_cell,
-    freeze_garbage,
-    interleaved,
-    iqr,
-    make_parser,
-    markdown_table,
-    prepare,
-    print_heading,
-    print_profile,
-    temporary_root,
-    write_json,
-)
+import harness as h
 from resume_frameworks import (
     EXACT,
     IGNITE,
@@ -150,7 +133,7 @@ class Bench:
         """cProfile of one resume, from the call that resumes to the first step."""
         profiler = cProfile.Profile()
         first = self.resume_once(framework, point, profiler)
-        print_profile(
+        h.print_profile(
             profiler,
             f"\n### cProfile: {LABELS[framework.key]} resumed at {point} % ({first.seconds * 1e3:.1f} ms profiled)\n",
             top,
@@ -168,7 +151,7 @@ class Bench:
         keys += [(framework.key, point) for framework in self.frameworks for point in POINTS]
         by_key = {framework.key: framework for framework in self.frameworks}
         done = 0
-        for repeat, key in interleaved(keys, repeats, rng):
+        for repeat, key in h.interleaved(keys, repeats, rng):
             if key is None:
                 self.unit_s += self.workload.time_batch_loads(UNIT_BATCHES)
             else:
@@ -200,7 +183,7 @@ class Bench:
 
 # ------------------------------------------------------------------------------------------------ summaries
 def summarize(bench: Bench, stat: str) -> tuple[list[dict[str, Any]], float]:
-    center = STATISTICS[stat]
+    center = h.STATISTICS[stat]
     unit_ms = center(bench.unit_s) * 1e3
     rows = []
     for point in POINTS:
@@ -212,7 +195,7 @@ def summarize(bench: Bench, stat: str) -> tuple[list[dict[str, Any]], float]:
             verdicts = sorted({verdict(first, step, framework.reference) for first in firsts})
             row["frameworks"][framework.key] = {
                 "ms": center(ms) if ms else None,
-                "iqr_ms": iqr(ms) if ms else None,
+                "iqr_ms": h.iqr(ms) if ms else None,
                 "batches": center(ms) / unit_ms if ms else None,
                 "verdicts": verdicts,
                 "exact": verdicts == [EXACT],
@@ -233,7 +216,7 @@ def ratio(row: dict[str, Any], key: str) -> float | None:
 def ms_cell(cell: dict[str, Any] | None) -> str:
     if cell is None or cell["ms"] is None:
         return "—"
-    return f"{format_cell(cell['ms'], decimals=1)} ({format_cell(cell['batches'], decimals=1)})"
+    return f"{h.format_cell(cell['ms'], decimals=1)} ({h.format_cell(cell['batches'], decimals=1)})"
 
 
 def resume_table(rows: list[dict[str, Any]], keys: list[str]) -> str:
@@ -251,19 +234,19 @@ def resume_table(rows: list[dict[str, Any]], keys: list[str]) -> str:
             [
                 point,
                 f"{row['step']:,}",
-                format_cell(row["batch_load_ms"], decimals=3),
-                format_cell(row["step"] * row["batch_load_ms"], decimals=1),
+                h.format_cell(row["batch_load_ms"], decimals=3),
+                h.format_cell(row["step"] * row["batch_load_ms"], decimals=1),
             ]
             + [ms_cell(cells.get(key)) for key in keys]
-            + [format_cell(ratio(row, key), decimals=3) for key in peers]
+            + [h.format_cell(ratio(row, key), decimals=3) for key in peers]
             + [" / ".join(("yes" if cells[key]["exact"] else "no") if cells[key]["verdicts"] else "—" for key in keys)]
         )
-    return markdown_table(lines, "lrrr" + "r" * (len(keys) + len(peers)) + "l")
+    return h.markdown_table(lines, "lrrr" + "r" * (len(keys) + len(peers)) + "l")
 
 
 def report(bench: Bench, rows: list[dict[str, Any]], stat: str, notes: list[str]) -> None:
     keys = [framework.key for framework in bench.frameworks]
-    print(f"\n## Resume: from the call that resumes to the first training step\n\n$ {command_line()}\n")
+    print(f"\n## Resume: from the call that resumes to the first training step\n\n$ {h.command_line()}\n")
     print(resume_table(rows, keys) + "\n")
     print(
         f"ms: {stat} over the repeats of the time from the call that resumes (fit(..., ckpt_path=...); Ignite: "
@@ -290,14 +273,14 @@ def report(bench: Bench, rows: list[dict[str, Any]], stat: str, notes: list[str]
 
 # ------------------------------------------------------------------------------------------------------- main
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = make_parser(__doc__, profile_top=25, root_dir="the checkpoints")
+    parser = h.make_parser(__doc__, profile_top=25, root_dir="the checkpoints")
     add = parser.add_argument
     add("--batches", type=int, help="batches in the epoch, a multiple of 10 (default 10000; --quick 200)")
     add("--batch-size", type=int, default=8, help="samples per batch (default 8)")
     add("--sample-us", type=float, default=50.0, help="CPU time to make one sample, µs (default 50)")
     add("--repeats", type=int, help="timed resumes per framework and point (default 15; --quick 2)")
     add("--no-ignite", action="store_true", help="leave Ignite out")
-    args = finish_args(
+    args = h.finish_args(
         parser, argv, {"batches": (10_000, 200), "repeats": (15, 2)}, positive=["batch_size", "repeats", "threads"]
     )
     if args.batches < 20 or args.batches % 10:
@@ -312,7 +295,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    rng = prepare(args)
+    rng = h.prepare(args)
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata, on every iter()
     ignite, ignite_status = load_peer("ignite", "ignite.engine", "ignite.handlers", "ignite.utils", skip=args.no_ignite)
     lightning, lightning_status = load_peer("lightning", "lightning.pytorch", skip=args.no_lightning)
@@ -336,11 +319,11 @@ def main(argv: list[str] | None = None) -> int:
             frameworks.append(
                 Framework(LIGHTNING_SDL, lightning_runner(lightning, stateful=True), lightning_checkpoint)
             )
-    root_dir = temporary_root("tracktrain-bench-resume-", args.root_dir)
+    root_dir = h.temporary_root("tracktrain-bench-resume-", args.root_dir)
     bench = Bench(workload, frameworks, root_dir)
 
-    env = environment(args.threads, ignite=ignite_status, lightning=lightning_status, torchdata=torchdata_status)
-    print_heading(
+    env = h.environment(args.threads, ignite=ignite_status, lightning=lightning_status, torchdata=torchdata_status)
+    h.print_heading(
         "Resume time-to-first-step mid-epoch: tracktrain, Ignite DeterministicEngine, Lightning",
         env,
         args.threads,
@@ -359,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.warm_up()
     # what lives until the end (the reference runs' batches among it) leaves the collector's sight: a full collection
     # that lands in a timed window then costs as little in one framework's run as in another's
-    freeze_garbage()
+    h.freeze_garbage()
     progress("warm-up done")
     bench.measure(args.repeats, rng, progress)
     rows, unit_ms = summarize(bench, args.stat)
@@ -368,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         for framework in frameworks:
             bench.profile(framework, POINTS[-1], args.profile_top)
     if args.json:
-        write_json(
+        h.write_json(
             args.json,
             {
                 "environment": env,
@@ -383,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
                 "problems": bench.problems,
             },
         )
-    return exit_status(bench.problems)
+    return h.exit_status(bench.problems)
 
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ import sys
 import tempfile
 import time
 
+import harness as h
 import torch
-from harness import markdown_table
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from workloads import load_peer
@@ -137,7 +137,7 @@ def main() -> None:
             rows.append((name, stall))
     lines = [[f"checkpoint callback ({STEPS} steps, a save every {EVERY})", "loop stall per save (median)"]]
     lines += [[name, "n/a (not installed)" if stall is None else f"{stall * 1000:.0f} ms"] for name, stall in rows]
-    print(markdown_table(lines, "lr"))
+    print(h.markdown_table(lines, "lr"))
 
 
 if __name__ == "__main__":

@@ -42,25 +42,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import harness as h
 import torch
-from harness import (
-    STATISTICS,
-    before_run,
-    environment,
-    exit_status,
-    finish_args,
-    format_cell,
-    freeze_garbage,
-    goal_line,
-    interleaved,
-    iqr,
-    make_parser,
-    markdown_table,
-    prepare,
-    print_heading,
-    verdict,
-    write_json,
-)
 from step_fits import (
     BATCH_SIZE,
     FITTERS,
@@ -152,7 +135,7 @@ def check_fit(case: Case, variant: str, fit: Fit, problems: list[str]) -> None:
 
 
 def run_fit(case: Case, variant: str, root_dir: str, threads: int, problems: list[str]) -> Fit:
-    before_run(threads)
+    h.before_run(threads)
     fit = FITTERS[variant](case.workload, case.precision, case.epochs, root_dir)
     if case.reference is None:
         case.reference = fit
@@ -168,7 +151,7 @@ def measure_precision(
     for variant in FITTERS:
         run_fit(case, variant, root_dir, threads, problems)
     samples: dict[str, list[float]] = {variant: [] for variant in FITTERS}
-    for _, variant in interleaved(list(FITTERS), repeats, rng):
+    for _, variant in h.interleaved(list(FITTERS), repeats, rng):
         samples[variant].append(run_fit(case, variant, root_dir, threads, problems).us_per_step)
     return samples
 
@@ -205,13 +188,13 @@ def measure_ddp(config: DDPConfig, problems: list[str]) -> tuple[dict[str, list[
 # ------------------------------------------------------------------------------------------------ summaries
 def summarize(samples: dict[str, list[float]], statistic: str) -> dict[str, Any]:
     """The two variants' figures, the overhead (µs and % of the raw step), the noise and the goal's verdict."""
-    center = STATISTICS[statistic]
+    center = h.STATISTICS[statistic]
     us_per_step = {name: center(values) for name, values in samples.items()}
-    spread = {name: iqr(values) for name, values in samples.items()}
+    spread = {name: h.iqr(values) for name, values in samples.items()}
     raw, ours = us_per_step[RAW], us_per_step[TRACKTRAIN]
     overhead = ours - raw
     noise = max(spread.values())  # what a difference of medians has to beat to mean something
-    goal = verdict(GOAL_PERCENT / 100 * raw - overhead, noise)
+    goal = h.verdict(GOAL_PERCENT / 100 * raw - overhead, noise)
     # the samples of one index ran in the same round, next to each other
     paired = statistics.median(mine - hand for mine, hand in zip(samples[TRACKTRAIN], samples[RAW]))
     return {
@@ -227,7 +210,7 @@ def summarize(samples: dict[str, list[float]], statistic: str) -> dict[str, Any]
     }
 
 
-fmt = functools.partial(format_cell, decimals=1)
+fmt = functools.partial(h.format_cell, decimals=1)
 
 
 def weights_cell(difference: float | None) -> str:
@@ -267,7 +250,7 @@ def report(rows: list[dict[str, Any]], stat: str) -> None:
             ]
         )
     print("\n## Time per optimizer step, start-up and first epoch excluded\n")
-    print(markdown_table(lines, "lrrrrrrrll") + "\n")
+    print(h.markdown_table(lines, "lrrrrrrrll") + "\n")
     print(
         f"µs/step: {stat} over the samples (one per fit: time from its second epoch's start to the run's end / the "
         "optimizer steps in between); steps/sample is that number of steps (DDP: per rank, on rank 0's clock), "
@@ -279,12 +262,12 @@ def report(rows: list[dict[str, Any]], stat: str) -> None:
     )
     verdicts = [(row["key"], row["goal_met"]) for row in rows]
     goal = f"Goal (the Trainer's overhead ≤ {GOAL_PERCENT:g} % of the hand-written step)"
-    print(goal_line(goal, verdicts, "variants"))
+    print(h.goal_line(goal, verdicts, "variants"))
 
 
 # ------------------------------------------------------------------------------------------------------ main
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = make_parser(__doc__, lightning=False, stat_of="the samples")
+    parser = h.make_parser(__doc__, lightning=False, stat_of="the samples")
     add = parser.add_argument
     add("--cases", default="fp32,bf16,fp16,ddp", help="comma-separated: fp32, bf16, fp16, ddp (default all)")
     add("--repeats", type=int, help="timed fits per variant of fp32, bf16 and fp16 (default 13; --quick 3)")
@@ -309,7 +292,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "ddp_epochs": (5, 2),
         "ddp_repeats": (20, 2),
     }
-    return finish_args(
+    return h.finish_args(
         parser,
         argv,
         defaults,
@@ -321,7 +304,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    rng = prepare(args)
+    rng = h.prepare(args)
     wanted = args.cases.split(",")
     batches = {"medium": 20 if args.quick else 50, "fp16": 10 if args.quick else 20, DDP: 20 if args.quick else 50}
     cases = [
@@ -334,10 +317,10 @@ def main(argv: list[str] | None = None) -> int:
         if key in wanted
     ]
     root_dir = tempfile.mkdtemp(prefix="tracktrain-bench-variants-")
-    freeze_garbage()
+    h.freeze_garbage()
 
-    env = environment(args.threads)
-    print_heading(
+    env = h.environment(args.threads)
+    h.print_heading(
         "tracktrain Trainer step variants: cost per step on top of the hand-written loop",
         env,
         args.threads,
@@ -408,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     if rows:
         report(rows, args.stat)
     if args.json:
-        write_json(
+        h.write_json(
             args.json,
             {
                 "environment": env,
@@ -418,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
                 "problems": problems,
             },
         )
-    return exit_status(problems)
+    return h.exit_status(problems)
 
 
 if __name__ == "__main__":

@@ -41,28 +41,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import harness as h
 import torch
 import torch.nn.functional as F
-from harness import (
-    STATISTICS,
-    before_run,
-    environment,
-    exit_status,
-    finish_args,
-    format_cell,
-    freeze_garbage,
-    goal_line,
-    interleaved,
-    iqr,
-    make_parser,
-    markdown_table,
-    prepare,
-    print_heading,
-    print_profile,
-    temporary_root,
-    verdict,
-    write_json,
-)
 from torch import nn
 from workloads import (
     LEARNING_RATE,
@@ -286,7 +267,7 @@ def run_once(
     checkpoint directory left by an earlier fit would change what the next one does."""
     run_dir = tempfile.mkdtemp(prefix="run-", dir=root_dir)
     try:
-        before_run(threads)
+        h.before_run(threads)
         run = variant.fit(case.workload, epochs, run_dir, sink)
         check_run(case, variant, epochs, run, run_dir, problems)
     finally:
@@ -323,7 +304,7 @@ def measure_case(
     first_startups = warm_up(case, variants, root_dir, threads, problems)
     per_iteration: dict[str, list[float]] = {variant.name: [] for variant in variants}
     startups: dict[str, list[float]] = {variant.name: [] for variant in variants}
-    for _, variant in interleaved(variants, repeats, rng):
+    for _, variant in h.interleaved(variants, repeats, rng):
         lengths = [case.short_epochs, case.long_epochs]
         rng.shuffle(lengths)
         runs = {epochs: run_once(case, variant, epochs, root_dir, threads, sink, problems) for epochs in lengths}
@@ -341,9 +322,9 @@ def summarize(
     first_startups: dict[str, float],
     statistic: str,
 ) -> dict[str, Any]:
-    center = STATISTICS[statistic]
+    center = h.STATISTICS[statistic]
     us_per_iter = {name: center(values) for name, values in per_iteration.items()}
-    spread = {name: iqr(values) for name, values in per_iteration.items()}
+    spread = {name: h.iqr(values) for name, values in per_iteration.items()}
     startup_ms = {name: statistics.median(values) * 1e3 for name, values in startups.items()}
     first_ms = {name: seconds * 1e3 for name, seconds in first_startups.items()}
     raw = us_per_iter[RAW]
@@ -361,7 +342,7 @@ def summarize(
         if LIGHTNING in overhead:
             if overhead[LIGHTNING] > noise:
                 ratio = overhead[TRACKTRAIN] / overhead[LIGHTNING]
-            goal = verdict(GOAL_RATIO[mode] * overhead[LIGHTNING] - overhead[TRACKTRAIN], noise)
+            goal = h.verdict(GOAL_RATIO[mode] * overhead[LIGHTNING] - overhead[TRACKTRAIN], noise)
         rows.append(
             {
                 "mode": mode,
@@ -396,7 +377,7 @@ def summarize(
 
 
 # ------------------------------------------------------------------------------------------------- reporting
-fmt = functools.partial(format_cell, decimals=1)  # a fit's µs per iteration: its noise is whole µs
+fmt = functools.partial(h.format_cell, decimals=1)  # a fit's µs per iteration: its noise is whole µs
 
 
 def overhead_table(results: list[dict[str, Any]]) -> str:
@@ -435,7 +416,7 @@ def overhead_table(results: list[dict[str, Any]]) -> str:
                     f"≤ {row['goal_ratio']:.2g}×: {row['goal_met']}",
                 ]
             )
-    return markdown_table(lines, "llrrrrrrrrl")
+    return h.markdown_table(lines, "llrrrrrrrrl")
 
 
 def startup_table(results: list[dict[str, Any]]) -> str:
@@ -461,7 +442,7 @@ def startup_table(results: list[dict[str, Any]]) -> str:
                     for library in libraries
                 ]
             )
-    return markdown_table(lines, "llrrrrr")
+    return h.markdown_table(lines, "llrrrrr")
 
 
 def report(results: list[dict[str, Any]], stat: str, lightning_status: str, has_lightning: bool) -> None:
@@ -496,7 +477,7 @@ def report(results: list[dict[str, Any]], stat: str, lightning_status: str, has_
         f"Goals (tracktrain overhead ≤ {GOAL_RATIO[OFF]:.2g} × Lightning's with everything off, ≤ "
         f"{GOAL_RATIO[DEFAULTS]:g} × with the defaults)"
     )
-    print(goal_line(goal, verdicts))
+    print(h.goal_line(goal, verdicts))
 
 
 def profile_case(case: Case, variants: list[Variant], root_dir: str, threads: int, top: int, sink: Any) -> None:
@@ -506,27 +487,27 @@ def profile_case(case: Case, variants: list[Variant], root_dir: str, threads: in
         if variant.library != TRACKTRAIN:
             continue
         run_dir = tempfile.mkdtemp(prefix="profile-", dir=root_dir)
-        before_run(threads)
+        h.before_run(threads)
         profiler = cProfile.Profile()
         profiler.enable()
         variant.fit(case.workload, case.long_epochs, run_dir, sink)
         profiler.disable()
         shutil.rmtree(run_dir, ignore_errors=True)
         iterations = case.long_epochs * case.workload.batches_per_epoch
-        print_profile(
+        h.print_profile(
             profiler,
             f"\n### cProfile: {case.key} / {variant.name} ({iterations} iterations, start-up "
             f"included), top {top} by own time\n",
             top,
         )
-        print_profile(
+        h.print_profile(
             profiler, "\ntracktrain's functions by cumulative time:", top, "cumulative", r"[/\\]tracktrain[/\\]"
         )
 
 
 # ------------------------------------------------------------------------------------------------------ main
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = make_parser(__doc__, profile_top=25, root_dir="the fits write (checkpoints, Lightning's logs)")
+    parser = h.make_parser(__doc__, profile_top=25, root_dir="the fits write (checkpoints, Lightning's logs)")
     add = parser.add_argument
     add("--repeats", type=int, help="timed (short, long) pairs per variant (default 9; --quick 3)")
     add(
@@ -537,7 +518,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--medium-epochs", type=int, help="the same for the medium model (default 5; --quick 3)")
     add("--cases", default="tiny,medium", help="comma-separated: tiny, medium (default both)")
     defaults = {"repeats": (9, 3), "tiny_epochs": (11, 3), "medium_epochs": (5, 3)}
-    return finish_args(
+    return h.finish_args(
         parser,
         argv,
         defaults,
@@ -561,16 +542,16 @@ def make_cases(args: argparse.Namespace) -> list[Case]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    rng = prepare(args)
+    rng = h.prepare(args)
     lightning, lightning_status = load_peer("lightning", skip=args.no_lightning)
     variants = make_variants(lightning)
     cases = make_cases(args)
     devnull = open(os.devnull, "w", encoding="utf-8")  # where the bars draw in timed fits
-    root_dir = temporary_root("tracktrain-bench-trainer-", args.root_dir)
-    freeze_garbage()
+    root_dir = h.temporary_root("tracktrain-bench-trainer-", args.root_dir)
+    h.freeze_garbage()
 
-    env = environment(args.threads, lightning=lightning_status)
-    print_heading(
+    env = h.environment(args.threads, lightning=lightning_status)
+    h.print_heading(
         "tracktrain Trainer.fit overhead per iteration",
         env,
         args.threads,
@@ -599,8 +580,8 @@ def main(argv: list[str] | None = None) -> int:
             profile_case(case, variants, root_dir, args.threads, args.profile_top, devnull)
 
     if args.json:
-        write_json(args.json, {"environment": env, "arguments": vars(args), "results": results, "problems": problems})
-    return exit_status(problems)
+        h.write_json(args.json, {"environment": env, "arguments": vars(args), "results": results, "problems": problems})
+    return h.exit_status(problems)
 
 
 if __name__ == "__main__":

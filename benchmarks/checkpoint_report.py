@@ -7,8 +7,8 @@ import functools
 import statistics
 from typing import Any
 
+import harness as h
 from checkpoint_fits import LIGHTNING, TRACKTRAIN
-from harness import STATISTICS, command_line, format_cell, iqr, markdown_table
 
 TT_ASYNC, TT_BLOCKING = "tracktrain async", "tracktrain blocking"
 SAVING_VARIANTS = (TT_ASYNC, TT_BLOCKING, LIGHTNING)
@@ -26,7 +26,7 @@ def library_of(variant: str) -> str:
 
 # ------------------------------------------------------------------------------------------------ summaries
 def summarize_case(case: Any, settings: Any, stat: str) -> dict[str, Any]:
-    center = STATISTICS[stat]
+    center = h.STATISTICS[stat]
     ms = {
         name: [getattr(sample, name) * 1e3 for sample in case.samples] for name in ("stall", "added", "committed_after")
     }
@@ -45,12 +45,12 @@ def summarize_case(case: Any, settings: Any, stat: str) -> dict[str, Any]:
     }
     for name, values in ms.items():
         row[f"{name}_ms"] = center(values) if values else None
-        row[f"{name}_iqr_ms"] = iqr(values) if values else None
+        row[f"{name}_iqr_ms"] = h.iqr(values) if values else None
     return row
 
 
 def summarize_resume(rows: list[dict[str, Any]], stat: str) -> list[dict[str, Any]]:
-    center = STATISTICS[stat]
+    center = h.STATISTICS[stat]
     scratch = {
         (row["storage"], row["library"]): center(row["samples_s"]) * 1e3
         for row in rows
@@ -66,7 +66,7 @@ def summarize_resume(rows: list[dict[str, Any]], stat: str) -> list[dict[str, An
 
 
 # ------------------------------------------------------------------------------------------------- reporting
-fmt = functools.partial(format_cell, decimals=1)  # milliseconds
+fmt = functools.partial(h.format_cell, decimals=1)  # milliseconds
 
 
 def stall_table(rows: list[dict[str, Any]]) -> str:
@@ -123,7 +123,7 @@ def stall_table(rows: list[dict[str, Any]]) -> str:
                 fmt(row["server_cpu_ms"]),
             ]
         )
-    return markdown_table(lines, "llrrrrrrrrrrr")
+    return h.markdown_table(lines, "llrrrrrrrrrrr")
 
 
 def resume_table(rows: list[dict[str, Any]]) -> str:
@@ -140,7 +140,7 @@ def resume_table(rows: list[dict[str, Any]]) -> str:
                 fmt(row["load_ms"], True) if row["load_ms"] is not None else "—",
             ]
         )
-    return markdown_table(lines, "lllrrr")
+    return h.markdown_table(lines, "lllrrr")
 
 
 def report(
@@ -152,7 +152,7 @@ def report(
     lightning_status: str,
     notes: list[str],
 ) -> None:
-    print(f"\n## Stall per checkpoint\n\n$ {command_line()}\n")
+    print(f"\n## Stall per checkpoint\n\n$ {h.command_line()}\n")
     print(stall_table(rows) + "\n")
     libraries: dict[str, list[Any]] = {}
     for variant, values in baselines.items():

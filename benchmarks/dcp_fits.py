@@ -18,12 +18,12 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+import harness as h
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn.functional as F
 from fsdp_fits import LEARNING_RATE, Shape, StackModule, join_group, make_dataset
-from harness import before_run, freeze_garbage, interleaved
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -469,13 +469,13 @@ def dcp_process(config: DcpConfig) -> None:
         silence_lightning()
     group = dist.new_group(backend="gloo")  # the raw async saves' collectives, apart from the training step's
     rng = random.Random(config.seed)
-    freeze_garbage()
+    h.freeze_garbage()
     problems: list[str] = []
     stalls: dict[str, list[list[float]]] = {variant: [] for variant in config.variants}
     totals: dict[str, list[float]] = {variant: [] for variant in config.variants}
-    for repeat, variant in interleaved(config.variants, config.repeats + 1, rng):  # round 0 warms up
+    for repeat, variant in h.interleaved(config.variants, config.repeats + 1, rng):  # round 0 warms up
         directory = os.path.join(config.root_dir, "saves", variant)
-        before_run(config.threads)
+        h.before_run(config.threads)
         dist.barrier()
         fit = run_fit(config, variant, directory, config.max_steps, group)
         problems += fit.problems
@@ -498,7 +498,7 @@ def dcp_process(config: DcpConfig) -> None:
     references: dict[str, dict[str, torch.Tensor]] = {}
     for kind in config.loads:
         variant = SOURCE_OF[kind]
-        before_run(config.threads)
+        h.before_run(config.threads)
         dist.barrier()
         fit = run_fit(config, variant, os.path.join(config.root_dir, "sources", kind), config.every, group)
         problems += fit.problems
@@ -513,8 +513,8 @@ def dcp_process(config: DcpConfig) -> None:
     loads: dict[str, list[float]] = {kind: [] for kind in sources}
     calls: dict[str, list[float]] = {kind: [] for kind in sources}
     checksums: dict[str, float] = {}
-    for repeat, kind in interleaved(list(sources), config.load_repeats + 1, rng):
-        before_run(config.threads)
+    for repeat, kind in h.interleaved(list(sources), config.load_repeats + 1, rng):
+        h.before_run(config.threads)
         dist.barrier()
         loaded = run_load(config, kind, sources[kind], config.every)
         where = f"[load] {kind} on {WORLD_SIZE} ranks, rank {rank}"
@@ -566,12 +566,12 @@ def reshard_process(config: DcpConfig, sources: dict[str, str], reference_file: 
     references = torch.load(reference_file)
     rng = random.Random(config.seed)
     kinds = [kind for kind in (LOAD_TT_SHARDED, LOAD_RAW) if kind in sources]
-    freeze_garbage()
+    h.freeze_garbage()
     problems: list[str] = []
     loads: dict[str, list[float]] = {kind: [] for kind in kinds}
     checksums: dict[str, float] = {}
-    for repeat, kind in interleaved(kinds, config.load_repeats + 1, rng):
-        before_run(config.threads)
+    for repeat, kind in h.interleaved(kinds, config.load_repeats + 1, rng):
+        h.before_run(config.threads)
         dist.barrier()
         loaded = run_load(config, kind, sources[kind], config.every)
         where = f"[reshard] {kind} on {RESHARD_WORLD_SIZE} ranks, rank {rank}"

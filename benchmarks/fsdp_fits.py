@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import harness as h
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from harness import before_run, freeze_garbage, interleaved
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
@@ -365,17 +365,17 @@ def step_process(config: StepConfig) -> None:
     dataset = make_dataset(config.shape, config.samples, config.seed)
     initial = config.shape.build(config.seed).state_dict()
     rng = random.Random(config.seed)
-    freeze_garbage()
+    h.freeze_garbage()
     problems: list[str] = []
     first: dict[str, list[torch.Tensor]] = {}
     local_share: dict[str, float] = {}
     samples: dict[str, list[float]] = {variant: [] for variant in variants}
     cpu_samples: dict[str, list[float]] = {variant: [] for variant in variants}
     expected = config.epochs * config.steps_per_epoch
-    for repeat, variant in interleaved(variants, config.repeats + 1, rng):  # round 0 warms up
+    for repeat, variant in h.interleaved(variants, config.repeats + 1, rng):  # round 0 warms up
         net = config.shape.build(config.seed)
         net.load_state_dict(initial)
-        before_run(config.threads)
+        h.before_run(config.threads)
         dist.barrier()
         fit = STEP_FITTERS[variant](net, dataset, config.batch_size, config.epochs, config.root_dir)
         where = f"[step] {variant} rank {rank}"
@@ -467,10 +467,10 @@ def memory_process(config: MemoryConfig, variants: list[str]) -> None:
         MEMORY_FITTERS[variant](
             Shape(64, 64, 2).build(0), dataset_for(Shape(64, 64, 2), config), 16, 1, config.root_dir
         )
-    freeze_garbage()
+    h.freeze_garbage()
     results = []
     for variant in variants:
-        before_run(config.threads)
+        h.before_run(config.threads)
         dist.barrier()
         reset_peak_rss()
         before, peak_before = rss_bytes(), peak_rss_bytes()

@@ -15,9 +15,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import harness as h
 import torch
 import torch.distributed as dist
-from harness import before_run, freeze_garbage, interleaved
 from torch import nn
 
 from tracktrain.distributed import init_from_env
@@ -185,11 +185,11 @@ def pipeline_process(config: PipelineConfig, world: int) -> None:
             loss = _timed_step(engines[key], batch).loss
             if index == 0:  # before any update: the one process's first loss
                 record["first_loss"][key] = loss
-    freeze_garbage()  # the models and schedules live until the end: the collections before each step stay cheap
+    h.freeze_garbage()  # the models and schedules live until the end: the collections before each step stay cheap
     rng = random.Random(config.seed)
-    for _, key in interleaved(sorted(engines), config.repeats, rng):
+    for _, key in h.interleaved(sorted(engines), config.repeats, rng):
         for _ in range(config.steps):
-            before_run(config.threads)  # a collection now, not inside the step
+            h.before_run(config.threads)  # a collection now, not inside the step
             dist.barrier()  # every rank starts the step together
             step = _timed_step(engines[key], batch)
             record["times"][key].append(step.seconds)
@@ -208,10 +208,10 @@ def one_process(config: PipelineConfig) -> dict[str, Any]:
     first_loss = _timed_step(engine, batch).loss  # before any update: each pipeline's first loss must be this one
     for _ in range(config.warmup - 1):
         _timed_step(engine, batch)
-    freeze_garbage()
+    h.freeze_garbage()
     steps = []
     for _ in range(config.repeats * config.steps):
-        before_run(config.threads)
+        h.before_run(config.threads)
         steps.append(_timed_step(engine, batch))
     return {
         "times": [step.seconds for step in steps],

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import harness as h
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from harness import before_run, freeze_garbage, interleaved
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 from workloads import LEARNING_RATE, Classifier, ClassifierData, EngineClock, weights
@@ -216,13 +216,13 @@ def ddp_process(config: DDPConfig) -> None:
     torch.set_flush_denormal(True)
     workload = medium_data(config.batches_per_epoch, config.seed)
     rng = random.Random(config.seed)
-    freeze_garbage()
+    h.freeze_garbage()
     problems: list[str] = []
     first: dict[str, list[torch.Tensor]] = {}
     samples: dict[str, list[float]] = {variant: [] for variant in DDP_FITTERS}
     # the same seed on every rank: the same shuffled order, so the ranks run the same collectives
-    for repeat, variant in interleaved(list(DDP_FITTERS), config.repeats + 1, rng):  # round 0 warms up
-        before_run(config.threads)
+    for repeat, variant in h.interleaved(list(DDP_FITTERS), config.repeats + 1, rng):  # round 0 warms up
+        h.before_run(config.threads)
         dist.barrier()  # the ranks start each fit together
         fit = DDP_FITTERS[variant](workload, config.epochs, config.root_dir)
         where = f"[ddp] {variant} rank {rank}"
