@@ -204,55 +204,30 @@ def check(workload: Workload, key: str, fit: Fit, reference: dict[str, torch.Ten
 def measure(workload: Workload, args: Any, rng: Any, problems: list[str]) -> dict[str, list[Fit]]:
     steps = args.epochs * args.batches
     reference = VARIANTS["hand-written eager"](workload, args.epochs).net.state_dict()
-    fits: dict[str, list[Fit]] = {key: [] for key in VARIANTS}
-    first: dict[str, Fit] = {}
-    for key, run in VARIANTS.items():  # the warm-up fit: its first epoch holds the compile
+
+    def run(key: str) -> Fit:
         h.before_run(args.threads)
-        first[key] = run(workload, args.epochs)
-        check(workload, key, first[key], reference, steps, problems)
-    for repeat in range(args.repeats):
-        for _, key in h.interleaved(list(VARIANTS), 1, rng):
-            h.before_run(args.threads)
-            fits[key].append(VARIANTS[key](workload, args.epochs))
-            check(workload, key, fits[key][-1], reference, steps, problems)
-        print(
-            f"  {workload.name}, round {repeat + 1}/{args.repeats}: "
-            + ", ".join(f"{key} {fits[key][-1].steps_per_second:,.1f}" for key in VARIANTS)
-            + " steps/s",
-            flush=True,
-        )
-    fits["_first"] = [first[key] for key in VARIANTS]
-    return fits
+        fit = VARIANTS[key](workload, args.epochs)
+        check(workload, key, fit, reference, steps, problems)
+        return fit
 
-
-def paired(fits: dict[str, list[Fit]], key: str, other: str | None) -> tuple[float | None, float | None]:
-    if other is None:
-        return None, None
-    ratios = [mine.steps_per_second / theirs.steps_per_second for mine, theirs in zip(fits[key], fits[other])]
-    return statistics.median(ratios), h.iqr(ratios)
+    first = [run(key) for key in VARIANTS]  # the warm-up fit: its first epoch holds the compile
+    fits = h.measure(list(VARIANTS), args.repeats, rng, run, warmup=False)
+    return {**fits, "_first": first}
 
 
 def summarize(workload: Workload, fits: dict[str, list[Fit]]) -> list[dict[str, Any]]:
+    samples = {key: [fit.steps_per_second for fit in fits[key]] for key in VARIANTS}
     rows = []
     for index, key in enumerate(VARIANTS):
-        samples = [fit.steps_per_second for fit in fits[key]]
-        eager, hand_written = TWINS[key]
-        over_eager, over_eager_iqr = paired(fits, key, eager)
-        over_hand, over_hand_iqr = paired(fits, key, hand_written)
-        rows.append(
-            {
-                "workload": workload.name,
-                "variant": key,
-                "steps_per_second": statistics.median(samples),
-                "iqr_steps_per_second": h.iqr(samples),
-                "x_eager": over_eager,
-                "x_eager_iqr": over_eager_iqr,
-                "x_hand_written": over_hand,
-                "x_hand_written_iqr": over_hand_iqr,
-                "first_epoch_seconds": fits["_first"][index].first_epoch_seconds,
-                "samples_steps_per_second": samples,
-            }
-        )
+        row = {"workload": workload.name, "variant": key, "steps_per_second": statistics.median(samples[key])}
+        row["iqr_steps_per_second"] = h.iqr(samples[key])
+        for name, other in zip(("x_eager", "x_hand_written"), TWINS[key]):  # medians of the per-round ratios
+            c = h.against({key: samples[key], other: samples[other]}, other) if other else None
+            row[name] = c["paired_ratio"][key] if c else None
+            row[f"{name}_iqr"] = c["paired_ratio_iqr"][key] if c else None
+        row["first_epoch_seconds"] = fits["_first"][index].first_epoch_seconds
+        rows.append({**row, "samples_steps_per_second": samples[key]})
     return rows
 
 
@@ -261,19 +236,15 @@ def ratio_cell(value: float | None, noise: float | None) -> str:
 
 
 def report(rows: list[dict[str, Any]], args: Any) -> None:
-    lines = [["model", "variant", "steps/s", "× eager (IQR)", "× hand-written (IQR)", "first epoch s (compile)"]]
-    for row in rows:
-        lines.append(
-            [
-                row["workload"],
-                row["variant"],
-                h.format_cell(row["steps_per_second"], decimals=1),
-                ratio_cell(row["x_eager"], row["x_eager_iqr"]),
-                ratio_cell(row["x_hand_written"], row["x_hand_written_iqr"]),
-                h.format_cell(row["first_epoch_seconds"], decimals=2),
-            ]
-        )
-    print("\n" + h.markdown_table(lines, "llrrrr") + "\n")
+    columns = [
+        ("model", "l", lambda row: row["workload"]),
+        ("variant", "l", lambda row: row["variant"]),
+        ("steps/s", "r", lambda row: h.format_cell(row["steps_per_second"], decimals=1)),
+        ("× eager (IQR)", "r", lambda row: ratio_cell(row["x_eager"], row["x_eager_iqr"])),
+        ("× hand-written (IQR)", "r", lambda row: ratio_cell(row["x_hand_written"], row["x_hand_written_iqr"])),
+        ("first epoch s (compile)", "r", lambda row: h.format_cell(row["first_epoch_seconds"], decimals=2)),
+    ]
+    print("\n" + h.table(rows, columns) + "\n")
     print(
         f"steps/s: median over {args.repeats} fits of the steps from the 2nd epoch's start to the fit's end over that "
         f"time ({(args.epochs - 1) * args.batches} steps per fit); ×: median of the per-round ratios (fits of one "
@@ -314,9 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     for workload in cases:
         rows += summarize(workload, measure(workload, args, rng, problems))
     report(rows, args)
-    if args.json:
-        h.write_json(args.json, {"environment": env, "arguments": vars(args), "rows": rows, "problems": problems})
-    return h.exit_status(problems)
+    return h.finish(args, {"environment": env, "arguments": vars(args), "rows": rows}, problems)
 
 
 if __name__ == "__main__":

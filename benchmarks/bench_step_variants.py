@@ -35,7 +35,6 @@ import argparse
 import functools
 import random
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -57,7 +56,7 @@ from step_fits import (
     medium_data,
     rank_file,
 )
-from workloads import ClassifierData, max_difference, weights, weights_match
+from workloads import ClassifierData, check_steps, max_difference, weights, weights_match
 
 from tracktrain.distributed import spawn
 from tracktrain_integrations.testing import free_port
@@ -114,20 +113,13 @@ class Case:
 def check_fit(case: Case, variant: str, fit: Fit, problems: list[str]) -> None:
     """After every fit, outside the timing: the steps, the weights, the logged loss, the GradScaler's scale."""
     where = f"[{case.precision.key}] {variant}"
-    expected = case.epochs * case.workload.batches_per_epoch
-    if fit.steps != expected or fit.timed_steps != case.timed_steps:
-        problems.append(
-            f"{where}: took {fit.steps} optimizer steps ({fit.timed_steps} timed), expected {expected} "
-            f"({case.timed_steps} timed)"
-        )
+    check_steps(where, fit, case.epochs * case.workload.batches_per_epoch, case.timed_steps, problems)
     reference = case.reference
     ours, theirs = weights(fit.net), weights(reference.net)
     difference = max_difference(ours, theirs)
     case.max_weight_diff[variant] = max(case.max_weight_diff.get(variant, 0.0), difference)
     if not weights_match(ours, theirs, case.precision.rtol, case.precision.atol):
         problems.append(f"{where}: the trained weights differ from the hand-written loop's (max |Δ| {difference:.3g})")
-    if not fit.logged_loss:
-        problems.append(f"{where}: the module's self.log('loss', ...) is not in trainer.callback_metrics")
     if fit.scale != reference.scale:
         problems.append(
             f"{where}: the GradScaler ended at scale {fit.scale}, the hand-written loop's at {reference.scale}"
@@ -146,14 +138,10 @@ def run_fit(case: Case, variant: str, root_dir: str, threads: int, problems: lis
 def measure_precision(
     case: Case, repeats: int, root_dir: str, threads: int, rng: random.Random, problems: list[str]
 ) -> dict[str, list[float]]:
-    """Per variant, one µs-per-step sample per repeat, the variants in a shuffled order per repeat, after one
-    untimed warm-up fit of each (the raw loop's is the reference)."""
-    for variant in FITTERS:
-        run_fit(case, variant, root_dir, threads, problems)
-    samples: dict[str, list[float]] = {variant: [] for variant in FITTERS}
-    for _, variant in h.interleaved(list(FITTERS), repeats, rng):
-        samples[variant].append(run_fit(case, variant, root_dir, threads, problems).us_per_step)
-    return samples
+    """Per variant, one µs-per-step sample per repeat on the harness (the raw loop's warm-up fit is the
+    reference)."""
+    fits = h.measure(list(FITTERS), repeats, rng, lambda variant: run_fit(case, variant, root_dir, threads, problems))
+    return {variant: [fit.us_per_step for fit in runs] for variant, runs in fits.items()}
 
 
 def measure_ddp(config: DDPConfig, problems: list[str]) -> tuple[dict[str, list[float]], dict[str, Any]]:
@@ -188,24 +176,18 @@ def measure_ddp(config: DDPConfig, problems: list[str]) -> tuple[dict[str, list[
 # ------------------------------------------------------------------------------------------------ summaries
 def summarize(samples: dict[str, list[float]], statistic: str) -> dict[str, Any]:
     """The two variants' figures, the overhead (µs and % of the raw step), the noise and the goal's verdict."""
-    center = h.STATISTICS[statistic]
-    us_per_step = {name: center(values) for name, values in samples.items()}
-    spread = {name: h.iqr(values) for name, values in samples.items()}
-    raw, ours = us_per_step[RAW], us_per_step[TRACKTRAIN]
-    overhead = ours - raw
-    noise = max(spread.values())  # what a difference of medians has to beat to mean something
-    goal = h.verdict(GOAL_PERCENT / 100 * raw - overhead, noise)
-    # the samples of one index ran in the same round, next to each other
-    paired = statistics.median(mine - hand for mine, hand in zip(samples[TRACKTRAIN], samples[RAW]))
+    c = h.against(samples, RAW, statistic)
+    raw, overhead = c["figure"][RAW], c["difference"][TRACKTRAIN]
+    noise = max(c["iqr"].values())  # what a difference of medians has to beat to mean something
     return {
-        "us_per_step": us_per_step,
+        "us_per_step": c["figure"],
         "overhead_us": overhead,
-        "paired_overhead_us": paired,
+        "paired_overhead_us": c["paired_difference"][TRACKTRAIN],
         "overhead_percent": overhead / raw * 100,
-        "iqr_us": spread,
+        "iqr_us": c["iqr"],
         "noise_us": noise,
         "goal_percent": GOAL_PERCENT,
-        "goal_met": goal,
+        "goal_met": h.verdict(GOAL_PERCENT / 100 * raw - overhead, noise),
         "samples_us_per_step": samples,
     }
 
@@ -220,37 +202,20 @@ def weights_cell(difference: float | None) -> str:
 
 
 def report(rows: list[dict[str, Any]], stat: str) -> None:
-    lines = [
-        [
-            "variant",
-            "steps/sample",
-            "samples",
-            "raw µs/step",
-            "tracktrain µs/step",
-            "overhead µs",
-            "overhead %",
-            "noise (max IQR) µs",
-            f"goal ≤ {GOAL_PERCENT:g} %",
-            "tracktrain weights vs raw",
-        ]
+    columns = [
+        ("variant", "l", lambda row: row["title"]),
+        ("steps/sample", "r", lambda row: str(row["timed_steps"])),
+        ("samples", "r", lambda row: str(len(row["samples_us_per_step"][TRACKTRAIN]))),
+        ("raw µs/step", "r", lambda row: fmt(row["us_per_step"][RAW])),
+        ("tracktrain µs/step", "r", lambda row: fmt(row["us_per_step"][TRACKTRAIN])),
+        ("overhead µs", "r", lambda row: fmt(row["overhead_us"], True)),
+        ("overhead %", "r", lambda row: f"{row['overhead_percent']:+.1f} %"),
+        ("noise (max IQR) µs", "r", lambda row: fmt(row["noise_us"])),
+        (f"goal ≤ {GOAL_PERCENT:g} %", "l", lambda row: row["goal_met"]),
+        ("tracktrain weights vs raw", "l", lambda row: weights_cell(row["max_weight_diff"].get(TRACKTRAIN))),
     ]
-    for row in rows:
-        lines.append(
-            [
-                row["title"],
-                str(row["timed_steps"]),
-                str(len(row["samples_us_per_step"][TRACKTRAIN])),
-                fmt(row["us_per_step"][RAW]),
-                fmt(row["us_per_step"][TRACKTRAIN]),
-                fmt(row["overhead_us"], True),
-                f"{row['overhead_percent']:+.1f} %",
-                fmt(row["noise_us"]),
-                row["goal_met"],
-                weights_cell(row["max_weight_diff"].get(TRACKTRAIN)),
-            ]
-        )
     print("\n## Time per optimizer step, start-up and first epoch excluded\n")
-    print(h.markdown_table(lines, "lrrrrrrrll") + "\n")
+    print(h.table(rows, columns) + "\n")
     print(
         f"µs/step: {stat} over the samples (one per fit: time from its second epoch's start to the run's end / the "
         "optimizer steps in between); steps/sample is that number of steps (DDP: per rank, on rank 0's clock), "
@@ -390,18 +355,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if rows:
         report(rows, args.stat)
-    if args.json:
-        h.write_json(
-            args.json,
-            {
-                "environment": env,
-                "arguments": vars(args),
-                "goal_percent": GOAL_PERCENT,
-                "rows": rows,
-                "problems": problems,
-            },
-        )
-    return h.exit_status(problems)
+    payload = {"environment": env, "arguments": vars(args), "goal_percent": GOAL_PERCENT, "rows": rows}
+    return h.finish(args, payload, problems)
 
 
 if __name__ == "__main__":

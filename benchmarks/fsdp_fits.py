@@ -23,7 +23,7 @@ from torch import nn
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-from workloads import EngineClock
+from workloads import EngineClock, check_repeatable, check_steps
 
 from tracktrain import LoopModule
 from tracktrain.distributed import spawn
@@ -369,32 +369,22 @@ def step_process(config: StepConfig) -> None:
     problems: list[str] = []
     first: dict[str, list[torch.Tensor]] = {}
     local_share: dict[str, float] = {}
-    samples: dict[str, list[float]] = {variant: [] for variant in variants}
-    cpu_samples: dict[str, list[float]] = {variant: [] for variant in variants}
-    expected = config.epochs * config.steps_per_epoch
-    for repeat, variant in h.interleaved(variants, config.repeats + 1, rng):  # round 0 warms up
+
+    def run(variant: str) -> tuple[float, float]:
         net = config.shape.build(config.seed)
         net.load_state_dict(initial)
         h.before_run(config.threads)
         dist.barrier()
         fit = STEP_FITTERS[variant](net, dataset, config.batch_size, config.epochs, config.root_dir)
         where = f"[step] {variant} rank {rank}"
-        if fit.steps != expected or fit.timed_steps != config.timed_steps:
-            problems.append(
-                f"{where}: took {fit.steps} optimizer steps ({fit.timed_steps} timed), expected {expected} "
-                f"({config.timed_steps} timed)"
-            )
-        if not fit.logged_loss:
-            problems.append(f"{where}: the module's self.log('loss', ...) is not in the trainer's callback_metrics")
-        trained = full_weights(fit.net)
-        if variant not in first:
-            first[variant] = trained
+        check_steps(where, fit, config.epochs * config.steps_per_epoch, config.timed_steps, problems)
+        if check_repeatable(where, variant, full_weights(fit.net), first, problems):
             local_share[variant] = local_numel(fit.net) / config.shape.parameters
-        elif not all(torch.equal(a, b) for a, b in zip(trained, first[variant])):
-            problems.append(f"{where}: the same fit ended with other weights than its first time")
-        if repeat:
-            samples[variant].append(fit.us_per_step)
-            cpu_samples[variant].append(fit.cpu_us_per_step)
+        return fit.us_per_step, fit.cpu_us_per_step  # not the fit: its sharded net would outlive the round
+
+    fits = h.measure(variants, config.repeats, rng, run)
+    samples = {variant: [wall for wall, _ in runs] for variant, runs in fits.items()}
+    cpu_samples = {variant: [cpu for _, cpu in runs] for variant, runs in fits.items()}
     torch.save(
         {
             "samples_us": samples,

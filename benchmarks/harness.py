@@ -141,6 +141,20 @@ def interleaved(keys: Sequence[T], repeats: int, rng: random.Random) -> Iterator
             yield repeat, key
 
 
+def measure(keys: Sequence[T], repeats: int, rng: random.Random, run: Callable[[T], Any], warmup: bool = True) -> dict:
+    """The one timing loop: an untimed warm-up run of each key (first-call paths, caches, the allocator; its
+    sample is dropped), then `repeats` interleaved rounds. `run(key)` runs once, checks the run and returns its
+    sample (a number, or a fit the caller reads). Returns key -> the samples, in round order (index i of every
+    key ran in round i, which `against` pairs)."""
+    if warmup:
+        for key in keys:
+            run(key)
+    samples: dict[T, list[Any]] = {key: [] for key in keys}
+    for _, key in interleaved(list(keys), repeats, rng):
+        samples[key].append(run(key))
+    return samples
+
+
 # -------------------------------------------------------------------------------------------------- statistics
 def quartiles(values: list[float]) -> tuple[float, float]:
     """(first, third) quartile; a single value is both."""
@@ -162,6 +176,29 @@ STATISTICS: dict[str, Callable[[list[float]], float]] = {
     "p25": lambda values: quartiles(values)[0],
     "min": min,
 }
+
+
+def against(samples: dict[str, list[float]], baseline: str, statistic: str = "median") -> dict[str, dict[str, float]]:
+    """Every variant next to `baseline`, in the one layout the tables read: `figure` (the statistic over its
+    samples) and `iqr` of each; of the others, `difference` and `ratio` of the figures, and the paired ones
+    (`paired_difference`, `paired_ratio` with its `paired_ratio_iqr`): medians of the per-round differences and
+    ratios, which a drift longer than a round does not move."""
+    center = STATISTICS[statistic]
+    figure = {name: center(values) for name, values in samples.items()}
+    base = samples[baseline]
+    others = [name for name in samples if name != baseline]
+    ratios = {name: [mine / theirs for mine, theirs in zip(samples[name], base)] for name in others}
+    return {
+        "figure": figure,
+        "iqr": {name: iqr(values) for name, values in samples.items()},
+        "difference": {name: figure[name] - figure[baseline] for name in others},
+        "ratio": {name: figure[name] / figure[baseline] for name in others},
+        "paired_difference": {
+            name: statistics.median(mine - theirs for mine, theirs in zip(samples[name], base)) for name in others
+        },
+        "paired_ratio": {name: statistics.median(values) for name, values in ratios.items()},
+        "paired_ratio_iqr": {name: iqr(values) for name, values in ratios.items()},
+    }
 
 
 def verdict(margin: float, noise: float) -> str:
@@ -229,6 +266,13 @@ def markdown_table(lines: list[list[str]], align: str) -> str:
     rule = "|" + "|".join(":---" if side == "l" else "---:" for side in align) + "|"
     rows = ["| " + " | ".join(line) + " |" for line in lines]
     return "\n".join([rows[0], rule, *rows[1:]])
+
+
+def table(rows: Sequence[Any], columns: Sequence[tuple[str, str, Callable[[Any], str]]]) -> str:
+    """The one table format: a markdown table of one line per row; `columns` are (header, l or r, the cell of a
+    row)."""
+    lines = [[header for header, _, _ in columns]] + [[cell(row) for _, _, cell in columns] for row in rows]
+    return markdown_table(lines, "".join(align for _, align, _ in columns))
 
 
 def command_line() -> str:
@@ -304,3 +348,11 @@ def exit_status(problems: list[str]) -> int:
     for problem in dict.fromkeys(problems):
         print(f"  {problem}", file=sys.stderr)
     return 1
+
+
+def finish(args: argparse.Namespace, payload: dict[str, Any], problems: list[str]) -> int:
+    """The end of every benchmark: the JSON file when --json asks for it (`payload` and the problems), then the
+    exit status."""
+    if args.json:
+        write_json(args.json, {**payload, "problems": problems})
+    return exit_status(problems)

@@ -20,7 +20,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
-from workloads import LEARNING_RATE, Classifier, ClassifierData, EngineClock, weights
+from workloads import LEARNING_RATE, Classifier, ClassifierData, EngineClock, check_repeatable, check_steps, weights
 
 from tracktrain.trainer import Trainer
 
@@ -219,28 +219,18 @@ def ddp_process(config: DDPConfig) -> None:
     h.freeze_garbage()
     problems: list[str] = []
     first: dict[str, list[torch.Tensor]] = {}
-    samples: dict[str, list[float]] = {variant: [] for variant in DDP_FITTERS}
-    # the same seed on every rank: the same shuffled order, so the ranks run the same collectives
-    for repeat, variant in h.interleaved(list(DDP_FITTERS), config.repeats + 1, rng):  # round 0 warms up
+
+    def run(variant: str) -> float:
         h.before_run(config.threads)
         dist.barrier()  # the ranks start each fit together
         fit = DDP_FITTERS[variant](workload, config.epochs, config.root_dir)
         where = f"[ddp] {variant} rank {rank}"
-        expected = config.epochs * config.steps_per_epoch
-        if fit.steps != expected or fit.timed_steps != config.timed_steps:
-            problems.append(
-                f"{where}: took {fit.steps} optimizer steps ({fit.timed_steps} timed), expected "
-                f"{expected} ({config.timed_steps} timed)"
-            )
-        if not fit.logged_loss:
-            problems.append(f"{where}: the module's self.log('loss', ...) is not in trainer.callback_metrics")
-        trained = weights(fit.net)
-        if variant not in first:
-            first[variant] = trained
-        elif not all(torch.equal(a, b) for a, b in zip(trained, first[variant])):
-            problems.append(f"{where}: the same fit ended with other weights than its first time")
-        if repeat:
-            samples[variant].append(fit.us_per_step)
+        check_steps(where, fit, config.epochs * config.steps_per_epoch, config.timed_steps, problems)
+        check_repeatable(where, variant, weights(fit.net), first, problems)
+        return fit.us_per_step
+
+    # the same seed on every rank: the same shuffled order, so the ranks run the same collectives
+    samples = h.measure(list(DDP_FITTERS), config.repeats, rng, run)
     torch.save(
         {"samples_us": samples, "weights": first, "problems": problems, "threads": torch.get_num_threads()},
         rank_file(config, rank),

@@ -90,6 +90,27 @@ def weights_match(
     return all(torch.allclose(a, b, rtol=rtol, atol=atol) for a, b in zip(ours, reference))
 
 
+def check_steps(where: str, fit: Any, expected: int, timed: int, problems: list[str], logs: bool = True) -> None:
+    """The sanity checks of every timed fit: its optimizer steps (timed and in all), and with `logs` the module's
+    self.log('loss', ...) in the trainer's callback_metrics."""
+    if fit.steps != expected or fit.timed_steps != timed:
+        problems.append(
+            f"{where}: took {fit.steps} optimizer steps ({fit.timed_steps} timed), expected {expected} ({timed} timed)"
+        )
+    if logs and not fit.logged_loss:
+        problems.append(f"{where}: the module's self.log('loss', ...) is not in the trainer's callback_metrics")
+
+
+def check_repeatable(where: str, key: str, trained: list[torch.Tensor], first: dict, problems: list[str]) -> bool:
+    """Keeps the weights of `key`'s first fit in `first` (returns True then); a later fit of it must end on them."""
+    if key not in first:
+        first[key] = trained
+        return True
+    if not all(torch.equal(a, b) for a, b in zip(trained, first[key])):
+        problems.append(f"{where}: the same fit ended with other weights than its first time")
+    return False
+
+
 # ------------------------------------------------------------------------------------------ the Trainer's module
 class Classifier(LoopModule):
     """tracktrain's module: the hand-written step, plus `self.log` of the loss."""

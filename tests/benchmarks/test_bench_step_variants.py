@@ -93,7 +93,7 @@ def test_sanity_checks_catch_a_fit_that_differs_from_the_raw_loop(bench, tmp_pat
     text = "\n".join(problems)
     assert "[fp16] bad: took 3 optimizer steps (1 timed), expected 4 (2 timed)" in text
     assert "[fp16] bad: the trained weights differ from the hand-written loop's" in text
-    assert "[fp16] bad: the module's self.log('loss', ...) is not in trainer.callback_metrics" in text
+    assert "[fp16] bad: the module's self.log('loss', ...) is not in the trainer's callback_metrics" in text
     assert f"[fp16] bad: the GradScaler ended at scale {scale / 2}, the hand-written loop's at {scale}" in text
     assert case.max_weight_diff["bad"] > 0
 
