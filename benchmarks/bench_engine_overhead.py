@@ -25,6 +25,7 @@ import functools
 import random
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import harness as h
@@ -237,50 +238,55 @@ def engine_table(results: list[dict[str, Any]], has_lightning: bool) -> str:
 
 
 def addon_table(results: list[dict[str, Any]]) -> str:
-    header = [
-        "case",
-        "add-on",
-        "iters/run",
-        "raw µs/it",
-        "tracktrain µs/it",
-        "tracktrain + add-on µs/it",
-        "ignite µs/it",
-        "ignite + add-on µs/it",
-        "tracktrain add-on cost",
-        "ignite add-on cost",
-        "noise (max IQR)",
-        "tt/ignite cost",
-        f"goal ≤ {ADDON_GOAL_RATIO:g}×",
+    def median(library: str, with_addon: bool = False) -> Callable[[dict[str, Any]], str]:
+        def cell(row: dict[str, Any]) -> str:
+            if library not in row["us_per_iter"]:
+                return "not installed"
+            return fmt(row["us_per_iter"].get(library + (row["suffix"] if with_addon else "")))
+
+        return cell
+
+    def cost(library: str) -> Callable[[dict[str, Any]], str]:
+        def cell(row: dict[str, Any]) -> str:
+            costs = row["cost_us_per_iter"]
+            if library not in costs:
+                return "not installed"
+            return f"{fmt(costs[library], True)} ({costs[library] / row['us_per_iter'][library]:+.1%})"
+
+        return cell
+
+    ratio = "tracktrain_over_ignite_cost"
+    columns = [
+        ("case", "l", lambda row: f"{row['title']} [{row['key']}]"),
+        ("add-on", "l", lambda row: row["label"]),
+        ("iters/run", "r", lambda row: str(row["iterations_per_run"])),
+        ("raw µs/it", "r", lambda row: fmt(row["raw_us_per_iter"])),
+        ("tracktrain µs/it", "r", median(TRACKTRAIN)),
+        ("tracktrain + add-on µs/it", "r", median(TRACKTRAIN, True)),
+        ("ignite µs/it", "r", median(IGNITE)),
+        ("ignite + add-on µs/it", "r", median(IGNITE, True)),
+        ("tracktrain add-on cost", "r", cost(TRACKTRAIN)),
+        ("ignite add-on cost", "r", cost(IGNITE)),
+        ("noise (max IQR)", "r", lambda row: fmt(row["noise_us_per_iter"])),
+        ("tt/ignite cost", "r", lambda row: "—" if row[ratio] is None else f"{row[ratio]:.2f}"),
+        (
+            f"goal ≤ {ADDON_GOAL_RATIO:g}×",
+            "l",
+            lambda row: row["goal_met"] if row["in_goal"] else f"({row['goal_met']}; not counted)",
+        ),
     ]
-    lines = [header]
-    for result in results:
-        for row in result["addons"]:
-            medians, costs = row["us_per_iter"], row["cost_us_per_iter"]
-
-            def cost_cell(library: str) -> str:
-                if library not in costs:
-                    return "not installed"
-                return f"{fmt(costs[library], True)} ({costs[library] / medians[library]:+.1%})"
-
-            ratio = row["tracktrain_over_ignite_cost"]
-            lines.append(
-                [
-                    f"{result['title']} [{result['key']}]",
-                    row["label"],
-                    str(result["iterations_per_run"]),
-                    fmt(result["us_per_iter"][RAW]),
-                    fmt(medians.get(TRACKTRAIN)),
-                    fmt(medians.get(TRACKTRAIN + row["suffix"])),
-                    fmt(medians[IGNITE]) if IGNITE in medians else "not installed",
-                    fmt(medians[IGNITE + row["suffix"]]) if IGNITE in medians else "not installed",
-                    cost_cell(TRACKTRAIN),
-                    cost_cell(IGNITE),
-                    fmt(row["noise_us_per_iter"]),
-                    "—" if ratio is None else f"{ratio:.2f}",
-                    row["goal_met"] if row["in_goal"] else f"({row['goal_met']}; not counted)",
-                ]
-            )
-    return h.markdown_table(lines, "ll" + "r" * (len(header) - 3) + "l")
+    rows = [
+        {
+            "title": r["title"],
+            "key": r["key"],
+            "iterations_per_run": r["iterations_per_run"],
+            "raw_us_per_iter": r["us_per_iter"][RAW],
+            **row,
+        }
+        for r in results
+        for row in r["addons"]
+    ]
+    return h.table(rows, columns)
 
 
 # ---------------------------------------------------------------------------------------------------- main

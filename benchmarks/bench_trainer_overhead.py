@@ -378,71 +378,45 @@ def summarize(
 
 # ------------------------------------------------------------------------------------------------- reporting
 fmt = functools.partial(h.format_cell, decimals=1)  # a fit's µs per iteration: its noise is whole µs
+VARIANT_LIBRARIES = (RAW, TRACKTRAIN, LIGHTNING)
 
 
 def overhead_table(results: list[dict[str, Any]]) -> str:
-    lines = [
-        [
-            "case",
-            "settings",
-            "iters/sample",
-            "raw µs/it",
-            "tracktrain µs/it",
-            "lightning µs/it",
-            "tracktrain overhead",
-            "lightning overhead",
-            "noise (max IQR)",
-            "tt/lightning overhead",
-            "goal",
-        ]
+    def overhead(row: dict[str, Any]) -> str:
+        ours = row["overhead_us_per_iter"][TRACKTRAIN]
+        return f"{fmt(ours, True)} ({ours / row['us_per_iter'][RAW]:+.1%})"
+
+    ratio = "tracktrain_over_lightning_overhead"
+    columns = [
+        ("case", "l", lambda row: row["title"]),
+        ("settings", "l", lambda row: row["mode"]),
+        ("iters/sample", "r", lambda row: str(row["measured_iterations"])),
+        *[(f"{name} µs/it", "r", lambda row, name=name: fmt(row["us_per_iter"][name])) for name in VARIANT_LIBRARIES],
+        ("tracktrain overhead", "r", overhead),
+        ("lightning overhead", "r", lambda row: fmt(row["overhead_us_per_iter"][LIGHTNING], True)),
+        ("noise (max IQR)", "r", lambda row: fmt(row["noise_us_per_iter"])),
+        ("tt/lightning overhead", "r", lambda row: "—" if row[ratio] is None else f"{row[ratio]:.3f}"),
+        ("goal", "l", lambda row: f"≤ {row['goal_ratio']:.2g}×: {row['goal_met']}"),
     ]
-    for result in results:
-        for row in result["rows"]:
-            medians, overheads = row["us_per_iter"], row["overhead_us_per_iter"]
-            ours = overheads[TRACKTRAIN]
-            ratio = row["tracktrain_over_lightning_overhead"]
-            lines.append(
-                [
-                    result["title"],
-                    row["mode"],
-                    str(result["measured_iterations"]),
-                    fmt(medians[RAW]),
-                    fmt(medians[TRACKTRAIN]),
-                    fmt(medians[LIGHTNING]),
-                    f"{fmt(ours, True)} ({ours / medians[RAW]:+.1%})",
-                    fmt(overheads[LIGHTNING], True),
-                    fmt(row["noise_us_per_iter"]),
-                    "—" if ratio is None else f"{ratio:.3f}",
-                    f"≤ {row['goal_ratio']:.2g}×: {row['goal_met']}",
-                ]
-            )
-    return h.markdown_table(lines, "llrrrrrrrrl")
+    return h.table(mode_rows(results), columns)
+
+
+def mode_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per case and settings, with the case's title and iterations."""
+    return [{**result, **row} for result in results for row in result["rows"]]
 
 
 def startup_table(results: list[dict[str, Any]]) -> str:
-    lines = [
-        [
-            "case",
-            "settings",
-            "raw ms",
-            "tracktrain ms",
-            "lightning ms",
-            "tracktrain: warm-up fit ms",
-            "lightning: warm-up fit ms",
-        ]
+    columns = [
+        ("case", "l", lambda row: row["title"]),
+        ("settings", "l", lambda row: row["mode"]),
+        *[(f"{name} ms", "r", lambda row, name=name: fmt(row["startup_ms"][name])) for name in VARIANT_LIBRARIES],
+        *[
+            (f"{name}: warm-up fit ms", "r", lambda row, name=name: fmt(row["warmup_startup_ms"][name]))
+            for name in (TRACKTRAIN, LIGHTNING)
+        ],
     ]
-    for result in results:
-        for row in result["rows"]:
-            startup, first = row["startup_ms"], row["warmup_startup_ms"]
-            lines.append(
-                [result["title"], row["mode"]]
-                + [
-                    fmt(values[library])
-                    for values, libraries in ((startup, (RAW, TRACKTRAIN, LIGHTNING)), (first, (TRACKTRAIN, LIGHTNING)))
-                    for library in libraries
-                ]
-            )
-    return h.markdown_table(lines, "llrrrrr")
+    return h.table(mode_rows(results), columns)
 
 
 def report(results: list[dict[str, Any]], stat: str, lightning_status: str, has_lightning: bool) -> None:
