@@ -37,7 +37,11 @@ KNOWN_UPWARD = {
 
 MAX_LINES = 400
 # longer modules today, with the length they may not outgrow while they wait to be split
-KNOWN_LONG: dict[str, int] = {}  # module -> ceiling, for a module that must wait to be split (none today)
+KNOWN_LONG: dict[str, int] = {  # module -> ceiling, for a module that must wait to be split
+    # one class, the Trainer's public face (STYLE 10: not cut in two for a count); issue 35's Lightning properties
+    # (should_stop, estimated_stepping_batches, is_global_zero, the settable-attribute check) delegate in a few lines
+    "tracktrain/trainer/trainer.py": 430,
+}
 
 
 def _modules(folder: Path) -> list[Path]:

@@ -109,6 +109,12 @@ class RecordingLogger(Logger):
         return [step for step, values in self.calls if name in values]
 
 
+class RecordingTrainer(Trainer):
+    """A Trainer that also holds the test's `RecordingLogger` as `recorder` (a subclass declares what it adds)."""
+
+    own_attributes = frozenset({"recorder"})
+
+
 @pytest.fixture
 def make_trainer(tmp_path: Path) -> Callable[..., Trainer]:
     """`make_trainer(**options)`: a Trainer without progress bar or checkpoints under tmp_path, with a
@@ -117,7 +123,7 @@ def make_trainer(tmp_path: Path) -> Callable[..., Trainer]:
     def make(**options: Any) -> Trainer:
         options.setdefault("max_epochs", 1)
         recorder = RecordingLogger()
-        trainer = Trainer(
+        trainer = RecordingTrainer(
             enable_progress_bar=False,
             enable_checkpointing=False,
             default_root_dir=tmp_path,

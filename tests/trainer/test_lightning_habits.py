@@ -97,3 +97,34 @@ def test_configure_callbacks_returning_something_else_is_an_error(tmp_path):
 
     with pytest.raises(TypeError, match=r"configure_callbacks\(\) returned <built-in function print>.*Callback"):
         quiet_trainer(tmp_path, max_epochs=1).fit(Wrong(), make_loader())
+
+
+# ------------------------------------------------------------------------------- nothing set on the Trainer is lost
+@pytest.mark.parametrize(
+    ("name", "names"),
+    [
+        ("max_epochz", "Did you mean max_epochs"),  # a typo
+        ("check_val_every_n_epoch", r"Trainer\(val_every_n_epochs=\.\.\.\)"),  # Lightning's name for ours
+        ("enable_progress_bar", r"Trainer\(enable_progress_bar=\.\.\.\)"),  # read when the Trainer is built only
+        ("global_step", "read-only"),
+    ],
+)
+def test_setting_an_attribute_the_trainer_does_not_read_is_an_error_naming_what_to_use(tmp_path, name, names):
+    trainer = quiet_trainer(tmp_path)
+    with pytest.raises(AttributeError, match=names):
+        setattr(trainer, name, 3)
+    assert name not in vars(trainer)
+
+
+def test_the_trainers_own_settings_and_a_subclass_declared_attribute_can_be_set(tmp_path):
+    from tracktrain import Trainer
+
+    class MyTrainer(Trainer):
+        own_attributes = frozenset({"notes"})
+
+    trainer = MyTrainer(enable_progress_bar=False, enable_checkpointing=False, loggers=False, default_root_dir=tmp_path)
+    trainer.max_epochs, trainer.notes = 1, "kept"
+    trainer.fit(Classifier(), make_loader())  # a fit's own assignments (Session, RunCheckpoints) are all declared
+    assert (trainer.global_step, trainer.notes) == (8, "kept")
+    with pytest.raises(AttributeError, match="max_epochz"):
+        trainer.max_epochz = 3

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
@@ -16,6 +16,7 @@ from tracktrain.engine.events import Events
 from tracktrain.engine.model_engine import ModelEngine
 from tracktrain.rng import manual_seed
 from tracktrain.trainer import arguments, defaults
+from tracktrain.trainer.attributes import TRAINER_ATTRIBUTES, refuse_attribute
 from tracktrain.trainer.building import as_loop_module
 from tracktrain.trainer.callback import Callback, check_state_keys
 from tracktrain.trainer.evaluation import EvaluationStages
@@ -218,6 +219,15 @@ class Trainer:
         self.fitting = False  # True while fit() runs (not during a validate()/test() of its own)
         self.sanity_checking = False  # True during the validation batches a fit runs before training
         self.val_dataloaders: Any = None
+
+    own_attributes: ClassVar[frozenset[str]] = frozenset()  # what a subclass adds to TRAINER_ATTRIBUTES
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Only the Trainer's own attributes (`tracktrain.trainer.attributes`) and settable properties can be set:
+        anything else would be silently ignored, so it raises an AttributeError naming what to use."""
+        if name not in TRAINER_ATTRIBUTES and name not in self.own_attributes:
+            refuse_attribute(type(self), name)
+        object.__setattr__(self, name, value)
 
     # ------------------------------------------------------------------------------------------- progress
     @property
