@@ -22,6 +22,7 @@ _LAZY = {
     "LoopModule": "tracktrain.trainer",
     "Trainer": "tracktrain.trainer",
     "Callback": "tracktrain.callbacks",
+    "seed_everything": "tracktrain.rng",
     **dict.fromkeys(
         (
             "DeterministicEngine",
@@ -53,6 +54,7 @@ __all__ = [
     "create_supervised_evaluator",
     "create_supervised_trainer",
     "initialize",
+    "seed_everything",
     "supervised_evaluation_step",
     "supervised_training_step",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["global_rank", "rank_and_world_size"]
+__all__ = ["global_rank", "local_rank", "rank_and_world_size"]
 
 
 def _env_int(variable: str, default: int) -> int:
@@ -33,3 +33,8 @@ def rank_and_world_size() -> tuple[int, int]:
 
 def global_rank() -> int:
     return rank_and_world_size()[0]
+
+
+def local_rank() -> int:
+    """This process's rank on its machine (LOCAL_RANK, which torchrun sets; 0 without it)."""
+    return _env_int("LOCAL_RANK", 0)

@@ -36,6 +36,22 @@ def manual_seed(seed: int) -> None:
         numpy.random.seed(seed % 2**32)
 
 
+def seed_everything(seed: int | None = None) -> int:
+    """Lightning's `seed_everything`: seed python, numpy and torch (every device) with `seed` (`manual_seed`) and
+    return it; None draws one (and logs it, so the run can be repeated). `Trainer(seed=...)` does the same for a
+    Trainer's entry points and the data order."""
+    if seed is None:
+        import logging
+        import os
+
+        seed = int.from_bytes(os.urandom(4), "little") >> 1
+        logging.getLogger(__name__).warning("seed_everything: no seed given, seed set to %d.", seed)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise ValueError(f"seed_everything(seed=...) takes an int from 0 to 2**63 - 1 (or None: drawn), got {seed!r}.")
+    manual_seed(seed)
+    return seed
+
+
 @functools.cache  # which accelerators a process can use does not change while it runs
 def _accelerator_seeders() -> tuple[Callable[[int], Any], ...]:
     """What `torch.manual_seed` seeds besides the CPU generator, for the backends that are available only."""

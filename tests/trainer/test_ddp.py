@@ -167,15 +167,17 @@ class StopOnRankOne(Callback):
 
 
 def _fit_stopping(out: str) -> None:
-    trainer = _trainer(out, max_epochs=5, callbacks=[StopOnRankOne()])
-    trainer.fit(Classifier(), make_loader())
+    trainer, module = _trainer(out, max_epochs=5, callbacks=[StopOnRankOne()]), Classifier()
+    trainer.fit(module, make_loader())
     _save(out, "stopped", [trainer.train_engine.state.epoch, trainer.global_step])
+    _save(out, "ranks", [trainer.is_global_zero, module.global_rank, module.local_rank])
 
 
 def test_a_stop_asked_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):
     # `trainer.should_stop = True` on rank 1 (issue 35: it was silently ignored)
     spawn(_fit_stopping, 2, args=(str(tmp_path),))
     assert _load(tmp_path, "stopped") == [[2, 8], [2, 8]]  # agreed at the end of epoch 2 (4 steps per epoch)
+    assert _load(tmp_path, "ranks") == [[True, 0, 0], [False, 1, 1]]  # Lightning's rank properties
 
 
 # ---------------------------------------------------------------------------------------------- a failing rank

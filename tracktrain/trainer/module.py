@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import inspect
+import itertools
+import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import nn
+
+from tracktrain import ranks
+from tracktrain.trainer.hparams import AttributeDict, init_arguments
 
 if TYPE_CHECKING:
     from tracktrain.trainer.callback import Callback
     from tracktrain.trainer.trainer import Trainer
 
 __all__ = ["LoopModule", "checked_loss", "loss_in_output"]
+
+_Module = TypeVar("_Module", bound="LoopModule")
 
 
 def loss_in_output(output: Any) -> tuple[torch.Tensor | None, str]:
@@ -84,6 +92,26 @@ class LoopModule(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self._trainer: Trainer | None = None
+        self._hparams = AttributeDict()
+
+    # ------------------------------------------------------------------------------------------ hyperparameters
+    def save_hyperparameters(self, *names: str, ignore: str | Sequence[str] | None = None) -> None:
+        """Call in `__init__`: keep its arguments (all of them, or those `names`, less `ignore`) in `self.hparams`,
+        as Lightning does. They are saved with every checkpoint, logged by the trackers, compared when a fit resumes,
+        and `load_from_checkpoint` rebuilds the module from them."""
+        frame = inspect.currentframe()
+        self._hparams = AttributeDict(init_arguments(self, frame.f_back if frame else None, names, ignore))
+
+    @property
+    def hparams(self) -> AttributeDict:
+        """The module's hyperparameters (`self.hparams.lr`): what `save_hyperparameters()` kept, or a dict assigned."""
+        return self._hparams
+
+    @hparams.setter
+    def hparams(self, values: Mapping[str, Any]) -> None:
+        if not isinstance(values, Mapping):
+            raise TypeError(f"hparams must be a mapping of name -> value, got {type(values).__name__}: {values!r}.")
+        self._hparams = AttributeDict(values)
 
     # ----------------------------------------------------------------------------------- the steps (override)
     def train_step(self, batch: Any, batch_idx: int) -> torch.Tensor | Mapping[str, Any] | None:
@@ -116,6 +144,22 @@ class LoopModule(nn.Module):
         the same type given to the Trainer; checkpointing ones (`ModelCheckpoint`) run after the others."""
         return []
 
+    @classmethod
+    def load_from_checkpoint(
+        cls: type[_Module],
+        checkpoint_path: str | os.PathLike,
+        map_location: str | torch.device | None = None,
+        strict: bool = True,
+        **hparams_overrides: Any,
+    ) -> _Module:
+        """The module a Trainer's checkpoint holds, as Lightning's: built from the hparams it saved (updated with
+        `hparams_overrides`), its weights loaded (`strict`: every key must match), moved to `map_location`, in eval
+        mode. `checkpoint_path`: a file or sharded `.dcp` directory, a local path or fsspec URL (`s3://...`).
+        Called on `LoopModule` itself, it builds the class the checkpoint records."""
+        from tracktrain.trainer.module_loading import load_module
+
+        return load_module(cls, checkpoint_path, map_location, strict, hparams_overrides, base=LoopModule)
+
     # --------------------------------------------------------------------------------------- the trainer side
     @property
     def trainer(self) -> Trainer:
@@ -127,6 +171,28 @@ class LoopModule(nn.Module):
     def trainer(self, trainer: Trainer | None) -> None:
         """Attach the module to `trainer` (each of its entry points does), or detach it (None)."""
         self._trainer = trainer
+
+    @property
+    def device(self) -> torch.device:
+        """Where the module's weights are (its first parameter's or buffer's device; the CPU without any)."""
+        for tensor in itertools.chain(self.parameters(), self.buffers()):
+            return tensor.device
+        return torch.device("cpu")
+
+    @property
+    def global_rank(self) -> int:
+        """This process's rank among all processes of the run (0 without torch.distributed)."""
+        return ranks.global_rank()
+
+    @property
+    def local_rank(self) -> int:
+        """This process's rank on its machine (torchrun's LOCAL_RANK; 0 without it)."""
+        return ranks.local_rank()
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """`print`, on the process of global rank 0 only (the others would print the same lines again)."""
+        if ranks.global_rank() == 0:
+            print(*args, **kwargs)
 
     @property
     def global_step(self) -> int:
@@ -186,6 +252,10 @@ class LoopModule(nn.Module):
     def backward(self, loss: torch.Tensor) -> None:
         """Backpropagate `loss` the way the Trainer's precision and strategy need (scaled under fp16)."""
         self.trainer.running_model_engine.backward(loss)
+
+    def manual_backward(self, loss: torch.Tensor) -> None:
+        """Lightning's name for `backward(loss)` under manual optimization: the same call."""
+        self.backward(loss)
 
     def clip_gradients(
         self,

@@ -22,6 +22,7 @@ from tracktrain.trainer.batches import epoch_length_of
 from tracktrain.trainer.building import configure_optimizers, model_engine_for
 from tracktrain.trainer.callback import check_state_keys, with_module_callbacks
 from tracktrain.trainer.hooks import TrainerEvents
+from tracktrain.trainer.lightning_names import check_lightning_methods
 from tracktrain.trainer.metric_log import to_floats
 from tracktrain.trainer.model_preparation import compile_blocks, prepare_module
 from tracktrain.trainer.module import LoopModule
@@ -44,6 +45,8 @@ class Session:
         self._trainer = trainer
         self._distributed_loaders: dict[int, Iterable[Any]] = {}
         self.stop_requested = False
+        self._fit_loader: Iterable[Any] | None = None  # the training loader given to the fit under way
+        self._train: tuple[Iterable[Any], int | None] | None = None  # it as read, and its epoch length
 
     # ------------------------------------------------------------------------------------------ entry points
     def fit(self, module: LoopModule, train_loader: Iterable[Any], val_loader: Any, ckpt_path: str | None) -> None:
@@ -53,17 +56,14 @@ class Session:
             return
         trainer.val_dataloaders = val_loader
         stages = {"fit", "validate"} if val_loader is not None else {"fit"}
+        self._fit_loader, self._train = train_loader, None
 
         def run() -> None:
             trainer.checkpoints.start_run(ckpt_path if ckpt_path is not None else trainer.resume, module)
             if trainer.checkpoints.already_finished():
                 return
             trainer.train_engine.fire_event(TrainerEvents.FIT_STARTED)
-            given = train_loader
-            if trainer.overfit_batches:  # the same first batches every epoch
-                given = first_batches(train_loader, trainer.overfit_batches)
-            loader = self.loader_for(given, shuffle_default=True)
-            epoch_length = epoch_length_of("limit_train_batches", loader, trainer.limits["fit"])
+            loader, epoch_length = self.train_loader()
             trainer.preemption.start()
             try:
                 run_sanity_check(trainer, val_loader)
@@ -77,7 +77,36 @@ class Session:
             trainer.train_engine.fire_event(TrainerEvents.FIT_COMPLETED)
             trainer.strategy.teardown()
 
-        self.run(module, stages, "fit", run, training=True, val_loader=val_loader)
+        try:
+            self.run(module, stages, "fit", run, training=True, val_loader=val_loader)
+        finally:
+            self._fit_loader, self._train = None, None
+
+    def train_loader(self) -> tuple[Iterable[Any], int | None]:
+        """The fit's training loader as the strategy reads it (its first batches with `overfit_batches`), and its
+        epoch length after `limit_train_batches`; made once per fit."""
+        trainer = self._trainer
+        if self._fit_loader is None:
+            raise RuntimeError("The training loader is known once fit() starts (in configure_optimizers and hooks).")
+        if self._train is None:
+            given = self._fit_loader
+            if trainer.overfit_batches:  # the same first batches every epoch
+                given = first_batches(given, trainer.overfit_batches)
+            loader = self.loader_for(given, shuffle_default=True)
+            self._train = loader, epoch_length_of("limit_train_batches", loader, trainer.limits["fit"])
+        return self._train
+
+    def estimated_stepping_batches(self) -> int | float:
+        """`Trainer.estimated_stepping_batches`: the optimizer steps the fit will take in all (from its start, also
+        when it resumes), as Lightning counts them: `max_steps`, or the epochs' steps when fewer; inf when the loader
+        has no length and no `max_steps` bounds it."""
+        trainer = self._trainer
+        _, epoch_length = self.train_loader()
+        limit = trainer.max_steps if trainer.max_steps is not None else math.inf
+        if epoch_length is None or trainer.max_epochs is None:
+            return limit
+        epochs = math.ceil(epoch_length / trainer.accumulate_grad_batches) * trainer.max_epochs
+        return min(epochs, limit)
 
     def evaluate(self, stage: str, module: LoopModule | None, loader: Any) -> list[dict[str, float]]:
         """`Trainer.validate` or `Trainer.test`: one pass of `stage` over `loader`; its epoch's values."""
@@ -195,6 +224,7 @@ class Session:
             manual_seed(trainer.seed)
         if trainer.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
+        check_lightning_methods(module, LoopModule)
         module.trainer = trainer
         trainer.module = module
         trainer.callbacks = with_module_callbacks(trainer.callbacks, module)

@@ -243,6 +243,17 @@ class Trainer:
         return max(engine.state.epoch - 1, 0) if in_epoch else engine.state.epoch
 
     @property
+    def estimated_stepping_batches(self) -> int | float:
+        """The optimizer steps the fit under way takes in all (for `OneCycleLR(total_steps=...)` in
+        `configure_optimizers`): `max_steps`, or the steps of `max_epochs` epochs when fewer; inf if unknowable."""
+        return self.session.estimated_stepping_batches()
+
+    @property
+    def is_global_zero(self) -> bool:
+        """Whether this is the process of global rank 0 (the one that writes files and talks to trackers)."""
+        return self.strategy.global_rank == 0
+
+    @property
     def running_module(self) -> LoopModule:
         """The module of the fit/validate/test/predict under way (or last run)."""
         if self.module is None:

@@ -10,6 +10,7 @@ from tracktrain.engine.deterministic import ResumableEngine
 from tracktrain.ranks import rank_and_world_size
 from tracktrain.rng import get_rng_states, set_rng_states
 from tracktrain.trainer.hooks import TrainerEvents
+from tracktrain.trainer.module_loading import class_path
 
 if TYPE_CHECKING:
     from tracktrain.trainer.trainer import Trainer
@@ -47,6 +48,8 @@ class TrainerState:
             "rng_states_per_rank": [rng_states for rng_states, _ in per_rank],
             "settings": trainer.settings,  # compared when a fit resumes (tracktrain.trainer.settings)
         }
+        if trainer.module is not None:  # the class LoopModule.load_from_checkpoint builds from the saved hparams
+            checkpoint["module_class"] = class_path(type(trainer.module))
         if len(per_rank) > 1:
             checkpoint["callbacks_per_rank"] = [states for _, states in per_rank]
         self._fire(TrainerEvents.CHECKPOINT_SAVING, checkpoint)

@@ -1,0 +1,70 @@
+"""A module's hyperparameters as Lightning keeps them: `save_hyperparameters()` in `__init__` captures the init
+arguments into `hparams`, an `AttributeDict` (`self.hparams.lr`). The Trainer saves them with every checkpoint (the
+run's settings, compared on resume), the loggers record them, and `LoopModule.load_from_checkpoint` rebuilds the
+module from them."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any
+
+__all__ = ["AttributeDict", "init_arguments"]
+
+
+class AttributeDict(dict):
+    """A dict whose keys read and write as attributes too: `hparams.lr` is `hparams["lr"]`."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(
+                f"No hyperparameter {name!r}; the module's hparams are {sorted(self)}. save_hyperparameters() in "
+                "__init__ captures the init arguments (all, or the names given, less ignore=)."
+            ) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+    def __delattr__(self, name: str) -> None:
+        del self[name]
+
+
+def init_arguments(
+    instance: object, frame: FrameType | None, names: Sequence[str], ignore: str | Sequence[str] | None
+) -> dict[str, Any]:
+    """The arguments of the `__init__` calls of `instance` running at `frame` and the frames above it (a subclass's
+    `__init__` calling its base's: the subclass's values win), `**kwargs` spread; only `names` when given, less
+    `ignore`. Raises when `frame` is not inside an `__init__` of `instance`."""
+    collected: dict[str, Any] = {}
+    while frame is not None and frame.f_code.co_name == "__init__":
+        info = inspect.getargvalues(frame)
+        if not info.args or info.locals.get(info.args[0]) is not instance:
+            break
+        found = {name: info.locals[name] for name in info.args[1:] if name in info.locals}
+        if info.varargs and info.locals.get(info.varargs):
+            found[info.varargs] = info.locals[info.varargs]
+        if info.keywords:
+            found.update(info.locals.get(info.keywords) or {})
+        collected = {**found, **collected}  # outer frames are the subclasses: theirs win
+        frame = frame.f_back
+    if not collected and frame is not None and frame.f_code.co_name != "__init__":
+        raise RuntimeError(
+            f"save_hyperparameters() captures the arguments of {type(instance).__name__}.__init__, so call it there "
+            "(it was called from elsewhere); to set hparams by hand, assign a dict: self.hparams = {...}."
+        )
+    ignored = {ignore} if isinstance(ignore, str) else set(ignore or ())
+    for name in [*names, *ignored]:
+        if not isinstance(name, str):
+            raise TypeError(f"save_hyperparameters() takes argument names (str), got {name!r}.")
+    if names:
+        missing = sorted(set(names) - collected.keys())
+        if missing:
+            raise ValueError(
+                f"save_hyperparameters({', '.join(map(repr, names))}): {missing} are not arguments of "
+                f"{type(instance).__name__}.__init__ (its arguments: {sorted(collected)})."
+            )
+        collected = {name: collected[name] for name in names}
+    return {name: value for name, value in collected.items() if name not in ignored and name != "__class__"}

@@ -1,0 +1,95 @@
+"""`LoopModule.load_from_checkpoint`: a trained module back from a checkpoint a Trainer wrote — rebuilt from the
+hparams the checkpoint saved (`save_hyperparameters`), its weights loaded, in eval mode — from one file or a sharded
+`.dcp` directory, at any fsspec URL. The checkpoint is read as every other reader of the project reads it
+(`read_checkpoint`, the manifest checked; a sharded one read whole into this process) and loaded with
+`Checkpoint.load_objects` (keys and shapes checked before anything loads)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+
+__all__ = ["class_path", "load_module"]
+
+M = TypeVar("M", bound=nn.Module)
+
+
+def class_path(cls: type) -> str:
+    """`package.module:Qualified.Name`, what a checkpoint records of its module's class."""
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def load_module(
+    cls: type[M],
+    checkpoint_path: Any,
+    map_location: str | torch.device | None,
+    strict: bool,
+    overrides: Mapping[str, Any],
+    base: type,
+) -> M:
+    """`cls` built from the checkpoint's hparams (updated with `overrides`) and holding its weights, in eval mode;
+    with `cls` the `base` class itself, the class the checkpoint records."""
+    from tracktrain.handlers.checkpoint_handler import Checkpoint
+    from tracktrain.handlers.checkpoint_state import read_checkpoint
+
+    path = os.fspath(checkpoint_path) if isinstance(checkpoint_path, (str, os.PathLike)) else None
+    if not isinstance(path, str) or not path.strip():
+        raise TypeError(
+            f"{cls.__name__}.load_from_checkpoint(checkpoint_path=...) takes a checkpoint's path or fsspec URL (a "
+            f"non-empty str or os.PathLike), got {checkpoint_path!r}."
+        )
+    if map_location is not None and not isinstance(map_location, (str, torch.device)):
+        raise TypeError(
+            f'load_from_checkpoint(map_location=...) takes a device ("cpu", "cuda:0", torch.device) or None, got '
+            f"{map_location!r}; to move parts elsewhere, load on the CPU and move them yourself."
+        )
+    states = read_checkpoint(path)
+    if not isinstance(states, Mapping) or "model" not in states:
+        held = sorted(states) if isinstance(states, Mapping) else type(states).__name__
+        raise KeyError(
+            f"Checkpoint {path} holds no 'model' state (it holds {held}): pass a checkpoint a Trainer wrote "
+            "(ModelCheckpoint.best_model_path, trainer.save_checkpoint)."
+        )
+    trainer_state = states.get("trainer") or {}
+    saved_hparams = dict((trainer_state.get("settings") or {}).get("module") or {})
+    if cls is base:
+        cls = _saved_class(trainer_state.get("module_class"), path, base)
+    hparams = {**saved_hparams, **overrides}
+    try:
+        module = cls(**hparams)
+    except TypeError as error:
+        raise TypeError(
+            f"Could not rebuild {cls.__name__}(**{hparams!r}) from the hparams of {path}: {error}. Arguments the "
+            "checkpoint lacks (its module did not save_hyperparameters() them) or that changed: pass them as "
+            f"{cls.__name__}.load_from_checkpoint(path, name=value)."
+        ) from error
+    Checkpoint.load_objects({"model": module}, {"model": states["model"]}, strict=bool(strict))
+    if map_location is not None:
+        module.to(map_location)
+    return module.eval()
+
+
+def _saved_class(recorded: Any, path: str, base: type) -> Any:
+    """The class `recorded` (`class_path`) names, imported; an error naming the fix when it cannot be."""
+    fix = (
+        f"call load_from_checkpoint on your module's class (MyModule.load_from_checkpoint({os.path.basename(path)!r}))"
+    )
+    if not isinstance(recorded, str) or ":" not in recorded:
+        raise TypeError(f"Checkpoint {path} does not record its module's class: {fix}.")
+    module_name, qualname = recorded.split(":", 1)
+    try:
+        found: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as error:
+        raise TypeError(
+            f"Checkpoint {path} was written for {recorded}, which cannot be imported ({error}): {fix}."
+        ) from error
+    if not (isinstance(found, type) and issubclass(found, base)):
+        raise TypeError(f"Checkpoint {path} names {recorded}, which is not a {base.__name__}: {fix}.")
+    return found
