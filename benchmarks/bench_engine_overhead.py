@@ -85,18 +85,21 @@ def check_handler_counts(case: Case, problems: list[str]) -> None:
 def measure_case(
     case: Case, repeats: int, threads: int, rng: random.Random, problems: list[str]
 ) -> dict[str, list[float]]:
-    for variant in case.variants:  # warm-up: caches, allocator, lazy imports, first-call paths
-        run_once(variant, case.warmup_epochs, case.batches_per_epoch * case.warmup_epochs, threads)
-        check_run(case, variant, case.warmup_epochs, problems)
-    check_handler_counts(case, problems)
+    """On the harness, a warm-up of `case.warmup_epochs`; after every round, the handlers' counts of each engine's
+    last run."""
 
-    samples: dict[str, list[float]] = {variant.name: [] for variant in case.variants}
-    for _ in range(repeats):
-        for _, variant in h.interleaved(case.variants, 1, rng):
-            samples[variant.name].append(run_once(variant, case.epochs, case.iterations, threads))
-            check_run(case, variant, case.epochs, problems)
-        check_handler_counts(case, problems)  # after every round: the handlers' counts of each engine's last run
-    return samples
+    def run(variant: Variant, epochs: int = case.epochs) -> float:
+        sample = run_once(variant, epochs, case.batches_per_epoch * epochs, threads)
+        check_run(case, variant, epochs, problems)
+        return sample
+
+    def warm_up(variant: Variant) -> float:
+        return run(variant, case.warmup_epochs)
+
+    def after_round() -> None:
+        check_handler_counts(case, problems)
+
+    return h.measure(case.variants, repeats, rng, run, warm_up, after_round, label=lambda variant: variant.name)
 
 
 def summarize(case: Case, samples: dict[str, list[float]], statistic: str = "median") -> dict[str, Any]:

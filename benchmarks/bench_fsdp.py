@@ -42,6 +42,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 import harness as h
@@ -122,24 +123,15 @@ def measure_steps(config: StepConfig, problems: list[str]) -> dict[str, Any]:
 def summarize_steps(samples: dict[str, list[float]], statistic: str) -> dict[str, Any]:
     """Each variant's figure; the ratios to the raw loop (of the figures, and the median of the per-round ratios,
     whose drift the variants of a round share); the Trainer's overhead, the noise and the goal's verdict."""
-    center = h.STATISTICS[statistic]
-    us_per_step = {name: center(values) for name, values in samples.items()}
-    spread = {name: h.iqr(values) for name, values in samples.items()}
-    raw = us_per_step[RAW]
-    ratio = {name: value / raw for name, value in us_per_step.items() if name != RAW}
-    paired = {
-        name: statistics.median(ours / hand for ours, hand in zip(values, samples[RAW]))
-        for name, values in samples.items()
-        if name != RAW
-    }
-    overhead_percent = (ratio[TRACKTRAIN] - 1) * 100
-    noise_percent = max(spread[RAW], spread[TRACKTRAIN]) / raw * 100
+    c = h.against(samples, RAW, statistic)
+    overhead_percent = (c["ratio"][TRACKTRAIN] - 1) * 100
+    noise_percent = max(c["iqr"][RAW], c["iqr"][TRACKTRAIN]) / c["figure"][RAW] * 100
     return {
-        "us_per_step": us_per_step,
-        "ratio": ratio,
-        "paired_ratio": paired,
+        "us_per_step": c["figure"],
+        "ratio": c["ratio"],
+        "paired_ratio": c["paired_ratio"],
         "overhead_percent": overhead_percent,
-        "iqr_us": spread,
+        "iqr_us": c["iqr"],
         "noise_percent": noise_percent,
         "goal_percent": GOAL_PERCENT,
         "goal_met": h.verdict(GOAL_PERCENT - overhead_percent, noise_percent),
@@ -148,25 +140,27 @@ def summarize_steps(samples: dict[str, list[float]], statistic: str) -> dict[str
 
 def report_steps(row: dict[str, Any], stat: str) -> None:
     names = [name for name in (RAW, TRACKTRAIN, LIGHTNING) if name in row["us_per_step"]]
-    lines = [["variant", "µs/step", "IQR µs", "ratio to raw", "paired ratio", "CPU µs/step", "CPU paired ratio"]]
-    lines[0].append("weights vs raw")
     cpu = row["cpu"]
-    for name in names:
+
+    def ratio(values: dict[str, float]) -> Callable[[str], str]:
+        return lambda name: "1" if name == RAW else f"{values[name]:.3f}"
+
+    def weights_cell(name: str) -> str:
         difference = row["max_weight_diff"].get(name)
-        lines.append(
-            [
-                TITLES[name],
-                fmt(row["us_per_step"][name]),
-                fmt(row["iqr_us"][name]),
-                "1" if name == RAW else f"{row['ratio'][name]:.3f}",
-                "1" if name == RAW else f"{row['paired_ratio'][name]:.3f}",
-                fmt(cpu["us_per_step"][name]),
-                "1" if name == RAW else f"{cpu['paired_ratio'][name]:.3f}",
-                "—" if name == RAW else ("bit-identical" if difference == 0 else f"max abs diff {difference:.2g}"),
-            ]
-        )
+        return "—" if name == RAW else ("bit-identical" if difference == 0 else f"max abs diff {difference:.2g}")
+
+    columns = [
+        ("variant", "l", TITLES.get),
+        ("µs/step", "r", lambda name: fmt(row["us_per_step"][name])),
+        ("IQR µs", "r", lambda name: fmt(row["iqr_us"][name])),
+        ("ratio to raw", "r", ratio(row["ratio"])),
+        ("paired ratio", "r", ratio(row["paired_ratio"])),
+        ("CPU µs/step", "r", lambda name: fmt(cpu["us_per_step"][name])),
+        ("CPU paired ratio", "r", ratio(cpu["paired_ratio"])),
+        ("weights vs raw", "l", weights_cell),
+    ]
     print(f"\n## FSDP2 step on {WORLD_SIZE} gloo ranks, start-up and first epoch excluded\n")
-    print(h.markdown_table(lines, "lrrrrrrl") + "\n")
+    print(h.table(names, columns) + "\n")
     print(
         f"{row['timed_steps']} timed steps per sample ({row['steps_per_epoch']} per epoch per rank, batch "
         f"{row['batch_size']} per rank), {len(row['samples_us_per_step'][RAW])} samples per variant. µs/step: {stat} "

@@ -40,31 +40,12 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import harness as h
 import torch
-from harness import (
-    STATISTICS,
-    ThreadProfiles,
-    before_run,
-    environment,
-    exit_status,
-    finish_args,
-    format_cell,
-    freeze_garbage,
-    goal_line,
-    interleaved,
-    iqr,
-    make_parser,
-    markdown_table,
-    prepare,
-    print_heading,
-    print_profile,
-    temporary_root,
-    verdict,
-    write_json,
-)
 from logging_trackers import METRIC_NAMES, Delivery, Trackers, quiet_trackers, verify_deliveries
 from logging_variants import TRACKTRAIN, Fit, Variant, make_variants, select
 from workloads import ClassifierData, load_peer, weights, weights_match
@@ -117,7 +98,7 @@ def check_fit(measurement: Measurement, variant: Variant, fit: Fit, problems: li
 # ----------------------------------------------------------------------------------------------- measuring
 def run_fit(measurement: Measurement, variant: Variant, root_dir: str, threads: int, problems: list[str]) -> Fit:
     run_dir = tempfile.mkdtemp(prefix=variant.key.replace("/", "-") + "-", dir=root_dir)  # kept for the read-back
-    before_run(threads)
+    h.before_run(threads)
     fit = variant.fit(measurement.workload, measurement.epochs, run_dir)
     check_fit(measurement, variant, fit, problems)
     return fit
@@ -132,21 +113,12 @@ def measure(
     rng: random.Random,
     problems: list[str],
 ) -> dict[str, list[Fit]]:
-    """One untimed warm-up fit of each variant, then `repeats` rounds of one fit of each, in an order shuffled per
-    round, so slow drifts of the machine hit all variants alike."""
-    for variant in variants:
-        run_fit(measurement, variant, root_dir, threads, problems)
-    fits: dict[str, list[Fit]] = {variant.key: [] for variant in variants}
-    for repeat in range(repeats):
-        for _, variant in interleaved(variants, 1, rng):
-            fits[variant.key].append(run_fit(measurement, variant, root_dir, threads, problems))
-        print(
-            f"  round {repeat + 1}/{repeats}: "
-            + ", ".join(f"{variant.key} {fits[variant.key][-1].iterations_per_second:,.0f}" for variant in variants)
-            + " it/s",
-            flush=True,
-        )
-    return fits
+    """Fits of each variant on the harness: a warm-up, then `repeats` interleaved rounds."""
+
+    def run(variant: Variant) -> Fit:
+        return run_fit(measurement, variant, root_dir, threads, problems)
+
+    return h.measure(variants, repeats, rng, run, label=lambda variant: variant.key)
 
 
 # ------------------------------------------------------------------------------------------------ summaries
@@ -155,7 +127,7 @@ def summarize(variants: list[Variant], fits: dict[str, list[Fit]], statistic: st
     paired: the median of the per-round ratios, which a drift longer than a round does not move), and the goal's
     verdict for tracktrain's loggers: `yes` / `NO`, "(within noise)" where the margin, either way, is smaller than
     the interquartile range of the paired ratios."""
-    center = STATISTICS[statistic]
+    center = h.STATISTICS[statistic]
     baselines = {variant.framework: variant.key for variant in variants if variant.is_baseline}
     rows = []
     for variant in variants:
@@ -170,13 +142,13 @@ def summarize(variants: list[Variant], fits: dict[str, list[Fit]], statistic: st
             whole_ratios = [
                 base.whole_seconds / mine.whole_seconds for mine, base in zip(fits[variant.key], fits[base_key])
             ]
-            whole, whole_noise = statistics.median(whole_ratios), iqr(whole_ratios)
+            whole, whole_noise = statistics.median(whole_ratios), h.iqr(whole_ratios)
             ratio = it_per_s / center(base_samples)
             paired_ratios = [mine / base for mine, base in zip(samples, base_samples)]  # same round, side by side
             paired = statistics.median(paired_ratios)
-            noise = iqr(paired_ratios)
+            noise = h.iqr(paired_ratios)
             if variant.framework == TRACKTRAIN:
-                goal = verdict(ratio - GOAL_RATIO, noise)
+                goal = h.verdict(ratio - GOAL_RATIO, noise)
         tails = [fit.tail_seconds * 1e3 for fit in fits[variant.key]]
         rows.append(
             {
@@ -187,7 +159,7 @@ def summarize(variants: list[Variant], fits: dict[str, list[Fit]], statistic: st
                 "statistic": statistic,
                 "it_per_s": it_per_s,
                 "us_per_it": 1e6 / it_per_s,
-                "iqr_it_per_s": iqr(samples),
+                "iqr_it_per_s": h.iqr(samples),
                 "ratio": ratio,
                 "paired_ratio": paired,
                 "paired_ratio_iqr": noise,
@@ -204,55 +176,35 @@ def summarize(variants: list[Variant], fits: dict[str, list[Fit]], statistic: st
     return rows
 
 
-fmt = functools.partial(format_cell, decimals=1)
+fmt = functools.partial(h.format_cell, decimals=1)
 
 
 def arrived_cell(check: dict[str, Any] | None) -> str:
     if check is None:
         return "— (no logger)"
     runs, complete = check["runs"], check["complete_runs"]
-    verdict = "all" if complete == runs else f"MISSING in {runs - complete} of"
-    return f"{verdict} {runs} runs: {len(METRIC_NAMES)} × {check['values_per_metric']} values each"
+    amount = "all" if complete == runs else f"MISSING in {runs - complete} of"
+    return f"{amount} {runs} runs: {len(METRIC_NAMES)} × {check['values_per_metric']} values each"
 
 
 def report(rows: list[dict[str, Any]], measurement: Measurement, stat: str, notes: list[str]) -> None:
-    lines = [
-        [
-            "framework",
-            "logger",
-            "it/s",
-            "µs/it",
-            "× its no-logger it/s",
-            "paired × (IQR)",
-            f"goal ≥ {GOAL_RATIO:g}×",
-            "end of fit ms",
-            "whole fit paired × (IQR)",
-            "arrived (read back)",
-        ]
+    def paired(key: str) -> Callable[[dict[str, Any]], str]:
+        return lambda row: "—" if row[key] is None else f"{row[key]:.3f} ({row[key + '_iqr']:.3f})"
+
+    columns = [
+        ("framework", "l", lambda row: row["framework"]),
+        ("logger", "l", lambda row: row["logger"]),
+        ("it/s", "r", lambda row: fmt(row["it_per_s"])),
+        ("µs/it", "r", lambda row: fmt(row["us_per_it"])),
+        ("× its no-logger it/s", "r", lambda row: "1 (baseline)" if row["baseline"] else f"{row['ratio']:.3f}"),
+        ("paired × (IQR)", "r", paired("paired_ratio")),
+        (f"goal ≥ {GOAL_RATIO:g}×", "l", lambda row: row["goal_met"]),
+        ("end of fit ms", "r", lambda row: fmt(row["end_of_fit_ms"])),
+        ("whole fit paired × (IQR)", "r", paired("whole_fit_paired_ratio")),
+        ("arrived (read back)", "l", lambda row: arrived_cell(row.get("arrived"))),
     ]
-    for row in rows:
-        paired = "—" if row["paired_ratio"] is None else f"{row['paired_ratio']:.3f} ({row['paired_ratio_iqr']:.3f})"
-        whole = (
-            "—"
-            if row["whole_fit_paired_ratio"] is None
-            else f"{row['whole_fit_paired_ratio']:.3f} ({row['whole_fit_paired_ratio_iqr']:.3f})"
-        )
-        lines.append(
-            [
-                row["framework"],
-                row["logger"],
-                fmt(row["it_per_s"]),
-                fmt(row["us_per_it"]),
-                "1 (baseline)" if row["baseline"] else f"{row['ratio']:.3f}",
-                paired,
-                row["goal_met"],
-                fmt(row["end_of_fit_ms"]),
-                whole,
-                arrived_cell(row.get("arrived")),
-            ]
-        )
     print("\n## Throughput with 5 metrics logged at every step, start-up and end of fit excluded\n")
-    print(markdown_table(lines, "llrrrrlrrl") + "\n")
+    print(h.table(rows, columns) + "\n")
     print(
         f"it/s: {stat} over the fits of (steps from the 2nd epoch's start to the last iteration) / (the time between "
         f"them); {measurement.timed_steps} steps per fit. ×: that over the {stat} of the same framework's no-logger "
@@ -270,7 +222,7 @@ def report(rows: list[dict[str, Any]], measurement: Measurement, stat: str, note
     verdicts = [(row["key"], row["goal_met"]) for row in rows if row["goal_ratio"] is not None]
     if verdicts:
         print(
-            goal_line(
+            h.goal_line(
                 f"Goal (a tracktrain logger keeps ≥ {GOAL_RATIO:g} × the no-logger throughput)", verdicts, "loggers"
             )
         )
@@ -284,15 +236,15 @@ def profile_variants(measurement: Measurement, variants: list[Variant], root_dir
         if variant.framework != TRACKTRAIN or variant.is_baseline:
             continue
         profiler = cProfile.Profile()
-        with ThreadProfiles() as others:
-            before_run(threads)
+        with h.ThreadProfiles() as others:
+            h.before_run(threads)
             run_dir = tempfile.mkdtemp(prefix="profile-", dir=root_dir)
             profiler.enable()
             variant.fit(measurement.workload, measurement.epochs, run_dir)
             profiler.disable()
         print(f"\n### cProfile: {variant.key} ({measurement.steps} steps, start-up and end included)\n")
-        print_profile(profiler, f"training thread, top {top} by own time:", top)
-        print_profile(
+        h.print_profile(profiler, f"training thread, top {top} by own time:", top)
+        h.print_profile(
             profiler,
             "\ntracktrain's functions in the training thread by cumulative time:",
             top,
@@ -300,7 +252,7 @@ def profile_variants(measurement: Measurement, variants: list[Variant], root_dir
             r"tracktrain",
         )
         for name, thread_stats in others.stats().items():
-            print_profile(
+            h.print_profile(
                 thread_stats,
                 f"\nthread(s) {name!r} ({len(others.by_thread[name])} started), top {top} by own time:",
                 top,
@@ -309,7 +261,7 @@ def profile_variants(measurement: Measurement, variants: list[Variant], root_dir
 
 # ------------------------------------------------------------------------------------------------------ main
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = make_parser(
+    parser = h.make_parser(
         __doc__, profile_top=20, root_dir="the runs, the sqlite file and the server's store", stat_of="the fits"
     )
     add = parser.add_argument
@@ -331,7 +283,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "delivery='thread' (keys ending -thread): their tracker client in a thread of the training process, as "
         "before delivery='process' was their default",
     )
-    return finish_args(
+    return h.finish_args(
         parser,
         argv,
         {"repeats": (6, 1), "epochs": (4, 2), "batches": (100, 20)},
@@ -356,8 +308,8 @@ def versions(available: dict[str, bool], lightning_status: str) -> dict[str, str
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    rng = prepare(args)
-    root_dir = temporary_root("tracktrain-bench-logging-", args.root_dir)
+    rng = h.prepare(args)
+    root_dir = h.temporary_root("tracktrain-bench-logging-", args.root_dir)
     quiet_trackers(root_dir)
     available = {name: installed(name) for name in ("mlflow", "wandb")}
     lightning, lightning_status = load_peer("lightning", skip=args.no_lightning)
@@ -366,8 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     variants = select(make_variants(trackers, lightning, available, args.thread_delivery), args.variants)
     measurement = Measurement(ClassifierData(MODEL, args.batch_size, args.batches, args.seed), args.epochs)
 
-    env = environment(args.threads, **peers)
-    print_heading(
+    env = h.environment(args.threads, **peers)
+    h.print_heading(
         "tracktrain loggers: training throughput with 5 metrics logged at every step",
         env,
         args.threads,
@@ -389,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"mlflow server on {trackers.server.url} (sqlite backend, 1 worker) answered after "
                 f"{seconds:.1f} s; it shares the machine's CPUs with the training process."
             )
-        freeze_garbage()  # the server too lives to the end
+        h.freeze_garbage()  # the server too lives to the end
         started = time.perf_counter()
         fits = measure(measurement, variants, args.repeats, root_dir, args.threads, rng, problems)
         timed_seconds = time.perf_counter() - started
@@ -424,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         if available["wandb"] and "wandb" in sys.modules:
             sys.modules["wandb"].teardown()  # W&B's service process, which the runs started
     if args.json:
-        write_json(
+        h.write_json(
             args.json,
             {
                 "environment": env,
@@ -437,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
                 "problems": problems,
             },
         )
-    return exit_status(problems)
+    return h.exit_status(problems)
 
 
 if __name__ == "__main__":

@@ -302,15 +302,18 @@ def measure_case(
     for epochs in (case.short_epochs, case.long_epochs):
         case.reference[epochs] = weights(fit_raw(case.workload, epochs, "", None).net)
     first_startups = warm_up(case, variants, root_dir, threads, problems)
-    per_iteration: dict[str, list[float]] = {variant.name: [] for variant in variants}
-    startups: dict[str, list[float]] = {variant.name: [] for variant in variants}
-    for _, variant in h.interleaved(variants, repeats, rng):
+
+    def run(variant: Variant) -> tuple[float, list[float]]:
+        """A short and a long fit, in shuffled order: µs per iteration between them, and their start-ups."""
         lengths = [case.short_epochs, case.long_epochs]
         rng.shuffle(lengths)
         runs = {epochs: run_once(case, variant, epochs, root_dir, threads, sink, problems) for epochs in lengths}
         extra = runs[case.long_epochs].seconds - runs[case.short_epochs].seconds
-        per_iteration[variant.name].append(extra / case.measured_iterations * 1e6)
-        startups[variant.name] += [run.startup_s for run in runs.values()]
+        return extra / case.measured_iterations * 1e6, [run.startup_s for run in runs.values()]
+
+    samples = h.measure(variants, repeats, rng, run, warmup=False, label=lambda variant: variant.name)
+    per_iteration = {name: [us for us, _ in values] for name, values in samples.items()}
+    startups = {name: [s for _, pair in values for s in pair] for name, values in samples.items()}
     return per_iteration, startups, first_startups
 
 

@@ -141,17 +141,31 @@ def interleaved(keys: Sequence[T], repeats: int, rng: random.Random) -> Iterator
             yield repeat, key
 
 
-def measure(keys: Sequence[T], repeats: int, rng: random.Random, run: Callable[[T], Any], warmup: bool = True) -> dict:
-    """The one timing loop: an untimed warm-up run of each key (first-call paths, caches, the allocator; its
-    sample is dropped), then `repeats` interleaved rounds. `run(key)` runs once, checks the run and returns its
-    sample (a number, or a fit the caller reads). Returns key -> the samples, in round order (index i of every
-    key ran in round i, which `against` pairs)."""
+def measure(
+    keys: Sequence[T],
+    repeats: int,
+    rng: random.Random,
+    run: Callable[[T], Any],
+    warmup: bool | Callable[[T], Any] = True,
+    after_round: Callable[[], None] | None = None,
+    label: Callable[[T], Any] = lambda key: key,
+) -> dict:
+    """The one timing loop: an untimed warm-up run of each key (first-call paths, caches, the allocator: `run`,
+    or the `warmup` function given, e.g. a shorter run; none with False), then `repeats` interleaved rounds.
+    `run(key)` runs once, checks the run and returns its sample (a number, or a fit the caller reads);
+    `after_round()` checks what a whole round did (the warm-up included). Returns key -> the samples, in round
+    order (index i of every key ran in round i, which `against` pairs)."""
     if warmup:
         for key in keys:
-            run(key)
-    samples: dict[T, list[Any]] = {key: [] for key in keys}
-    for _, key in interleaved(list(keys), repeats, rng):
-        samples[key].append(run(key))
+            (run if warmup is True else warmup)(key)
+        if after_round is not None:
+            after_round()
+    samples: dict[Any, list[Any]] = {label(key): [] for key in keys}
+    for _ in range(repeats):
+        for _, key in interleaved(list(keys), 1, rng):
+            samples[label(key)].append(run(key))
+        if after_round is not None:
+            after_round()
     return samples
 
 
