@@ -291,10 +291,17 @@ class Bench:
     def measure(self, on_repeat: Callable[[int], None]) -> None:
         """R repeats; in each, every case once, in a shuffled order. The first repeat keeps each library's files
         for the resume fits."""
-        for repeat in range(self.settings.repeats):
-            for _, case in h.interleaved(list(self.cases.values()), 1, self.rng):
-                self.saving_fit(case, keep=repeat == 0 and case.variant in (TT_ASYNC, LIGHTNING))
-            on_repeat(repeat)
+        rounds = [0]
+
+        def run(case: Case) -> None:
+            self.saving_fit(case, keep=rounds[0] == 0 and case.variant in (TT_ASYNC, LIGHTNING))
+
+        def after_round() -> None:
+            on_repeat(rounds[0])
+            rounds[0] += 1
+
+        cases = list(self.cases.values())
+        h.measure(cases, self.settings.repeats, self.rng, run, False, after_round, label=lambda case: case.variant)
 
     def measure_resume(self) -> list[dict[str, Any]]:
         """Per storage and library: fits resumed from the newest kept checkpoint (tracktrain also with "last"),

@@ -319,35 +319,40 @@ def measure_steps(
     # on the host: Lightning moves the module there at the end of its fit
     reference = [w.cpu() for w in weights(run_once(fit_raw, workload, short, root, args.threads).net)]
     result: dict[str, Any] = {"title": workload.title, "parameters": workload.parameters, "variants": {}}
-    for name, fit in fits.items():  # warm-up: first-call paths, lazy imports, the allocator, cuBLAS handles
-        run = run_once(fit, workload, short, root, args.threads)
+    # the same arithmetic in the same order: equal up to kernels whose reduction order varies (bf16 most)
+    tolerance = math.inf if workload.random else 1e-5 if workload.precision == "32-true" else 1e-2
+
+    def warm_up(name: str) -> None:  # first-call paths, lazy imports, the allocator, cuBLAS handles
+        run = run_once(fits[name], workload, short, root, args.threads)
         difference = max_difference([w.cpu() for w in weights(run.net)], reference)
-        # the same arithmetic in the same order: equal up to kernels whose reduction order varies (bf16 most)
-        tolerance = math.inf if workload.random else 1e-5 if workload.precision == "32-true" else 1e-2
         if run.steps != short * workload.batches_per_epoch:
             problems.append(
                 f"[{workload.key}] {name}: {run.steps} steps, expected {short * workload.batches_per_epoch}"
             )
         if not math.isfinite(difference) or difference > tolerance:
             problems.append(f"[{workload.key}] {name}: weights differ from the hand-written loop's by {difference:.3g}")
-        result["variants"][name] = {"max_weight_difference": difference, "samples_us": [], "peak_mb": []}
-    extra_steps = (long - short) * workload.batches_per_epoch
-    for _, name in h.interleaved(list(fits), args.repeats, rng):
+        result["variants"][name] = {"max_weight_difference": difference}
+
+    def run(name: str) -> tuple[float, float | None]:
+        """A short and a long fit, in shuffled order: µs per step between them, and the long fit's peak memory."""
         lengths = [short, long]
         rng.shuffle(lengths)
         runs = {epochs: run_once(fits[name], workload, epochs, root, args.threads) for epochs in lengths}
-        variant = result["variants"][name]
-        variant["samples_us"].append((runs[long].seconds - runs[short].seconds) / extra_steps * 1e6)
-        if runs[long].peak_mb is not None:
-            variant["peak_mb"].append(runs[long].peak_mb)
+        return (runs[long].seconds - runs[short].seconds) / extra_steps * 1e6, runs[long].peak_mb
+
+    extra_steps = (long - short) * workload.batches_per_epoch
+    samples = h.measure(list(fits), args.repeats, rng, run, warm_up)
     syncs = count_syncs(workload, fits, root, args.threads)
-    stat = h.STATISTICS[args.stat]
-    raw = stat(result["variants"][RAW]["samples_us"])
-    for variant in result["variants"].values():
-        variant["us_per_step"] = stat(variant["samples_us"])
-        variant["iqr_us"] = h.iqr(variant["samples_us"])
-        variant["ratio"] = variant["us_per_step"] / raw
-        variant["peak_mb"] = max(variant["peak_mb"]) if variant["peak_mb"] else None
+    c = h.against({name: [us for us, _ in values] for name, values in samples.items()}, RAW, args.stat)
+    for name, values in samples.items():
+        peaks = [mb for _, mb in values if mb is not None]
+        result["variants"][name].update(
+            samples_us=[us for us, _ in values],
+            us_per_step=c["figure"][name],
+            iqr_us=c["iqr"][name],
+            ratio=c["ratio"].get(name, 1.0),
+            peak_mb=max(peaks) if peaks else None,
+        )
     for name, per_step in syncs.items():
         result["variants"][name]["syncs_per_step"] = per_step
     return result

@@ -150,18 +150,23 @@ class Bench:
         keys: list[tuple[str, int] | None] = [None]  # None: time the batch loads (the unit)
         keys += [(framework.key, point) for framework in self.frameworks for point in POINTS]
         by_key = {framework.key: framework for framework in self.frameworks}
-        done = 0
-        for repeat, key in h.interleaved(keys, repeats, rng):
+
+        def run(key: tuple[str, int] | None) -> FirstStep | None:
             if key is None:
                 self.unit_s += self.workload.time_batch_loads(UNIT_BATCHES)
-            else:
-                framework, point = by_key[key[0]], key[1]
-                first = self.resume_once(framework, point)
-                self.samples.setdefault(key, []).append(first)
-                self.check(framework, point, first)
-            done += 1
-            if done % len(keys) == 0:
-                progress(f"repeat {repeat + 1} of {repeats}")
+                return None
+            first = self.resume_once(by_key[key[0]], key[1])
+            self.check(by_key[key[0]], key[1], first)
+            return first
+
+        rounds = iter(range(1, repeats + 1))
+
+        def after_round() -> None:
+            progress(f"repeat {next(rounds)} of {repeats}")
+
+        for key, firsts in h.measure(keys, repeats, rng, run, warmup=False, after_round=after_round).items():
+            if key is not None:
+                self.samples.setdefault(key, []).extend(firsts)
 
     def check(self, framework: Framework, point: int, first: FirstStep) -> None:
         """tracktrain's resume must be exact and load no skipped sample; the peers' results are only reported."""
