@@ -439,11 +439,9 @@ def main(argv: list[str] | None = None) -> int:
     h.print_heading(
         "Checkpoint stall, commit and resume: tracktrain (async, blocking) and Lightning",
         env,
-        args.threads,
+        args,
         f"lightning {lightning_status}",
         f"{args.repeats} interleaved repeats of {args.saves} checkpoints",
-        args.stat,
-        args.quick,
     )
     where = {LOCAL: f"local disk under {root_dir}", S3: "S3 on a moto server (a child process on 127.0.0.1)"}
     print(

@@ -272,11 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     h.print_heading(
         "torch.compile: tracktrain and a hand-written loop, eager and compiled",
         env,
-        args.threads,
+        args,
         "no peers (the hand-written loop is the reference)",
         f"{args.repeats} timed fits per variant",
         "median",
-        args.quick,
     )
     problems: list[str] = []
     rows = []

@@ -433,11 +433,9 @@ def main(argv: list[str] | None = None) -> int:
     h.print_heading(
         'tracktrain Trainer(strategy="fsdp") sharded checkpoints (DCP): loop stall, load, resharding',
         env,
-        args.threads,
+        args,
         f"lightning {lightning_version}",
         f"{args.repeats} interleaved round(s) of fits, {args.load_repeats} of loads",
-        args.stat,
-        args.quick,
     )
     state_mb = 3 * 4 * shape.parameters / 1e6
     print(

@@ -386,11 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     h.print_heading(
         "tracktrain Engine overhead per iteration",
         env,
-        args.threads,
+        args,
         f"ignite {env['ignite']}, lightning {lightning_status}",
         f"{args.repeats} interleaved repeats per case",
-        args.stat,
-        args.quick,
     )
     problems: list[str] = []
     results = []

@@ -309,11 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     h.print_heading(
         'tracktrain Trainer(strategy="fsdp"): step overhead next to hand-written FSDP2, memory next to DDP',
         env,
-        args.threads,
+        args,
         f"lightning {lightning_version}",
         f"{args.repeats} interleaved repeats (memory: {args.memory_repeats} fit(s) per variant and malloc mode)",
-        args.stat,
-        args.quick,
     )
     problems: list[str] = []
     payload: dict[str, Any] = {"environment": env, "arguments": vars(args), "goal_percent": GOAL_PERCENT}

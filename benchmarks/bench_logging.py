@@ -322,11 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     h.print_heading(
         "tracktrain loggers: training throughput with 5 metrics logged at every step",
         env,
-        args.threads,
+        args,
         ", ".join(f"{name} {version}" for name, version in peers.items()),
         f"{args.repeats} interleaved repeats",
-        args.stat,
-        args.quick,
     )
     print(f"{measurement.workload.describe()}; fits of {args.epochs} epochs, the first not timed\n")
     problems: list[str] = []

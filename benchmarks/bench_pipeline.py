@@ -241,11 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     h.print_heading(
         "tracktrain pipeline schedules: time per batch and bubble, next to one process",
         env,
-        args.threads,
+        args,
         "gloo",
         f"{args.repeats} round(s) of {args.steps} steps per case",
-        args.stat,
-        args.quick,
     )
     print(
         f"- {config.blocks} blocks (Linear({WIDTH}, {WIDTH}), tanh, sleep {config.forward_ms:g} ms forward and "

@@ -331,11 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     h.print_heading(
         "Resume time-to-first-step mid-epoch: tracktrain, Ignite DeterministicEngine, Lightning",
         env,
-        args.threads,
+        args,
         f"ignite {ignite_status}, lightning {lightning_status}, torchdata {torchdata_status}",
         f"{args.repeats} interleaved repeats",
-        args.stat,
-        args.quick,
     )
     print(f"{workload.describe()}; checkpoints every {bench.every:,} steps\n", flush=True)
     started = time.perf_counter()

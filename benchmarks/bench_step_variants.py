@@ -288,11 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     h.print_heading(
         "tracktrain Trainer step variants: cost per step on top of the hand-written loop",
         env,
-        args.threads,
+        args,
         f"medium MLP {'-'.join(map(str, MEDIUM))}, batch {BATCH_SIZE}, SGD, DataLoader over a TensorDataset",
         f"{args.repeats} interleaved repeats (DDP: {args.ddp_repeats})",
-        args.stat,
-        args.quick,
     )
     problems: list[str] = []
     rows: list[dict[str, Any]] = []

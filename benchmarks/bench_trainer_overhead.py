@@ -531,11 +531,9 @@ def main(argv: list[str] | None = None) -> int:
     h.print_heading(
         "tracktrain Trainer.fit overhead per iteration",
         env,
-        args.threads,
+        args,
         f"lightning {lightning_status}",
         f"{args.repeats} interleaved repeats",
-        args.stat,
-        args.quick,
     )
     problems: list[str] = []
     results = []

@@ -315,15 +315,15 @@ def environment(torch_threads: int, **peers: str) -> dict[str, Any]:
 
 
 def print_heading(
-    title: str, env: dict[str, Any], threads: int, peers: str, repeats: str, stat: str, quick: bool
+    title: str, env: dict[str, Any], args: argparse.Namespace, peers: str, repeats: str, stat: str | None = None
 ) -> None:
     """The report's title, then one line on what ran where: versions, `peers` (already worded), the machine,
-    `repeats` (already worded) and the statistic."""
+    `repeats` (already worded) and the statistic (`stat`, default --stat)."""
     print(f"# {title}\n")
     print(
-        f"python {env['python']}, torch {env['torch']} ({threads} thread(s)), tracktrain {env['tracktrain']}, "
-        f"{peers}; {env['processor']}, {env['cpu_count']} CPUs; {repeats}, statistic: {stat}"
-        f"{' (--quick: counts too small to trust)' if quick else ''}\n"
+        f"python {env['python']}, torch {env['torch']} ({args.threads} thread(s)), tracktrain {env['tracktrain']}, "
+        f"{peers}; {env['processor']}, {env['cpu_count']} CPUs; {repeats}, statistic: {stat or args.stat}"
+        f"{' (--quick: counts too small to trust)' if args.quick else ''}\n"
     )
 
 
