@@ -468,23 +468,21 @@ def main(argv: list[str] | None = None) -> int:
         moto.stop()
     rows = [summarize_case(case, settings, args.stat) for case in bench.cases.values()]
     report(rows, resume_rows, bench.baselines, bench.lightning_identical, args.stat, lightning_status, notes)
-    if args.json:
-        h.write_json(
-            args.json,
-            {
-                "environment": env,
-                "arguments": vars(args),
-                "workload": workload.describe(),
-                "state_mb": workload.state_mb,
-                "rows": rows,
-                "resume": resume_rows,
-                "baselines": {library: [vars(b) for b in values] for library, values in bench.baselines.items()},
-                "lightning_bit_identical": {str(step): same for step, same in bench.lightning_identical.items()},
-                "notes": notes,
-                "problems": bench.problems,
-            },
-        )
-    return h.exit_status(bench.problems)
+    return h.finish(
+        args,
+        {
+            "environment": env,
+            "arguments": vars(args),
+            "workload": workload.describe(),
+            "state_mb": workload.state_mb,
+            "rows": rows,
+            "resume": resume_rows,
+            "baselines": {library: [vars(b) for b in values] for library, values in bench.baselines.items()},
+            "lightning_bit_identical": {str(step): same for step, same in bench.lightning_identical.items()},
+            "notes": notes,
+        },
+        bench.problems,
+    )
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from workloads import LEARNING_RATE, make_mlp, mlp_name
+from workloads import LEARNING_RATE, bare_trainer, make_mlp, mlp_name
 
 from tracktrain import Callback, LoopModule, Trainer
 
@@ -137,14 +137,10 @@ class EpochClock(Callback):
 
 def tracktrain_fit(workload: Workload, epochs: int, compiled: bool) -> Fit:
     clock = EpochClock()
-    trainer = Trainer(
+    trainer = bare_trainer(
         max_epochs=epochs,
         compile=compiled,
         callbacks=[clock],
-        enable_progress_bar=False,
-        enable_checkpointing=False,
-        loggers=False,
-        accelerator="cpu",
     )
     net = workload.fresh()
     trainer.fit(Classifier(net), workload.loader)

@@ -458,11 +458,8 @@ def main(argv: list[str] | None = None) -> int:
         "state_mb": state_mb,
         "max_steps": config.max_steps,
         **results,
-        "problems": problems,
     }
-    if args.json:
-        h.write_json(args.json, payload)
-    return h.exit_status(problems)
+    return h.finish(args, payload, problems)
 
 
 if __name__ == "__main__":

@@ -415,16 +415,9 @@ def main(argv: list[str] | None = None) -> int:
         for case in cases:
             profile_case(case, args.threads, args.profile_top)
 
-    if args.json:
-        payload = {
-            "environment": env,
-            "lightning": lightning_status,
-            "arguments": vars(args),
-            "results": results,
-            "problems": problems,
-        }
-        h.write_json(args.json, payload)
-    return h.exit_status(problems)
+    return h.finish(
+        args, {"environment": env, "lightning": lightning_status, "arguments": vars(args), "results": results}, problems
+    )
 
 
 def report_engine_results(results: list[dict[str, Any]], stat: str) -> None:

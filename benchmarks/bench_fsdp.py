@@ -365,10 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         payload["memory"] = {"shape": MEMORY_SHAPE.describe(), "steps": config.steps, "modes": modes, **summary}
         print(f"  [{time.perf_counter() - started:.1f} s]", flush=True)
         report_memory(summary, config, modes, args.memory_repeats)
-    payload["problems"] = problems
-    if args.json:
-        h.write_json(args.json, payload)
-    return h.exit_status(problems)
+    return h.finish(args, payload, problems)
 
 
 if __name__ == "__main__":

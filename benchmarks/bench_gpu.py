@@ -49,12 +49,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from workloads import load_peer, max_difference, weights
+from workloads import bare_trainer, load_peer, max_difference, weights
 
 from tracktrain import LoopModule
 from tracktrain.handlers.async_saver import AsyncSaver
 from tracktrain.handlers.savers import FsspecSaver
-from tracktrain.trainer import Trainer
 
 RAW, TRACKTRAIN, LIGHTNING = "hand-written", "tracktrain", "lightning"
 GOAL_RATIO = 1.02  # Trainer step / hand-written step on the transformer (issue 36)
@@ -241,14 +240,11 @@ def fit_tracktrain(workload: Workload, epochs: int, run_dir: str) -> Run:
     module = Stepper(net, workload)
     synchronize(workload.device)
     start = time.perf_counter()
-    trainer = Trainer(
+    trainer = bare_trainer(
         max_epochs=epochs,
         precision=workload.precision,
         accelerator=workload.device.type,
-        enable_progress_bar=False,
-        enable_checkpointing=False,
         enable_model_summary=False,
-        loggers=False,
         num_sanity_val_steps=0,
         default_root_dir=run_dir,
     )
@@ -559,9 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:
             handle.write(table + "\n")
-    if args.json:
-        h.write_json(args.json, {"environment": env, "steps": steps, "checkpoint": checkpoint, "problems": problems})
-    return h.exit_status(problems)
+    return h.finish(args, {"environment": env, "steps": steps, "checkpoint": checkpoint}, problems)
 
 
 if __name__ == "__main__":

@@ -189,8 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         "interpreter start-up and exit included. × columns: median / the median of that reference row."
     )
 
-    if args.json:
-        payload = {
+    return h.finish(
+        args,
+        {
             "python": sys.version.split()[0],
             "arguments": vars(args),
             "results": [
@@ -204,9 +205,9 @@ def main(argv: list[str] | None = None) -> int:
                 for label, _ in available
             ],
             "missing": dict(missing),
-        }
-        h.write_json(args.json, payload)
-    return 0
+        },
+        [],
+    )
 
 
 if __name__ == "__main__":

@@ -373,21 +373,19 @@ def main(argv: list[str] | None = None) -> int:
             trackers.server.stop()
         if available["wandb"] and "wandb" in sys.modules:
             sys.modules["wandb"].teardown()  # W&B's service process, which the runs started
-    if args.json:
-        h.write_json(
-            args.json,
-            {
-                "environment": env,
-                "arguments": vars(args),
-                "goal_ratio": GOAL_RATIO,
-                "metric_names": list(METRIC_NAMES),
-                "steps_per_fit": measurement.steps,
-                "timed_steps_per_fit": measurement.timed_steps,
-                "rows": rows,
-                "problems": problems,
-            },
-        )
-    return h.exit_status(problems)
+    return h.finish(
+        args,
+        {
+            "environment": env,
+            "arguments": vars(args),
+            "goal_ratio": GOAL_RATIO,
+            "metric_names": list(METRIC_NAMES),
+            "steps_per_fit": measurement.steps,
+            "timed_steps_per_fit": measurement.timed_steps,
+            "rows": rows,
+        },
+        problems,
+    )
 
 
 if __name__ == "__main__":

@@ -283,11 +283,8 @@ def main(argv: list[str] | None = None) -> int:
             "width": WIDTH,
         },
         "results": rows,
-        "problems": problems,
     }
-    if args.json:
-        h.write_json(args.json, payload)
-    return h.exit_status(problems)
+    return h.finish(args, payload, problems)
 
 
 if __name__ == "__main__":

@@ -353,23 +353,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         for framework in frameworks:
             bench.profile(framework, POINTS[-1], args.profile_top)
-    if args.json:
-        h.write_json(
-            args.json,
-            {
-                "environment": env,
-                "arguments": vars(args),
-                "workload": workload.describe(),
-                "frameworks": [framework.key for framework in frameworks],
-                "batch_load_ms": unit_ms,
-                "batch_load_samples_ms": [value * 1e3 for value in bench.unit_s],
-                "reference_s": {framework.key: framework.reference_s for framework in frameworks},
-                "rows": rows,
-                "notes": notes,
-                "problems": bench.problems,
-            },
-        )
-    return h.exit_status(bench.problems)
+    return h.finish(
+        args,
+        {
+            "environment": env,
+            "arguments": vars(args),
+            "workload": workload.describe(),
+            "frameworks": [framework.key for framework in frameworks],
+            "batch_load_ms": unit_ms,
+            "batch_load_samples_ms": [value * 1e3 for value in bench.unit_s],
+            "reference_s": {framework.key: framework.reference_s for framework in frameworks},
+            "rows": rows,
+            "notes": notes,
+        },
+        bench.problems,
+    )
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ from workloads import (
     LEARNING_RATE,
     Classifier,
     ClassifierData,
+    bare_trainer,
     lightning_classifier_class,
     load_peer,
     weights,
@@ -148,14 +149,10 @@ def tracktrain_fitter(mode: str) -> Callable[[Workload, int, str, Any], Run]:
         start = time.perf_counter()
         # accelerator="cpu" as for Lightning: "auto" would pick CUDA where there is one
         if mode == OFF:
-            trainer = Trainer(
+            trainer = bare_trainer(
                 max_epochs=epochs,
-                enable_progress_bar=False,
-                enable_checkpointing=False,
-                loggers=False,
                 log_every_n_steps=50,
                 default_root_dir=run_dir,
-                accelerator="cpu",
             )
         else:
             # the default bar only draws on a terminal; disable=False makes it draw as Lightning's does
@@ -554,9 +551,7 @@ def main(argv: list[str] | None = None) -> int:
         for case in cases:
             profile_case(case, variants, root_dir, args.threads, args.profile_top, devnull)
 
-    if args.json:
-        h.write_json(args.json, {"environment": env, "arguments": vars(args), "results": results, "problems": problems})
-    return h.exit_status(problems)
+    return h.finish(args, {"environment": env, "arguments": vars(args), "results": results}, problems)
 
 
 if __name__ == "__main__":

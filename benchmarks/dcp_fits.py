@@ -34,6 +34,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.fsdp import fully_shard
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from workloads import bare_trainer
 
 from tracktrain.callbacks import ModelCheckpoint
 from tracktrain.dist_logger import get_dist_logger
@@ -385,12 +386,9 @@ def tracktrain_load(config: DcpConfig, path: str, state_dict_type: str, max_step
     is already finished, so the fit loads the checkpoint and returns. Timed: the whole call, and the loading in it
     (`trainer.checkpoints.load`: reading, each rank its own shards, and `Checkpoint.load_objects`)."""
     net = config.shape.build(config.seed + 1)  # other weights than the checkpoint's
-    trainer = Trainer(
+    trainer = bare_trainer(
         max_steps=max_steps,
         strategy=FSDPStrategy(state_dict_type=state_dict_type) if dist.is_initialized() else "auto",
-        enable_progress_bar=False,
-        enable_checkpointing=False,
-        loggers=False,
         default_root_dir=os.path.join(
             config.root_dir, "loads", f"rank{dist.get_rank() if dist.is_initialized() else 0}"
         ),

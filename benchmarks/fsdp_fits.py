@@ -23,11 +23,10 @@ from torch import nn
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-from workloads import EngineClock, check_repeatable, check_steps
+from workloads import EngineClock, bare_trainer, check_repeatable, check_steps
 
 from tracktrain import LoopModule
 from tracktrain.distributed import spawn
-from tracktrain.trainer import Trainer
 
 RAW, TRACKTRAIN, LIGHTNING = "raw", "tracktrain", "lightning"
 DDP, FSDP, RAW_FSDP = "ddp", "fsdp", "raw-fsdp"  # the memory variants
@@ -262,14 +261,10 @@ def fit_tracktrain(net: BlockStack, dataset: TensorDataset, batch_size: int, epo
 
 
 def trainer_fit(strategy: str, net: BlockStack, dataset: TensorDataset, batch_size: int, epochs: int, root: str) -> Fit:
-    trainer = Trainer(
+    trainer = bare_trainer(
         max_epochs=epochs,
         strategy=strategy,
-        enable_progress_bar=False,
-        enable_checkpointing=False,
-        loggers=False,
         default_root_dir=root,
-        accelerator="cpu",
     )
     clock = Clock(trainer)
     module = StackModule(net)

@@ -20,9 +20,16 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
-from workloads import LEARNING_RATE, Classifier, ClassifierData, EngineClock, check_repeatable, check_steps, weights
-
-from tracktrain.trainer import Trainer
+from workloads import (
+    LEARNING_RATE,
+    Classifier,
+    ClassifierData,
+    EngineClock,
+    bare_trainer,
+    check_repeatable,
+    check_steps,
+    weights,
+)
 
 RAW, TRACKTRAIN = "raw", "tracktrain"
 MEDIUM = (256, 512, 512, 10)
@@ -94,14 +101,10 @@ def fit_raw(workload: ClassifierData, precision: Any, epochs: int, root_dir: str
 
 def fit_tracktrain(workload: ClassifierData, precision: Any, epochs: int, root_dir: str) -> Fit:
     net = workload.fresh_net()
-    trainer = Trainer(
+    trainer = bare_trainer(
         max_epochs=epochs,
         precision=precision.trainer_precision,
-        enable_progress_bar=False,
-        enable_checkpointing=False,
-        loggers=False,
         default_root_dir=root_dir,
-        accelerator="cpu",
     )
     clock = EngineClock(trainer)
     trainer.fit(Classifier(net), workload.loader)
@@ -171,14 +174,10 @@ def fit_raw_ddp(workload: ClassifierData, epochs: int, root_dir: str) -> Fit:
 def fit_tracktrain_ddp(workload: ClassifierData, epochs: int, root_dir: str) -> Fit:
     """`Trainer(strategy="ddp")` on the unsharded loader: it finds the process group running and shards the data."""
     net = workload.fresh_net()
-    trainer = Trainer(
+    trainer = bare_trainer(
         max_epochs=epochs,
         strategy="ddp",
-        enable_progress_bar=False,
-        enable_checkpointing=False,
-        loggers=False,
         default_root_dir=root_dir,
-        accelerator="cpu",
     )
     clock = EngineClock(trainer)
     trainer.fit(Classifier(net), workload.loader)

@@ -13,17 +13,14 @@ import logging
 import time
 import warnings
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from tracktrain import LoopModule
-
-if TYPE_CHECKING:
-    from tracktrain.trainer import Trainer
+from tracktrain import LoopModule, Trainer
 
 LEARNING_RATE = 0.01  # every variant's SGD, the hand-written loops' included
 
@@ -88,6 +85,13 @@ def weights_match(
     """Within the tolerance: bit for bit with one thread (the same arithmetic in the same order); the tolerance is
     for other thread counts and mixed precision."""
     return all(torch.allclose(a, b, rtol=rtol, atol=atol) for a, b in zip(ours, reference))
+
+
+def bare_trainer(**settings: Any) -> Trainer:
+    """tracktrain's Trainer as the hand-written loops run: no progress bar, checkpointing or logger, on the CPU;
+    `settings` add to these or override them."""
+    bare = {"enable_progress_bar": False, "enable_checkpointing": False, "loggers": False, "accelerator": "cpu"}
+    return Trainer(**{**bare, **settings})
 
 
 def check_steps(where: str, fit: Any, expected: int, timed: int, problems: list[str], logs: bool = True) -> None:
