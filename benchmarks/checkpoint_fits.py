@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from checkpoint_storage import Storage
 from torch import nn
-from workloads import ClassifierData, mlp_name
+from workloads import ClassifierData, lightning_twin, mlp_name
 
 from tracktrain import LoopModule
 from tracktrain.callbacks import ModelCheckpoint
@@ -71,8 +71,9 @@ class TimedModelCheckpoint(ModelCheckpoint):
         super()._after_commit(trainer, path)
 
 
-class Classifier(LoopModule):
-    """tracktrain's module: cross-entropy on the MLP, fused AdamW (the same arithmetic as Lightning's module)."""
+class ClassifierCode:
+    """The module of both frameworks (Lightning's is `lightning_twin` of it): cross-entropy on the MLP, fused
+    AdamW."""
 
     def __init__(self, net: nn.Module, clock: StepClock) -> None:
         super().__init__()
@@ -89,24 +90,14 @@ class Classifier(LoopModule):
         return optimizer
 
 
+class Classifier(ClassifierCode, LoopModule):
+    """tracktrain's module."""
+
+
 def lightning_classes(lightning: Any) -> tuple[type, type]:
-    """Lightning's module, line for line the same as `Classifier`, and its `ModelCheckpoint` with a clock read
-    when each (blocking) save returns."""
-
-    class LightningClassifier(lightning.LightningModule):
-        def __init__(self, net: nn.Module, clock: StepClock) -> None:
-            super().__init__()
-            self.net = net
-            self.clock = clock
-
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            x, y = batch
-            return F.cross_entropy(self.net(x), y)
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            optimizer = torch.optim.AdamW(self.parameters(), lr=LEARNING_RATE, fused=True)
-            self.clock.watch(optimizer)
-            return optimizer
+    """Lightning's module, the same code as `Classifier`, and its `ModelCheckpoint` with a clock read when each
+    (blocking) save returns."""
+    LightningClassifier = lightning_twin(ClassifierCode, lightning)
 
     class TimedModelCheckpoint(lightning.pytorch.callbacks.ModelCheckpoint):
         def __init__(self, *args: Any, **kwargs: Any) -> None:

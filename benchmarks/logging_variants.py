@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from logging_trackers import Delivery, Trackers, tracktrain_delivery
 from torch import nn
-from workloads import LEARNING_RATE, ClassifierData, EngineClock
+from workloads import LEARNING_RATE, ClassifierData, EngineClock, lightning_twin
 
 from tracktrain import LoopModule
 from tracktrain.trainer import Trainer
@@ -33,8 +33,9 @@ def five_metrics(logits: torch.Tensor, targets: torch.Tensor, loss: torch.Tensor
     }
 
 
-class LoggingClassifier(LoopModule):
-    """Cross-entropy classifier that logs the 5 metrics in every training step."""
+class LoggingCode:
+    """Cross-entropy classifier that logs the 5 metrics in every training step, for both frameworks (tracktrain's
+    `LoggingClassifier`, Lightning's `lightning_twin` of it)."""
 
     def __init__(self, net: nn.Module) -> None:
         super().__init__()
@@ -51,23 +52,14 @@ class LoggingClassifier(LoopModule):
         return torch.optim.SGD(self.parameters(), lr=LEARNING_RATE)
 
 
+class LoggingClassifier(LoggingCode, LoopModule):
+    """tracktrain's module."""
+
+
 def lightning_classes(lightning: Any) -> tuple[type, type]:
-    """Lightning's module, line for line `LoggingClassifier`, and its clock (defined once Lightning is imported)."""
-
-    class LightningLoggingClassifier(lightning.LightningModule):
-        def __init__(self, net: nn.Module) -> None:
-            super().__init__()
-            self.net = net
-
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            x, y = batch
-            logits = self.net(x)
-            loss = F.cross_entropy(logits, y)
-            self.log_dict(five_metrics(logits, y, loss))
-            return loss
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=LEARNING_RATE)
+    """Lightning's module, the same code as `LoggingClassifier`, and its clock (defined once Lightning is
+    imported)."""
+    LightningLoggingClassifier = lightning_twin(LoggingCode, lightning)
 
     class LightningClock(lightning.Callback):
         """Reads the clock and the step when the second epoch starts and when training ends (after the last

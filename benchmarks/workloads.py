@@ -116,8 +116,9 @@ def check_repeatable(where: str, key: str, trained: list[torch.Tensor], first: d
 
 
 # ------------------------------------------------------------------------------------------ the Trainer's module
-class Classifier(LoopModule):
-    """tracktrain's module: the hand-written step, plus `self.log` of the loss."""
+class ClassifierCode:
+    """The Trainer's module, written once for both frameworks: the hand-written step, plus `self.log` of the
+    loss. tracktrain's is `Classifier`; Lightning's, `lightning_twin(ClassifierCode, lightning)`."""
 
     def __init__(self, net: nn.Module) -> None:
         super().__init__()
@@ -133,24 +134,19 @@ class Classifier(LoopModule):
         return torch.optim.SGD(self.parameters(), lr=LEARNING_RATE)
 
 
+class Classifier(ClassifierCode, LoopModule):
+    """tracktrain's module."""
+
+
+def lightning_twin(code: type, lightning: Any) -> type:
+    """Lightning's module running the very code of a tracktrain module (`code`: its methods, as a mixin), its
+    train_step as training_step: line for line the same arithmetic, by construction."""
+    return type(f"Lightning{code.__name__}", (code, lightning.LightningModule), {"training_step": code.train_step})
+
+
 def lightning_classifier_class(lightning: Any) -> type:
-    """Lightning's module, line for line the same as `Classifier` (defined once Lightning is imported)."""
-
-    class LightningClassifier(lightning.LightningModule):
-        def __init__(self, net: nn.Module) -> None:
-            super().__init__()
-            self.net = net
-
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            x, y = batch
-            loss = F.cross_entropy(self.net(x), y)
-            self.log("loss", loss)
-            return loss
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=LEARNING_RATE)
-
-    return LightningClassifier
+    """Lightning's `Classifier` (made once Lightning is imported)."""
+    return lightning_twin(ClassifierCode, lightning)
 
 
 class EngineClock:
