@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -144,15 +144,9 @@ def module_from_checkpoint(module: nn.Module, checkpoint: str | os.PathLike) -> 
     """A copy of `module` (without its Trainer) holding the "model" state of `checkpoint`, a file or a sharded
     `.dcp` directory a Trainer wrote; its keys and shapes are checked against the module before anything loads."""
     from tracktrain.handlers.checkpoint_handler import Checkpoint
-    from tracktrain.handlers.checkpoint_state import read_checkpoint
+    from tracktrain.handlers.checkpoint_state import read_model_checkpoint
 
-    states = read_checkpoint(checkpoint)
-    if not isinstance(states, Mapping) or "model" not in states:
-        held = sorted(states) if isinstance(states, Mapping) else type(states).__name__
-        raise KeyError(
-            f"Checkpoint {os.fspath(checkpoint)} holds no 'model' state (it holds {held}). Pass a checkpoint a "
-            "Trainer wrote (ModelCheckpoint.best_model_path), or load the weights yourself and pass the module alone."
-        )
+    states = read_model_checkpoint(checkpoint)
     copied = detached_copy(module)
     Checkpoint.load_objects({"model": copied}, {"model": states["model"]})  # keys and shapes checked first
     return copied

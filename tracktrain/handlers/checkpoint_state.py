@@ -188,6 +188,19 @@ def looks_like_objects(states: Mapping, obj: Any) -> bool:
     return not (isinstance(own, Mapping) and any(key in own for key in states))
 
 
+def read_model_checkpoint(url: str | os.PathLike) -> Mapping[str, Any]:
+    """`read_checkpoint(url)` of a checkpoint a Trainer wrote: one that holds a "model" state (KeyError naming what
+    it holds otherwise). What loading a trained module back and exporting one read."""
+    states = read_checkpoint(url)
+    if not isinstance(states, Mapping) or "model" not in states:
+        held = sorted(states) if isinstance(states, Mapping) else type(states).__name__
+        raise KeyError(
+            f"Checkpoint {os.fspath(url)} holds no 'model' state (it holds {held}): pass a checkpoint a Trainer "
+            "wrote (ModelCheckpoint.best_model_path, trainer.save_checkpoint), or load the weights yourself."
+        )
+    return states
+
+
 def read_checkpoint(url: str | os.PathLike, lazy_shards: bool = False, share: Any = None) -> Any:
     """torch.load of the file at `url`, checked against its manifest when it has one, with errors that name the
     file and say what to do. A sharded checkpoint (a directory, `tracktrain.handlers.sharded_checkpoint`) is read

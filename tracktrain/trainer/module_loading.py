@@ -1,7 +1,7 @@
 """`LoopModule.load_from_checkpoint`: a trained module back from a checkpoint a Trainer wrote — rebuilt from the
 hparams the checkpoint saved (`save_hyperparameters`), its weights loaded, in eval mode — from one file or a sharded
 `.dcp` directory, at any fsspec URL. The checkpoint is read as every other reader of the project reads it
-(`read_checkpoint`, the manifest checked; a sharded one read whole into this process) and loaded with
+(`read_model_checkpoint`, the manifest checked; a sharded one read whole into this process) and loaded with
 `Checkpoint.load_objects` (keys and shapes checked before anything loads)."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def load_module(
     """`cls` built from the checkpoint's hparams (updated with `overrides`) and holding its weights, in eval mode;
     with `cls` the `base` class itself, the class the checkpoint records."""
     from tracktrain.handlers.checkpoint_handler import Checkpoint
-    from tracktrain.handlers.checkpoint_state import read_checkpoint
+    from tracktrain.handlers.checkpoint_state import read_model_checkpoint
 
     path = os.fspath(checkpoint_path) if isinstance(checkpoint_path, (str, os.PathLike)) else None
     if not isinstance(path, str) or not path.strip():
@@ -48,13 +48,7 @@ def load_module(
             f'load_from_checkpoint(map_location=...) takes a device ("cpu", "cuda:0", torch.device) or None, got '
             f"{map_location!r}; to move parts elsewhere, load on the CPU and move them yourself."
         )
-    states = read_checkpoint(path)
-    if not isinstance(states, Mapping) or "model" not in states:
-        held = sorted(states) if isinstance(states, Mapping) else type(states).__name__
-        raise KeyError(
-            f"Checkpoint {path} holds no 'model' state (it holds {held}): pass a checkpoint a Trainer wrote "
-            "(ModelCheckpoint.best_model_path, trainer.save_checkpoint)."
-        )
+    states = read_model_checkpoint(path)
     trainer_state = states.get("trainer") or {}
     saved_hparams = dict((trainer_state.get("settings") or {}).get("module") or {})
     if cls is base:
