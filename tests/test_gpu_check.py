@@ -4,6 +4,7 @@ script is run for real only when a GPU is lent, with no chance to fix it there).
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -36,7 +37,8 @@ def test_the_dry_run_runs_every_part_and_writes_its_report(tmp_path):
     assert set(steps) == {"transformer", "mlp"}
     for workload in steps.values():
         assert set(workload["variants"]) == {"hand-written", "tracktrain", "lightning"}
-        assert all(variant["us_per_step"] > 0 for variant in workload["variants"].values())
+        # a difference of two short fits: under load it may come out at or below 0, but it is a number
+        assert all(math.isfinite(variant["us_per_step"]) for variant in workload["variants"].values())
     assert set(report["bench"]["checkpoint"]["stall_ms"]) == {"blocking", "async", "async, pageable copies"}
     assert report["bench"]["problems"] == []
     table = (tmp_path / "gpu-check.md").read_text()
