@@ -238,7 +238,9 @@ def _fit_deterministic(out: str, name: str, crash_at: int | None, ckpt: str | No
     try:
         # a worker loads the batches: their seeds reach the worker's generators, so the steps' draws in this process
         # continue this rank's own generators, which only the checkpoint's per-rank states bring back
-        loader = DataLoader(make_loader().dataset, batch_size=4, shuffle=True, num_workers=1)
+        loader = DataLoader(
+            make_loader().dataset, batch_size=4, shuffle=True, num_workers=1, multiprocessing_context="fork"
+        )
         trainer.fit(module, loader, ckpt_path=ckpt)
     except RuntimeError:
         return  # the "kill": every rank stops at the same step
