@@ -4,6 +4,7 @@ the same command again resumes both ranks from the newest checkpoint into the sa
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import signal
@@ -18,6 +19,9 @@ from tests.template.conftest import project_environment
 mlflow_tracking = pytest.importorskip("mlflow.tracking")
 
 STEPS_PER_EPOCH = 23  # 1437 training images, 2 ranks, batches of 32 per rank: ceil(719 / 32)
+
+
+EPOCHS = 8  # of the kill-and-resume test: the kill lands in an early epoch, far from the end
 
 
 def torchrun_command(epochs: int, *settings: str) -> list[str]:
@@ -130,24 +134,29 @@ def test_a_project_killed_mid_run_resumes_to_the_weights_of_an_uninterrupted_run
     interrupted — bit for bit, dropout included."""
     torch = pytest.importorskip("torch")
     project = generate(tracker="mlflow", strategy=strategy)
-    full = torchrun(project, 3, 'run.root_dir="full"', 'run.checkpoint_dir="full/checkpoints"')
+    full = torchrun(project, EPOCHS, 'run.root_dir="full"', 'run.checkpoint_dir="full/checkpoints"')
     assert full.returncode == 0, full.stdout[-3000:] + full.stderr[-3000:]
 
     environment = project_environment(project, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    with _processes.Command(torchrun_command(3), cwd=project, env=environment, merge_stderr=True) as run:
+    with _processes.Command(torchrun_command(EPOCHS), cwd=project, env=environment, merge_stderr=True) as run:
         assert run.wait_for(lambda line: "] - Epoch 1/" in line, timeout=300), run.tails()
-        time.sleep(1.5)  # into epoch 2 (23 steps of a few tens of ms each)
+        # killed once the first checkpoint is committed (not after a fixed time: an epoch of 23 steps now takes less
+        # than the 1.5 s this test used to wait, and the run ended before the kill)
+        deadline = time.monotonic() + 60
+        while not glob.glob(str(project / "runs" / "checkpoints" / "*.manifest.json")):
+            assert time.monotonic() < deadline, run.tails()
+            time.sleep(0.02)
         run.kill()
         run.wait(timeout=60)
     assert run.returncode != 0 and "final metrics" not in run.stdout
 
-    again = torchrun(project, 3)
+    again = torchrun(project, EPOCHS)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "resumed from" in again.stdout
     from tracktrain.handlers.checkpoint_state import read_checkpoint
 
     # fsdp's are sharded (each rank's shards in a directory), read whole here
-    final = f"last_checkpoint_{3 * STEPS_PER_EPOCH}.{'dcp' if strategy == 'fsdp' else 'pt'}"
+    final = f"last_checkpoint_{EPOCHS * STEPS_PER_EPOCH}.{'dcp' if strategy == 'fsdp' else 'pt'}"
     expected = read_checkpoint(project / "full" / "checkpoints" / final)["model"]
     resumed = read_checkpoint(project / "runs" / "checkpoints" / final)["model"]
     assert expected.keys() == resumed.keys()
