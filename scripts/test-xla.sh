@@ -20,5 +20,6 @@ if [ ! -x "$env_dir/bin/python" ]; then
 fi
 export PJRT_DEVICE=CPU
 # the XLA tests, and the Trainer's and Engine's own tests on torch 2.9 (the core must run on torch_xla's torch too)
-PYTHONPATH="$PWD:$PWD/integrations${PYTHONPATH:+:$PYTHONPATH}" "$env_dir/bin/python" -m pytest \
+# the project's addopts are replaced: they spread the main environment's run over pytest-xdist, which this one lacks
+PYTHONPATH="$PWD:$PWD/integrations${PYTHONPATH:+:$PYTHONPATH}" "$env_dir/bin/python" -m pytest -o addopts="-ra --strict-markers" \
   tests/xla tests/trainer tests/engine/test_engine.py tests/engine/test_model_engine.py -m "not distributed" "$@"
