@@ -3,7 +3,6 @@ without torchrun, and agreeing on a decision across ranks."""
 
 from __future__ import annotations
 
-import atexit
 import os
 import socket
 import sys
@@ -16,6 +15,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from tracktrain import group_exit
 from tracktrain.env_settings import positive_setting
 
 __all__ = [
@@ -75,38 +75,9 @@ def init_from_env(backend: str | None = None, timeout: timedelta | None = None) 
             "node, e.g. `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --nnodes 2 ...`.",
             stacklevel=2,
         )
+    group_exit.before_init()
     dist.init_process_group(backend, timeout=timeout)
-    _destroy_at_a_clean_exit()
-
-
-# ------------------------------------------------------------------------------------ the process group's end
-_exit_state = {"registered": False, "failed": False}
-
-
-def _destroy_at_a_clean_exit() -> None:
-    """The process group this module started is destroyed when the interpreter exits cleanly: left to the
-    interpreter's teardown, its threads can still be joinable when C++ static destructors run, which aborts a
-    process that finished its work (SIGABRT, "terminate called without an active exception"; seen in 5 of 18
-    torchrun launches of an FSDP script gathering its parameters after fit). Destroying it first makes that rarer,
-    not impossible (1 in ~23 launches still aborted on a loaded 2-core machine): some thread outlives it. Not after
-    an uncaught exception: destroying there could wait on ranks that are still in a collective (torchtitan, too,
-    destroys it on success only). A script that destroyed it itself is left alone."""
-    if _exit_state["registered"]:
-        return
-    _exit_state["registered"] = True
-    previous_hook = sys.excepthook
-
-    def note_failure(kind: type[BaseException], value: BaseException, trace: Any) -> None:
-        _exit_state["failed"] = True
-        previous_hook(kind, value, trace)
-
-    sys.excepthook = note_failure
-    atexit.register(_destroy_if_clean)
-
-
-def _destroy_if_clean() -> None:
-    if not _exit_state["failed"] and dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    group_exit.end_at_a_clean_exit()
 
 
 def restarts_share_the_rendezvous_store(environment: Mapping[str, str]) -> bool:
