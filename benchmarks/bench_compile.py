@@ -12,15 +12,13 @@ warm-up fit of each variant, then `--repeats` rounds of one fit of each, in an o
     .venv/bin/python benchmarks/bench_compile.py              # the real run, 1-4 minutes on 2 cores (4
                                                               # compiles; inductor's disk cache may hold them)
 
-What to read: "× eager" (compiled over the same framework's eager fit, paired per round) says what compile buys on
-this CPU; "× hand-written" (tracktrain over the hand-written loop in the same mode) says what the Trainer costs
-around it. Timing never makes this script fail; it exits with status 1 when a fit trained other weights than its
+What to read: "× vs" a variant's eager twin (paired per round) says what compile buys on this CPU; "× vs" the
+hand-written loop in the same mode says what the Trainer costs around it. Timing never makes this script fail; it exits with status 1 when a fit trained other weights than its
 eager twin beyond float tolerance (a compiled graph may reorder float sums) or took the wrong number of steps.
 """
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -178,11 +176,10 @@ VARIANTS: dict[str, Callable[[Workload, int], Fit]] = {
     "hand-written eager": lambda workload, epochs: hand_written_fit(workload, epochs, compiled=False),
     "hand-written torch.compile": lambda workload, epochs: hand_written_fit(workload, epochs, compiled=True),
 }
-TWINS = {  # what each variant is compared with: (its eager twin, the hand-written loop in its mode)
-    "tracktrain eager": (None, "hand-written eager"),
+TWINS = {  # what each variant is compared with: its eager twin, and the hand-written loop in its mode
+    "tracktrain eager": "hand-written eager",
     "tracktrain compile=True": ("tracktrain eager", "hand-written torch.compile"),
-    "hand-written eager": (None, None),
-    "hand-written torch.compile": ("hand-written eager", None),
+    "hand-written torch.compile": "hand-written eager",
 }
 
 
@@ -212,56 +209,19 @@ def measure(workload: Workload, args: Any, rng: Any, problems: list[str]) -> dic
     return {**fits, "_first": first}
 
 
-def summarize(workload: Workload, fits: dict[str, list[Fit]]) -> list[dict[str, Any]]:
-    samples = {key: [fit.steps_per_second for fit in fits[key]] for key in VARIANTS}
-    rows = []
-    for index, key in enumerate(VARIANTS):
-        row = {"workload": workload.name, "variant": key, "steps_per_second": statistics.median(samples[key])}
-        row["iqr_steps_per_second"] = h.iqr(samples[key])
-        for name, other in zip(("x_eager", "x_hand_written"), TWINS[key]):  # medians of the per-round ratios
-            c = h.against({key: samples[key], other: samples[other]}, other) if other else None
-            row[name] = c["paired_ratio"][key] if c else None
-            row[f"{name}_iqr"] = c["paired_ratio_iqr"][key] if c else None
-        row["first_epoch_seconds"] = fits["_first"][index].first_epoch_seconds
-        rows.append({**row, "samples_steps_per_second": samples[key]})
-    return rows
-
-
-def ratio_cell(value: float | None, noise: float | None) -> str:
-    return "—" if value is None else f"{value:.3f} ({noise:.3f})"
-
-
-def report(rows: list[dict[str, Any]], args: Any) -> None:
-    columns = [
-        ("model", "l", lambda row: row["workload"]),
-        ("variant", "l", lambda row: row["variant"]),
-        ("steps/s", "r", lambda row: h.format_cell(row["steps_per_second"], decimals=1)),
-        ("× eager (IQR)", "r", lambda row: ratio_cell(row["x_eager"], row["x_eager_iqr"])),
-        ("× hand-written (IQR)", "r", lambda row: ratio_cell(row["x_hand_written"], row["x_hand_written_iqr"])),
-        ("first epoch s (compile)", "r", lambda row: h.format_cell(row["first_epoch_seconds"], decimals=2)),
-    ]
-    print("\n" + h.table(rows, columns) + "\n")
-    print(
-        f"steps/s: median over {args.repeats} fits of the steps from the 2nd epoch's start to the fit's end over that "
-        f"time ({(args.epochs - 1) * args.batches} steps per fit); ×: median of the per-round ratios (fits of one "
-        "round ran side by side) with their interquartile range. first epoch: the warm-up fit's, where torch.compile "
-        "traces and builds its kernels (inductor keeps them in an on-disk cache across processes, and a variant "
-        "meets the graphs another one compiled: the full cost shows only with a cold cache)."
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = h.make_parser(__doc__, lightning=False, stat_of="the fits")
-    add = parser.add_argument
-    add("--repeats", type=int, help="timed fits per variant, after one warm-up fit (default 5; --quick 1)")
-    add("--epochs", type=int, help="epochs of a fit, the first not timed (default 3; --quick 2)")
-    add("--batches", type=int, help="batches per epoch (default 30; --quick 4)")
-    args = h.finish_args(
-        parser,
+    args = h.parse(
+        __doc__,
         argv,
-        {"repeats": (5, 1), "epochs": (3, 2), "batches": (30, 4)},
+        {
+            "repeats": (5, 1, "timed fits per variant, after one warm-up fit"),
+            "epochs": (3, 2, "epochs of a fit, the first not timed"),
+            "batches": (30, 4, "batches per epoch"),
+        },
         positive=["repeats", "batches"],
         at_least_two=["epochs"],
+        lightning=False,
+        stat_of="the fits",
     )
     rng = h.prepare(args)
     env = h.environment(args.threads)
@@ -271,15 +231,23 @@ def main(argv: list[str] | None = None) -> int:
         args,
         "no peers (the hand-written loop is the reference)",
         f"{args.repeats} timed fits per variant",
-        "median",
     )
     problems: list[str] = []
     rows = []
     cases = workloads(args.batches)
     h.freeze_garbage()
     for workload in cases:
-        rows += summarize(workload, measure(workload, args, rng, problems))
-    report(rows, args)
+        fits = measure(workload, args, rng, problems)
+        first = {key: fit.first_epoch_seconds for key, fit in zip(VARIANTS, fits.pop("_first"))}
+        samples = {key: [fit.steps_per_second for fit in fits[key]] for key in VARIANTS}
+        rows += h.compare(workload.name, samples, TWINS, "steps/s", args.stat, first_epoch_seconds=first)
+    h.report(rows, "first_epoch_seconds")
+    print(
+        f"value: over {args.repeats} fits, steps from the 2nd epoch's start to the fit's end over that time "
+        f"({(args.epochs - 1) * args.batches} steps per fit). first_epoch_seconds: the warm-up fit's, where "
+        "torch.compile traces and builds its kernels (inductor keeps them in an on-disk cache across processes, and a "
+        "variant meets the graphs another one compiled: the full cost shows only with a cold cache)."
+    )
     return h.finish(args, {"environment": env, "arguments": vars(args), "rows": rows}, problems)
 
 

@@ -97,6 +97,28 @@ def finish_args(
     return args
 
 
+def parse(
+    doc: str,
+    argv: list[str] | None,
+    counts: dict[str, tuple[int, int, str]],
+    *,
+    options: Callable[[Callable[..., Any]], None] | None = None,
+    positive: Sequence[str] = (),
+    at_least_two: Sequence[str] = (),
+    cases: Sequence[str] = (),
+    **flags: Any,
+) -> argparse.Namespace:
+    """The one command line: `make_parser`'s options (`flags`), an integer option per `counts` item (name ->
+    (full default, --quick default, what it counts)), the script's own `options(add)`, then `finish_args`."""
+    parser = make_parser(doc, **flags)
+    for name, (full, quick, what) in counts.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, help=f"{what} (default {full}; --quick {quick})")
+    if options is not None:
+        options(parser.add_argument)
+    defaults = {name: (full, quick) for name, (full, quick, _) in counts.items()}
+    return finish_args(parser, argv, defaults, positive, at_least_two, cases)
+
+
 # ------------------------------------------------------------------------------------------------- the process
 def prepare(args: argparse.Namespace) -> random.Random:
     """The torch settings of every timed process (a fixed thread count: the intra-op pool adds no noise; no
@@ -213,6 +235,72 @@ def against(samples: dict[str, list[float]], baseline: str, statistic: str = "me
         "paired_ratio": {name: statistics.median(values) for name, values in ratios.items()},
         "paired_ratio_iqr": {name: iqr(values) for name, values in ratios.items()},
     }
+
+
+def compare(
+    case: str,
+    samples: dict[str, list[float]],
+    baseline: str | dict[str, str | Sequence[str] | None] | None,
+    unit: str,
+    statistic: str = "median",
+    **extra: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """The one row layout of every benchmark's table and JSON: one row per variant of `case` with its `value` (the
+    statistic over its samples, in `unit`), `iqr`, and next to its baseline (`baseline`: one variant for all, or
+    variant -> its own, or several: a row for each, or None) the `ratio` and `difference` paired per round (medians of the per-round ratios and
+    differences, which a drift longer than a round does not move) with the ratios' `ratio_iqr`; then `samples`.
+    `extra` adds columns: name -> {variant: value}."""
+    center = STATISTICS[statistic]
+    rows = []
+    for name, values in samples.items():
+        bases = baseline.get(name) if isinstance(baseline, dict) else baseline
+        bases = [bases] if bases is None or isinstance(bases, str) else list(bases)
+        for base in [base for base in bases if base in samples and base != name] or [None]:
+            paired = against({name: values, base: samples[base]}, base) if base else None
+            rows.append(
+                {
+                    "case": case,
+                    "variant": name,
+                    "unit": unit,
+                    "value": center(values),
+                    "iqr": iqr(values),
+                    "baseline": base,
+                    "ratio": paired["paired_ratio"][name] if paired else None,
+                    "ratio_iqr": paired["paired_ratio_iqr"][name] if paired else None,
+                    "difference": paired["paired_difference"][name] if paired else None,
+                    **{column: by_variant.get(name) for column, by_variant in extra.items()},
+                    "samples": values,
+                }
+            )
+    return rows
+
+
+def report(rows: Sequence[dict[str, Any]], *columns: str, decimals: int = 2) -> str:
+    """The one table of every benchmark, from `compare`'s rows: case, variant, value and IQR in the rows' unit, the
+    paired difference and ratio to the baseline (with the ratios' IQR), then the `columns` named (extra fields)."""
+
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return format_cell(value, decimals=decimals)
+        return "—" if value is None else str(value)
+
+    layout = [
+        ("case", "l", lambda row: row["case"]),
+        ("variant", "l", lambda row: row["variant"]),
+        ("value", "r", lambda row: f"{format_cell(row['value'], decimals=decimals)} {row['unit']}"),
+        ("IQR", "r", lambda row: format_cell(row["iqr"], decimals=decimals)),
+        ("vs", "l", lambda row: row["baseline"] or "—"),
+        ("− vs", "r", lambda row: format_cell(row["difference"], signed=True, decimals=decimals)),
+        (
+            "× vs (IQR)",
+            "r",
+            lambda row: "—" if row["ratio"] is None else f"{row['ratio']:.3f} ({row['ratio_iqr']:.3f})",
+        ),
+        *((column, "r", lambda row, column=column: cell(row.get(column))) for column in columns),
+    ]
+    text = table(rows, layout)
+    print("\n" + text + "\n")
+    return text
 
 
 def verdict(margin: float, noise: float) -> str:

@@ -38,20 +38,25 @@ def test_quick_run_reports_every_variant_on_both_models(tmp_path, positive):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     payload = json.loads(out.read_text())
     assert payload["problems"] == []
-    rows = {(row["workload"], row["variant"]): row for row in payload["rows"]}
-    workloads = sorted({workload for workload, _ in rows})
+    rows = {(row["case"], row["variant"], row["baseline"]): row for row in payload["rows"]}
+    workloads = sorted({workload for workload, _, _ in rows})
     assert len(workloads) == 2 and any(name.startswith("transformer") for name in workloads)
     for workload in workloads:
-        for variant in ("tracktrain eager", "tracktrain compile=True", "hand-written eager"):
-            row = rows[workload, variant]
-            assert all(positive(sample) for sample in row["samples_steps_per_second"]), (workload, variant)
-        compiled, eager = rows[workload, "tracktrain compile=True"], rows[workload, "tracktrain eager"]
-        ratios = [
-            mine / theirs
-            for mine, theirs in zip(compiled["samples_steps_per_second"], eager["samples_steps_per_second"])
-        ]
-        assert compiled["x_eager"] == pytest.approx(statistics.median(ratios))
-        assert eager["x_eager"] is None and positive(eager["x_hand_written"])
+        for key in (
+            ("tracktrain eager", "hand-written eager"),
+            ("tracktrain compile=True", "tracktrain eager"),
+            ("tracktrain compile=True", "hand-written torch.compile"),
+            ("hand-written eager", None),
+        ):
+            row = rows[(workload, *key)]
+            assert all(positive(sample) for sample in row["samples"]), (workload, key)
+            assert row["unit"] == "steps/s" and positive(row["first_epoch_seconds"])
+        compiled = rows[workload, "tracktrain compile=True", "tracktrain eager"]
+        eager = rows[workload, "tracktrain eager", "hand-written eager"]
+        ratios = [mine / theirs for mine, theirs in zip(compiled["samples"], eager["samples"])]
+        assert compiled["ratio"] == pytest.approx(statistics.median(ratios))
+        assert rows[workload, "hand-written eager", None]["ratio"] is None
+    assert "| case | variant | value |" in result.stdout
 
 
 def test_the_sanity_check_catches_other_weights_and_other_step_counts(bench):
