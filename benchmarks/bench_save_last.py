@@ -4,11 +4,13 @@ the latest one (`save_last=True`), as the project template configures it. trackt
 with and without `save_last`, next to Lightning's `ModelCheckpoint(save_top_k=1, save_last=True)`, on a ~150 MB
 state (an MLP of 12.6 M parameters and its AdamW moments) on local disk.
 
-The stall is the wall time of each framework's checkpoint callback in `on_train_batch_end`, where both save (the
-median over the saves of a fit). Each step sleeps 150 ms, standing for a real step's compute, so a background
-write has ended before the next save and what is left is what the loop itself waits for.
+The stall is the wall time of each framework's checkpoint callback in `on_train_batch_end`, where both save; a
+sample is its median over the saves of one fit, and the fits run interleaved, `--repeats` of each. Each step sleeps
+150 ms, standing for a real step's compute, so a background write has ended before the next save and what is left
+is what the loop itself waits for.
 
-    .venv/bin/python benchmarks/bench_save_last.py            # ~1 minute
+    .venv/bin/python benchmarks/bench_save_last.py --quick   # smoke test (~5 s): a 256-wide MLP
+    .venv/bin/python benchmarks/bench_save_last.py           # ~1.5 minutes
 
 Timing never makes this script fail; it exits with status 1 when a fit did not write the checkpoints expected.
 """
@@ -20,48 +22,27 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 import harness as h
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from workloads import load_peer
+from workloads import lightning_twin, load_peer
 
 from tracktrain import LoopModule, Trainer
 from tracktrain.callbacks import ModelCheckpoint
 
-STEPS, EVERY, STEP_SECONDS = 40, 5, 0.15
+STEP_SECONDS = 0.15
 
 
-def network() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 1))
+class RegressorCode:
+    """The module both frameworks fit (Lightning's is `lightning_twin` of it)."""
 
-
-def batches() -> DataLoader:
-    inputs = torch.randn(8 * STEPS, 2048, generator=torch.Generator().manual_seed(1))
-    return DataLoader(TensorDataset(inputs), batch_size=8)
-
-
-def timed(callback_class: type) -> type:
-    class Timed(callback_class):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.stalls: list[float] = []
-
-        def on_train_batch_end(self, trainer, *args, **kwargs):  # both frameworks: (trainer, module, ...)
-            started = time.perf_counter()
-            super().on_train_batch_end(trainer, *args, **kwargs)
-            if trainer.global_step % EVERY == 0:  # a saving step
-                self.stalls.append(time.perf_counter() - started)
-
-    return Timed
-
-
-class Regressor(LoopModule):
-    def __init__(self) -> None:
+    def __init__(self, width: int) -> None:
         super().__init__()
-        self.net = network()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU())
 
     def train_step(self, batch, batch_idx):
         time.sleep(STEP_SECONDS)
@@ -71,74 +52,96 @@ class Regressor(LoopModule):
         return torch.optim.AdamW(self.parameters(), lr=1e-4)
 
 
-def tracktrain_stall(directory: str, save_last: bool) -> float:
-    checkpoint = timed(ModelCheckpoint)(dirpath=directory, save_top_k=1, save_last=save_last, every_n_train_steps=EVERY)
-    Trainer(
-        max_steps=STEPS, callbacks=[checkpoint], enable_progress_bar=False, loggers=False, default_root_dir=directory
-    ).fit(Regressor(), batches())
-    expected = {f"checkpoint_{STEPS}.pt"} | ({f"last_checkpoint_{STEPS}.pt"} if save_last else set())
-    _check(directory, expected)
-    return statistics.median(checkpoint.stalls)
+class Regressor(RegressorCode, LoopModule):
+    pass
 
 
-def lightning_stall(directory: str) -> float | None:
-    lightning, _ = load_peer("lightning", "lightning.pytorch.callbacks")
-    if lightning is None:
-        return None
+def timed(callback_class: type, every: int) -> type:
+    class Timed(callback_class):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.stalls: list[float] = []
 
-    class Module(lightning.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = network()
+        def on_train_batch_end(self, trainer, *args, **kwargs):  # both frameworks: (trainer, module, ...)
+            started = time.perf_counter()
+            super().on_train_batch_end(trainer, *args, **kwargs)
+            if trainer.global_step % every == 0:  # a saving step
+                self.stalls.append(time.perf_counter() - started)
 
-        def training_step(self, batch, batch_idx):
-            time.sleep(STEP_SECONDS)
-            return self.net(batch[0]).pow(2).mean()
+    return Timed
 
-        def configure_optimizers(self):
-            return torch.optim.AdamW(self.parameters(), lr=1e-4)
 
-    checkpoint = timed(lightning.pytorch.callbacks.ModelCheckpoint)(
-        dirpath=directory, save_top_k=1, save_last=True, every_n_train_steps=EVERY
+def variants(args, problems: list[str]) -> dict[str, Callable[[str], float]]:
+    """name -> a fit in a new directory, returning its median stall per save in ms (and checking its files)."""
+    loader = DataLoader(TensorDataset(torch.randn(8 * args.steps, args.width)), batch_size=8)
+    settings = {"save_top_k": 1, "every_n_train_steps": args.every}
+
+    def check(name: str, directory: str, expected: set[str], stalls: list[float]) -> float:
+        names = set(os.listdir(directory))
+        if not expected <= names:
+            problems.append(f"{name}: {directory} holds {sorted(names)}, expected {sorted(expected)}")
+        return statistics.median(stalls) * 1e3
+
+    def tracktrain(save_last: bool) -> Callable[[str], float]:
+        def fit(directory: str) -> float:
+            checkpoint = timed(ModelCheckpoint, args.every)(dirpath=directory, save_last=save_last, **settings)
+            Trainer(
+                max_steps=args.steps, callbacks=[checkpoint], enable_progress_bar=False, loggers=False,
+                default_root_dir=directory, enable_model_summary=False,
+            ).fit(Regressor(args.width), loader)  # fmt: skip
+            expected = {f"checkpoint_{args.steps}.pt"} | ({f"last_checkpoint_{args.steps}.pt"} if save_last else set())
+            return check(f"tracktrain save_last={save_last}", directory, expected, checkpoint.stalls)
+
+        return fit
+
+    found = {
+        "tracktrain async, save_top_k=1": tracktrain(False),
+        "tracktrain async, save_top_k=1 + save_last=True": tracktrain(True),
+    }
+    lightning, _ = (None, None) if args.no_lightning else load_peer("lightning", "lightning.pytorch.callbacks")
+    if lightning is not None:
+        module = lightning_twin(RegressorCode, lightning)
+
+        def lightning_fit(directory: str) -> float:
+            checkpoint = timed(lightning.pytorch.callbacks.ModelCheckpoint, args.every)(
+                dirpath=directory, save_last=True, **settings
+            )
+            lightning.Trainer(
+                max_steps=args.steps, callbacks=[checkpoint], logger=False, enable_progress_bar=False,
+                enable_model_summary=False, accelerator="cpu", devices=1, default_root_dir=directory,
+            ).fit(module(args.width), train_dataloaders=loader)  # fmt: skip
+            return check("Lightning", directory, {"last.ckpt"}, checkpoint.stalls)
+
+        found["Lightning, save_top_k=1 + save_last=True"] = lightning_fit
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = h.parse(
+        __doc__,
+        argv,
+        {
+            "repeats": (3, 1, "fits of each variant, interleaved"),
+            "steps": (40, 10, "steps of a fit"),
+            "every": (5, 5, "steps between saves"),
+            "width": (2048, 256, "width of the MLP's layers"),
+        },
+        positive=["repeats", "steps", "every", "width"],
     )
-    trainer = lightning.Trainer(
-        max_steps=STEPS,
-        callbacks=[checkpoint],
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
-        devices=1,
-        default_root_dir=directory,
+    rng = h.prepare(args)
+    env = h.environment(args.threads)
+    h.print_heading(
+        "Checkpoint stall with save_last", env, args, "Lightning", f"{args.repeats} fits per variant, interleaved"
     )
-    trainer.fit(Module(), train_dataloaders=batches())
-    _check(directory, {"last.ckpt"})
-    return statistics.median(checkpoint.stalls)
-
-
-def _check(directory: str, expected: set[str]) -> None:
-    names = set(os.listdir(directory))
-    if not expected <= names:
-        print(f"FAILED: {directory} holds {sorted(names)}, expected {sorted(expected)}", file=sys.stderr)
-        sys.exit(1)
-
-
-def main() -> None:
-    torch.set_num_threads(1)
-    rows = []
+    problems: list[str] = []
+    fits = variants(args, problems)
     with tempfile.TemporaryDirectory(prefix="bench-save-last-") as root:
-        for name, measure in (
-            ("tracktrain async, save_top_k=1", lambda d: tracktrain_stall(d, save_last=False)),
-            ("tracktrain async, save_top_k=1 + save_last=True", lambda d: tracktrain_stall(d, save_last=True)),
-            ("Lightning, save_top_k=1 + save_last=True", lightning_stall),
-        ):
-            directory = tempfile.mkdtemp(dir=root)
-            stall = measure(directory)
-            rows.append((name, stall))
-    lines = [[f"checkpoint callback ({STEPS} steps, a save every {EVERY})", "loop stall per save (median)"]]
-    lines += [[name, "n/a (not installed)" if stall is None else f"{stall * 1000:.0f} ms"] for name, stall in rows]
-    print(h.markdown_table(lines, "lr"))
+        samples = h.measure(list(fits), args.repeats, rng, lambda name: fits[name](tempfile.mkdtemp(dir=root)), False)
+    baseline = "tracktrain async, save_top_k=1"
+    rows = h.compare(f"{args.steps} steps, a save every {args.every}", samples, baseline, "ms stall/save", args.stat)
+    h.report(rows, decimals=0)
+    return h.finish(args, {"environment": env, "arguments": vars(args), "rows": rows}, problems)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
