@@ -5,7 +5,7 @@ Each statement runs in its own `python -c` subprocess that times only the import
 reported apart, as the whole process's wall time). Statements are interleaved and shuffled per repeat after
 one warm-up run each; the table shows medians.
 
-    .venv/bin/python benchmarks/bench_import_time.py --quick
+    .venv/bin/python benchmarks/bench_import_time.py --quick   # smoke test: 1 run each, no warm-up, no Lightning
     .venv/bin/python benchmarks/bench_import_time.py --repeats 7 --json /tmp/import_time.json
 
 Bytecode: the children write and read their .pyc files under a private temporary PYTHONPYCACHEPREFIX (and
@@ -16,7 +16,6 @@ written. Pass --no-pycache-prefix to use the environment as it is.
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import shutil
@@ -76,138 +75,58 @@ def run_child(statement: str, env: dict[str, str], cwd: str) -> tuple[float, boo
     raise RuntimeError(f"`{statement}` printed no result:\n{completed.stdout}\n{completed.stderr}")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=None, help="timed runs per statement (default 7; --quick 3)")
-    parser.add_argument("--quick", action="store_true", help="3 repeats: a smoke test")
-    parser.add_argument("--no-lightning", action="store_true", help="leave `import lightning.pytorch` out (slow)")
-    parser.add_argument(
-        "--no-pycache-prefix", action="store_true", help="do not redirect bytecode to a temporary folder"
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the shuffled orders")
-    parser.add_argument("--json", metavar="PATH", help="also write all results (with every sample) to PATH")
-    args = parser.parse_args(argv)
-    if args.repeats is None:
-        args.repeats = 3 if args.quick else 7
-    if args.repeats < 1:
-        parser.error("--repeats must be positive")
-    return args
-
-
-def ms(seconds: float | None) -> str:
-    return "—" if seconds is None else f"{seconds * 1000:,.1f}"
-
-
-def ratio(value: float, reference: float | None) -> str:
-    return "—" if not reference else f"{value / reference:.3f}"
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    statements = list(STATEMENTS)
-    if not args.no_lightning:
-        statements.append(LIGHTNING_STATEMENT)
-    available: list[tuple[str, str]] = []
-    missing: list[tuple[str, str]] = []  # (label, why)
-    for label, statement, module in statements:
-        try:
-            found = find_spec(module) is not None
-        except (ImportError, ValueError):
-            found = False
-        if found:
-            available.append((label, statement))
-        else:
-            missing.append((label, "not installed"))
-
+    args = h.parse(
+        __doc__,
+        argv,
+        {"repeats": (7, 1, "timed runs per statement, interleaved after a warm-up run each (none with --quick)")},
+        positive=["repeats"],
+        options=lambda add: add(
+            "--no-pycache-prefix", action="store_true", help="do not redirect bytecode to a temporary folder"
+        ),
+    )
+    statements = STATEMENTS + ([] if args.no_lightning or args.quick else [LIGHTNING_STATEMENT])
+    available = {label: statement for label, statement, module in statements if find_spec(module) is not None}
+    missing = {label: "not installed" for label, _, _ in statements if label not in available}
     workdir = tempfile.mkdtemp(prefix="tracktrain-importtime-")
     env = dict(os.environ)
     if not args.no_pycache_prefix:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = os.path.join(workdir, "pycache")
-    rng = random.Random(args.seed)
-    samples: dict[str, list[float]] = {label: [] for label, _ in available}
-    walls: dict[str, list[float]] = {label: [] for label, _ in available}
-    loads_torch: dict[str, bool] = {}
+    walls: dict[str, list[float]] = {label: [] for label in available}
+    loads_torch: dict[str, str] = {}
+
+    def run(label: str) -> float:
+        seconds, torch_loaded, wall = run_child(available[label], env, workdir)
+        walls[label].append(wall * 1e3)
+        loads_torch[label] = "yes" if torch_loaded else "no"
+        return seconds * 1e3
+
     try:
-        for label, statement in list(available):  # warm-up: bytecode written, files in the OS cache
+        for label in [] if args.quick else list(available):  # warm-up: bytecode written, OS cache filled
             try:
-                run_child(statement, env, workdir)
+                run_child(available[label], env, workdir)
             except RuntimeError as error:
                 if label.startswith("import tracktrain"):
                     raise
                 print(f"skipping `{label}`: {error}", file=sys.stderr)
-                available.remove((label, statement))
-                missing.append((label, "import fails"))
-        samples = {label: samples[label] for label, _ in available}
-        walls = {label: walls[label] for label, _ in available}
-        for _, (label, statement) in h.interleaved(available, args.repeats, rng):
-            seconds, torch_loaded, wall = run_child(statement, env, workdir)
-            samples[label].append(seconds)
-            walls[label].append(wall)
-            loads_torch[label] = torch_loaded
+                missing[label] = "import fails"
+                del available[label], walls[label]
+        samples = h.measure(list(available), args.repeats, random.Random(args.seed), run, warmup=False)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-
-    medians = {label: statistics.median(values) for label, values in samples.items()}
-    baseline, peer = medians.get(BASELINE), medians.get(PEER)
-    print("# Import time (fresh interpreter per run)\n")
     bytecode = "as the environment has it" if args.no_pycache_prefix else "warm, in a private PYTHONPYCACHEPREFIX"
+    print(f"# Import time (fresh interpreter per run)\n\npython {sys.version.split()[0]}; bytecode {bytecode}")
+    wall = {label: statistics.median(values) for label, values in walls.items()}
+    rows = h.compare(
+        "import", samples, (BASELINE, PEER), "ms", args.stat, process_wall_ms=wall, loads_torch=loads_torch
+    )
+    h.report(rows, "process_wall_ms", "loads_torch", decimals=1)
     print(
-        f"python {sys.version.split()[0]} ({sys.executable}); {args.repeats} interleaved repeats after a warm-up; "
-        f"bytecode {bytecode}\n"
+        "value: time spent in the import statement only; process_wall_ms: the whole `python -c` run, interpreter "
+        f"start-up and exit included. Not run: {missing or 'none'}."
     )
-    lines = [
-        [
-            "statement",
-            "median ms",
-            "min ms",
-            "max ms",
-            "process wall ms (median)",
-            "loads torch",
-            "× import torch",
-            "× import ignite.engine",
-        ]
-    ]
-    for label, _ in available:
-        values = samples[label]
-        lines.append(
-            [
-                f"`{label}`",
-                ms(medians[label]),
-                ms(min(values)),
-                ms(max(values)),
-                ms(statistics.median(walls[label])),
-                "yes" if loads_torch[label] else "no",
-                ratio(medians[label], baseline),
-                ratio(medians[label], peer),
-            ]
-        )
-    lines += [[f"`{label}`", why] + [""] * 6 for label, why in missing]
-    print(h.markdown_table(lines, "lrrrrlrr"))
-    print(
-        "\nmedian/min/max ms: time spent in the import statement only. process wall: the whole `python -c` run, "
-        "interpreter start-up and exit included. × columns: median / the median of that reference row."
-    )
-
-    return h.finish(
-        args,
-        {
-            "python": sys.version.split()[0],
-            "arguments": vars(args),
-            "results": [
-                {
-                    "statement": label,
-                    "median_s": medians[label],
-                    "samples_s": samples[label],
-                    "process_wall_s": walls[label],
-                    "loads_torch": loads_torch[label],
-                }
-                for label, _ in available
-            ],
-            "missing": dict(missing),
-        },
-        [],
-    )
+    return h.finish(args, {"python": sys.version.split()[0], "arguments": vars(args), "rows": rows}, [])
 
 
 if __name__ == "__main__":
