@@ -23,7 +23,7 @@ the same directories as its first run, as when the same command runs again:
 - **exact**: the first resumed batch holds the same sample indices as the batch the reference run trained at that
   step, and the step count was restored. The samples loaded before the first step are counted.
 
-    .venv/bin/python benchmarks/bench_resume.py --quick   # smoke test, 200 batches, ~6 s
+    .venv/bin/python benchmarks/bench_resume.py --quick   # smoke test, 100 batches, 1 repeat
     .venv/bin/python benchmarks/bench_resume.py           # the real run, 10 000 batches, ~45 s on 2 cores
 
 Timing never makes this script fail. It exits with status 1 only when a sanity check of tracktrain fails: a
@@ -73,7 +73,6 @@ LABELS = {
     LIGHTNING: "Lightning",
     LIGHTNING_SDL: "Lightning + StatefulDataLoader",
 }
-SHORT = {TRACKTRAIN: "tt", IGNITE: "Ignite", LIGHTNING: "L", LIGHTNING_SDL: "L+SDL"}
 POINTS = (0, 10, 50, 90)  # % of the epoch at the checkpoint; 0: a fit without one (the baseline)
 UNIT_BATCHES = 20  # batch loads timed per repeat for the unit
 RESUME_WORDS = re.compile(r"resum(ing|able)", re.IGNORECASE)  # the warnings about resuming that the report quotes
@@ -186,90 +185,51 @@ class Bench:
             )
 
 
-# ------------------------------------------------------------------------------------------------ summaries
+# -------------------------------------------------------------------------------------------------- reporting
 def summarize(bench: Bench, stat: str) -> tuple[list[dict[str, Any]], float]:
-    center = h.STATISTICS[stat]
-    unit_ms = center(bench.unit_s) * 1e3
+    """The harness's rows, a case per point: each framework's ms next to tracktrain's, with the time in batch loads,
+    whether every resumed run was exact, and the samples loaded before the first step."""
+    unit_ms = h.STATISTICS[stat](bench.unit_s) * 1e3
     rows = []
     for point in POINTS:
         step = step_of(point, bench.workload.batches)
-        row: dict[str, Any] = {"point_percent": point, "step": step, "batch_load_ms": unit_ms, "frameworks": {}}
-        for framework in bench.frameworks:
-            firsts = bench.samples.get((framework.key, point), [])
-            ms = [first.seconds * 1e3 for first in firsts]
-            verdicts = sorted({verdict(first, step, framework.reference) for first in firsts})
-            row["frameworks"][framework.key] = {
-                "ms": center(ms) if ms else None,
-                "iqr_ms": h.iqr(ms) if ms else None,
-                "batches": center(ms) / unit_ms if ms else None,
-                "verdicts": verdicts,
-                "exact": verdicts == [EXACT],
-                "loads": sorted({first.loads for first in firsts}),
-                "warnings": list(dict.fromkeys(w for first in firsts for w in first.warnings)),
-                "samples_ms": ms,
-            }
-        rows.append(row)
+        firsts = {f.key: bench.samples[f.key, point] for f in bench.frameworks if bench.samples.get((f.key, point))}
+        samples = {key: [first.seconds * 1e3 for first in values] for key, values in firsts.items()}
+        references = {framework.key: framework.reference for framework in bench.frameworks}
+        verdicts = {
+            key: sorted({verdict(first, step, references[key]) for first in values}) for key, values in firsts.items()
+        }
+        case = f"{point} % (step {step:,})" if point else "fresh start"
+        rows += h.compare(
+            case,
+            samples,
+            TRACKTRAIN,
+            "ms",
+            stat,
+            point_percent=dict.fromkeys(samples, point),
+            batches={key: h.STATISTICS[stat](values) / unit_ms for key, values in samples.items()},
+            exact={key: "yes" if value == [EXACT] else ", ".join(value) for key, value in verdicts.items()},
+            loads={key: sorted({first.loads for first in values}) for key, values in firsts.items()},
+        )
     return rows, unit_ms
 
 
-def ratio(row: dict[str, Any], key: str) -> float | None:
-    ours, theirs = row["frameworks"][TRACKTRAIN]["ms"], row["frameworks"].get(key, {}).get("ms")
-    return ours / theirs if ours is not None and theirs else None
-
-
-# -------------------------------------------------------------------------------------------------- reporting
-def ms_cell(cell: dict[str, Any] | None) -> str:
-    if cell is None or cell["ms"] is None:
-        return "—"
-    return f"{h.format_cell(cell['ms'], decimals=1)} ({h.format_cell(cell['batches'], decimals=1)})"
-
-
-def resume_table(rows: list[dict[str, Any]], keys: list[str]) -> str:
-    peers = [key for key in keys if key != TRACKTRAIN]
-    lines = [
-        ["resume at", "step", "1 batch load ms", "loading the skipped batches ms"]
-        + [f"{LABELS[key]} ms (batches)" for key in keys]
-        + [f"tt / {SHORT[key]}" for key in peers]
-        + [f"exact ({' / '.join(SHORT[key] for key in keys)})"]
-    ]
-    for row in rows:
-        point = f"{row['point_percent']} %" if row["point_percent"] else "fresh start"
-        cells = row["frameworks"]
-        lines.append(
-            [
-                point,
-                f"{row['step']:,}",
-                h.format_cell(row["batch_load_ms"], decimals=3),
-                h.format_cell(row["step"] * row["batch_load_ms"], decimals=1),
-            ]
-            + [ms_cell(cells.get(key)) for key in keys]
-            + [h.format_cell(ratio(row, key), decimals=3) for key in peers]
-            + [" / ".join(("yes" if cells[key]["exact"] else "no") if cells[key]["verdicts"] else "—" for key in keys)]
-        )
-    return h.markdown_table(lines, "lrrr" + "r" * (len(keys) + len(peers)) + "l")
-
-
-def report(bench: Bench, rows: list[dict[str, Any]], stat: str, notes: list[str]) -> None:
-    keys = [framework.key for framework in bench.frameworks]
-    print(f"\n## Resume: from the call that resumes to the first training step\n\n$ {h.command_line()}\n")
-    print(resume_table(rows, keys) + "\n")
+def report(bench: Bench, rows: list[dict[str, Any]], unit_ms: float, notes: list[str]) -> None:
+    print(f"\n## Resume: from the call that resumes to the first training step\n\n$ {h.command_line()}")
+    h.report(rows, "batches", "exact", "loads", decimals=1)
     print(
-        f"ms: {stat} over the repeats of the time from the call that resumes (fit(..., ckpt_path=...); Ignite: "
-        "torch.load + Checkpoint.load_objects + run) to the start of the first training step, its batch loaded; "
-        "(batches): that time in batch loads. loading the skipped batches: what a resume that replays the epoch up "
-        "to the checkpoint by loading it would spend on that alone (step × 1 batch load). fresh start: the same fit "
-        "without a checkpoint. tt / X: tracktrain's time over X's. exact: the first resumed batch is the one the "
-        "uninterrupted run trained at that step."
+        "value: the time from the call that resumes (fit(..., ckpt_path=...); Ignite: torch.load + "
+        "Checkpoint.load_objects + run) to the start of the first training step, its batch loaded; batches: that "
+        f"time in batch loads ({unit_ms:.3f} ms each; loading the skipped batches would cost step × that). fresh "
+        "start: the same fit without a checkpoint. exact: the first resumed batch is the one the uninterrupted run "
+        "trained at that step. loads: samples loaded before the first step."
     )
     for framework in bench.frameworks:
-        resumed = [row["frameworks"][framework.key] for row in rows if row["point_percent"]]
-        verdicts = sorted({v for cell in resumed for v in cell["verdicts"]})
-        loads = sorted({n for cell in resumed for n in cell["loads"]})
-        said = list(dict.fromkeys(w for cell in resumed for w in cell["warnings"] if RESUME_WORDS.search(w)))
+        firsts = [first for (key, point), values in bench.samples.items() if key == framework.key for first in values]
+        said = list(dict.fromkeys(w for first in firsts for w in first.warnings if RESUME_WORDS.search(w)))
         print(
-            f"- {LABELS[framework.key]}: first resumed batch: {', '.join(verdicts) or '—'}; samples loaded before "
-            f"the first step: {', '.join(map(str, loads)) or '—'}"
-            + (f"; it warned: {'; '.join(repr(w[:200]) for w in said)}" if said else "; no warning")
+            f"- {LABELS[framework.key]}: "
+            + (f"it warned: {'; '.join(repr(w[:200]) for w in said)}" if said else "no warning")
             + f". (Reference run: {framework.reference_s:.1f} s.)"
         )
     for note in notes:
@@ -280,13 +240,13 @@ def report(bench: Bench, rows: list[dict[str, Any]], stat: str, notes: list[str]
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = h.make_parser(__doc__, profile_top=25, root_dir="the checkpoints")
     add = parser.add_argument
-    add("--batches", type=int, help="batches in the epoch, a multiple of 10 (default 10000; --quick 200)")
+    add("--batches", type=int, help="batches in the epoch, a multiple of 10 (default 10000; --quick 100)")
     add("--batch-size", type=int, default=8, help="samples per batch (default 8)")
     add("--sample-us", type=float, default=50.0, help="CPU time to make one sample, µs (default 50)")
-    add("--repeats", type=int, help="timed resumes per framework and point (default 15; --quick 2)")
+    add("--repeats", type=int, help="timed resumes per framework and point (default 15; --quick 1)")
     add("--no-ignite", action="store_true", help="leave Ignite out")
     args = h.finish_args(
-        parser, argv, {"batches": (10_000, 200), "repeats": (15, 2)}, positive=["batch_size", "repeats", "threads"]
+        parser, argv, {"batches": (10_000, 100), "repeats": (15, 1)}, positive=["batch_size", "repeats", "threads"]
     )
     if args.batches < 20 or args.batches % 10:
         parser.error(
@@ -349,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     progress("warm-up done")
     bench.measure(args.repeats, rng, progress)
     rows, unit_ms = summarize(bench, args.stat)
-    report(bench, rows, args.stat, notes)
+    report(bench, rows, unit_ms, notes)
     if args.profile:
         for framework in frameworks:
             bench.profile(framework, POINTS[-1], args.profile_top)
