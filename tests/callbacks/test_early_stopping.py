@@ -75,6 +75,19 @@ def test_without_check_finite_a_nan_is_just_no_improvement(make_trainer):
     assert early_stopping.best_score == pytest.approx(0.4)  # logged as float32
 
 
+def test_without_check_finite_nans_count_as_lightning_counts_them():
+    """Lightning asks `value > bar` for an improvement, so a NaN never improves (Ignite's face answers otherwise)."""
+    lightning = pytest.importorskip("pytorch_lightning.callbacks.early_stopping")
+    for mode in ("min", "max"):
+        values = [math.nan, 0.5, math.nan, math.nan, 0.4, 0.6, math.nan]
+        ours = EarlyStopping("m", mode=mode, patience=10, check_finite=False)
+        theirs = lightning.EarlyStopping("m", mode=mode, patience=10, check_finite=False)
+        for value in values:
+            ours._evaluate(value)
+            theirs._evaluate_stopping_criteria(torch.tensor(value, dtype=torch.float64))
+            assert (ours.wait_count, repr(ours.best_score)) == (theirs.wait_count, repr(float(theirs.best_score)))
+
+
 def test_matches_lightning_on_the_same_values():
     """Our decisions step by step against Lightning's EarlyStopping fed the same values."""
     lightning = pytest.importorskip("pytorch_lightning.callbacks.early_stopping")

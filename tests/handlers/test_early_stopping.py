@@ -199,3 +199,22 @@ def test_attach_checks_on_the_evaluator_and_resets_on_the_trainer_as_ignite_does
         return seen
 
     assert trace(Engine, Events, EarlyStopping) == trace(IgniteEngine, IgniteEvents, IgniteEarlyStopping)
+
+
+def test_a_nan_score_counts_as_ignite_counts_it():
+    """Ignite asks `score <= bar` for "no improvement", so a NaN score (and any score after a NaN best) improves;
+    the shared `ScorePatience` keeps that for this face (the Trainer's callback keeps Lightning's answer)."""
+    pytest.importorskip("ignite")
+    from ignite.engine import Engine as IgniteEngine
+    from ignite.handlers import EarlyStopping as IgniteEarlyStopping
+
+    nan = float("nan")
+    for mode, cumulative in itertools.product(["max", "min"], [False, True]):
+        scores = [0.5, 0.4, nan, 0.3, 0.3, nan, nan, 0.9, 0.1]
+        ours = _identity_handler(3, mode=mode, cumulative=cumulative)
+        ignite_trainer = IgniteEngine(lambda e, b: None)
+        theirs = IgniteEarlyStopping(3, lambda score: score, ignite_trainer, mode=mode, cumulative=cumulative)
+        for score in scores:
+            ours(score)
+            theirs(score)
+            assert (ours.counter, repr(ours.best_score)) == (theirs.counter, repr(theirs.best_score)), (mode, score)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracktrain.boundary import Boundary, Decision
 from tracktrain.callbacks.base import Callback
+from tracktrain.handlers.patience import ScorePatience
 from tracktrain.number_checks import is_integral, is_real
 from tracktrain.trainer.monitor import monitored_value
 
@@ -54,6 +55,11 @@ class EarlyStopping(Callback):
     the check is a `Decision` the Trainer agrees on with the boundary's others, so no rank waits for another that
     has stopped. `state_dict()` (wait count,
     best score, stopped epoch) is saved in the Trainer's checkpoints, so a resumed run keeps counting.
+
+    Whether a value improves, the wait count and the best score are those of `patience_counter`, a
+    `tracktrain.handlers.patience.ScorePatience` (the decision Ignite's `EarlyStopping` makes too) set up as
+    Lightning's: the best starts at the worst value, only a gain of more than `min_delta` moves it (cumulative),
+    and a NaN never improves. The thresholds and the finite check, Lightning's own, are checked here first.
     """
 
     priority = 100  # as ModelCheckpoint: after the other hooks of the event, which may log what is monitored
@@ -88,19 +94,63 @@ class EarlyStopping(Callback):
                 f"{check_on_train_epoch_end!r}."
             )
         self.monitor = monitor
-        self.min_delta = float(min_delta)
-        self.patience = int(patience)
-        self.mode = mode
+        self.patience_counter = ScorePatience(
+            patience,
+            "min" if mode == "min" else "max",
+            threshold=min_delta,
+            cumulative=True,
+            best_score=math.inf if mode == "min" else -math.inf,
+            nan_improves=False,
+        )
         self.check_finite = bool(check_finite)
         self.stopping_threshold = None if stopping_threshold is None else float(stopping_threshold)
         self.divergence_threshold = None if divergence_threshold is None else float(divergence_threshold)
         self.check_on_train_epoch_end = check_on_train_epoch_end
-        self.wait_count = 0
-        self.best_score = math.inf if mode == "min" else -math.inf
         self.stopped_epoch = 0
         self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
         self.stopping_reason_message: str | None = None
         self._message: str | None = None  # why this rank proposed to stop, at the last check
+
+    # Lightning's names for the shared counter's settings and state
+    @property
+    def mode(self) -> str:
+        return self.patience_counter.mode
+
+    @property
+    def min_delta(self) -> float:
+        return self.patience_counter.threshold
+
+    @min_delta.setter
+    def min_delta(self, value: float) -> None:
+        self.patience_counter.threshold = float(value)
+
+    @property
+    def patience(self) -> int:
+        return self.patience_counter.patience
+
+    @patience.setter
+    def patience(self, value: int) -> None:
+        self.patience_counter.patience = int(value)
+
+    @property
+    def wait_count(self) -> int:
+        """Checks in a row without improvement."""
+        return self.patience_counter.counter
+
+    @wait_count.setter
+    def wait_count(self, value: int) -> None:
+        self.patience_counter.counter = int(value)
+
+    @property
+    def best_score(self) -> float:
+        """The best value so far (the worst possible before the first)."""
+        best = self.patience_counter.best_score
+        assert best is not None  # it starts at ±inf
+        return best
+
+    @best_score.setter
+    def best_score(self, value: float) -> None:
+        self.patience_counter.best_score = float(value)
 
     # ------------------------------------------------------------------------------------------------ checks
     def decisions(self, trainer: Trainer) -> Iterable[Decision]:
@@ -159,13 +209,9 @@ class EarlyStopping(Callback):
                 f"Divergence threshold reached: {self.monitor} = {current} {'>' if sign == '<' else '<'} "
                 f"{self.divergence_threshold}. Signaling Trainer to stop."
             )
-        delta = self.min_delta if self.mode == "max" else -self.min_delta
-        if self._better(current - delta, self.best_score):
-            self.best_score = current
-            self.wait_count = 0
+        if self.patience_counter.check(current):
             return False, None
-        self.wait_count += 1
-        if self.wait_count >= self.patience:
+        if self.patience_counter.exhausted:
             self.stopping_reason = EarlyStoppingReason.PATIENCE_EXHAUSTED
             return True, (
                 f"Monitored metric {self.monitor} did not improve in the last {self.wait_count} records. Best score: "
@@ -196,9 +242,10 @@ class EarlyStopping(Callback):
                 f"EarlyStopping.load_state_dict: {missing} missing from the given state (keys {sorted(state_dict)}); "
                 "pass what EarlyStopping.state_dict() returned."
             )
-        self.wait_count = int(state_dict["wait_count"])
+        self.patience_counter.load_state_dict(
+            {"counter": int(state_dict["wait_count"]), "best_score": float(state_dict["best_score"])}
+        )
         self.stopped_epoch = int(state_dict["stopped_epoch"])
-        self.best_score = float(state_dict["best_score"])
         self.patience = int(state_dict.get("patience", self.patience))
         self.stopping_reason = EarlyStoppingReason(state_dict.get("stopping_reason", "not_stopped"))
         self.stopping_reason_message = state_dict.get("stopping_reason_message")

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events
+from tracktrain.handlers.patience import ScorePatience
 from tracktrain.number_checks import is_integral, is_real
 
 __all__ = ["EarlyStopping"]
@@ -35,7 +36,7 @@ class _DeprecatedName:
         setattr(instance, self.new, value)
 
 
-class EarlyStopping:
+class EarlyStopping(ScorePatience):
     """Calls `trainer.terminate()` after `patience` calls in a row without an improvement of the score.
 
     Attach it to the evaluator's COMPLETED event (or use `attach`); each call reads `score_function(evaluator)`.
@@ -57,7 +58,9 @@ class EarlyStopping:
             cumulative (accepted, with Ignite's DeprecationWarning).
 
     `state_dict()` / `load_state_dict()` carry `counter`, `best_score` and `threshold_mode`, so a resumed run
-    keeps counting (Ignite's layout: each library loads the other's).
+    keeps counting (Ignite's layout: each library loads the other's). The decision (improvement, count, state) is
+    `ScorePatience`'s, shared with the Trainer's `tracktrain.callbacks.EarlyStopping`; this face reads the score
+    off an engine and terminates the trainer.
 
     .. code-block:: python
 
@@ -66,8 +69,6 @@ class EarlyStopping:
         )
         handler.attach(evaluator, reset_engine=trainer)  # checks on evaluator COMPLETED, resets on trainer STARTED
     """
-
-    _state_dict_all_req_keys = ("counter", "best_score")
 
     def __init__(
         self,
@@ -117,15 +118,9 @@ class EarlyStopping:
             raise ValueError(f"Argument threshold_mode should be either 'abs' or 'rel'. Got {threshold_mode!r}.")
         if mode not in ("min", "max"):
             raise ValueError(f"Argument mode should be either 'min' or 'max'. Got {mode!r}.")
+        super().__init__(patience, mode, threshold, threshold_mode, cumulative)
         self.score_function = score_function
-        self.patience = int(patience)
-        self.threshold = float(threshold)
-        self.threshold_mode = threshold_mode
-        self.cumulative = bool(cumulative)
-        self.mode = mode
         self.trainer = trainer
-        self.counter = 0
-        self.best_score: float | None = None
         self.logger = logging.getLogger(f"{__name__}.{type(self).__name__}")
 
     # Ignite's deprecated names, kept readable and writable as in Ignite (with its warning)
@@ -134,35 +129,12 @@ class EarlyStopping:
     cumulative_delta = _DeprecatedName("cumulative")
 
     def __call__(self, engine: Engine) -> None:
-        score = self.score_function(engine)
-
-        if self.best_score is None:
-            self.best_score = score
+        if self.check(self.score_function(engine)):
             return
-
-        margin = -self.threshold if self.mode == "min" else self.threshold
-        if self.threshold_mode == "abs":
-            bar = self.best_score + margin
-        else:
-            bar = self.best_score * (1 + margin)
-        no_improvement = score <= bar if self.mode == "max" else score >= bar
-
-        if no_improvement:
-            if not self.cumulative:  # a small gain still becomes the best
-                self.best_score = max(score, self.best_score) if self.mode == "max" else min(score, self.best_score)
-            self.counter += 1
-            self.logger.debug("EarlyStopping: %i / %i", self.counter, self.patience)
-            if self.counter >= self.patience:
-                self.logger.info("EarlyStopping: Stop training")
-                self.trainer.terminate()
-        else:
-            self.best_score = score
-            self.counter = 0
-
-    def reset(self) -> None:
-        """Forget the best score and the count, e.g. before a new training run with the same handler."""
-        self.counter = 0
-        self.best_score = None
+        self.logger.debug("EarlyStopping: %i / %i", self.counter, self.patience)
+        if self.exhausted:
+            self.logger.info("EarlyStopping: Stop training")
+            self.trainer.terminate()
 
     def attach(
         self,
@@ -179,28 +151,13 @@ class EarlyStopping:
     def state_dict(self) -> OrderedDict[str, Any]:
         """`counter` (evaluations without improvement so far), `best_score` (None before the first) and
         `threshold_mode`."""
-        return OrderedDict(
-            [("counter", self.counter), ("best_score", self.best_score), ("threshold_mode", self.threshold_mode)]
-        )
+        state = super().state_dict()
+        state["threshold_mode"] = self.threshold_mode
+        return state
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Continue from a `state_dict()` (ours or Ignite's): the next evaluation counts on from its counter."""
-        if not isinstance(state_dict, Mapping):
-            raise TypeError(
-                f"Argument state_dict should be a dictionary, but given {type(state_dict)}: pass the dict "
-                "returned by EarlyStopping.state_dict()."
-            )
-        for key in self._state_dict_all_req_keys:
-            if key not in state_dict:
-                raise ValueError(
-                    f"Required state attribute '{key}' is absent in provided state_dict '{state_dict.keys()}': "
-                    "pass the dict returned by EarlyStopping.state_dict()."
-                )
-        counter = state_dict["counter"]
-        if not is_integral(counter) or counter < 0:
-            raise ValueError(f"state_dict['counter'] must be an integer >= 0, got {counter!r}.")
-        self.counter = int(counter)
-        self.best_score = state_dict["best_score"]
+        super().load_state_dict(state_dict)
         self.threshold_mode = state_dict.get("threshold_mode", self.threshold_mode)
 
 
