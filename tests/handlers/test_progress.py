@@ -394,3 +394,12 @@ def test_invalid_arguments_are_rejected_with_the_fix():
         pbar.attach(engine, event_name=Events.GET_BATCH_STARTED)
     with pytest.raises(TypeError, match="needs an Engine"):
         pbar.attach("trainer")
+
+
+def test_place_in_period_is_the_step_within_the_epoch_also_after_a_resume():
+    from tracktrain.handlers.progress import place_in_period
+
+    # iterations 1..8 of a 4-step epoch, as the bar and the Trainer's plain lines count them
+    assert [place_in_period(count, 4) for count in range(1, 9)] == [1, 2, 3, 4, 1, 2, 3, 4]
+    assert place_in_period(7, 4) == 3  # a run resumed at iteration 6 is at step 3 of epoch 2, not at its first
+    assert place_in_period(7, None) == 7  # the epoch length not known yet: the count itself

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import TYPE_CHECKING, Any
 
 from tracktrain.callbacks.base import Callback
 from tracktrain.dist_logger import get_dist_logger
 from tracktrain.engine.events import Events
+from tracktrain.handlers.progress import ProgressBar, place_in_period
 from tracktrain.ranks import global_rank
 from tracktrain.trainer.metric_log import to_floats
 
@@ -31,11 +31,10 @@ class TrainerProgressBar(Callback):
 
     Where the output is not a terminal (a file, a CI log, a pipe), bar frames would be noise: instead, one plain
     line every `plain_every` seconds says the epoch, the step, the percentage, the speed, the time left and the
-    progress-bar values (`disable=True` turns both off)."""
+    progress-bar values (`disable=True` turns both off). Whether a bar is drawn (`ProgressBar.draws`) and the step
+    within the epoch (`place_in_period`) are the handler's, so the bar and the lines agree."""
 
     def __init__(self, persist: bool = True, plain_every: float = 30.0, **tqdm_kwargs: Any) -> None:
-        from tracktrain.handlers.progress import ProgressBar
-
         if not isinstance(plain_every, (int, float)) or isinstance(plain_every, bool) or not plain_every > 0:
             raise ValueError(
                 f"TrainerProgressBar(plain_every=...) must be a number of seconds > 0, got {plain_every!r}."
@@ -50,7 +49,7 @@ class TrainerProgressBar(Callback):
         if global_rank() != 0 or self._attached_to is trainer.train_engine:
             return
         # attached once for the lifetime of the engine: ProgressBar closes its own bars at the end of each run
-        if self._draws_a_bar():
+        if self.bar.draws():
             self.bar.attach(trainer.train_engine, output_transform=lambda _: to_floats(trainer.progress_bar_metrics))
         elif self.bar.tqdm_kwargs.get("disable") is None:
             engine = trainer.train_engine
@@ -59,13 +58,6 @@ class TrainerProgressBar(Callback):
             engine.add_event_handler(Events.EPOCH_STARTED, self._start_epoch)
             engine.add_event_handler(Events.ITERATION_COMPLETED, lambda: self._plain_line(trainer))
         self._attached_to = trainer.train_engine
-
-    def _draws_a_bar(self) -> bool:
-        disable = self.bar.tqdm_kwargs.get("disable")
-        if disable is not None:
-            return not disable
-        stream = self.bar.tqdm_kwargs.get("file") or sys.stderr
-        return bool(getattr(stream, "isatty", lambda: False)())
 
     def _start_epoch(self, engine: Engine) -> None:
         now = time.monotonic()
@@ -79,11 +71,11 @@ class TrainerProgressBar(Callback):
         self._next_line = now + self.plain_every
         state = trainer.train_engine.state
         started, first = self._epoch_started
-        done = state.iteration - first
-        rate = done / max(now - started, 1e-9)
+        rate = (state.iteration - first) / max(now - started, 1e-9)  # over the steps this process ran
         length = state.epoch_length
-        where = f"step {done}/{length} ({100 * done // length}%)" if length else f"step {done}"
-        left = f" | {_duration((length - done) / rate)} left in the epoch" if length and rate > 0 else ""
+        step = place_in_period(state.iteration, length)  # the bar's step: also right after a mid-epoch resume
+        where = f"step {step}/{length} ({100 * step // length}%)" if length else f"step {step}"
+        left = f" | {_duration((length - step) / rate)} left in the epoch" if length and rate > 0 else ""
         values = to_floats(trainer.progress_bar_metrics)  # a host sync, once a line
         shown = "".join(f" | {name}={value:.4g}" for name, value in values.items())
         get_dist_logger().info(f"Epoch {state.epoch}/{state.max_epochs} | {where} | {rate:.3g} it/s{left}{shown}")

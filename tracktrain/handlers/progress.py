@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import sys
 import time
 import warnings
 from collections import OrderedDict
@@ -15,7 +16,7 @@ import torch
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import CallableEventWithFilter, Events
 
-__all__ = ["ProgressBar"]
+__all__ = ["ProgressBar", "place_in_period"]
 
 _DEFAULT_BAR_FORMAT = "{desc}[{n_fmt}/{total_fmt}] {percentage:3.0f}%|{bar}{postfix} [{elapsed}<{remaining}]"
 
@@ -160,6 +161,16 @@ class ProgressBar:
             bar, self.pbar = self.pbar, None
             bar.close()
 
+    def draws(self) -> bool:
+        """Whether this bar will be drawn: `disable` when it was given, else whether its stream (`file`, default
+        `sys.stderr` now) is a terminal. tqdm's own `disable=None` rule, decided here once, for the bars this
+        opens and for faces that show something else where no bar is drawn (the Trainer's plain lines)."""
+        disable = self.tqdm_kwargs.get("disable")
+        if disable is not None:
+            return not disable
+        stream = self.tqdm_kwargs.get("file") or sys.stderr
+        return bool(getattr(stream, "isatty", lambda: False)())
+
     def __enter__(self) -> ProgressBar:
         return self
 
@@ -168,7 +179,7 @@ class ProgressBar:
 
     def _open(self, total: int | None, initial: int, desc: str) -> Any:
         # tqdm's set_description adds the ": " that its constructor does not
-        kwargs = {"disable": None, **self.tqdm_kwargs, "desc": f"{desc}: "}
+        kwargs = {**self.tqdm_kwargs, "disable": not self.draws(), "desc": f"{desc}: "}
         self.pbar = self._tqdm_cls(
             total=total, initial=initial, leave=self.persist, bar_format=self.bar_format, **kwargs
         )
@@ -207,9 +218,7 @@ class _BarDriver:
         if self._counter is None:
             state.get_event_attrib_value(self.event)  # an event without a counter: its error, once
             self._counter = state.event_to_attr[self.event]
-        step = getattr(state, self._counter)
-        if total is not None:
-            step = (step - 1) % total + 1
+        step = place_in_period(getattr(state, self._counter), total)
         bar = self.progress.pbar
         if bar is None:
             bar = self.progress._open(total, step, self._description(engine))
@@ -273,6 +282,13 @@ _PERIOD_OF = {  # the state attribute counting an event's firings per bar (other
     "EPOCH_STARTED": "max_epochs",
     "EPOCH_COMPLETED": "max_epochs",
 }
+
+
+def place_in_period(count: int, period: int | None) -> int:
+    """Where the `count`-th firing of an event (1-based, counted over the run) falls within its period: the step
+    within the epoch for iterations (`period=epoch_length`), also when a run resumed mid-epoch; `count` itself when
+    the period is not known (yet)."""
+    return count if period is None else (count - 1) % period + 1
 
 
 def _events_per_bar(event: CallableEventWithFilter, engine: Engine) -> int | None:
