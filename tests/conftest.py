@@ -18,6 +18,9 @@ from tests import _processes
 # every thread's stack if a process is aborted.
 os.environ.setdefault("TRACKTRAIN_DIST_TIMEOUT", "60")
 os.environ.setdefault("PYTHONFAULTHANDLER", "1")
+# tracktrain.distributed.spawn forks the tests' ranks from a server that imported torch once per pytest process,
+# instead of starting each from scratch (tests/test_spawn.py runs both ways).
+os.environ.setdefault("TRACKTRAIN_START_METHOD", "forkserver")
 
 
 # ------------------------------------------------------------------------- no test waits for a hang, none leaves one

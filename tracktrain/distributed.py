@@ -195,20 +195,53 @@ def check_same_on_all_ranks(what: str, value: int) -> None:
         )
 
 
-def spawn(fn: Callable[..., Any], nprocs: int, args: tuple = (), master_port: int | None = None) -> None:
+START_METHOD_VARIABLE = "TRACKTRAIN_START_METHOD"
+START_METHODS = ("spawn", "forkserver")
+
+
+def spawn(
+    fn: Callable[..., Any],
+    nprocs: int,
+    args: tuple = (),
+    master_port: int | None = None,
+    start_method: str | None = None,
+) -> None:
     """Run `fn(*args)` in `nprocs` local processes set up as torchrun would (RANK, LOCAL_RANK, WORLD_SIZE,
     MASTER_ADDR=127.0.0.1, a free MASTER_PORT), so `Trainer(strategy="ddp")` works inside without torchrun.
     An exception in any process stops the others and is raised here. `fn` must be importable (defined at a
-    module's top level)."""
+    module's top level).
+
+    `start_method` (default: $TRACKTRAIN_START_METHOD, else "spawn"): "spawn" starts each process from scratch, so
+    each imports torch again (~1-2 s of CPU per rank); "forkserver" forks them from a server process started once,
+    which imported torch, tracktrain and `fn`'s module, so later calls start ranks in a fraction of that. Either
+    way every process sees this process's environment as it is at the call."""
     if not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"spawn(nprocs=...) must be a positive integer, got {nprocs!r}.")
+    if start_method is None:
+        start_method = os.environ.get(START_METHOD_VARIABLE, "spawn")
+    if start_method not in START_METHODS:
+        raise ValueError(
+            f"spawn(start_method={start_method!r}) (or ${START_METHOD_VARIABLE}) must be one of {START_METHODS}: "
+            '"spawn" starts each process from scratch, "forkserver" forks it from a server that imported torch once.'
+        )
     port = master_port if master_port is not None else _free_port()
-    from torch.multiprocessing.spawn import spawn  # the module torch.multiprocessing.spawn re-exports
+    import multiprocessing
 
-    spawn(_run_as_rank, args=(nprocs, port, fn, args), nprocs=nprocs, join=True)
+    from torch.multiprocessing.spawn import start_processes
+
+    if start_method == "forkserver":  # what the server imports once (read when it starts: the first call's)
+        multiprocessing.set_forkserver_preload(["torch", "tracktrain.trainer", fn.__module__])
+    environment = dict(os.environ)  # a forked process has the server's, from its start: it gets this one's instead
+    start_processes(
+        _run_as_rank, args=(nprocs, port, fn, args, environment), nprocs=nprocs, join=True, start_method=start_method
+    )
 
 
-def _run_as_rank(rank: int, world_size: int, port: int, fn: Callable[..., Any], args: tuple) -> None:
+def _run_as_rank(
+    rank: int, world_size: int, port: int, fn: Callable[..., Any], args: tuple, environment: dict[str, str]
+) -> None:
+    os.environ.clear()
+    os.environ.update(environment)
     os.environ.update(
         {
             "RANK": str(rank),
