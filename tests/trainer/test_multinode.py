@@ -18,6 +18,7 @@ import torch
 
 from tests import _processes
 from tests.trainer._resume_run import SCRIPT, STEPS, Run
+from tracktrain.distributed import restarts_share_the_rendezvous_store
 from tracktrain_integrations.testing import free_port
 
 pytestmark = pytest.mark.distributed
@@ -78,7 +79,7 @@ def ranks_of(nodes: list[_processes.Command], timeout: float = 120.0) -> list[di
     raise nodes[0].hang("the two nodes did not both start a rank")
 
 
-@pytest.mark.parametrize("share_store", [True, False])
+@pytest.mark.parametrize("share_store", [True, pytest.param(False, marks=pytest.mark.slow)])  # False: next test
 def test_rank_zero_warns_when_restarts_of_several_nodes_share_the_rendezvous_store(tmp_path, share_store):
     """As torchrun sets up each rank's environment: with --max-restarts on 2 nodes, the store shared unless the
     launchers have TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1."""
@@ -90,6 +91,22 @@ def test_rank_zero_warns_when_restarts_of_several_nodes_share_the_rendezvous_sto
         assert [launcher.wait(120) for launcher in nodes] == [0, 0], [launcher.stderr[-2000:] for launcher in nodes]
     said = sorted(line for launcher in nodes for line in launcher.lines if line.startswith("rank "))
     assert said == ["rank 0 warned " + str(share_store), "rank 1 warned False"]  # rank 0 says it, once
+
+
+@pytest.mark.parametrize(
+    ("environment", "shared"),
+    [
+        ({"TORCHELASTIC_MAX_RESTARTS": "1", "GROUP_WORLD_SIZE": "2", "TORCHELASTIC_USE_AGENT_STORE": "True"}, True),
+        ({"TORCHELASTIC_MAX_RESTARTS": "1", "GROUP_WORLD_SIZE": "2", "TORCHELASTIC_USE_AGENT_STORE": "False"}, False),
+        ({"TORCHELASTIC_MAX_RESTARTS": "0", "GROUP_WORLD_SIZE": "2", "TORCHELASTIC_USE_AGENT_STORE": "True"}, False),
+        ({"TORCHELASTIC_MAX_RESTARTS": "3", "GROUP_WORLD_SIZE": "1", "TORCHELASTIC_USE_AGENT_STORE": "True"}, False),
+        ({"TORCHELASTIC_MAX_RESTARTS": "x", "GROUP_WORLD_SIZE": "2", "TORCHELASTIC_USE_AGENT_STORE": "True"}, False),
+        ({}, False),
+    ],
+)
+def test_only_restarts_of_several_nodes_through_the_agents_store_count_as_sharing_it(environment, shared):
+    """The rule the launches above check end to end (the launch without the shared store runs in the slow tier)."""
+    assert restarts_share_the_rendezvous_store(environment) is shared
 
 
 @pytest.mark.slow
