@@ -275,6 +275,26 @@ def compare(
     return rows
 
 
+def overhead_goal(
+    samples: dict[str, list[float]], raw: str, ours: str, theirs: str, goal: float, statistic: str = "median"
+) -> dict[str, dict[str, Any]]:
+    """`compare`'s extra columns for a goal on overheads: `ours`'s overhead over `raw` divided by `theirs`'s
+    (`overhead_ratio`, given only where their overhead exceeds the noise: the widest IQR of the three), and whether
+    it is at most `goal` (`goal`: the ratio, the goal and its `verdict`). Both on `ours`'s rows; empty when `theirs` did not run."""
+    if theirs not in samples:
+        return {"overhead_ratio": {}, "goal": {}}
+    center = STATISTICS[statistic]
+    overhead = {name: center(samples[name]) - center(samples[raw]) for name in (ours, theirs)}
+    noise = max(iqr(samples[name]) for name in (raw, ours, theirs))
+    ratio = overhead[ours] / overhead[theirs] if overhead[theirs] > noise else None
+    return {
+        "overhead_ratio": {ours: ratio},
+        "goal": {
+            ours: f"{'—' if ratio is None else f'{ratio:.3f}'} ≤ {goal:.2g}: {verdict(goal * overhead[theirs] - overhead[ours], noise)}"
+        },
+    }
+
+
 def report(rows: Sequence[dict[str, Any]], *columns: str, decimals: int = 2) -> str:
     """The one table of every benchmark, from `compare`'s rows: case, variant, value and IQR in the rows' unit, the
     paired difference and ratio to the baseline (with the ratios' IQR), then the `columns` named (extra fields)."""
