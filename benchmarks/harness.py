@@ -295,6 +295,23 @@ def overhead_goal(
     }
 
 
+def ratio_goal(
+    samples: dict[str, list[float]],
+    baseline: str,
+    ours: str,
+    goal: float,
+    statistic: str = "median",
+    least: bool = False,
+) -> dict[str, dict[str, Any]]:
+    """`compare`'s `goal` column for a goal on a ratio of figures: `ours` over `baseline` at most `goal` (at least,
+    with `least`), its `verdict` against the noise (the larger IQR of the two, over the baseline's figure)."""
+    center = STATISTICS[statistic]
+    ratio = center(samples[ours]) / center(samples[baseline])
+    noise = max(iqr(samples[ours]), iqr(samples[baseline])) / center(samples[baseline])
+    margin = ratio - goal if least else goal - ratio
+    return {"goal": {ours: f"{ratio:.3f} {'≥' if least else '≤'} {goal:g}: {verdict(margin, noise)}"}}
+
+
 def report(rows: Sequence[dict[str, Any]], *columns: str, decimals: int = 2) -> str:
     """The one table of every benchmark, from `compare`'s rows: case, variant, value and IQR in the rows' unit, the
     paired difference and ratio to the baseline (with the ratios' IQR), then the `columns` named (extra fields)."""
