@@ -3,40 +3,23 @@
 `ModelCheckpoint` with `async_save=True` and `False`, next to Lightning's `ModelCheckpoint`, on a local disk and
 on S3 (moto's server), for a ~100 MB state (an MLP of 8.4 M parameters and its AdamW moments).
 
-How the stall is measured (the same way for both frameworks). Two hooks read `time.perf_counter()`: a forward
-pre-hook on the network (a step starts) and a step post-hook on the AdamW optimizer (a step's update is done).
-Both frameworks call both exactly once per step and save in their `on_train_batch_end` hook, which runs between
-them, so the **gap** from the end of step s to the start of step s+1 holds everything the training thread does
-for a save after step s (for tracktrain's async save: wait for the previous write, if still running, and the CPU
-snapshot; for the blocking saves: serializing, writing and committing), plus what each framework does between two
-steps anyway (its hooks, the next batch). The latter is taken out: **stall at the save** = gap after a saving step
-− the median gap between the steps of the same fit before its first checkpoint (the first two left out). That is
-what the loop waits for at the save. A background write also takes CPU (and the GIL) from the steps that follow,
-so the total is reported too: **added per checkpoint** = the time of the N steps from the end of step s−1 to the
-end of step s+N−1 (the saving step and the steps before the next save) − N × the median step period before the
-first checkpoint. The baseline comes from the same fit because the machine's speed drifts from fit to fit.
-**Committed after** runs from the end of step s to the moment the checkpoint is complete on storage, read by a
-thin subclass of each framework's `ModelCheckpoint`: for tracktrain in `_after_commit` (right after a blocking
-save; queued behind the save on the writer thread for an async one, so read once the file and its manifest are
-written), for Lightning when `_save_checkpoint` returns (its saves are blocking).
-
-**Resume** is timed from the start of the Trainer's construction to the first step's forward, with `fit(...,
-ckpt_path=<the newest checkpoint>)` (tracktrain also with `ckpt_path="last"`, which finds it), next to the same
-fit from scratch; the difference is what loading costs.
+Two clock hooks (the network's forward pre-hook, the optimizer's step post-hook) time every step of both frameworks
+alike. stall: the gap between a saving step's end and the next step's start, minus the median gap of the same fit's
+steps before its first checkpoint; added: the N steps from the saving one to the next save, minus N × that fit's
+median step period (a background write's CPU is in here); committed after: from the saving step's end until the
+checkpoint is complete. Resume: the Trainer's construction to the first forward with `fit(ckpt_path=...)`, next to
+the same fit from scratch. Details in benchmarks/README.md.
 
     .venv/bin/python benchmarks/bench_checkpoint.py --quick        # smoke test, ~5 MB state, ~20 s
     .venv/bin/python benchmarks/bench_checkpoint.py                # the real run, ~100 MB state, ~3.5 min
 
-Timing never makes this script fail. It exits with status 1 only when a sanity check fails: a fit took the wrong
-number of steps, a checkpoint written is missing, incomplete (tracktrain: no manifest or a SHA-256 mismatch) or
-does not load, the async and blocking checkpoints of the same step hold different tensors (or Lightning's holds
-different values), or a resumed fit did not start from the checkpoint's weights and step.
-See benchmarks/README.md for how to read the tables.
+Timing never makes this script fail; it exits with status 1 when a fit took the wrong number of steps, a checkpoint
+is missing, incomplete or does not load, checkpoints of the same step hold different tensors (Lightning's: values),
+or a resumed fit did not start from the checkpoint's weights and step.
 """
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import importlib.util
 import os
@@ -65,19 +48,21 @@ from checkpoint_fits import (
     verify_lightning_dir,
     verify_tracktrain_dir,
 )
-from checkpoint_report import (
-    SAVING_VARIANTS,
-    TT_ASYNC,
-    TT_BLOCKING,
-    library_of,
-    report,
-    summarize_case,
-    summarize_resume,
-)
 from checkpoint_storage import LOCAL, S3, MotoServer, Storage, start_s3
 from workloads import load_peer
 
+TT_ASYNC, TT_BLOCKING = "tracktrain async", "tracktrain blocking"
+SAVING_VARIANTS = (TT_ASYNC, TT_BLOCKING, LIGHTNING)
+DESCRIPTIONS = {
+    TT_ASYNC: "tracktrain ModelCheckpoint(async_save=True)",
+    TT_BLOCKING: "tracktrain ModelCheckpoint(async_save=False)",
+    LIGHTNING: "Lightning ModelCheckpoint (torch.save, blocking)",
+}
 FULL_SIZES, QUICK_SIZES = (1024, 2048, 2048, 1024, 10), (256, 512, 512, 10)  # ~100.8 MB and ~4.8 MB of state
+
+
+def library_of(variant: str) -> str:
+    return LIGHTNING if variant == LIGHTNING else TRACKTRAIN
 
 
 # ------------------------------------------------------------------------------------------------ measurement
@@ -175,6 +160,8 @@ class Bench:
         self.root_dir = root_dir
         self.rng = rng
         self.problems: list[str] = []
+        self.notes: list[str] = []
+        self.stat = "median"
         # (library, step) -> the tensors of that library's first checkpoint of that step
         self.references: dict[tuple[str, int], dict[str, torch.Tensor]] = {}
         self.lightning_identical: dict[int, bool] = {}  # step -> Lightning's checkpoint is tracktrain's bit for bit
@@ -353,16 +340,40 @@ class Bench:
                             self.problems.append(
                                 f"{where}: the first step did not start from the checkpoint's weights: {difference}"
                             )
-                    samples[(library, how)].append(fit.clock.forward_starts[0] - fit.started)
-            for (library, how), values in samples.items():
-                rows.append(
-                    {
-                        "storage": storage.key,
-                        "library": library,
-                        "how": how,
-                        "samples_s": values,
-                        "error": errors.get((library, how)),
-                    }
+                    samples[(library, how)].append((fit.clock.forward_starts[0] - fit.started) * 1e3)
+            for key, error in errors.items():
+                self.notes.append(f"{storage.key}: {' '.join(key)} failed: {error}")
+            named = {f"{library} {how}": values for (library, how), values in samples.items() if values}
+            bases = {name: f"{name.split()[0]} from scratch" for name in named}
+            rows += h.compare(f"{storage.key}: resume, to the first step", named, bases, "ms", self.stat)
+        return rows
+
+    def save_rows(self) -> list[dict[str, Any]]:
+        """Per storage, the stall, added time and commit per checkpoint of each variant next to Lightning's, with
+        the checkpoints' size, the async saves that found the previous write still running, and what the storage
+        server's process (moto, on the same cores) used per checkpoint."""
+        rows = []
+        for storage in self.storages:
+            cases = [case for case in self.cases.values() if case.storage is storage]
+            for case in cases:
+                if case.error is not None:
+                    self.notes.append(f"{storage.key}: {DESCRIPTIONS[case.variant]} cannot save there: {case.error}")
+            cases = [case for case in cases if case.samples]
+            extra = {
+                "MB": {DESCRIPTIONS[c.variant]: statistics.median(c.checkpoint_bytes) / 1e6 for c in cases},
+                "waited": {
+                    DESCRIPTIONS[c.variant]: f"{sum(s.waited for s in c.samples)} of {len(c.samples)}" for c in cases
+                },
+                "server_cpu_ms": {
+                    DESCRIPTIONS[c.variant]: statistics.median(c.server_cpu) * 1e3 for c in cases if c.server_cpu
+                },
+            }
+            every = self.settings.every[storage.key]
+            for name in ("stall", "added", "committed_after"):
+                samples = {DESCRIPTIONS[c.variant]: [getattr(s, name) * 1e3 for s in c.samples] for c in cases}
+                case = f"{storage.key}, every {every} steps: {name.replace('_', ' ')}"
+                rows += h.compare(
+                    case, samples, DESCRIPTIONS[LIGHTNING], "ms", self.stat, **(extra if name == "stall" else {})
                 )
         return rows
 
@@ -373,40 +384,28 @@ class Bench:
 
 
 # ------------------------------------------------------------------------------------------------------ main
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = h.make_parser(__doc__, root_dir="the local checkpoints and run directories", stat_of="the checkpoints")
-    add = parser.add_argument
-    add("--repeats", type=int, help="timed fits per variant and storage (default 3; --quick 1)")
-    add("--saves", type=int, help="checkpoints per timed fit (default 3; --quick 2)")
-    add("--every-local", type=int, help="steps between checkpoints on the local disk (default 20; --quick 6)")
-    add("--every-s3", type=int, help="steps between checkpoints on S3 (default 50; --quick 6)")
-    add("--resume-repeats", type=int, help="fits per resume variant (default 3; --quick 1)")
-    add("--storages", default="local,s3", help="comma-separated: local, s3 (default both)")
-    add("--batch-size", type=int, default=4, help="batch size (default 4: the step is mostly AdamW's update)")
-    defaults = {
-        "repeats": (3, 1),
-        "saves": (3, 2),
-        "every_local": (20, 6),
-        "every_s3": (50, 6),
-        "resume_repeats": (3, 1),
-    }
-    args = h.finish_args(
-        parser, argv, defaults, positive=["repeats", "saves", "resume_repeats", "batch_size", "threads"]
-    )
-    for name in ("every_local", "every_s3"):
-        if getattr(args, name) < LEAD_IN_SKIP + 3:
-            parser.error(
-                f"--{name.replace('_', '-')} must be at least {LEAD_IN_SKIP + 3} (the steps before the "
-                f"first save, but the first {LEAD_IN_SKIP}, are the baseline)"
-            )
-    unknown = set(args.storages.split(",")) - {LOCAL, S3}
-    if unknown:
-        parser.error(f"--storages: unknown storage(s) {sorted(unknown)}; use local, s3")
-    return args
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = h.parse(
+        __doc__,
+        argv,
+        {
+            "repeats": (3, 1, "timed fits per variant and storage"),
+            "saves": (3, 2, "checkpoints per timed fit"),
+            "every_local": (20, 6, "steps between checkpoints on the local disk"),
+            "every_s3": (50, 6, "steps between checkpoints on S3"),
+            "resume_repeats": (3, 1, "fits per resume variant"),
+            "batch_size": (4, 4, "batch size (the step is mostly AdamW's update)"),
+        },
+        options=lambda add: add("--storages", default="local,s3", help="comma-separated: local, s3 (default both)"),
+        positive=["repeats", "saves", "resume_repeats", "batch_size", "threads"],
+        root_dir="the local checkpoints and run directories",
+        stat_of="the checkpoints",
+    )
+    if min(args.every_local, args.every_s3) < LEAD_IN_SKIP + 3 or set(args.storages.split(",")) - {LOCAL, S3}:
+        sys.exit(
+            f"--every-local/--every-s3 must be at least {LEAD_IN_SKIP + 3} (the steps before the first save, but "
+            f"the first {LEAD_IN_SKIP}, are the baseline); --storages takes local, s3"
+        )
     rng = h.prepare(args)
     lightning, lightning_status = load_peer("lightning", "lightning.pytorch.callbacks", skip=args.no_lightning)
     notes = [] if lightning is not None else [f"lightning: {lightning_status}; its rows are missing."]
@@ -433,6 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     if lightning is not None:
         fitters[LIGHTNING] = lightning_fitter(lightning)
     bench = Bench(workload, settings, fitters, storages, root_dir, rng)
+    bench.stat, bench.notes = args.stat, notes
 
     h.freeze_garbage()
     env = h.environment(args.threads, lightning=lightning_status)
@@ -461,28 +461,36 @@ def main(argv: list[str] | None = None) -> int:
                 f"- repeat {repeat + 1} of {args.repeats} done [{time.perf_counter() - started:.1f} s]", flush=True
             )
         )
-        resume_rows = summarize_resume(bench.measure_resume(), args.stat)
+        rows = bench.save_rows() + bench.measure_resume()
         print(f"- resume fits done [{time.perf_counter() - started:.1f} s]", flush=True)
     finally:
         bench.release()
         moto.stop()
-    rows = [summarize_case(case, settings, args.stat) for case in bench.cases.values()]
-    report(rows, resume_rows, bench.baselines, bench.lightning_identical, args.stat, lightning_status, notes)
-    return h.finish(
-        args,
-        {
-            "environment": env,
-            "arguments": vars(args),
-            "workload": workload.describe(),
-            "state_mb": workload.state_mb,
-            "rows": rows,
-            "resume": resume_rows,
-            "baselines": {library: [vars(b) for b in values] for library, values in bench.baselines.items()},
-            "lightning_bit_identical": {str(step): same for step, same in bench.lightning_identical.items()},
-            "notes": notes,
-        },
-        bench.problems,
+    h.report(rows, "MB", "waited", "server_cpu_ms", decimals=1)
+    lead_in = {}
+    for variant, values in bench.baselines.items():
+        lead_in.setdefault(library_of(variant), []).extend(values)
+    print(
+        "stall, added, committed after: per checkpoint, over every checkpoint of every repeat. waited: async saves "
+        "that found the previous write still running. server_cpu_ms: moto's process per checkpoint (a real S3 spends "
+        "none of this machine's CPU). resume: the Trainer's construction to the first forward; − vs from scratch is "
+        "what loading costs. Before the first checkpoint: "
+        + ", ".join(
+            f"{library} {statistics.median(b.step for b in values) * 1e3:.1f} ms per step + "
+            f"{statistics.median(b.gap for b in values) * 1e3:.2f} ms between steps"
+            for library, values in lead_in.items()
+        )
     )
+    if bench.lightning_identical:
+        how = "bit for bit" if all(bench.lightning_identical.values()) else "within rtol=1e-5, not all bit for bit"
+        notes.append(
+            f"Lightning's checkpoints of steps {sorted(bench.lightning_identical)} hold tracktrain's tensors ({how})"
+        )
+    for note in notes:
+        print(f"- {note}")
+    payload = {"environment": env, "arguments": vars(args), "workload": workload.describe(), "rows": rows}
+    payload |= {"state_mb": workload.state_mb, "notes": notes, "lightning_bit_identical": bench.lightning_identical}
+    return h.finish(args, payload, bench.problems)
 
 
 if __name__ == "__main__":
