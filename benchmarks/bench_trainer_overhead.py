@@ -216,7 +216,7 @@ def measure_case(key: str, variants: list[Variant], args: Any, rng: Any, problem
     for mode in (OFF, DEFAULTS):
         ours, theirs = f"tracktrain-{mode}", f"lightning-{mode}"
         mine = {name: values for name, values in per_iteration.items() if name in (RAW, ours, theirs)}
-        goal = h.overhead_goal(mine, RAW, ours, theirs, GOAL_RATIO[mode], args.stat)
+        goal = h.overhead_goal(mine, (ours, RAW), (theirs, RAW), GOAL_RATIO[mode], args.stat)
         bases = {ours: (RAW, theirs), theirs: RAW}
         rows += h.compare(f"{key} {mode}", mine, bases, "µs/it", args.stat, **goal)
     startups = {name: [ms for _, pair in values for ms in pair] for name, values in samples.items()}
@@ -283,9 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         "first case). goal: tracktrain's overhead over the raw loop ÷ Lightning's, where Lightning's exceeds "
         "the noise (the widest IQR), against its goal: ≤ 1/3 with everything off, ≤ 1 with the defaults."
     )
-    verdicts = [
-        (row["case"], row["goal"].split(": ", 1)[1]) for row in rows if row.get("goal") and row["baseline"] == RAW
-    ]
+    verdicts = h.goals(rows)
     if verdicts:
         print(h.goal_line("Goals (tracktrain's overhead over Lightning's)", verdicts))
     else:

@@ -276,23 +276,35 @@ def compare(
 
 
 def overhead_goal(
-    samples: dict[str, list[float]], raw: str, ours: str, theirs: str, goal: float, statistic: str = "median"
+    samples: dict[str, list[float]],
+    ours: tuple[str, str],
+    theirs: tuple[str, str],
+    goal: float,
+    statistic: str = "median",
+    counted: bool = True,
 ) -> dict[str, dict[str, Any]]:
-    """`compare`'s extra columns for a goal on overheads: `ours`'s overhead over `raw` divided by `theirs`'s
-    (`overhead_ratio`, given only where their overhead exceeds the noise: the widest IQR of the three), and whether
-    it is at most `goal` (`goal`: the ratio, the goal and its `verdict`). Both on `ours`'s rows; empty when `theirs` did not run."""
-    if theirs not in samples:
+    """`compare`'s extra columns for a goal on overheads: what `ours` (variant, the same without what is measured:
+    e.g. the raw loop) costs, over what `theirs` costs (`overhead_ratio`, given only where theirs exceeds the noise:
+    the widest IQR of the four), and whether it is at most `goal` (`goal`: the ratio, the goal and its `verdict`;
+    "(not counted)" without `counted`). On `ours`'s rows; empty when a variant did not run."""
+    if any(name not in samples for name in (*ours, *theirs)):
         return {"overhead_ratio": {}, "goal": {}}
     center = STATISTICS[statistic]
-    overhead = {name: center(samples[name]) - center(samples[raw]) for name in (ours, theirs)}
-    noise = max(iqr(samples[name]) for name in (raw, ours, theirs))
-    ratio = overhead[ours] / overhead[theirs] if overhead[theirs] > noise else None
-    return {
-        "overhead_ratio": {ours: ratio},
-        "goal": {
-            ours: f"{'—' if ratio is None else f'{ratio:.3f}'} ≤ {goal:.2g}: {verdict(goal * overhead[theirs] - overhead[ours], noise)}"
-        },
+    mine, their = (center(samples[a]) - center(samples[b]) for a, b in (ours, theirs))
+    noise = max(iqr(samples[name]) for name in {*ours, *theirs})
+    ratio = mine / their if their > noise else None
+    text = f"{'—' if ratio is None else f'{ratio:.3f}'} ≤ {goal:.2g}: {verdict(goal * their - mine, noise)}"
+    return {"overhead_ratio": {ours[0]: ratio}, "goal": {ours[0]: text + ("" if counted else " (not counted)")}}
+
+
+def goals(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(case / variant, verdict) of every row with a counted `goal` column, once per variant, for `goal_line`."""
+    found = {
+        f"{row['case']} / {row['variant']}": row["goal"].split(": ", 1)[1]
+        for row in rows
+        if row.get("goal") and not row["goal"].endswith("(not counted)")
     }
+    return list(found.items())
 
 
 def ratio_goal(
