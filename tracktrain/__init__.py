@@ -19,6 +19,7 @@ from tracktrain.engine import (
 __version__ = "0.1.0"
 
 _LAZY = {
+    "DataModule": "tracktrain.trainer",
     "LoopModule": "tracktrain.trainer",
     "Trainer": "tracktrain.trainer",
     "Callback": "tracktrain.callbacks",
@@ -40,6 +41,7 @@ _LAZY = {
 __all__ = [
     "Callback",
     "CallableEventWithFilter",
+    "DataModule",
     "DeterministicEngine",
     "Engine",
     "EventEnum",

@@ -1,10 +1,12 @@
-"""The Lightning-style layer: `LoopModule` (what a step does) and `Trainer` (runs it on Engines)."""
+"""The Lightning-style layer: `LoopModule` (what a step does), `DataModule` (the data) and `Trainer` (runs them on
+Engines)."""
 
 from __future__ import annotations
 
 from tracktrain._lazy import lazy_attributes
 
 _LAZY = {
+    "DataModule": "tracktrain.trainer.datamodule",
     "LoopModule": "tracktrain.trainer.module",
     "Trainer": "tracktrain.trainer.trainer",
     "SupervisedModule": "tracktrain.trainer.supervised_module",

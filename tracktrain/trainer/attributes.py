@@ -26,8 +26,8 @@ TRAINER_ATTRIBUTES = frozenset(
         "checkpoints", "engines", "eval_engine", "evaluation", "fit_step", "metrics", "nonfinite_watch",
         "predict_engine", "preemption", "session", "state", "test_engine", "train_engine", "_logger_bridge",
         # what a run sets up (Session, RunCheckpoints, the sanity check)
-        "ckpt_path", "fitting", "lr_scheduler_configs", "manual_optimizers", "model_engine", "module", "optimizers",
-        "resume_changes", "run_seed", "sanity_checking", "settings", "val_dataloaders",
+        "ckpt_path", "datamodule", "fitting", "lr_scheduler_configs", "manual_optimizers", "model_engine", "module",
+        "optimizers", "resume_changes", "run_seed", "sanity_checking", "settings", "val_dataloaders",
     }
 )  # fmt: skip
 

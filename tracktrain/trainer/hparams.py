@@ -1,16 +1,16 @@
 """A module's hyperparameters as Lightning keeps them: `save_hyperparameters()` in `__init__` captures the init
-arguments into `hparams`, an `AttributeDict` (`self.hparams.lr`). The Trainer saves them with every checkpoint (the
-run's settings, compared on resume), the loggers record them, and `LoopModule.load_from_checkpoint` rebuilds the
-module from them."""
+arguments into `hparams`, an `AttributeDict` (`self.hparams.lr`). The Trainer saves a module's with every checkpoint
+(the run's settings, compared on resume), the loggers record them, and `LoopModule.load_from_checkpoint` rebuilds the
+module from them. `HyperparametersMixin` is the one implementation, for `LoopModule` and `DataModule` alike."""
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import Any
 
-__all__ = ["AttributeDict", "init_arguments"]
+__all__ = ["AttributeDict", "HyperparametersMixin", "init_arguments"]
 
 
 class AttributeDict(dict):
@@ -68,3 +68,28 @@ def init_arguments(
             )
         collected = {name: collected[name] for name in names}
     return {name: value for name, value in collected.items() if name not in ignored and name != "__class__"}
+
+
+class HyperparametersMixin:
+    """`save_hyperparameters()` and `hparams`, as Lightning's `LightningModule` and `LightningDataModule` have them."""
+
+    def save_hyperparameters(self, *names: str, ignore: str | Sequence[str] | None = None) -> None:
+        """Call in `__init__`: keep its arguments (all of them, or those `names`, less `ignore`) in `self.hparams`,
+        as Lightning does. A module's are saved with every checkpoint, logged by the trackers, compared when a fit
+        resumes, and `load_from_checkpoint` rebuilds the module from them."""
+        frame = inspect.currentframe()
+        self._hparams = AttributeDict(init_arguments(self, frame.f_back if frame else None, names, ignore))
+
+    @property
+    def hparams(self) -> AttributeDict:
+        """The hyperparameters (`self.hparams.lr`): what `save_hyperparameters()` kept, or a dict assigned."""
+        hparams = self.__dict__.get("_hparams")
+        if hparams is None:  # a subclass whose __init__ did not call its base's
+            hparams = self._hparams = AttributeDict()
+        return hparams
+
+    @hparams.setter
+    def hparams(self, values: Mapping[str, Any]) -> None:
+        if not isinstance(values, Mapping):
+            raise TypeError(f"hparams must be a mapping of name -> value, got {type(values).__name__}: {values!r}.")
+        self._hparams = AttributeDict(values)

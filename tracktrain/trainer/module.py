@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import os
 from collections.abc import Mapping, Sequence
@@ -12,7 +11,7 @@ import torch
 from torch import nn
 
 from tracktrain import ranks
-from tracktrain.trainer.hparams import AttributeDict, init_arguments
+from tracktrain.trainer.hparams import AttributeDict, HyperparametersMixin
 
 if TYPE_CHECKING:
     from tracktrain.trainer.callback import Callback
@@ -53,7 +52,7 @@ def checked_loss(output: Any) -> torch.Tensor:
     return loss
 
 
-class LoopModule(nn.Module):
+class LoopModule(HyperparametersMixin, nn.Module):
     """Subclass it: write `train_step`, `configure_optimizers` and (to validate) `eval_step`; a `Trainer` runs it.
 
     .. code-block:: python
@@ -92,26 +91,7 @@ class LoopModule(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self._trainer: Trainer | None = None
-        self._hparams = AttributeDict()
-
-    # ------------------------------------------------------------------------------------------ hyperparameters
-    def save_hyperparameters(self, *names: str, ignore: str | Sequence[str] | None = None) -> None:
-        """Call in `__init__`: keep its arguments (all of them, or those `names`, less `ignore`) in `self.hparams`,
-        as Lightning does. They are saved with every checkpoint, logged by the trackers, compared when a fit resumes,
-        and `load_from_checkpoint` rebuilds the module from them."""
-        frame = inspect.currentframe()
-        self._hparams = AttributeDict(init_arguments(self, frame.f_back if frame else None, names, ignore))
-
-    @property
-    def hparams(self) -> AttributeDict:
-        """The module's hyperparameters (`self.hparams.lr`): what `save_hyperparameters()` kept, or a dict assigned."""
-        return self._hparams
-
-    @hparams.setter
-    def hparams(self, values: Mapping[str, Any]) -> None:
-        if not isinstance(values, Mapping):
-            raise TypeError(f"hparams must be a mapping of name -> value, got {type(values).__name__}: {values!r}.")
-        self._hparams = AttributeDict(values)
+        self._hparams = AttributeDict()  # save_hyperparameters() / hparams: HyperparametersMixin's
 
     # ----------------------------------------------------------------------------------- the steps (override)
     def train_step(self, batch: Any, batch_idx: int) -> torch.Tensor | Mapping[str, Any] | None:

@@ -61,8 +61,8 @@ class RunCheckpoints:
         return [checkpointer.dirpath or default for checkpointer in self.checkpointers]
 
     def objects(self) -> dict[str, Any]:
-        """What a checkpoint of the run holds: the module, optimizers, LR schedulers, the train engine's state and
-        the Trainer's own (global step, callbacks), as the strategy saves them."""
+        """What a checkpoint of the run holds: the module, optimizers, LR schedulers, the train engine's state, the
+        Trainer's own (global step, callbacks) and the fit's DataModule, as the strategy saves them."""
         trainer = self._trainer
         objects: dict[str, Any] = {
             "model": trainer.module,
@@ -75,6 +75,8 @@ class RunCheckpoints:
             objects["lr_schedulers"] = [config.scheduler for config in trainer.lr_scheduler_configs]
         if trainer.model_engine is not None and trainer.model_engine.scaler is not None:
             objects["grad_scaler"] = trainer.model_engine.scaler
+        if trainer.datamodule is not None:  # its state_dict(), restored on resume (after its setup) as Lightning does
+            objects["datamodule"] = trainer.datamodule
         return trainer.strategy.checkpoint_objects(objects)
 
     def save_all_now(self, timeout: float) -> bool:
@@ -165,7 +167,10 @@ class RunCheckpoints:
                 saved = {**saved, "trainer": {k: v for k, v in saved.get("trainer", {}).items() if k != "seed"}}
         changes = changed_settings(saved, current)
         check_resumable(changes, ckpt_path, trainer.resume_with_changes)
-        Checkpoint.load_objects(self.objects(), states)
+        objects = self.objects()
+        if isinstance(states, Mapping) and "datamodule" not in states:  # saved without one: it keeps its own state
+            objects.pop("datamodule", None)
+        Checkpoint.load_objects(objects, states)
         trainer.resume_changes = changes
         limits = {key: change for key, change in changes.items() if key in _LIMIT_SETTINGS}
         others = {key: change for key, change in changes.items() if key not in _LIMIT_SETTINGS}

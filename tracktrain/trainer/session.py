@@ -21,6 +21,7 @@ from tracktrain.trainer import arguments
 from tracktrain.trainer.batches import epoch_length_of
 from tracktrain.trainer.building import configure_optimizers, model_engine_for
 from tracktrain.trainer.callback import check_state_keys, with_module_callbacks
+from tracktrain.trainer.datamodule import StageData
 from tracktrain.trainer.hooks import TrainerEvents
 from tracktrain.trainer.lightning_names import check_lightning_methods
 from tracktrain.trainer.metric_log import to_floats
@@ -49,16 +50,14 @@ class Session:
         self._train: tuple[Iterable[Any], int | None] | None = None  # it as read, and its epoch length
 
     # ------------------------------------------------------------------------------------------ entry points
-    def fit(self, module: LoopModule, train_loader: Iterable[Any], val_loader: Any, ckpt_path: str | None) -> None:
+    def fit(self, module: LoopModule, data: StageData, ckpt_path: str | None) -> None:
         """`Trainer.fit` once its arguments are checked: resume (or start) the run, train, tear the strategy down."""
         trainer = self._trainer
-        if epoch_length_of("limit_train_batches", train_loader, trainer.limits["fit"]) == 0:
-            return
-        trainer.val_dataloaders = val_loader
-        stages = {"fit", "validate"} if val_loader is not None else {"fit"}
-        self._fit_loader, self._train = train_loader, None
+        self._train = None
 
         def run() -> None:
+            if epoch_length_of("limit_train_batches", data.loader("fit"), trainer.limits["fit"]) == 0:
+                return  # nothing to train (the loader as given: the strategy's shard waits for the run's seed)
             trainer.checkpoints.start_run(ckpt_path if ckpt_path is not None else trainer.resume, module)
             if trainer.checkpoints.already_finished():
                 return
@@ -66,7 +65,7 @@ class Session:
             loader, epoch_length = self.train_loader()
             trainer.preemption.start()
             try:
-                run_sanity_check(trainer, val_loader)
+                run_sanity_check(trainer, trainer.val_dataloaders)
                 trainer.fitting = True
                 trainer.train_engine.run(
                     loader, max_epochs=self._max_epochs(epoch_length), epoch_length=epoch_length, seed=trainer.run_seed
@@ -78,7 +77,7 @@ class Session:
             trainer.strategy.teardown()
 
         try:
-            self.run(module, stages, "fit", run, training=True, val_loader=val_loader)
+            self.run(module, "fit", run, data)
         finally:
             self._fit_loader, self._train = None, None
 
@@ -108,46 +107,41 @@ class Session:
         epochs = math.ceil(epoch_length / trainer.accumulate_grad_batches) * trainer.max_epochs
         return min(epochs, limit)
 
-    def evaluate(self, stage: str, module: LoopModule | None, loader: Any) -> list[dict[str, float]]:
-        """`Trainer.validate` or `Trainer.test`: one pass of `stage` over `loader`; its epoch's values."""
+    def evaluate(self, stage: str, module: LoopModule | None, loader: Any, datamodule: Any) -> list[dict[str, float]]:
+        """`Trainer.validate` or `Trainer.test`: one pass of `stage` over its loader; its epoch's values."""
         module = self._module_for(stage, module)
-        arguments.check_loader("dataloaders", loader, required=True)
+        data = StageData(stage, module, datamodule, {stage: loader})
         if not (stage == "test" and type(module).test_step is not LoopModule.test_step):
             arguments.require_override(module, "eval_step", stage)
         values: dict[str, Any] = {}
 
         def run() -> None:
-            values.update(self._trainer.run_stage(stage, loader))
+            values.update(self._trainer.run_stage(stage, data.loader(stage)))
 
-        self.run(module, {stage}, stage, run)
+        self.run(module, stage, run, data)
         return [to_floats(values)]
 
-    def predict(self, module: LoopModule | None, loader: Any) -> list[Any]:
-        """`Trainer.predict`: one pass over `loader`; the outputs, one per batch."""
+    def predict(self, module: LoopModule | None, loader: Any, datamodule: Any) -> list[Any]:
+        """`Trainer.predict`: one pass over its loader; the outputs, one per batch."""
         trainer = self._trainer
         module = self._module_for("predict", module)
-        arguments.check_loader("dataloaders", loader, required=True)
+        data = StageData("predict", module, datamodule, {"predict": loader})
         evaluation = trainer.evaluation
         evaluation.predictions = []
-        self.run(module, {"predict"}, "predict", lambda: trainer.run_stage("predict", loader))
+        self.run(module, "predict", lambda: trainer.run_stage("predict", data.loader("predict")), data)
         predictions, evaluation.predictions = evaluation.predictions, []
         return predictions
 
-    def run(
-        self,
-        module: LoopModule,
-        stages: set[str],
-        outermost: str,
-        body: Callable[[], object],
-        training: bool = False,
-        val_loader: Any = None,
-    ) -> None:
-        """Set up, attach, `body()`, and detach whatever happens; `on_exception` hooks see any failure once."""
+    def run(self, module: LoopModule, outermost: str, body: Callable[[], object], data: StageData) -> None:
+        """Set up (the data included), attach, `body()`, and detach whatever happens; `on_exception` hooks see any
+        failure once; the data's `teardown` hooks end it."""
         trainer = self._trainer
         handles: list[RemovableEventHandle] = []
         exception_hooks: ExceptionHooks | None = None
         try:
-            self._setup(module, training)
+            self._setup(module, data)
+            val_loader = trainer.val_dataloaders if outermost == "fit" else None
+            stages = {outermost} | ({"validate"} if val_loader is not None else set())
             handles, exception_hooks = attach_handlers(trainer, stages, outermost, val_loader)
             body()
         except BaseException as exception:
@@ -155,7 +149,10 @@ class Session:
                 exception_hooks.notify(trainer.engines[outermost], exception)
             raise
         finally:
-            self._teardown(handles)
+            try:
+                self._teardown(handles)
+            finally:
+                data.teardown()
 
     def decisions(self) -> list[Decision]:
         """`Trainer.decisions`: under DDP, a stop any rank asked for during the epoch (`stop_requested`) is everyone's
@@ -212,10 +209,11 @@ class Session:
         return module
 
     # --------------------------------------------------------------------------------------- set-up / tear-down
-    def _setup(self, module: LoopModule, training: bool) -> None:
-        """The strategy's order: environment, then the module (wrapped before its optimizers are built), then
-        the optimizers and the model engine that steps them."""
+    def _setup(self, module: LoopModule, data: StageData) -> None:
+        """The strategy's order: environment, then the data (`prepare_data` needs the process group), then the
+        module (wrapped before its optimizers are built), then the optimizers and the model engine that steps them."""
         trainer = self._trainer
+        training = data.entry == "fit"
         strategy = trainer.strategy
         trainer.device = strategy.setup_environment(trainer.device)
         self._distributed_loaders = {}
@@ -226,7 +224,10 @@ class Session:
             torch.use_deterministic_algorithms(True, warn_only=True)
         check_lightning_methods(module, LoopModule)
         module.trainer = trainer
-        trainer.module = module
+        trainer.module, trainer.datamodule = module, data.datamodule
+        data.setup(trainer)  # prepare_data, setup(stage), then the loaders (configure_optimizers may ask for them)
+        if training:
+            self._fit_loader, trainer.val_dataloaders = data.loader("fit"), data.loader("validate")
         trainer.callbacks = with_module_callbacks(trainer.callbacks, module)
         check_state_keys(trainer.callbacks)
         module.to(trainer.device)

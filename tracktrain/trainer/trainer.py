@@ -19,6 +19,7 @@ from tracktrain.trainer import arguments, defaults
 from tracktrain.trainer.attributes import TRAINER_ATTRIBUTES, refuse_attribute
 from tracktrain.trainer.building import as_loop_module
 from tracktrain.trainer.callback import Callback, check_state_keys
+from tracktrain.trainer.datamodule import DataModule, StageData
 from tracktrain.trainer.evaluation import EvaluationStages
 from tracktrain.trainer.fit_step import FitStep
 from tracktrain.trainer.hooks import TrainerEvents
@@ -212,6 +213,7 @@ class Trainer:
         self.state = TrainerState(self)
         self.session = Session(self)  # how each entry point sets up, runs and tears down
         self.module: LoopModule | None = None
+        self.datamodule: DataModule | None = None  # the DataModule of the entry point under way (or last run)
         self.model_engine: ModelEngine | None = None
         self.optimizers: list[torch.optim.Optimizer] = []
         self.manual_optimizers: list[Any] = []  # what LoopModule.optimizers() hands out
@@ -360,14 +362,16 @@ class Trainer:
         train_dataloaders: Iterable[Any] | None = None,
         val_dataloaders: Iterable[Any] | None = None,
         ckpt_path: str | os.PathLike | None = None,
+        datamodule: DataModule | None = None,
         *,
         optimizer: torch.optim.Optimizer | None = None,
         criterion: Callable | None = None,
         lr_scheduler: Any = None,
     ) -> None:
-        """Train `module` on `train_dataloaders`, validating on `val_dataloaders`; resume from `ckpt_path`: a path
-        or URL, or "last" (the newest complete checkpoint of the run). Without it, `Trainer(resume=...)` decides;
-        with neither, a fit is a new run: step and epoch counters start at 0.
+        """Train `module` on `train_dataloaders`, validating on `val_dataloaders` (or on a `datamodule`'s loaders, or
+        on the module's own `train_dataloader()`/`val_dataloader()`); resume from `ckpt_path`: a path or URL, or
+        "last" (the newest complete checkpoint of the run). Without it, `Trainer(resume=...)` decides; with
+        neither, a fit is a new run: step and epoch counters start at 0.
 
         `module` may also be a plain `nn.Module` (with `optimizer=` and `criterion=`) or a `ModelEngine` from
         `tracktrain.initialize`: it is then trained as a `SupervisedModule` on `(inputs, targets)` batches.
@@ -377,28 +381,31 @@ class Trainer:
             ckpt_path = arguments.check_location(
                 "Trainer.fit(ckpt_path=...)", ckpt_path, 'a checkpoint file\'s path or URL, or "last"'
             )
-        arguments.check_loader("train_dataloaders", train_dataloaders, required=True)
-        arguments.check_loader("val_dataloaders", val_dataloaders)
+        data = StageData("fit", module, datamodule, {"fit": train_dataloaders, "validate": val_dataloaders})
         if val_dataloaders is not None:
             arguments.require_override(module, "eval_step", "validate with val_dataloaders")
-        assert train_dataloaders is not None  # required, checked above
-        self.session.fit(module, train_dataloaders, val_dataloaders, ckpt_path)
+        self.session.fit(module, data, ckpt_path)
 
     def validate(
-        self, module: LoopModule | None = None, dataloaders: Iterable[Any] | None = None
+        self, module: LoopModule | None = None, dataloaders: Iterable[Any] | None = None, datamodule: Any = None
     ) -> list[dict[str, float]]:
-        """Run `eval_step` over `dataloaders`; returns `[{metric: value}]` (also in `callback_metrics`)."""
-        return self.session.evaluate("validate", module, dataloaders)
+        """Run `eval_step` over `dataloaders` (or `datamodule`'s, or the module's `val_dataloader()`); returns
+        `[{metric: value}]` (also in `callback_metrics`)."""
+        return self.session.evaluate("validate", module, dataloaders, datamodule)
 
     def test(
-        self, module: LoopModule | None = None, dataloaders: Iterable[Any] | None = None
+        self, module: LoopModule | None = None, dataloaders: Iterable[Any] | None = None, datamodule: Any = None
     ) -> list[dict[str, float]]:
-        """Run `test_step` over `dataloaders`; returns `[{metric: value}]` (also in `callback_metrics`)."""
-        return self.session.evaluate("test", module, dataloaders)
+        """Run `test_step` over `dataloaders` (or `datamodule`'s, or the module's `test_dataloader()`); returns
+        `[{metric: value}]` (also in `callback_metrics`)."""
+        return self.session.evaluate("test", module, dataloaders, datamodule)
 
-    def predict(self, module: LoopModule | None = None, dataloaders: Iterable[Any] | None = None) -> list[Any]:
-        """Run `predict_step` over `dataloaders`; returns the outputs, one per batch."""
-        return self.session.predict(module, dataloaders)
+    def predict(
+        self, module: LoopModule | None = None, dataloaders: Iterable[Any] | None = None, datamodule: Any = None
+    ) -> list[Any]:
+        """Run `predict_step` over `dataloaders` (or `datamodule`'s, or the module's `predict_dataloader()`); returns
+        the outputs, one per batch."""
+        return self.session.predict(module, dataloaders, datamodule)
 
     def loader_for(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
         """`loader` as the strategy reads it (this process's shard under DDP), made once per entry point."""
