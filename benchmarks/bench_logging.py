@@ -1,38 +1,23 @@
 #!/usr/bin/env python
-"""Training throughput of `Trainer.fit` while the module logs 5 metrics at every step, with each tracker's logger
-next to no logger at all, and Lightning's `MLFlowLogger` next to Lightning without a logger, in the same run.
-
-The module logs `self.log_dict({...5 scalars...})` in every training step and the Trainer publishes them at every
-step (`log_every_n_steps=1`); no progress bar, no checkpoints. Variants, all in one process:
-
-- tracktrain: no logger (`loggers=False`, the baseline), `CSVLogger`, `MLflowLogger` on an embedded `sqlite:///`
-  file, `MLflowLogger` on a local `mlflow server` (started here on 127.0.0.1 with a sqlite backend, stopped by its
-  PID at the end), `WandbLogger` in offline mode (every W&B folder in a temporary directory); the MLflow and W&B
-  loggers with their default `delivery="process"` (their tracker client in a child process), and with
-  `--thread-delivery` also with `delivery="thread"` (in a thread of the training process);
-- Lightning: no logger (its own baseline), and its `MLFlowLogger` as shipped on the same sqlite file and on the
-  same server.
-
-One sample is one fit's iterations per second from the start of its second epoch to the end of its last
-iteration, read inside the loop (tracktrain: handlers on `trainer.train_engine`; Lightning: a callback): start-up
-and the first epoch stay out, and so does the end of the fit, where a logger delivers what is still queued and
-closes its run; that end is reported apart. The project's goal: with a tracktrain logger, at least **0.95 ×** the
-no-logger throughput at every-step logging. After the timing, every run is read back (MlflowClient, the CSV file,
-W&B's `wandb leet inspect --json`): each of the 5 metrics must have arrived at every step.
+"""Training throughput of `Trainer.fit` while the module logs 5 metrics at every step (`log_every_n_steps=1`, no bar
+or checkpoints), with each tracker's logger next to no logger at all: tracktrain's CSVLogger, MLflowLogger (an
+embedded sqlite file, and a local `mlflow server` started here) and WandbLogger (offline), each with its default
+`delivery="process"` (and with `--thread-delivery` also "thread"); and Lightning's MLFlowLogger next to Lightning
+without a logger. A sample is one fit's iterations per second from its second epoch's start to its last iteration;
+the end of the fit (queued records delivered, run closed) and the whole fit are reported apart. After the timing
+every run is read back: each metric must have arrived at every step. Details in benchmarks/README.md.
 
     .venv/bin/python benchmarks/bench_logging.py --quick      # smoke test, ~30 s
     .venv/bin/python benchmarks/bench_logging.py              # the real run, ~2.5 min on 2 cores
 
-Timing never makes this script fail. It exits with status 1 only when a sanity check fails: a fit took the wrong
-number of steps, trained other weights than the first fit, or a run is missing a metric value at some step, was
-not closed, or left records undelivered. See benchmarks/README.md for how to read the table.
+Timing never makes this script fail; it exits with status 1 when a fit took the wrong number of steps, trained
+other weights than the first fit, or a run is missing a metric value at some step, was not closed, or left records
+undelivered.
 """
 
 from __future__ import annotations
 
-import argparse
 import cProfile
-import functools
 import importlib.util
 import os
 import random
@@ -40,7 +25,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,62 +105,24 @@ def measure(
     return h.measure(variants, repeats, rng, run, label=lambda variant: variant.key)
 
 
-# ------------------------------------------------------------------------------------------------ summaries
-def summarize(variants: list[Variant], fits: dict[str, list[Fit]], statistic: str) -> list[dict[str, Any]]:
-    """One row per variant: its throughput, its ratio to its framework's no-logger baseline (of the medians, and
-    paired: the median of the per-round ratios, which a drift longer than a round does not move), and the goal's
-    verdict for tracktrain's loggers: `yes` / `NO`, "(within noise)" where the margin, either way, is smaller than
-    the interquartile range of the paired ratios."""
-    center = h.STATISTICS[statistic]
-    baselines = {variant.framework: variant.key for variant in variants if variant.is_baseline}
-    rows = []
-    for variant in variants:
-        samples = [fit.iterations_per_second for fit in fits[variant.key]]
-        base_key = baselines.get(variant.framework)
-        base_samples = [fit.iterations_per_second for fit in fits[base_key]] if base_key else []
-        it_per_s = center(samples)
-        ratio = paired = noise = whole = whole_noise = None
-        goal = "—"
-        if base_samples and not variant.is_baseline:
-            # the whole fit, start-up and end included: the same steps, so the ratio of times is that of throughputs
-            whole_ratios = [
-                base.whole_seconds / mine.whole_seconds for mine, base in zip(fits[variant.key], fits[base_key])
-            ]
-            whole, whole_noise = statistics.median(whole_ratios), h.iqr(whole_ratios)
-            ratio = it_per_s / center(base_samples)
-            paired_ratios = [mine / base for mine, base in zip(samples, base_samples)]  # same round, side by side
-            paired = statistics.median(paired_ratios)
-            noise = h.iqr(paired_ratios)
-            if variant.framework == TRACKTRAIN:
-                goal = h.verdict(ratio - GOAL_RATIO, noise)
-        tails = [fit.tail_seconds * 1e3 for fit in fits[variant.key]]
-        rows.append(
-            {
-                "key": variant.key,
-                "framework": variant.framework,
-                "logger": variant.logger,
-                "baseline": variant.is_baseline,
-                "statistic": statistic,
-                "it_per_s": it_per_s,
-                "us_per_it": 1e6 / it_per_s,
-                "iqr_it_per_s": h.iqr(samples),
-                "ratio": ratio,
-                "paired_ratio": paired,
-                "paired_ratio_iqr": noise,
-                "goal_ratio": GOAL_RATIO if variant.framework == TRACKTRAIN and not variant.is_baseline else None,
-                "goal_met": goal,
-                "end_of_fit_ms": statistics.median(tails),
-                "whole_fit_paired_ratio": whole,
-                "whole_fit_paired_ratio_iqr": whole_noise,
-                "samples_whole_fit_s": [fit.whole_seconds for fit in fits[variant.key]],
-                "samples_it_per_s": samples,
-                "samples_end_of_fit_ms": tails,
-            }
-        )
-    return rows
-
-
-fmt = functools.partial(h.format_cell, decimals=1)
+def summarize(variants: list[Variant], fits: dict[str, list[Fit]], arrived: dict, stat: str) -> list[dict[str, Any]]:
+    """Each variant's throughput next to its framework's no-logger fits, the goal on tracktrain's loggers, the end
+    of the fit and what arrived (read back) as columns; and the whole fit's time (start-up and end included)."""
+    bases = {variant.framework: variant.key for variant in variants if variant.is_baseline}
+    bases = {variant.key: bases.get(variant.framework) for variant in variants if not variant.is_baseline}
+    speed = {key: [fit.iterations_per_second for fit in values] for key, values in fits.items()}
+    goal: dict[str, dict[str, Any]] = {"goal": {}}
+    for key, base in bases.items():
+        if key.startswith(TRACKTRAIN) and base:
+            goal["goal"] |= h.ratio_goal(speed, base, key, GOAL_RATIO, stat, least=True)["goal"]
+    tails = {key: statistics.median(fit.tail_seconds * 1e3 for fit in values) for key, values in fits.items()}
+    cells = {key: arrived_cell(arrived.get(key)) for key in fits}
+    return [
+        *h.compare("throughput", speed, bases, "it/s", stat, end_of_fit_ms=tails, arrived=cells, **goal),
+        *h.compare(
+            "whole fit", {key: [fit.whole_seconds for fit in values] for key, values in fits.items()}, bases, "s", stat
+        ),
+    ]
 
 
 def arrived_cell(check: dict[str, Any] | None) -> str:
@@ -185,47 +131,6 @@ def arrived_cell(check: dict[str, Any] | None) -> str:
     runs, complete = check["runs"], check["complete_runs"]
     amount = "all" if complete == runs else f"MISSING in {runs - complete} of"
     return f"{amount} {runs} runs: {len(METRIC_NAMES)} × {check['values_per_metric']} values each"
-
-
-def report(rows: list[dict[str, Any]], measurement: Measurement, stat: str, notes: list[str]) -> None:
-    def paired(key: str) -> Callable[[dict[str, Any]], str]:
-        return lambda row: "—" if row[key] is None else f"{row[key]:.3f} ({row[key + '_iqr']:.3f})"
-
-    columns = [
-        ("framework", "l", lambda row: row["framework"]),
-        ("logger", "l", lambda row: row["logger"]),
-        ("it/s", "r", lambda row: fmt(row["it_per_s"])),
-        ("µs/it", "r", lambda row: fmt(row["us_per_it"])),
-        ("× its no-logger it/s", "r", lambda row: "1 (baseline)" if row["baseline"] else f"{row['ratio']:.3f}"),
-        ("paired × (IQR)", "r", paired("paired_ratio")),
-        (f"goal ≥ {GOAL_RATIO:g}×", "l", lambda row: row["goal_met"]),
-        ("end of fit ms", "r", lambda row: fmt(row["end_of_fit_ms"])),
-        ("whole fit paired × (IQR)", "r", paired("whole_fit_paired_ratio")),
-        ("arrived (read back)", "l", lambda row: arrived_cell(row.get("arrived"))),
-    ]
-    print("\n## Throughput with 5 metrics logged at every step, start-up and end of fit excluded\n")
-    print(h.table(rows, columns) + "\n")
-    print(
-        f"it/s: {stat} over the fits of (steps from the 2nd epoch's start to the last iteration) / (the time between "
-        f"them); {measurement.timed_steps} steps per fit. ×: that over the {stat} of the same framework's no-logger "
-        "fits; paired ×: median of the per-round ratios (fits of one round ran side by side), with their "
-        "interquartile range: ratios closer than it are not told apart. goal: tracktrain's loggers only, from the "
-        "× column; '(within noise)' where the margin, either way, is smaller than the IQR. end of fit: median time "
-        "from the last iteration to the return of fit (the logger delivers what is still queued and closes its "
-        "run). whole fit: the paired ratio of the no-logger fit's time to this fit's, from building the logger and "
-        "the Trainer to the return of fit (start-up and end included; they cost the same whatever the fit's length, "
-        "so their share shrinks as fits grow). arrived: every fit's run read back after the timing (MlflowClient.get_metric_history for each metric, "
-        "the CSV file, `wandb leet inspect --json`)."
-    )
-    for note in notes:
-        print(f"- {note}")
-    verdicts = [(row["key"], row["goal_met"]) for row in rows if row["goal_ratio"] is not None]
-    if verdicts:
-        print(
-            h.goal_line(
-                f"Goal (a tracktrain logger keeps ≥ {GOAL_RATIO:g} × the no-logger throughput)", verdicts, "loggers"
-            )
-        )
 
 
 # ------------------------------------------------------------------------------------------------- profile
@@ -260,38 +165,6 @@ def profile_variants(measurement: Measurement, variants: list[Variant], root_dir
 
 
 # ------------------------------------------------------------------------------------------------------ main
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = h.make_parser(
-        __doc__, profile_top=20, root_dir="the runs, the sqlite file and the server's store", stat_of="the fits"
-    )
-    add = parser.add_argument
-    add("--repeats", type=int, help="timed fits per variant, after one warm-up fit (default 6; --quick 1)")
-    add("--epochs", type=int, help="epochs of a fit, the first not timed (default 4; --quick 2)")
-    add("--batches", type=int, help="batches per epoch (default 100; --quick 20)")
-    add("--batch-size", type=int, default=32, help="samples per batch (default 32: a step of ~1.2 ms here)")
-    add(
-        "--variants",
-        help="comma-separated words; the variants whose key holds one run, with each framework's "
-        "baseline (keys: tracktrain/none, tracktrain/csv, tracktrain/mlflow-sqlite, tracktrain/mlflow-server, "
-        "tracktrain/wandb-offline, with --thread-delivery the same three ending -thread, lightning/none, "
-        "lightning/mlflow-sqlite, lightning/mlflow-server; default all)",
-    )
-    add(
-        "--thread-delivery",
-        action="store_true",
-        help="also run tracktrain's MLflow and W&B loggers with "
-        "delivery='thread' (keys ending -thread): their tracker client in a thread of the training process, as "
-        "before delivery='process' was their default",
-    )
-    return h.finish_args(
-        parser,
-        argv,
-        {"repeats": (6, 1), "epochs": (4, 2), "batches": (100, 20)},
-        positive=["repeats", "batches", "batch_size", "threads"],
-        at_least_two=["epochs"],
-    )
-
-
 def installed(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
@@ -307,7 +180,36 @@ def versions(available: dict[str, bool], lightning_status: str) -> dict[str, str
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = h.parse(
+        __doc__,
+        argv,
+        {
+            "repeats": (6, 1, "timed fits per variant, after one warm-up fit"),
+            "epochs": (4, 2, "epochs of a fit, the first not timed"),
+            "batches": (100, 20, "batches per epoch"),
+            "batch_size": (32, 32, "samples per batch (a step of ~1.2 ms here)"),
+        },
+        options=lambda add: (
+            add(
+                "--variants",
+                help="comma-separated words: the variants whose key holds one run, with each "
+                "framework's baseline (tracktrain/none, tracktrain/csv, tracktrain/mlflow-sqlite, "
+                "tracktrain/mlflow-server, tracktrain/wandb-offline, lightning/none, lightning/mlflow-sqlite, "
+                "lightning/mlflow-server; default all)",
+            ),
+            add(
+                "--thread-delivery",
+                action="store_true",
+                help="also tracktrain's MLflow and W&B loggers with "
+                "delivery='thread' (keys ending -thread): their client in a thread of the training process",
+            ),
+        ),
+        positive=["repeats", "batches", "batch_size", "threads"],
+        at_least_two=["epochs"],
+        profile_top=20,
+        root_dir="the runs, the sqlite file and the server's store",
+        stat_of="the fits",
+    )
     rng = h.prepare(args)
     root_dir = h.temporary_root("tracktrain-bench-logging-", args.root_dir)
     quiet_trackers(root_dir)
@@ -344,9 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         fits = measure(measurement, variants, args.repeats, root_dir, args.threads, rng, problems)
         timed_seconds = time.perf_counter() - started
         checks = verify_deliveries(measurement.deliveries, measurement.steps, problems)
-        rows = summarize(variants, fits, args.stat)
-        for row in rows:
-            row["arrived"] = checks.get(row["key"])
+        rows = summarize(variants, fits, checks, args.stat)
         runs = sum(len(deliveries) for deliveries in measurement.deliveries.values())
         notes.append(
             f"the fits took {timed_seconds:.0f} s, the read-back of {runs} runs "
@@ -365,7 +265,18 @@ def main(argv: list[str] | None = None) -> int:
                 "in the training thread (MLflow's async logging is off unless MLFLOW_ENABLE_ASYNC_LOGGING "
                 "is set)."
             )
-        report(rows, measurement, args.stat, notes)
+        h.report(rows, "goal", "end_of_fit_ms", "arrived", decimals=1)
+        print(
+            f"throughput: {measurement.timed_steps} steps per fit from the 2nd epoch's start to the last iteration. "
+            "end_of_fit_ms: from the last iteration to the return of fit (the logger delivers what is queued and "
+            "closes its run). whole fit: from building the logger and the Trainer to the return of fit. arrived: "
+            "every fit's run read back (MlflowClient, the CSV file, `wandb leet inspect --json`)."
+        )
+        for note in notes:
+            print(f"- {note}")
+        if h.goals(rows):
+            goal = f"Goal (a tracktrain logger keeps ≥ {GOAL_RATIO:g} × the no-logger throughput)"
+            print(h.goal_line(goal, h.goals(rows), "loggers"))
         if args.profile:
             profile_variants(measurement, variants, root_dir, args.threads, args.profile_top)
     finally:
@@ -378,7 +289,6 @@ def main(argv: list[str] | None = None) -> int:
         {
             "environment": env,
             "arguments": vars(args),
-            "goal_ratio": GOAL_RATIO,
             "metric_names": list(METRIC_NAMES),
             "steps_per_fit": measurement.steps,
             "timed_steps_per_fit": measurement.timed_steps,
