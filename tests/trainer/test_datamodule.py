@@ -115,6 +115,15 @@ def test_a_fit_with_a_datamodule_equals_the_fit_with_its_loaders_passed_directly
     assert trainer.datamodule is None  # the last entry point ran without one
 
 
+def test_a_datamodule_passed_in_the_loaders_place_is_taken_as_lightning_does(tmp_path):
+    direct, module = Classifier(), Classifier()
+    quiet_trainer(tmp_path / "a").fit(direct, make_loader(shuffle=True), make_loader(n=32, seed=1))
+    trainer, datamodule = quiet_trainer(tmp_path / "b"), Blobs()
+    trainer.fit(module, datamodule)  # Lightning's trainer.fit(model, dm)
+    assert _same(_weights(module), _weights(direct)) and trainer.datamodule is datamodule
+    assert trainer.test(module, datamodule) == trainer.test(module, make_loader(n=24, seed=2))
+
+
 def test_save_hyperparameters_on_a_datamodule_is_the_modules(tmp_path):
     datamodule = Blobs(32, batch_size=4)
     assert datamodule.hparams == {"n": 32, "batch_size": 4, "shuffle": True} and datamodule.hparams.n == 32

@@ -116,6 +116,8 @@ class StageData:
 
     def __init__(self, entry: str, module: Any, datamodule: Any, given: Mapping[str, Any]) -> None:
         call = f"Trainer.{entry}"
+        if isinstance(given.get(entry), DataModule) and datamodule is None:  # Lightning's `fit(module, dm)`
+            datamodule, given = given[entry], {**given, entry: None}
         if datamodule is not None and not isinstance(datamodule, DataModule):
             raise TypeError(
                 f"{call}(datamodule=...) takes a tracktrain.DataModule, got {type(datamodule).__name__}: "
