@@ -30,7 +30,6 @@ and batch), or the ranks reported different losses. See benchmarks/README.md.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import sys
@@ -53,63 +52,39 @@ from pipeline_fits import (
 from tracktrain.distributed import spawn
 from tracktrain.engine.pipeline import SCHEDULES
 
-fmt = functools.partial(h.format_cell, decimals=1)
 
-
-# ------------------------------------------------------------------------------------------------- summaries
 def summarize(
     config: PipelineConfig, base: dict[str, Any], ranks_by_world: dict[int, list[dict[str, Any]]], stat: str
-) -> dict[str, Any]:
-    """Per case: time per batch (per step the slowest rank's; the statistic over the steps), its ratio to the one
-    process's time, the ideal ratio p × (1 − predicted bubble), the critical path, the measured bubble and the
-    predicted one, and the busy time each rank measured (its sleeps; the slowest rank's)."""
+) -> list[dict[str, Any]]:
+    """Time per batch of each case (per step the slowest rank's) next to the one process's; as columns its ranks,
+    stages and micro-batches, the ideal ratio to one process (1 / (p × (1 − predicted bubble))), the critical path,
+    the measured and the predicted bubble, and what the slowest rank slept and its CPU time."""
     center = h.STATISTICS[stat]
-    base_s = center(base["times"])
-    rows: dict[str, Any] = {
-        "one-process": {
-            "ranks": 1,
-            "stages": 1,
-            "microbatches": 1,
-            "batch_ms": base_s * 1e3,
-            "batch_iqr_ms": h.iqr(base["times"]) * 1e3,
-            "samples_ms": [value * 1e3 for value in base["times"]],
-            "throughput_ratio": 1.0,
-            "ideal_ratio": 1.0,
-            "ideal_busy_ms": one_process_ideal_s(config) * 1e3,
-            "critical_path_ms": one_process_ideal_s(config) * 1e3,
-            "measured_busy_ms": center(base["busy"]) * 1e3,
-            "cpu_ms": center(base["cpu"]) * 1e3,
-            "measured_bubble": 1 - one_process_ideal_s(config) / base_s,
-            "predicted_bubble": 0.0,
-        }
-    }
+    one = one_process_ideal_s(config) * 1e3
+    samples = {"one-process": [value * 1e3 for value in base["times"]]}
+    extra: dict[str, dict[str, Any]] = {
+        "ranks": {"one-process": 1}, "stages": {"one-process": 1}, "M": {"one-process": 1},
+        "ideal_ratio": {"one-process": 1.0}, "critical_path_ms": {"one-process": one},
+        "predicted_bubble": {"one-process": 0.0}, "measured_bubble": {"one-process": 1 - one / center(samples["one-process"])},
+        "slept_ms": {"one-process": center(base["busy"]) * 1e3}, "cpu_ms": {"one-process": center(base["cpu"]) * 1e3},
+    }  # fmt: skip
     for world, ranks in ranks_by_world.items():
-        busy_s = ideal_busy_s(config, world)
+        busy = ideal_busy_s(config, world) * 1e3
         for schedule, m in config.cases:
-            key = f"{schedule}/{m}"
-            steps = [max(values) for values in zip(*(rank["times"][key] for rank in ranks))]
-            measured_busy = [max(values) for values in zip(*(rank["busy"][key] for rank in ranks))]
-            cpu = [max(values) for values in zip(*(rank["cpu"][key] for rank in ranks))]
-            batch_s = center(steps)
-            predicted = predicted_bubble(schedule, world, m)
-            rows[f"{schedule}/p{world}/m{m}"] = {
-                "schedule": schedule,
-                "ranks": world,
-                "stages": stage_count(schedule, world),
-                "microbatches": m,
-                "batch_ms": batch_s * 1e3,
-                "batch_iqr_ms": h.iqr(steps) * 1e3,
-                "samples_ms": [value * 1e3 for value in steps],
-                "throughput_ratio": base_s / batch_s,
-                "ideal_ratio": world * (1 - predicted),
-                "ideal_busy_ms": busy_s * 1e3,
-                "critical_path_ms": busy_s / (1 - predicted) * 1e3,
-                "measured_busy_ms": center(measured_busy) * 1e3,
-                "cpu_ms": center(cpu) * 1e3,
-                "measured_bubble": 1 - busy_s / batch_s,
-                "predicted_bubble": predicted,
+            key, name = f"{schedule}/{m}", f"{schedule}/p{world}/m{m}"
+            slowest = {
+                what: [max(v) for v in zip(*(rank[what][key] for rank in ranks))] for what in ("times", "busy", "cpu")
             }
-    return rows
+            samples[name] = [value * 1e3 for value in slowest["times"]]
+            predicted = predicted_bubble(schedule, world, m)
+            for column, value in (
+                ("ranks", world), ("stages", stage_count(schedule, world)), ("M", m),
+                ("ideal_ratio", 1 / (world * (1 - predicted))), ("critical_path_ms", busy / (1 - predicted)),
+                ("predicted_bubble", predicted), ("measured_bubble", 1 - busy / center(samples[name])),
+                ("slept_ms", center(slowest["busy"]) * 1e3), ("cpu_ms", center(slowest["cpu"]) * 1e3),
+            ):  # fmt: skip
+                extra[column][name] = value
+    return h.compare("time per batch", samples, "one-process", "ms", stat, **extra)
 
 
 def check_ranks(
@@ -129,81 +104,29 @@ def check_ranks(
             problems.append(f"{key} on {world} ranks: the ranks reported different losses")
 
 
-# ------------------------------------------------------------------------------------------------ reporting
-def report(rows: dict[str, Any], config: PipelineConfig, stat: str) -> None:
-    print(f"\n## Time per batch and bubble, {' and '.join(map(str, config.world_sizes))} gloo ranks\n")
-    print(f"`{h.command_line()}`\n")
-    lines = [
-        [
-            "schedule",
-            "ranks",
-            "stages",
-            "M",
-            "ms/batch",
-            "IQR ms",
-            "× one process",
-            "ideal ×",
-            "critical path ms",
-            "measured bubble",
-            "predicted bubble",
-            "slept ms/rank",
-            "CPU ms/rank",
-        ]
-    ]
-    for key, row in rows.items():
-        lines.append(
-            [
-                row.get("schedule", "one process (no pipeline)"),
-                str(row["ranks"]),
-                str(row["stages"]),
-                str(row["microbatches"]) if key != "one-process" else "—",
-                fmt(row["batch_ms"]),
-                fmt(row["batch_iqr_ms"]),
-                f"{row['throughput_ratio']:.3f}",
-                f"{row['ideal_ratio']:.3f}",
-                fmt(row["critical_path_ms"]),
-                f"{row['measured_bubble']:.3f}",
-                f"{row['predicted_bubble']:.3f}",
-                fmt(row["measured_busy_ms"]),
-                fmt(row["cpu_ms"]),
-            ]
-        )
-    print(h.markdown_table(lines, "lrrrrrrrrrrrr") + "\n")
-    print(
-        f"{config.blocks} cost blocks, forward {config.forward_ms:g} ms each on the batch of {config.batch_size} "
-        f"(backward {BACKWARD_RATIO:g} ×), split evenly into the stages. {config.warmup} warm-up step(s) per case, "
-        f"then {config.repeats} round(s) of {config.steps} steps, cases in an order shuffled per round; "
-        f"ms/batch: {stat} over the steps of the slowest rank's step time. × one process: its time per batch over "
-        "this one's; ideal ×: p × (1 − predicted bubble). critical path: the ideal busy time per rank, "
-        "(L / p) × 3F, over 1 − predicted bubble. measured bubble: 1 − ideal busy / ms per batch. predicted: "
-        "(p − 1) / (v·m + p − 1), v stages per rank (Megatron-LM, Narayanan et al. 2021). slept: the time the "
-        "slowest rank actually spent in its blocks' sleeps (time.sleep overshoots); CPU: the CPU time of the busiest "
-        "rank's process during the step (its threads, gloo's included): what the schedule's own work costs."
-    )
-
-
 # ------------------------------------------------------------------------------------------------------ main
 def _int_list(text: str) -> tuple[int, ...]:
     return tuple(int(item) for item in text.split(","))
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = h.make_parser(__doc__, lightning=False, stat_of="the steps")
-    add = parser.add_argument
-    add("--blocks", type=int, help="cost blocks in the model, L (default 8; --quick 8)")
-    add("--batch-size", type=int, help="samples per batch, a multiple of every M (default 32; --quick 32)")
-    add("--forward-ms", type=float, default=None, help="one block's forward cost on the batch, F (default 30)")
-    add("--microbatches", help="comma-separated M values (default 4,8; --quick 4)")
-    add("--world-sizes", help="comma-separated rank counts (default 2,4; --quick 2)")
-    add("--schedules", default=",".join(SCHEDULES), help=f"comma-separated, of {', '.join(SCHEDULES)} (default all)")
-    add("--warmup", type=int, help="untimed steps per case first (default 2; --quick 1)")
-    add("--repeats", type=int, help="rounds of every case (default 3; --quick 1)")
-    add("--steps", type=int, help="timed steps per case per round (default 5; --quick 3)")
-    defaults = {"blocks": (8, 8), "batch_size": (32, 32), "warmup": (2, 1), "repeats": (3, 1), "steps": (5, 3)}
-    args = h.finish_args(
-        parser, argv, defaults, positive=["blocks", "batch_size", "warmup", "repeats", "steps", "threads"]
+def parse_args(argv: list[str] | None) -> Any:
+    def options(add: Any) -> None:
+        add("--forward-ms", type=float, default=30.0, help="one block's forward cost on the batch, F (default 30)")
+        add("--microbatches", help="comma-separated M values (default 4,8; --quick 4)")
+        add("--world-sizes", help="comma-separated rank counts (default 2,4; --quick 2)")
+        add("--schedules", default=",".join(SCHEDULES), help=f"comma-separated, of {', '.join(SCHEDULES)}")
+
+    counts = {
+        "blocks": (8, 8, "cost blocks in the model, L"),
+        "batch_size": (32, 32, "samples per batch, a multiple of every M"),
+        "warmup": (2, 1, "untimed steps per case first"),
+        "repeats": (3, 1, "rounds of every case"),
+        "steps": (5, 3, "timed steps per case per round"),
+    }
+    args = h.parse(
+        __doc__, argv, counts, options=options, positive=[*counts, "threads"], lightning=False, stat_of="the steps"
     )
-    args.forward_ms = 30.0 if args.forward_ms is None else args.forward_ms
+    parser = argparse.ArgumentParser()
     args.microbatches = _int_list(args.microbatches or ("4" if args.quick else "4,8"))
     args.world_sizes = _int_list(args.world_sizes or ("2" if args.quick else "2,4"))
     args.schedules = tuple(args.schedules.split(","))
@@ -271,7 +194,26 @@ def main(argv: list[str] | None = None) -> int:
         check_ranks(config, world, ranks, base["first_loss"], problems)
         ranks_by_world[world] = ranks
     rows = summarize(config, base, ranks_by_world, args.stat)
-    report(rows, config, args.stat)
+    h.report(
+        rows,
+        "ranks",
+        "stages",
+        "M",
+        "ideal_ratio",
+        "critical_path_ms",
+        "predicted_bubble",
+        "measured_bubble",
+        "slept_ms",
+        "cpu_ms",
+        decimals=3,
+    )
+    print(
+        f"{config.blocks} cost blocks, forward {config.forward_ms:g} ms each on the batch of {config.batch_size} "
+        f"(backward {BACKWARD_RATIO:g} ×), split evenly into the stages; per step the slowest rank's time. "
+        "ideal_ratio: 1 / (p × (1 − predicted bubble)); critical path: (L / p) × 3F / (1 − predicted bubble); "
+        "measured bubble: 1 − ideal busy time / ms per batch; predicted: (p − 1) / (v·m + p − 1), v stages per rank "
+        "(Megatron-LM); slept: the slowest rank's time in its sleeps; cpu: the busiest rank's CPU time per step."
+    )
     payload = {
         "environment": env,
         "arguments": {key: list(value) if isinstance(value, tuple) else value for key, value in vars(args).items()},
@@ -282,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             "backward_ratio": BACKWARD_RATIO,
             "width": WIDTH,
         },
-        "results": rows,
+        "rows": rows,
     }
     return h.finish(args, payload, problems)
 

@@ -1,38 +1,20 @@
 #!/usr/bin/env python
-"""Per-step cost of tracktrain's Trainer step variants (fp32, bf16-mixed, 16-mixed, DDP) next to the same variant
-written by hand, on the medium MLP.
-
-Each variant is a pair measured in the same run: a hand-written loop ("raw") and `Trainer.fit` doing the same
-arithmetic on the same data from the same initial weights:
-
-- fp32: the plain loop next to `Trainer()`;
-- bf16: the loop under `torch.autocast("cpu", dtype=torch.bfloat16)` next to `Trainer(precision="bf16-mixed")`;
-- fp16: the loop under autocast fp16 with a `torch.amp.GradScaler("cpu")` (scale, step, update) next to
-  `Trainer(precision="16-mixed")`;
-- ddp: 2 gloo processes on the CPU, one thread each, started by `tracktrain.distributed.spawn` and joining the
-  group on 127.0.0.1 and a free port: a DistributedDataParallel + DistributedSampler loop next to
-  `Trainer(strategy="ddp")`, interleaved in the same processes (with each variant in launches of its own, the
-  measured difference swung from −1 % to +27 % between runs on a shared machine). Rank 0's clock counts.
-
-One sample is one fit's time per optimizer step from the start of its second epoch to the end of the run, read
-inside the loop (tracktrain: by handlers on `trainer.train_engine`, which run before the Trainer's own at each
-event): start-up, tear-down and the first epoch (first calls, DDP's first bucket rebuild) stay out, every
-per-step and per-epoch cost is in. The project's goal: what the Trainer costs on top of the hand-written step stays
-within a few percent (here: 5 %) on the medium model.
+"""Per-step cost of tracktrain's Trainer step variants (fp32, bf16-mixed, 16-mixed, DDP on 2 gloo processes) next
+to the same variant written by hand, on the medium MLP: each a pair doing the same arithmetic on the same data from
+the same weights, interleaved in the same process(es). A sample is one fit's time per optimizer step from its
+second epoch's start to the run's end (rank 0's clock for DDP). The goal: the Trainer adds at most 5 % to the
+hand-written step. The variants are in step_fits.py and benchmarks/README.md.
 
     .venv/bin/python benchmarks/bench_step_variants.py --quick      # smoke test, ~20 s
     .venv/bin/python benchmarks/bench_step_variants.py              # the real run, ~2 min on 2 cores
 
-Timing never makes this script fail. It exits with status 1 only when a sanity check fails: a fit took the wrong
-number of optimizer steps, its weights differ from the hand-written loop's (fp32 and DDP: rtol 1e-5; bf16 and
-fp16: rtol 1e-2, atol 1e-4), the Trainer's GradScaler ended at another scale than the hand-written one, the
-module's logged loss is missing, or the two DDP ranks disagree. See benchmarks/README.md for how to read the table.
+Timing never makes this script fail; it exits with status 1 when a fit took the wrong number of optimizer steps,
+its weights differ from the hand-written loop's (fp32 and DDP: rtol 1e-5; bf16 and fp16: rtol 1e-2, atol 1e-4),
+the Trainer's GradScaler ended at another scale, the module's logged loss is missing, or the DDP ranks disagree.
 """
 
 from __future__ import annotations
 
-import argparse
-import functools
 import random
 import shutil
 import sys
@@ -173,102 +155,31 @@ def measure_ddp(config: DDPConfig, problems: list[str]) -> tuple[dict[str, list[
     return results[0]["samples_us"], {"max_weight_diff": max_diff, "launch_seconds": launch_seconds}
 
 
-# ------------------------------------------------------------------------------------------------ summaries
-def summarize(samples: dict[str, list[float]], statistic: str) -> dict[str, Any]:
-    """The two variants' figures, the overhead (µs and % of the raw step), the noise and the goal's verdict."""
-    c = h.against(samples, RAW, statistic)
-    raw, overhead = c["figure"][RAW], c["difference"][TRACKTRAIN]
-    noise = max(c["iqr"].values())  # what a difference of medians has to beat to mean something
-    return {
-        "us_per_step": c["figure"],
-        "overhead_us": overhead,
-        "paired_overhead_us": c["paired_difference"][TRACKTRAIN],
-        "overhead_percent": overhead / raw * 100,
-        "iqr_us": c["iqr"],
-        "noise_us": noise,
-        "goal_percent": GOAL_PERCENT,
-        "goal_met": h.verdict(GOAL_PERCENT / 100 * raw - overhead, noise),
-        "samples_us_per_step": samples,
-    }
-
-
-fmt = functools.partial(h.format_cell, decimals=1)
-
-
-def weights_cell(difference: float | None) -> str:
-    if difference is None:
-        return "—"
-    return "bit-identical" if difference == 0 else f"max abs diff {difference:.2g}"
-
-
-def report(rows: list[dict[str, Any]], stat: str) -> None:
-    columns = [
-        ("variant", "l", lambda row: row["title"]),
-        ("steps/sample", "r", lambda row: str(row["timed_steps"])),
-        ("samples", "r", lambda row: str(len(row["samples_us_per_step"][TRACKTRAIN]))),
-        ("raw µs/step", "r", lambda row: fmt(row["us_per_step"][RAW])),
-        ("tracktrain µs/step", "r", lambda row: fmt(row["us_per_step"][TRACKTRAIN])),
-        ("overhead µs", "r", lambda row: fmt(row["overhead_us"], True)),
-        ("overhead %", "r", lambda row: f"{row['overhead_percent']:+.1f} %"),
-        ("noise (max IQR) µs", "r", lambda row: fmt(row["noise_us"])),
-        (f"goal ≤ {GOAL_PERCENT:g} %", "l", lambda row: row["goal_met"]),
-        ("tracktrain weights vs raw", "l", lambda row: weights_cell(row["max_weight_diff"].get(TRACKTRAIN))),
-    ]
-    print("\n## Time per optimizer step, start-up and first epoch excluded\n")
-    print(h.table(rows, columns) + "\n")
-    print(
-        f"µs/step: {stat} over the samples (one per fit: time from its second epoch's start to the run's end / the "
-        "optimizer steps in between); steps/sample is that number of steps (DDP: per rank, on rank 0's clock), "
-        "samples the fits per variant. overhead: tracktrain − raw, in µs per step and as a share of the raw step. "
-        "noise: the larger interquartile range of the two variants' samples; differences smaller than it are not "
-        "meaningful. goal: the measured overhead decides; '(within noise)' where the margin, either way, is "
-        "smaller than the noise, so another run may say otherwise. weights: largest |tracktrain − raw| over all "
-        "parameters after the same fit."
-    )
-    verdicts = [(row["key"], row["goal_met"]) for row in rows]
-    goal = f"Goal (the Trainer's overhead ≤ {GOAL_PERCENT:g} % of the hand-written step)"
-    print(h.goal_line(goal, verdicts, "variants"))
-
-
-# ------------------------------------------------------------------------------------------------------ main
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = h.make_parser(__doc__, lightning=False, stat_of="the samples")
-    add = parser.add_argument
-    add("--cases", default="fp32,bf16,fp16,ddp", help="comma-separated: fp32, bf16, fp16, ddp (default all)")
-    add("--repeats", type=int, help="timed fits per variant of fp32, bf16 and fp16 (default 13; --quick 3)")
-    add(
-        "--epochs",
-        type=int,
-        help="epochs of a fp32 or bf16 fit, of 50 batches; the first is not timed (default 6; "
-        "--quick 3, of 20 batches)",
-    )
-    add(
-        "--fp16-epochs",
-        type=int,
-        help="the same for fp16, whose CPU step is ~10 × slower, on epochs of 20 batches "
-        "(default 3; --quick 2, of 10 batches)",
-    )
-    add("--ddp-epochs", type=int, help="the same for DDP, of 50 batches, 25 per rank (default 5; --quick 2, of 20)")
-    add("--ddp-repeats", type=int, help="timed fits per DDP variant, after one warm-up fit (default 20; --quick 2)")
-    defaults = {
-        "repeats": (13, 3),
-        "epochs": (6, 3),
-        "fp16_epochs": (3, 2),
-        "ddp_epochs": (5, 2),
-        "ddp_repeats": (20, 2),
-    }
-    return h.finish_args(
-        parser,
-        argv,
-        defaults,
-        positive=["repeats", "ddp_repeats", "threads"],
-        at_least_two=["epochs", "fp16_epochs", "ddp_epochs"],
-        cases=[*PRECISIONS, DDP],
-    )
+def pair_rows(key: str, steps: int, samples: dict[str, list[float]], diff: float | None, stat: str) -> list:
+    """The Trainer's µs per step next to the hand-written one's, with the goal and how far its weights ended."""
+    goal = h.ratio_goal(samples, RAW, TRACKTRAIN, 1 + GOAL_PERCENT / 100, stat)
+    case = f"{TITLES[key]}, {steps} steps/sample"
+    return h.compare(case, samples, RAW, "µs/step", stat, weight_diff={TRACKTRAIN: diff}, **goal)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = h.parse(
+        __doc__,
+        argv,
+        {
+            "repeats": (13, 3, "timed fits per variant of fp32, bf16 and fp16"),
+            "epochs": (6, 3, "epochs of a fp32 or bf16 fit, of 50 batches (--quick 20); the first is not timed"),
+            "fp16_epochs": (3, 2, "the same for fp16 (a CPU step ~10 × slower), of 20 batches (--quick 10)"),
+            "ddp_epochs": (5, 2, "the same for DDP, of 50 batches, 25 per rank (--quick 20)"),
+            "ddp_repeats": (20, 2, "timed fits per DDP variant, after one warm-up fit"),
+        },
+        options=lambda add: add("--cases", default="fp32,bf16,fp16,ddp", help="comma-separated: fp32, bf16, fp16, ddp"),
+        positive=["repeats", "ddp_repeats", "threads"],
+        at_least_two=["epochs", "fp16_epochs", "ddp_epochs"],
+        cases=[*PRECISIONS, DDP],
+        lightning=False,
+        stat_of="the samples",
+    )
     rng = h.prepare(args)
     wanted = args.cases.split(",")
     batches = {"medium": 20 if args.quick else 50, "fp16": 10 if args.quick else 20, DDP: 20 if args.quick else 50}
@@ -298,22 +209,11 @@ def main(argv: list[str] | None = None) -> int:
         for case in cases:
             started = time.perf_counter()
             samples = measure_precision(case, args.repeats, root_dir, args.threads, rng, problems)
-            row = {
-                "key": case.precision.key,
-                "title": TITLES[case.precision.key],
-                "batches_per_epoch": case.workload.batches_per_epoch,
-                "epochs": case.epochs,
-                "timed_steps": case.timed_steps,
-                "statistic": args.stat,
-                **summarize(samples, args.stat),
-                "max_weight_diff": dict(case.max_weight_diff),
-                "tolerance": {"rtol": case.precision.rtol, "atol": case.precision.atol},
-            }
-            rows.append(row)
+            diff = case.max_weight_diff.get(TRACKTRAIN)
+            rows += pair_rows(case.precision.key, case.timed_steps, samples, diff, args.stat)
             print(
-                f"- {row['title']} ({case.workload.batches_per_epoch} batches/epoch, fits of {case.epochs} epochs): "
-                f"raw {fmt(row['us_per_step'][RAW])}, tracktrain {fmt(row['us_per_step'][TRACKTRAIN])} µs/step "
-                f"[{time.perf_counter() - started:.1f} s]",
+                f"- {case.precision.key}: {case.workload.batches_per_epoch} batches/epoch, fits of {case.epochs} "
+                f"epochs [{time.perf_counter() - started:.1f} s]",
                 flush=True,
             )
         if DDP in wanted:
@@ -330,29 +230,21 @@ def main(argv: list[str] | None = None) -> int:
             )
             samples, checks = measure_ddp(config, problems)
             if all(samples.values()):
-                row = {
-                    "key": DDP,
-                    "title": TITLES[DDP],
-                    "batches_per_epoch": config.steps_per_epoch,
-                    "epochs": config.epochs,
-                    "timed_steps": config.timed_steps,
-                    "statistic": args.stat,
-                    **summarize(samples, args.stat),
-                    **checks,
-                    "tolerance": DDP_TOLERANCE,
-                }
-                rows.append(row)
+                diff = checks["max_weight_diff"].get(TRACKTRAIN)
+                rows += pair_rows(DDP, config.timed_steps, samples, diff, args.stat)
                 print(
-                    f"- {row['title']} ({config.steps_per_epoch} batches/epoch per rank, fits of {config.epochs} "
-                    f"epochs): raw {fmt(row['us_per_step'][RAW])}, tracktrain {fmt(row['us_per_step'][TRACKTRAIN])} "
-                    f"µs/step [{time.perf_counter() - started:.1f} s]",
+                    f"- ddp: {config.steps_per_epoch} batches/epoch per rank, fits of {config.epochs} epochs "
+                    f"[{time.perf_counter() - started:.1f} s]",
                     flush=True,
                 )
     finally:
         shutil.rmtree(root_dir, ignore_errors=True)
 
-    if rows:
-        report(rows, args.stat)
+    h.report(rows, "goal", "weight_diff", decimals=1)
+    print("weight_diff: the largest |tracktrain − raw| of a parameter after the same fit.")
+    if h.goals(rows):
+        goal = f"Goal (the Trainer's overhead ≤ {GOAL_PERCENT:g} % of the hand-written step)"
+        print(h.goal_line(goal, h.goals(rows), "variants"))
     payload = {"environment": env, "arguments": vars(args), "goal_percent": GOAL_PERCENT, "rows": rows}
     return h.finish(args, payload, problems)
 
