@@ -490,7 +490,9 @@ def launch_memory(config: MemoryConfig, mode: str, variants: list[str]) -> dict[
     os.environ.pop(MMAP_THRESHOLD, None)
     os.environ.update(MALLOC_MODES[mode])
     try:
-        spawn(memory_process, WORLD_SIZE, args=(config, variants))
+        # fresh processes: glibc reads the malloc setting at start, and a forkserver's children (the tests' default
+        # start method) inherit the server's allocator and its pages, which would skew the RSS figures
+        spawn(memory_process, WORLD_SIZE, args=(config, variants), start_method="spawn")
     finally:
         os.environ.pop(MMAP_THRESHOLD, None)
         if saved is not None:
