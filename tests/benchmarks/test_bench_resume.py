@@ -21,6 +21,7 @@ HAS_LIGHTNING = importlib.util.find_spec("lightning") is not None
 HAS_TORCHDATA = importlib.util.find_spec("torchdata") is not None
 
 
+@pytest.mark.slow  # 4-8 s (the default run takes only tests of ≤ 3 s)
 @pytest.mark.timeout(120)  # a 100-batch epoch trained to 90 % by each framework, then 16 short resumes
 def test_quick_run_reports_every_framework_and_point(tmp_path, positive):
     out = tmp_path / "resume.json"

@@ -13,6 +13,7 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_save_last.py"
 
 
+@pytest.mark.slow  # 5-11 s: 3 fits, one of them Lightning's (the default run takes only tests of ≤ 3 s)
 @pytest.mark.timeout(120)
 def test_quick_run_reports_every_callback(tmp_path, positive):
     out = tmp_path / "save_last.json"
