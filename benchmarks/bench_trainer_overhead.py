@@ -37,6 +37,7 @@ from workloads import (
     LEARNING_RATE,
     Classifier,
     ClassifierData,
+    FirstForward,
     bare_trainer,
     lightning_classifier_class,
     load_peer,
@@ -50,18 +51,6 @@ from tracktrain.trainer import Trainer
 RAW, OFF, DEFAULTS = "raw", "off", "defaults"
 GOAL_RATIO = {OFF: 1 / 3, DEFAULTS: 1.0}  # tracktrain's overhead over Lightning's, measured in the same run
 CASES = {"tiny": ((32, 64, 10), 32, 100, 50), "medium": ((256, 512, 512, 10), 64, 50, 20)}  # sizes, batch, batches
-
-
-class FirstForward:
-    """Reads the clock when the network's first forward starts, then removes itself (a hook costs per call)."""
-
-    def __init__(self, net: nn.Module) -> None:
-        self.time = 0.0
-        self._handle = net.register_forward_pre_hook(self._hook)
-
-    def _hook(self, module: nn.Module, inputs: Any) -> None:
-        self.time = time.perf_counter()
-        self._handle.remove()
 
 
 class CountingSink(io.TextIOBase):

@@ -34,7 +34,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.fsdp import fully_shard
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-from workloads import bare_trainer
+from workloads import FirstForward, bare_trainer
 
 from tracktrain.callbacks import ModelCheckpoint
 from tracktrain.dist_logger import get_dist_logger
@@ -169,19 +169,6 @@ class TimedModelCheckpoint(ModelCheckpoint):
         self.stalls.append(time.perf_counter() - start)
 
 
-class FirstForward:
-    """The clock at the first forward of a fit (a forward pre-hook on the network)."""
-
-    def __init__(self, net: nn.Module) -> None:
-        self.moment: float | None = None
-        self._handle = net.register_forward_pre_hook(self._started)
-
-    def _started(self, module: nn.Module, inputs: Any) -> None:
-        if self.moment is None:
-            self.moment = time.perf_counter()
-            self._handle.remove()
-
-
 def tracktrain_fit(
     config: DcpConfig, net: nn.Module, directory: str | None, state_dict_type: str, async_save: bool, max_steps: int
 ) -> Fit:
@@ -211,7 +198,7 @@ def tracktrain_fit(
     module = StackModule(net)
     trainer.fit(module, DataLoader(config.dataset(), batch_size=config.batch_size))
     end = time.perf_counter()
-    fit = Fit(callbacks[0].stalls if callbacks else [], end - (clock.moment or end), trainer.global_step)
+    fit = Fit(callbacks[0].stalls if callbacks else [], end - (clock.time or end), trainer.global_step)
     fit.module, fit.optimizer = module, module.optimizer
     if directory is not None:
         fit.problems += check_tracktrain_dir(directory, config, max_steps, state_dict_type)

@@ -149,6 +149,19 @@ def lightning_classifier_class(lightning: Any) -> type:
     return lightning_twin(ClassifierCode, lightning)
 
 
+class FirstForward:
+    """The clock when the network's first forward starts (`time`, None before); the hook then removes itself, so it
+    costs nothing per step (a module with a hook takes torch's slower call path)."""
+
+    def __init__(self, net: nn.Module) -> None:
+        self.time: float | None = None
+        self._handle = net.register_forward_pre_hook(self._hook)
+
+    def _hook(self, module: nn.Module, inputs: Any) -> None:
+        self.time = time.perf_counter()
+        self._handle.remove()
+
+
 class EngineClock:
     """Handlers on a Trainer's train engine that read the clock and the iteration when the second epoch starts,
     and the clock when the run completes. Attached before `fit`, they run before the Trainer's own handlers of each
