@@ -214,7 +214,8 @@ def spawn(
     `start_method` (default: $TRACKTRAIN_START_METHOD, else "spawn"): "spawn" starts each process from scratch, so
     each imports torch again (~1-2 s of CPU per rank); "forkserver" forks them from a server process started once,
     which imported torch, tracktrain and `fn`'s module, so later calls start ranks in a fraction of that. Either
-    way every process sees this process's environment as it is at the call."""
+    way every process sees this process's environment as it is at the call; but what is read only as a process
+    starts (MALLOC_* settings, LD_PRELOAD) keeps the server's values under "forkserver": use "spawn" for those."""
     if not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"spawn(nprocs=...) must be a positive integer, got {nprocs!r}.")
     if start_method is None:
