@@ -39,8 +39,9 @@ MAX_LINES = 400
 # longer modules today, with the length they may not outgrow while they wait to be split
 KNOWN_LONG: dict[str, int] = {  # module -> ceiling, for a module that must wait to be split
     # one class, the Trainer's public face (STYLE 10: not cut in two for a count); issue 35's Lightning properties
-    # (should_stop, estimated_stepping_batches, is_global_zero, the settable-attribute check) delegate in a few lines
-    "tracktrain/trainer/trainer.py": 430,
+    # (should_stop, estimated_stepping_batches, is_global_zero, the settable-attribute check) delegate in a few lines;
+    # save_checkpoint and checkpoint_callback, Lightning's public names, are one-line delegations with their docs
+    "tracktrain/trainer/trainer.py": 440,
 }
 
 

@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from tracktrain import storage
 from tracktrain.dist_logger import get_dist_logger
 from tracktrain.handlers.checkpoint import Checkpoint
-from tracktrain.handlers.checkpoint_state import read_checkpoint
+from tracktrain.handlers.checkpoint_state import read_checkpoint, state_of
 from tracktrain.handlers.savers import deliver_left_over
 from tracktrain.storage.discovery import committed_checkpoints, resume_candidates
+from tracktrain.trainer.arguments import check_location
 from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.resume import RESUME_CHOICES, load_newest
 from tracktrain.trainer.settings import changed_settings, check_resumable, describe, run_settings
+from tracktrain.trainer.trainer_state import summarize_checkpoint
 
 if TYPE_CHECKING:
     from tracktrain.trainer.trainer import Trainer
@@ -78,6 +80,30 @@ class RunCheckpoints:
         if trainer.datamodule is not None:  # its state_dict(), restored on resume (after its setup) as Lightning does
             objects["datamodule"] = trainer.datamodule
         return trainer.strategy.checkpoint_objects(objects)
+
+    def save(self, filepath: str | os.PathLike) -> str:
+        """`Trainer.save_checkpoint`: the run's checkpoint written at `filepath` now, as the `Checkpointer`s write
+        theirs (the strategy's saver: rank 0 writes a full one, every rank its shards of a sharded one; committed by a
+        manifest, so it is complete or absent), with the `on_save_checkpoint` hooks run also outside a fit. Every rank
+        calls it (the Trainer's state gathers across ranks); returns the path written."""
+        trainer = self._trainer
+        url = check_location("Trainer.save_checkpoint(filepath=...)", filepath, "a checkpoint file's path or URL")
+        module = trainer.module
+        if module is None:
+            raise RuntimeError(
+                f"Trainer.save_checkpoint({url!r}) before any fit/validate/test/predict: the Trainer has no module to "
+                "save yet. Call trainer.fit(module, ...) first (or save the module's state_dict() yourself)."
+            )
+        directory, name = storage.split(url)
+        if not name:
+            raise ValueError(f"Trainer.save_checkpoint(filepath=...) names a directory, not a file: {url!r}.")
+        if not trainer.settings:  # no fit yet: what load_from_checkpoint rebuilds the module from
+            trainer.settings = run_settings(trainer, module)
+        saver = trainer.strategy.checkpoint_saver(directory, summarize_checkpoint, None)
+        with trainer.session.save_hooks(module):
+            states = {key: state_of(obj, f"checkpoint_objects()[{key!r}]") for key, obj in self.objects().items()}
+        saver(states, name)
+        return url
 
     def save_all_now(self, timeout: float) -> bool:
         """Every checkpointer saves now; whether all of it was committed within `timeout` seconds."""

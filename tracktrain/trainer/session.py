@@ -7,8 +7,9 @@ The set-up follows the Strategy's fixed order (see `docs/architecture.md`): the 
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -20,9 +21,9 @@ from tracktrain.rng import manual_seed
 from tracktrain.trainer import arguments
 from tracktrain.trainer.batches import epoch_length_of
 from tracktrain.trainer.building import configure_optimizers, model_engine_for
-from tracktrain.trainer.callback import check_state_keys, with_module_callbacks
+from tracktrain.trainer.callback import Callback, check_state_keys, with_module_callbacks
 from tracktrain.trainer.datamodule import StageData
-from tracktrain.trainer.hooks import TrainerEvents
+from tracktrain.trainer.hooks import TrainerEvents, hook_handlers
 from tracktrain.trainer.lightning_names import check_lightning_methods
 from tracktrain.trainer.metric_log import to_floats
 from tracktrain.trainer.model_preparation import compile_blocks, prepare_module
@@ -48,6 +49,7 @@ class Session:
         self.stop_requested = False
         self._fit_loader: Iterable[Any] | None = None  # the training loader given to the fit under way
         self._train: tuple[Iterable[Any], int | None] | None = None  # it as read, and its epoch length
+        self.attached_stages: frozenset[str] = frozenset()  # the stages whose hooks the entry points under way attached
 
     # ------------------------------------------------------------------------------------------ entry points
     def fit(self, module: LoopModule, data: StageData, ckpt_path: str | None) -> None:
@@ -138,21 +140,47 @@ class Session:
         trainer = self._trainer
         handles: list[RemovableEventHandle] = []
         exception_hooks: ExceptionHooks | None = None
+        outer_stages = self.attached_stages
         try:
             self._setup(module, data)
             val_loader = trainer.val_dataloaders if outermost == "fit" else None
             stages = {outermost} | ({"validate"} if val_loader is not None else set())
             handles, exception_hooks = attach_handlers(trainer, stages, outermost, val_loader)
+            self.attached_stages = outer_stages | stages
             body()
         except BaseException as exception:
             if exception_hooks is not None:
                 exception_hooks.notify(trainer.engines[outermost], exception)
             raise
         finally:
+            self.attached_stages = outer_stages
             try:
                 self._teardown(handles)
             finally:
                 data.teardown()
+
+    @contextlib.contextmanager
+    def save_hooks(self, module: LoopModule) -> Iterator[None]:
+        """The module's and callbacks' `on_save_checkpoint` hooks attached for one save (`Trainer.save_checkpoint`),
+        in a fit's order (the module first, then callbacks by priority), unless a fit under way attached them."""
+        trainer = self._trainer
+        if "fit" in self.attached_stages:
+            yield
+            return
+        targets: list[tuple[Any, type, tuple, int]] = [(module, LoopModule, (), 0)]
+        targets += [(callback, Callback, (trainer, module), callback.priority) for callback in trainer.callbacks]
+        targets.sort(key=lambda target: target[3])
+        handles = [
+            trainer.train_engine.add_event_handler(event, handler)
+            for target, base, leading, _ in targets
+            for _, event, handler in hook_handlers(target, base, leading, {"fit"})
+            if event is TrainerEvents.CHECKPOINT_SAVING
+        ]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
 
     def decisions(self) -> list[Decision]:
         """`Trainer.decisions`: under DDP, a stop any rank asked for during the epoch (`stop_requested`) is everyone's

@@ -32,7 +32,7 @@ from tracktrain.trainer.optimizers import LRSchedulerConfig
 from tracktrain.trainer.preemption_control import PreemptionControl
 from tracktrain.trainer.quick_checks import FastDevRun, check_fast_dev_run
 from tracktrain.trainer.resume import check_resume
-from tracktrain.trainer.run_checkpoints import RunCheckpoints
+from tracktrain.trainer.run_checkpoints import Checkpointer, RunCheckpoints
 from tracktrain.trainer.sanity_check import sanity_steps
 from tracktrain.trainer.session import Session
 from tracktrain.trainer.strategies import Strategy, strategy_for
@@ -330,6 +330,16 @@ class Trainer:
         """What a checkpoint of this run holds: the module, optimizers, LR schedulers, the train engine's state and
         the Trainer's own (global step, callbacks); give it to `Checkpoint(to_save=...)`."""
         return self.checkpoints.objects()
+
+    def save_checkpoint(self, filepath: str | os.PathLike) -> None:
+        """Lightning's: the run's checkpoint at `filepath` now, as a `ModelCheckpoint` writes one (committed, with the
+        `on_save_checkpoint` hooks), for `load_from_checkpoint` and `fit(ckpt_path=...)`. Call it on every rank."""
+        self.checkpoints.save(filepath)
+
+    @property
+    def checkpoint_callback(self) -> Checkpointer | None:
+        """Lightning's: the first checkpointing callback (`ModelCheckpoint`: `best_model_path`, ...), or None."""
+        return next(iter(self.checkpoints.checkpointers), None)
 
     def checkpoint_committed(self, path: str, step: int | None = None) -> None:
         """A checkpoint callback committed `path`, taken at global step `step`: loggers that keep checkpoints
