@@ -8,6 +8,8 @@ import warnings
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from tracktrain import storage
 from tracktrain.boundary import Boundary, Decision
 from tracktrain.callbacks.base import Callback
@@ -21,6 +23,7 @@ from tracktrain.storage.check import check_writable
 from tracktrain.storage.discovery import committed_checkpoints
 from tracktrain.storage.manifest import remove_uncommitted
 from tracktrain.trainer.arguments import check_location
+from tracktrain.trainer.checkpoint_filename import check_save_top_k, template_of, top_k_handler
 from tracktrain.trainer.monitor import monitored_value
 from tracktrain.trainer.trainer_state import summarize_checkpoint
 
@@ -49,9 +52,12 @@ class ModelCheckpoint(Callback):
         dirpath: directory or fsspec URL (default: `default_root_dir/checkpoints`).
         filename_prefix: prefix of the file names (`{prefix}_checkpoint_{step}.pt`, with the score when
             monitoring).
+        filename: Lightning's template of the top-k files' names instead: `"{epoch}-{val_loss:.2f}"` gives
+            `epoch=3-val_loss=0.52.pt` (`epoch`, `step` and logged metrics; see `tracktrain.trainer.checkpoint_filename`).
+        auto_insert_metric_name: with `filename`, put `name=` before each value (False: the values alone).
         monitor: a logged metric; keep the `save_top_k` best by it. None: keep the `save_top_k` latest.
         mode: "min" or "max": which values of `monitor` are better.
-        save_top_k: how many to keep (None: all).
+        save_top_k: how many to keep (None or -1: all; 0: none, only `save_last`'s).
         save_last: also keep the latest checkpoints whatever their score, as `last_checkpoint_{step}.pt`: True
             keeps one, an int N keeps N. (Pre-emption checkpoints go there too.)
         every_n_epochs: save at the end of every n-th training epoch (after its validation) ...
@@ -72,7 +78,11 @@ class ModelCheckpoint(Callback):
         every_n_epochs: int | None = 1,
         every_n_train_steps: int | None = None,
         async_save: bool = True,
+        filename: str | None = None,
+        auto_insert_metric_name: bool = True,
     ) -> None:
+        self.filename = filename
+        self._template = template_of(filename, filename_prefix, auto_insert_metric_name)
         if mode not in ("min", "max"):
             raise ValueError(f'ModelCheckpoint(mode=...) must be "min" or "max", got {mode!r}.')
         for name, value in (("every_n_epochs", every_n_epochs), ("every_n_train_steps", every_n_train_steps)):
@@ -88,7 +98,7 @@ class ModelCheckpoint(Callback):
         self.filename_prefix = filename_prefix
         self.monitor = monitor
         self.mode = mode
-        self.save_top_k = save_top_k
+        self.save_top_k = check_save_top_k(save_top_k)
         self.save_last = save_last
         self.every_n_epochs = every_n_epochs
         self.every_n_train_steps = every_n_train_steps
@@ -105,7 +115,8 @@ class ModelCheckpoint(Callback):
     def state_key(self) -> str:
         return (
             f"ModelCheckpoint[monitor={self.monitor}, every_n_epochs={self.every_n_epochs}, "
-            f"every_n_train_steps={self.every_n_train_steps}, prefix={self.filename_prefix!r}]"
+            f"every_n_train_steps={self.every_n_train_steps}, prefix={self.filename_prefix!r}"
+            + (f", filename={self.filename!r}]" if self.filename is not None else "]")
         )
 
     # ------------------------------------------------------------------------------------------------- paths
@@ -114,6 +125,12 @@ class ModelCheckpoint(Callback):
         """The best checkpoint kept (the latest one without `monitor`)."""
         last = self._checkpoint.last_checkpoint if self._checkpoint is not None else None
         return os.fspath(last) if last is not None else None
+
+    @property
+    def best_model_score(self) -> torch.Tensor | None:
+        """Lightning's: the value of `monitor` of `best_model_path` (None without a monitor or a save)."""
+        saved = self._checkpoint.state_dict()["_saved"] if self._checkpoint is not None and self.monitor else []
+        return torch.tensor(saved[-1][0] if self.mode == "max" else -saved[-1][0]) if saved else None
 
     @property
     def last_model_path(self) -> str | None:
@@ -140,13 +157,15 @@ class ModelCheckpoint(Callback):
             )
             saver = trainer.strategy.checkpoint_saver(self.dirpath, summarize_checkpoint, spool)
             self._saver = AsyncSaver(saver) if self.async_save else saver
-            self._checkpoint = Checkpoint(
+            self._checkpoint = top_k_handler(
+                trainer,
                 trainer.checkpoint_objects(),
                 self._saver,
+                self._template,
                 filename_prefix=self.filename_prefix,
                 score_function=self._score if self.monitor else None,
                 score_name=self.monitor,
-                n_saved=self.save_top_k,
+                n_saved=self.save_top_k or (None if self.save_top_k is None else 1),
                 global_step_transform=lambda engine, event: trainer.global_step,
             )
             # built even without save_last: a pre-emption checkpoint must be kept whatever its score
@@ -328,7 +347,8 @@ class ModelCheckpoint(Callback):
         # the top-k file and the latest file hold the same tensors: one snapshot, and no wait between the two
         together = self._saver.one_snapshot() if isinstance(self._saver, AsyncSaver) else contextlib.nullcontext()
         with together:
-            self._save_with(trainer, self._checkpoint)
+            if self.save_top_k != 0:
+                self._save_with(trainer, self._checkpoint)
             if self.save_last:
                 self._save_with(trainer, self._last)
 
