@@ -47,14 +47,13 @@ from dcp_fits import (
     difference,
     plain_full_state,
     quiet,
-    rank_file,
     reshard_process,
     run_load,
 )
 from fsdp_fits import Shape, StackModule
+from ranks import agree, launch
 from workloads import load_peer
 
-from tracktrain.distributed import spawn
 from tracktrain.handlers.checkpoint_state import read_checkpoint
 
 FULL_SHAPE = Shape(width=1024, hidden=1024, blocks=4)  # 8.4 M parameters: 33.6 MB, 100.8 MB with AdamW's moments
@@ -172,22 +171,12 @@ def check_sources(sources: dict[str, str], references: dict[str, Any], config: D
 
 
 def run_all(config: DcpConfig, args: Any, rng: Any, problems: list[str]) -> list[dict[str, Any]]:
-    started = time.perf_counter()
-    try:
-        spawn(dcp_process, WORLD_SIZE, args=(config,))
-    except Exception as error:  # a failing rank: reported with the others' problems
-        problems.append(f"[save] the processes failed: {type(error).__name__}: {error}")
+    ranks, seconds = launch(dcp_process, WORLD_SIZE, (config,), config.out_dir, "save", problems, config.threads)
+    if not ranks:
         return []
-    print(f"  [saves and loads on {WORLD_SIZE} ranks: {time.perf_counter() - started:.1f} s]", flush=True)
-    ranks = [torch.load(rank_file(config.out_dir, "save", rank)) for rank in range(WORLD_SIZE)]
-    for rank, result in enumerate(ranks):
-        problems += result["problems"]
-        if result["threads"] != config.threads:
-            problems.append(f"rank {rank} ran {result['threads']} torch threads, not {config.threads}")
+    print(f"  [saves and loads on {WORLD_SIZE} ranks: {seconds:.1f} s]", flush=True)
     for kind in ranks[0]["checksums"]:
-        values = {rank["checksums"].get(kind) for rank in ranks}
-        if len(values) != 1:
-            problems.append(f"[load] {kind}: the ranks loaded different states (checksums {sorted(map(str, values))})")
+        agree({rank: result["checksums"].get(kind) for rank, result in enumerate(ranks)}, f"[load] {kind}", problems)
     sources, references = ranks[0]["sources"], ranks[0]["references"]
     if ranks[1]["sources"] != sources:
         problems.append(f"the ranks wrote their sources at different paths: {sources} and {ranks[1]['sources']}")
@@ -210,21 +199,14 @@ def run_all(config: DcpConfig, args: Any, rng: Any, problems: list[str]) -> list
         bases.update({ONE_TITLES[kind]: TITLES[LOAD_RAW if kind == ONE_RAW else LOAD_TT_SHARDED] for kind in one})
         reference_file = os.path.join(config.out_dir, "references.pt")
         torch.save(references, reference_file)
-        try:
-            spawn(reshard_process, RESHARD_WORLD_SIZE, args=(config, sources, reference_file))
-            four = [torch.load(rank_file(config.out_dir, "reshard", rank)) for rank in range(RESHARD_WORLD_SIZE)]
-            for result in four:
-                problems += result["problems"]
-            for kind in four[0]["checksums"]:
-                if len({result["checksums"].get(kind) for result in four}) != 1:
-                    problems.append(
-                        f"[reshard] {kind} on {RESHARD_WORLD_SIZE} ranks: the ranks loaded different states"
-                    )
-            for kind, values in slowest_rank(four, "loads").items():
-                loads[f"{RESHARD_WORLD_SIZE} ranks: {TITLES[kind]}"] = values
-                bases[f"{RESHARD_WORLD_SIZE} ranks: {TITLES[kind]}"] = TITLES[kind]
-        except Exception as error:
-            problems.append(f"[reshard] the {RESHARD_WORLD_SIZE} processes failed: {type(error).__name__}: {error}")
+        arguments = (config, sources, reference_file)
+        four, _ = launch(reshard_process, RESHARD_WORLD_SIZE, arguments, config.out_dir, "reshard", problems)
+        for kind in four[0]["checksums"] if four else []:
+            where = f"[reshard] {kind} on {RESHARD_WORLD_SIZE} ranks"
+            agree({rank: result["checksums"].get(kind) for rank, result in enumerate(four)}, where, problems)
+        for kind, values in slowest_rank(four, "loads").items() if four else []:
+            loads[f"{RESHARD_WORLD_SIZE} ranks: {TITLES[kind]}"] = values
+            bases[f"{RESHARD_WORLD_SIZE} ranks: {TITLES[kind]}"] = TITLES[kind]
         print(f"  [resharding: {time.perf_counter() - started:.1f} s]", flush=True)
     sizes = {TITLES[kind]: size_mb(path) for kind, path in sources.items()}
     rows += h.compare("load", loads, bases, "ms", args.stat, MB=sizes)

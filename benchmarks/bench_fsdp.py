@@ -21,7 +21,6 @@ import time
 from typing import Any
 
 import harness as h
-import torch
 from fsdp_fits import (
     DDP,
     FSDP,
@@ -37,12 +36,10 @@ from fsdp_fits import (
     StepConfig,
     check_memory_launch,
     launch_memory,
-    rank_file,
     step_process,
 )
+from ranks import launch, trained_weights
 from workloads import load_peer, max_difference
-
-from tracktrain.distributed import spawn
 
 GOAL_PERCENT = 2.0  # issue 21: "tracktrain step vs a hand-written FSDP2 loop on the same model — overhead ≤ 2 %"
 WEIGHT_TOLERANCE = 1e-5  # largest |Δ| of any trained weight to the hand-written loop's
@@ -58,38 +55,20 @@ MIB = 2**20
 def measure_steps(config: StepConfig, problems: list[str]) -> dict[str, Any]:
     """Launch the timing processes, then check what the ranks wrote: the same weights on both, each holding half
     of every variant's parameters, the Trainer's and Lightning's weights within 1e-5 of the raw loop's."""
-    started = time.perf_counter()
-    try:
-        spawn(step_process, WORLD_SIZE, args=(config,))
-    except Exception as error:  # a failing rank: reported with the others' problems
-        problems.append(f"[step] the processes failed: {type(error).__name__}: {error}")
+    results, seconds = launch(step_process, WORLD_SIZE, (config,), config.out_dir, "step", problems, config.threads)
+    if not results:
         return {}
-    launch_seconds = time.perf_counter() - started
-    results = [torch.load(rank_file(config.out_dir, rank)) for rank in range(WORLD_SIZE)]
     for rank, result in enumerate(results):
-        problems += result["problems"]
-        if result["threads"] != config.threads:
-            problems.append(f"[step] rank {rank} ran {result['threads']} torch threads, not {config.threads}")
         for variant, share in result["local_share"].items():
             if abs(share - 1 / WORLD_SIZE) > 0.01:
                 problems.append(f"[step] {variant} rank {rank} holds {share:.3f} of the parameters, not 1/{WORLD_SIZE}")
-    reference = results[0]["weights"][RAW]
-    max_diff = {}
-    for variant, ours in results[0]["weights"].items():
-        if not all(torch.equal(a, b) for a, b in zip(ours, results[1]["weights"][variant])):
-            problems.append(f"[step] {variant}: rank 0 and rank 1 ended with different weights")
-        max_diff[variant] = difference = max_difference(ours, reference)
-        if difference > WEIGHT_TOLERANCE:
-            problems.append(
-                f"[step] {variant}: the trained weights differ from the hand-written FSDP2 loop's by up to "
-                f"{difference:.3g} (tolerance {WEIGHT_TOLERANCE:g})"
-            )
+    within = lambda ours, theirs: max_difference(ours, theirs) <= WEIGHT_TOLERANCE  # noqa: E731
     return {
         "samples_us_per_step": results[0]["samples_us"],
         "cpu_samples_us_per_step": results[0]["cpu_samples_us"],
-        "max_weight_diff": max_diff,
+        "max_weight_diff": trained_weights(results, RAW, "[step]", problems, within),
         "local_share": results[0]["local_share"],
-        "launch_seconds": launch_seconds,
+        "launch_seconds": seconds,
     }
 
 

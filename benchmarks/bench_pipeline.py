@@ -30,8 +30,6 @@ and batch), or the ranks reported different losses. See benchmarks/README.md.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from typing import Any
@@ -48,8 +46,8 @@ from pipeline_fits import (
     predicted_bubble,
     stage_count,
 )
+from ranks import launch
 
-from tracktrain.distributed import spawn
 from tracktrain.engine.pipeline import SCHEDULES
 
 
@@ -180,17 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  [one process: {time.perf_counter() - started:.1f} s]", flush=True)
     ranks_by_world: dict[int, list[dict[str, Any]]] = {}
     for world in config.world_sizes:
-        started = time.perf_counter()
-        try:
-            spawn(pipeline_process, world, args=(config, world))
-        except Exception as error:  # a failing rank: reported with the other problems
-            problems.append(f"[{world} ranks] the processes failed: {type(error).__name__}: {error}")
+        ranks, seconds = launch(pipeline_process, world, (config, world), root_dir, f"world{world}", problems)
+        if not ranks:
             continue
-        print(f"  [{world} ranks: {time.perf_counter() - started:.1f} s]", flush=True)
-        ranks = []
-        for rank in range(world):
-            with open(os.path.join(root_dir, f"world{world}_rank{rank}.json"), encoding="utf-8") as handle:
-                ranks.append(json.load(handle))
+        print(f"  [{world} ranks: {seconds:.1f} s]", flush=True)
         check_ranks(config, world, ranks, base["first_loss"], problems)
         ranks_by_world[world] = ranks
     rows = summarize(config, base, ranks_by_world, args.stat)

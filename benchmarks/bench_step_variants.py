@@ -25,6 +25,7 @@ from typing import Any
 
 import harness as h
 import torch
+from ranks import launch, trained_weights
 from step_fits import (
     BATCH_SIZE,
     FITTERS,
@@ -36,12 +37,8 @@ from step_fits import (
     Fit,
     ddp_process,
     medium_data,
-    rank_file,
 )
 from workloads import ClassifierData, check_steps, max_difference, weights, weights_match
-
-from tracktrain.distributed import spawn
-from tracktrain_integrations.testing import free_port
 
 DDP = "ddp"
 GOAL_PERCENT = 5.0  # the issue's "within a few percent on the medium model"
@@ -127,32 +124,12 @@ def measure_precision(
 
 
 def measure_ddp(config: DDPConfig, problems: list[str]) -> tuple[dict[str, list[float]], dict[str, Any]]:
-    """Start the processes, then read rank 0's samples and check what the ranks wrote: both ranks end on the same
-    weights, and the Trainer's equal the hand-written loop's."""
-    started = time.perf_counter()
-    try:
-        spawn(ddp_process, WORLD_SIZE, args=(config,))
-    except Exception as error:  # a failing rank: reported with the others' problems
-        problems.append(f"[ddp] the processes failed: {type(error).__name__}: {error}")
+    """Rank 0's samples; the checks: both ranks end on the same weights, the Trainer's those of the hand-written loop."""
+    ranks, seconds = launch(ddp_process, WORLD_SIZE, (config,), config.out_dir, "ddp", problems, config.threads)
+    if not ranks:
         return {RAW: [], TRACKTRAIN: []}, {}
-    launch_seconds = time.perf_counter() - started
-    results = [torch.load(rank_file(config, rank)) for rank in range(WORLD_SIZE)]
-    for rank, result in enumerate(results):
-        problems += result["problems"]
-        if result["threads"] != config.threads:
-            problems.append(f"[ddp] rank {rank} ran {result['threads']} torch threads, not {config.threads}")
-    reference = results[0]["weights"][RAW]
-    max_diff = {}
-    for variant, ours in results[0]["weights"].items():
-        if not all(torch.equal(a, b) for a, b in zip(ours, results[1]["weights"][variant])):
-            problems.append(f"[ddp] {variant}: rank 0 and rank 1 ended with different weights")
-        max_diff[variant] = difference = max_difference(ours, reference)
-        if not weights_match(ours, reference, **DDP_TOLERANCE):
-            problems.append(
-                f"[ddp] {variant}: the trained weights differ from the hand-written DDP loop's "
-                f"(max |Δ| {difference:.3g})"
-            )
-    return results[0]["samples_us"], {"max_weight_diff": max_diff, "launch_seconds": launch_seconds}
+    max_diff = trained_weights(ranks, RAW, "[ddp]", problems, lambda a, b: weights_match(a, b, **DDP_TOLERANCE))
+    return ranks[0]["samples_us"], {"max_weight_diff": max_diff, "launch_seconds": seconds}
 
 
 def pair_rows(key: str, steps: int, samples: dict[str, list[float]], diff: float | None, stat: str) -> list:
@@ -224,7 +201,6 @@ def main(argv: list[str] | None = None) -> int:
                 args.ddp_repeats,
                 args.seed,
                 args.threads,
-                free_port(),
                 tempfile.mkdtemp(prefix="ddp-", dir=root_dir),
                 root_dir,
             )

@@ -4,6 +4,7 @@ AdamW), one fit of each framework, and the checks of what a fit wrote (complete,
 
 from __future__ import annotations
 
+import functools
 import io
 import time
 from collections.abc import Callable
@@ -14,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from checkpoint_storage import Storage
 from torch import nn
-from workloads import ClassifierData, lightning_twin, mlp_name
+from workloads import ClassifierData, lightning_trainer, lightning_twin, mlp_name
 
 from tracktrain import LoopModule
 from tracktrain.callbacks import ModelCheckpoint
@@ -94,6 +95,7 @@ class Classifier(ClassifierCode, LoopModule):
     """tracktrain's module."""
 
 
+@functools.cache
 def lightning_classes(lightning: Any) -> tuple[type, type]:
     """Lightning's module, the same code as `Classifier`, and its `ModelCheckpoint` with a clock read when each
     (blocking) save returns."""
@@ -147,77 +149,36 @@ def fit_tracktrain(
     every: int,
     async_save: bool = True,
     ckpt_path: str | None = None,
+    lightning: Any = None,
 ) -> Fit:
-    """tracktrain's Trainer with a ModelCheckpoint every `every` steps into `directory` (None: no checkpoints)."""
+    """tracktrain's Trainer (Lightning's, given `lightning`: no logger, bar or summary) with its ModelCheckpoint every
+    `every` steps into `directory` (None: no checkpoints; `async_save` has no Lightning counterpart)."""
     net = workload.fresh_net()
     clock = StepClock(net)
     fit = Fit(clock, 0)
     if ckpt_path is not None:
         clock.on_first_forward = lambda net: setattr(fit, "first_weights", _clone(net.state_dict()))
-    callbacks = (
-        []
-        if directory is None
-        else [
-            TimedModelCheckpoint(dirpath=directory, save_top_k=None, every_n_train_steps=every, async_save=async_save)
-        ]
-    )
+    settings = {"max_steps": max_steps, "enable_checkpointing": directory is not None, "default_root_dir": run_dir}
+    if lightning is None:
+        saving = {"save_top_k": None, "async_save": async_save}
+        module_class, checkpoint_class = Classifier, TimedModelCheckpoint
+    else:
+        saving = {"save_top_k": -1}
+        module_class, checkpoint_class = lightning_classes(lightning)
+    callbacks = [] if directory is None else [checkpoint_class(dirpath=directory, every_n_train_steps=every, **saving)]
     fit.started = time.perf_counter()
-    trainer = Trainer(
-        max_steps=max_steps,
-        enable_progress_bar=False,
-        enable_checkpointing=directory is not None,
-        callbacks=callbacks,
-        loggers=False,
-        default_root_dir=run_dir,
-        accelerator="cpu",
-    )
-    trainer.fit(Classifier(net, clock), workload.loader, ckpt_path=ckpt_path)
+    if lightning is None:
+        trainer = Trainer(callbacks=callbacks, enable_progress_bar=False, loggers=False, accelerator="cpu", **settings)
+    else:
+        trainer = lightning_trainer(lightning, callbacks=callbacks, **settings)
+    trainer.fit(module_class(net, clock), workload.loader, ckpt_path=ckpt_path)
     fit.global_step = trainer.global_step
     fit.commits = callbacks[0].commits if callbacks else []
     return fit
 
 
 def lightning_fitter(lightning: Any) -> Callable[..., Fit]:
-    module_class, checkpoint_class = lightning_classes(lightning)
-
-    def fit_lightning(
-        workload: Workload,
-        max_steps: int,
-        run_dir: str,
-        directory: str | None,
-        every: int,
-        async_save: bool = True,
-        ckpt_path: str | None = None,
-    ) -> Fit:
-        """Lightning's Trainer with its ModelCheckpoint every `every` steps into `directory` (None: none); no
-        logger, bar or summary (`async_save` has no Lightning counterpart and is ignored)."""
-        net = workload.fresh_net()
-        clock = StepClock(net)
-        fit = Fit(clock, 0)
-        if ckpt_path is not None:
-            clock.on_first_forward = lambda net: setattr(fit, "first_weights", _clone(net.state_dict()))
-        callbacks = (
-            [] if directory is None else [checkpoint_class(dirpath=directory, save_top_k=-1, every_n_train_steps=every)]
-        )
-        fit.started = time.perf_counter()
-        trainer = lightning.Trainer(
-            max_steps=max_steps,
-            enable_progress_bar=False,
-            logger=False,
-            enable_model_summary=False,
-            enable_checkpointing=directory is not None,
-            callbacks=callbacks,
-            accelerator="cpu",
-            devices=1,
-            num_sanity_val_steps=0,
-            default_root_dir=run_dir,
-        )
-        trainer.fit(module_class(net, clock), train_dataloaders=workload.loader, ckpt_path=ckpt_path)
-        fit.global_step = trainer.global_step
-        fit.commits = callbacks[0].commits if callbacks else []
-        return fit
-
-    return fit_lightning
+    return functools.partial(fit_tracktrain, lightning=lightning)
 
 
 def _clone(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

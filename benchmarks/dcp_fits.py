@@ -15,6 +15,7 @@ import random
 import shutil
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn.functional as F
-from fsdp_fits import LEARNING_RATE, Shape, StackModule, join_group, make_dataset
+from fsdp_fits import LEARNING_RATE, Shape, StackModule, make_dataset, shard_stack
+from ranks import join_group, save
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -32,7 +34,6 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
-from torch.distributed.fsdp import fully_shard
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from workloads import FirstForward, bare_trainer
 
@@ -95,10 +96,6 @@ class DcpConfig:
     def dataset(self, world_size: int = WORLD_SIZE) -> TensorDataset:
         """One epoch of `max_steps` batches per rank, on `world_size` ranks."""
         return make_dataset(self.shape, self.max_steps * self.batch_size * world_size, self.seed)
-
-
-def rank_file(out_dir: str, name: str, rank: int) -> str:
-    return os.path.join(out_dir, f"{name}_rank{rank}.pt")
 
 
 # ---------------------------------------------------------------------------------------------------- states
@@ -234,50 +231,58 @@ def check_tracktrain_dir(directory: str, config: DcpConfig, max_steps: int, stat
     return problems
 
 
-def shard_stack(net: nn.Module, mesh: Any = None) -> nn.Module:
-    """FSDP2 as the tutorial (and the Trainer's default) shards it: each block, then the root."""
-    for block in net.blocks:
-        fully_shard(block, mesh=mesh)
-    fully_shard(net, mesh=mesh)
-    return net
-
-
-def raw_fit(config: DcpConfig, net: nn.Module, directory: str | None, mode: str, max_steps: int, group: Any) -> Fit:
-    """The hand-written FSDP2 loop, saving `{"model": ..., "optim": ...}` (the state dicts of
-    `torch.distributed.checkpoint.state_dict`, as torchtitan does) every `config.every` steps into
-    `directory/step_<n>`: with `dcp.save`, or with `dcp.async_save` on a gloo group of its own after waiting for
-    the previous save's future (torchtitan's `async_mode="async"`). `mode`: "save", "async" or "none"."""
-    shard_stack(net)
-    optimizer = torch.optim.AdamW(net.parameters(), lr=LEARNING_RATE)
+def saving_loop(
+    config: DcpConfig, directory: str | None, max_steps: int, step: Callable[[Any, Any], None], save: Callable
+) -> tuple[list[float], dict[int, str], int, float]:
+    """A hand-written loop over this rank's half of the data (in order): `step(x, y)` each batch, and `save(path,
+    step)` (timed: the stall) every `config.every` steps into `directory/step_<n>` (none when None). (The stalls,
+    step -> path written, the steps, the seconds from the first step's start to the end.)"""
     dataset = config.dataset()
     loader = DataLoader(dataset, batch_size=config.batch_size, sampler=DistributedSampler(dataset, shuffle=False))
     stalls: list[float] = []
     written: dict[int, str] = {}
-    future = None
-    step = 0
+    steps = 0
     start = time.perf_counter()
     for x, y in loader:
+        step(x, y)
+        steps += 1
+        if directory is not None and steps % config.every == 0:
+            written[steps] = path = os.path.join(directory, f"step_{steps}")
+            save_start = time.perf_counter()
+            save(path, steps)
+            stalls.append(time.perf_counter() - save_start)
+        if steps == max_steps:
+            break
+    return stalls, written, steps, start
+
+
+def raw_fit(config: DcpConfig, net: nn.Module, directory: str | None, mode: str, max_steps: int, group: Any) -> Fit:
+    """The hand-written FSDP2 loop, saving `{"model": ..., "optim": ...}` (the state dicts of
+    `torch.distributed.checkpoint.state_dict`, as torchtitan does): with `dcp.save`, or with `dcp.async_save` on a
+    gloo group of its own after waiting for the previous save's future (torchtitan's `async_mode="async"`).
+    `mode`: "save", "async" or "none"."""
+    shard_stack(net)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=LEARNING_RATE)
+    futures: list[Any] = []
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
         optimizer.zero_grad()
         F.cross_entropy(net(x), y).backward()
         optimizer.step()
-        step += 1
-        if directory is not None and step % config.every == 0:
-            path = os.path.join(directory, f"step_{step}")
-            save_start = time.perf_counter()
-            state = {"model": get_model_state_dict(net), "optim": get_optimizer_state_dict(net, optimizer)}
-            if mode == "async":
-                if future is not None:
-                    future.result()
-                future = dcp.async_save(state, checkpoint_id=path, process_group=group)
-            else:
-                dcp.save(state, checkpoint_id=path)
-            stalls.append(time.perf_counter() - save_start)
-            written[step] = path
-        if step == max_steps:
-            break
-    if future is not None:
+
+    def save(path: str, _: int) -> None:
+        state = {"model": get_model_state_dict(net), "optim": get_optimizer_state_dict(net, optimizer)}
+        if mode == "async":
+            if futures:
+                futures.pop().result()
+            futures.append(dcp.async_save(state, checkpoint_id=path, process_group=group))
+        else:
+            dcp.save(state, checkpoint_id=path)
+
+    stalls, written, steps, start = saving_loop(config, directory, max_steps, step, save)
+    for future in futures:
         future.result()
-    fit = Fit(stalls, time.perf_counter() - start, step, written, net, optimizer)
+    fit = Fit(stalls, time.perf_counter() - start, steps, written, net, optimizer)
     fit.problems += check_dcp_dirs(written, "[save] " + ("dcp.async_save" if mode == "async" else "dcp.save"))
     return fit
 
@@ -320,26 +325,17 @@ def fabric_fit(config: DcpConfig, net: nn.Module, directory: str | None, max_ste
     """A Fabric loop saving `{"model", "optimizer", "step"}` with `fabric.save(directory/step_<n>, state)`: a DCP
     checkpoint (every rank its shards) plus rank 0's `meta.pt`, blocking."""
     fabric, model, optimizer = fabric_objects(config, net)
-    dataset = config.dataset()
-    loader = DataLoader(dataset, batch_size=config.batch_size, sampler=DistributedSampler(dataset, shuffle=False))
-    stalls: list[float] = []
-    written: dict[int, str] = {}
-    step = 0
-    start = time.perf_counter()
-    for x, y in loader:
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
         optimizer.zero_grad()
         fabric.backward(F.cross_entropy(model(x), y))
         optimizer.step()
-        step += 1
-        if directory is not None and step % config.every == 0:
-            path = os.path.join(directory, f"step_{step}")
-            save_start = time.perf_counter()
-            fabric.save(path, {"model": model, "optimizer": optimizer, "step": step})
-            stalls.append(time.perf_counter() - save_start)
-            written[step] = path
-        if step == max_steps:
-            break
-    fit = Fit(stalls, time.perf_counter() - start, step, written, net, optimizer.optimizer)
+
+    def save(path: str, steps: int) -> None:
+        fabric.save(path, {"model": model, "optimizer": optimizer, "step": steps})
+
+    stalls, written, steps, start = saving_loop(config, directory, max_steps, step, save)
+    fit = Fit(stalls, time.perf_counter() - start, steps, written, net, optimizer.optimizer)
     fit.problems += check_dcp_dirs(written, "[save] fabric.save")
     return fit
 
@@ -509,20 +505,9 @@ def dcp_process(config: DcpConfig) -> None:
             loads[kind].append(loaded.seconds)
             calls[kind].append(loaded.call_seconds)
         del loaded
-    torch.save(
-        {
-            "stalls": stalls,
-            "totals": totals,
-            "loads": loads,
-            "load_calls": calls,
-            "checksums": checksums,
-            "sources": sources,
-            "references": references if rank == 0 else {},
-            "problems": problems,
-            "threads": torch.get_num_threads(),
-        },
-        rank_file(config.out_dir, "save", rank),
-    )
+    result = {"stalls": stalls, "totals": totals, "loads": loads, "load_calls": calls, "checksums": checksums}
+    result |= {"sources": sources, "references": references if rank == 0 else {}, "problems": problems}
+    save({**result, "threads": torch.get_num_threads()}, config.out_dir, "save")
 
 
 def quiet() -> None:
@@ -565,7 +550,4 @@ def reshard_process(config: DcpConfig, sources: dict[str, str], reference_file: 
         if repeat:
             loads[kind].append(loaded.seconds)
         del loaded
-    torch.save(
-        {"loads": loads, "checksums": checksums, "problems": problems},
-        rank_file(config.out_dir, "reshard", rank),
-    )
+    save({"loads": loads, "checksums": checksums, "problems": problems}, config.out_dir, "reshard")

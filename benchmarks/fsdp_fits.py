@@ -6,24 +6,33 @@ the memory runs, one fresh launch per variant, that read each rank's peak reside
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 import harness as h
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+import workloads
+from ranks import join_group, result_file, save
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-from workloads import EngineClock, bare_trainer, check_repeatable, check_steps
+from workloads import (
+    EngineClock,
+    bare_trainer,
+    check_repeatable,
+    check_steps,
+    lightning_clock,
+    lightning_trainer,
+    timed_epochs,
+)
 
 from tracktrain import LoopModule
 from tracktrain.distributed import spawn
@@ -66,6 +75,14 @@ class BlockStack(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.head(x)
+
+
+def shard_stack(net: nn.Module, mesh: Any = None) -> nn.Module:
+    """FSDP2 as the tutorial (and the Trainer's default) shards it: each block, then the root."""
+    for block in net.blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(net, mesh=mesh)
+    return net
 
 
 @dataclass(frozen=True)
@@ -167,40 +184,8 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
 
 # ---------------------------------------------------------------------------------------------------- the fits
 @dataclass
-class Fit:
-    """One fit: `seconds` (wall clock) and `cpu_seconds` (this process's CPU time, all its threads: not the time it
-    waits for the other rank or for a core) from its second epoch's start to the run's end, over `timed_steps`."""
-
-    seconds: float
-    timed_steps: int
-    steps: int
-    net: BlockStack
-    logged_loss: bool = True
+class Fit(workloads.Fit):
     optimizer: torch.optim.Optimizer | None = None
-    cpu_seconds: float = 0.0
-
-    @property
-    def us_per_step(self) -> float:
-        return self.seconds / self.timed_steps * 1e6
-
-    @property
-    def cpu_us_per_step(self) -> float:
-        return self.cpu_seconds / self.timed_steps * 1e6
-
-
-class Clock(EngineClock):
-    """`EngineClock` (handlers on a Trainer's train engine) that reads the process's CPU time too."""
-
-    cpu_start = cpu_end = 0.0
-
-    def _epoch_started(self, engine: Any) -> None:
-        super()._epoch_started(engine)
-        if engine.state.epoch == 2:
-            self.cpu_start = time.process_time()
-
-    def _completed(self) -> None:
-        super()._completed()
-        self.cpu_end = time.process_time()
 
 
 @dataclass(frozen=True)
@@ -231,119 +216,63 @@ class StepConfig:
 def fit_raw(net: BlockStack, dataset: TensorDataset, batch_size: int, epochs: int, root_dir: str) -> Fit:
     """The hand-written FSDP2 loop, as the FSDP2 tutorial writes it: `fully_shard` on each block, then on the root;
     AdamW on the shards; this rank's half of the data through a DistributedSampler in order. No logging."""
-    for block in net.blocks:
-        fully_shard(block)
-    fully_shard(net)
+    shard_stack(net)
     optimizer = torch.optim.AdamW(net.parameters(), lr=LEARNING_RATE)
     sampler = DistributedSampler(dataset, shuffle=False)
     loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler)
     net.train()
-    steps = steps_before = 0
-    start = cpu_start = 0.0
-    for epoch in range(epochs):
-        if epoch == 1:
-            start, cpu_start, steps_before = time.perf_counter(), time.process_time(), steps
-        sampler.set_epoch(epoch)
+
+    def epoch(number: int) -> int:
+        sampler.set_epoch(number)
         for x, y in loader:
             optimizer.zero_grad()
             loss = F.cross_entropy(net(x), y)
             loss.backward()
             optimizer.step()
-            steps += 1
-    end, cpu_end = time.perf_counter(), time.process_time()
-    return Fit(end - start, steps - steps_before, steps, net, optimizer=optimizer, cpu_seconds=cpu_end - cpu_start)
+        return len(loader)
 
-
-def fit_tracktrain(net: BlockStack, dataset: TensorDataset, batch_size: int, epochs: int, root_dir: str) -> Fit:
-    """`Trainer(strategy="fsdp")` on the unsharded loader: it finds the group running, shards the blocks of the
-    ModuleList and the root, and the data."""
-    return trainer_fit("fsdp", net, dataset, batch_size, epochs, root_dir)
+    seconds, cpu, timed, steps = timed_epochs(epochs, epoch)
+    return Fit(seconds, timed, steps, net, cpu_seconds=cpu, optimizer=optimizer)
 
 
 def trainer_fit(strategy: str, net: BlockStack, dataset: TensorDataset, batch_size: int, epochs: int, root: str) -> Fit:
-    trainer = bare_trainer(
-        max_epochs=epochs,
-        strategy=strategy,
-        default_root_dir=root,
-    )
-    clock = Clock(trainer)
+    """`Trainer(strategy=...)` ("fsdp", or "ddp" for the memory runs) on the unsharded loader: it finds the group
+    running, shards the blocks of the ModuleList and the root, and the data."""
+    trainer = bare_trainer(max_epochs=epochs, strategy=strategy, default_root_dir=root)
+    clock = EngineClock(trainer)
     module = StackModule(net)
     trainer.fit(module, DataLoader(dataset, batch_size=batch_size))
-    return Fit(
-        clock.end - clock.start,
-        trainer.global_step - clock.start_iteration,
-        trainer.global_step,
-        net,
-        "loss" in trainer.callback_metrics,
-        module.optimizer,
-        clock.cpu_end - clock.cpu_start,
-    )
+    return Fit.timed(clock, trainer, net, optimizer=module.optimizer)
 
 
 def fit_lightning(net: BlockStack, dataset: TensorDataset, batch_size: int, epochs: int, root_dir: str) -> Fit:
     """Lightning's `ModelParallelStrategy` (its FSDP2 strategy; `strategy="fsdp"` there is FSDP1) with data
-    parallelism over both ranks, timed by a callback from the second epoch's start to `on_train_end`. The loader
-    brings its own in-order DistributedSampler: Lightning's (`use_distributed_sampler=True`) shuffles."""
+    parallelism over both ranks. The loader brings its own in-order DistributedSampler: Lightning's
+    (`use_distributed_sampler=True`) shuffles."""
     import lightning
     from lightning.pytorch.strategies import ModelParallelStrategy
 
-    class LightningClock(lightning.Callback):
-        start = end = cpu_start = cpu_end = 0.0
-        start_step = 0
-
-        def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
-            if trainer.current_epoch == 1:
-                self.start, self.cpu_start, self.start_step = (
-                    time.perf_counter(),
-                    time.process_time(),
-                    trainer.global_step,
-                )
-
-        def on_train_end(self, trainer: Any, module: Any) -> None:
-            self.end, self.cpu_end = time.perf_counter(), time.process_time()
-
-    clock = LightningClock()
+    clock = lightning_clock(lightning)
     world = dist.get_world_size()
-    trainer = lightning.Trainer(
-        accelerator="cpu",
+    trainer = lightning_trainer(
+        lightning,
         devices=world,
         strategy=ModelParallelStrategy(data_parallel_size=world, tensor_parallel_size=1),
         max_epochs=epochs,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         callbacks=[clock],
         default_root_dir=root_dir,
         use_distributed_sampler=False,
     )
-    # Lightning's own DistributedSampler would shuffle this sequential loader: the raw loop's order instead
     loader = DataLoader(dataset, batch_size=batch_size, sampler=DistributedSampler(dataset, shuffle=False))
     trainer.fit(lightning_module_class(lightning)(net), loader)
-    steps = trainer.global_step
-    logged = "loss" in trainer.callback_metrics
-    return Fit(
-        clock.end - clock.start, steps - clock.start_step, steps, net, logged, None, clock.cpu_end - clock.cpu_start
-    )
+    return Fit.timed(clock, trainer, net)
 
 
 STEP_FITTERS: dict[str, Callable[[BlockStack, TensorDataset, int, int, str], Fit]] = {
     RAW: fit_raw,
-    TRACKTRAIN: fit_tracktrain,
+    TRACKTRAIN: functools.partial(trainer_fit, "fsdp"),
     LIGHTNING: fit_lightning,
 }
-
-
-def rank_file(out_dir: str, rank: int) -> str:
-    return os.path.join(out_dir, f"rank{rank}.pt")
-
-
-def join_group(threads: int) -> int:
-    """Joins the gloo group from the environment `spawn` sets (the Trainers find it running), as a script would."""
-    dist.init_process_group("gloo", timeout=timedelta(minutes=5))
-    torch.set_num_threads(threads)
-    torch.set_flush_denormal(True)
-    return dist.get_rank()
 
 
 def step_process(config: StepConfig) -> None:
@@ -380,17 +309,8 @@ def step_process(config: StepConfig) -> None:
     fits = h.measure(variants, config.repeats, rng, run)
     samples = {variant: [wall for wall, _ in runs] for variant, runs in fits.items()}
     cpu_samples = {variant: [cpu for _, cpu in runs] for variant, runs in fits.items()}
-    torch.save(
-        {
-            "samples_us": samples,
-            "cpu_samples_us": cpu_samples,
-            "weights": first,
-            "local_share": local_share,
-            "problems": problems,
-            "threads": torch.get_num_threads(),
-        },
-        rank_file(config.out_dir, rank),
-    )
+    result = {"samples_us": samples, "cpu_samples_us": cpu_samples, "weights": first, "local_share": local_share}
+    save({**result, "problems": problems, "threads": torch.get_num_threads()}, config.out_dir, "step")
 
 
 # ---------------------------------------------------------------------------------------------------- memory
@@ -425,8 +345,8 @@ def peak_rss_bytes() -> int:
 
 
 MEMORY_FITTERS: dict[str, Callable[[BlockStack, TensorDataset, int, int, str], Fit]] = {
-    DDP: lambda net, dataset, batch_size, epochs, root: trainer_fit("ddp", net, dataset, batch_size, epochs, root),
-    FSDP: fit_tracktrain,
+    DDP: functools.partial(trainer_fit, "ddp"),
+    FSDP: functools.partial(trainer_fit, "fsdp"),
     RAW_FSDP: fit_raw,
 }
 
@@ -446,7 +366,7 @@ def memory_process(config: MemoryConfig, variants: list[str]) -> None:
     memory to the system): per variant, the RSS before the model is built (the peak reset to it), after, and at
     its peak over a fit of one epoch (AdamW's state is made on the first step); the bytes of this rank's parameters
     and optimizer state; a checksum of the trained weights (every rank's must be the same)."""
-    rank = join_group(config.threads)
+    join_group(config.threads)
     dataset = dataset_for(config.shape, config)
     for variant in variants:  # warm-up on a tiny stack: a process's first distributed fit makes one-time allocations
         MEMORY_FITTERS[variant](
@@ -479,7 +399,7 @@ def memory_process(config: MemoryConfig, variants: list[str]) -> None:
             }
         )
         del net, fit, weights
-    torch.save(results, rank_file(config.out_dir, rank))
+    save(results, config.out_dir, "memory")
 
 
 # ------------------------------------------------------------------------------- the memory runs, seen from the parent
@@ -497,7 +417,7 @@ def launch_memory(config: MemoryConfig, mode: str, variants: list[str]) -> dict[
         os.environ.pop(MMAP_THRESHOLD, None)
         if saved is not None:
             os.environ[MMAP_THRESHOLD] = saved
-    ranks = [torch.load(rank_file(config.out_dir, rank)) for rank in range(WORLD_SIZE)]
+    ranks = [torch.load(result_file(config.out_dir, "memory", rank)) for rank in range(WORLD_SIZE)]
     return {variant: [results[index] for results in ranks] for index, variant in enumerate(variants)}
 
 

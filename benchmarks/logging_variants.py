@@ -10,9 +10,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+import workloads
 from logging_trackers import Delivery, Trackers, tracktrain_delivery
 from torch import nn
-from workloads import LEARNING_RATE, ClassifierData, EngineClock, lightning_twin
+from workloads import LEARNING_RATE, ClassifierData, EngineClock, lightning_clock, lightning_trainer, lightning_twin
 
 from tracktrain import LoopModule
 from tracktrain.trainer import Trainer
@@ -56,41 +57,13 @@ class LoggingClassifier(LoggingCode, LoopModule):
     """tracktrain's module."""
 
 
-def lightning_classes(lightning: Any) -> tuple[type, type]:
-    """Lightning's module, the same code as `LoggingClassifier`, and its clock (defined once Lightning is
-    imported)."""
-    LightningLoggingClassifier = lightning_twin(LoggingCode, lightning)
-
-    class LightningClock(lightning.Callback):
-        """Reads the clock and the step when the second epoch starts and when training ends (after the last
-        iteration's logging, before the loggers are finalized)."""
-
-        def __init__(self) -> None:
-            self.start = self.end = 0.0
-            self.start_step = 0
-
-        def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
-            if trainer.current_epoch == 1:
-                self.start, self.start_step = time.perf_counter(), trainer.global_step
-
-        def on_train_end(self, trainer: Any, module: Any) -> None:
-            self.end = time.perf_counter()
-
-    return LightningLoggingClassifier, LightningClock
-
-
-# ------------------------------------------------------------------------------------------------ setup
 @dataclass
-class Fit:
-    """One fit: `seconds` and `timed_steps` from the start of its second epoch to its last iteration; `tail_seconds`
-    from there to the return of `fit` (the loggers deliver what is queued and close their runs); `whole_seconds`
-    from building the logger and the Trainer to the return of `fit` (start-up and end included)."""
+class Fit(workloads.Fit):
+    """`Fit` (timed to the last iteration) and `tail_seconds` from there to the return of `fit` (the loggers deliver
+    what is queued and close their runs); `whole_seconds` from building the logger and the Trainer to that return
+    (start-up and end included)."""
 
-    seconds: float
-    timed_steps: int
-    steps: int
-    tail_seconds: float
-    net: nn.Module
+    tail_seconds: float = 0.0
     delivery: Delivery | None = None
     whole_seconds: float = 0.0
 
@@ -134,14 +107,9 @@ def tracktrain_fitter(make_logger: Callable[[str], Any] | None) -> Callable[[Cla
         net = workload.fresh_net()
         trainer.fit(LoggingClassifier(net), workload.loader)
         returned = time.perf_counter()
-        return Fit(
-            clock.end - clock.start,
-            trainer.global_step - clock.start_iteration,
-            trainer.global_step,
-            returned - clock.end,
-            net,
-            tracktrain_delivery(logger),
-            returned - began,
+        delivery = tracktrain_delivery(logger)
+        return Fit.timed(
+            clock, trainer, net, tail_seconds=returned - clock.end, delivery=delivery, whole_seconds=returned - began
         )
 
     return fit
@@ -151,7 +119,7 @@ def lightning_fitter(
     lightning: Any, tracking_uri: Callable[[], str] | None
 ) -> Callable[[ClassifierData, int, str], Fit]:
     """A fit of Lightning's Trainer with its `MLFlowLogger` on `tracking_uri()` (no logger when None)."""
-    module_class, clock_class = lightning_classes(lightning)
+    module_class = lightning_twin(LoggingCode, lightning)
 
     def fit(workload: ClassifierData, epochs: int, run_dir: str) -> Fit:
         began = time.perf_counter()
@@ -161,32 +129,21 @@ def lightning_fitter(
 
             uri = tracking_uri()
             logger = MLFlowLogger("bench-lightning", tracking_uri=uri)
-        clock = clock_class()
-        trainer = lightning.Trainer(
+        clock = lightning_clock(lightning)
+        trainer = lightning_trainer(
+            lightning,
             max_epochs=epochs,
             log_every_n_steps=1,
-            enable_progress_bar=False,
-            enable_checkpointing=False,
-            enable_model_summary=False,
             logger=logger if logger is not None else False,
             callbacks=[clock],
-            accelerator="cpu",
-            devices=1,
-            num_sanity_val_steps=0,
             default_root_dir=run_dir,
         )
         net = workload.fresh_net()
         trainer.fit(module_class(net), train_dataloaders=workload.loader)
         returned = time.perf_counter()
         delivery = Delivery("mlflow", uri, logger.run_id) if logger is not None else None
-        return Fit(
-            clock.end - clock.start,
-            trainer.global_step - clock.start_step,
-            trainer.global_step,
-            returned - clock.end,
-            net,
-            delivery,
-            returned - began,
+        return Fit.timed(
+            clock, trainer, net, tail_seconds=returned - clock.end, delivery=delivery, whole_seconds=returned - began
         )
 
     return fit

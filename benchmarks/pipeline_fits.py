@@ -7,8 +7,6 @@ own file for the parent to read, and the baseline on the whole batch in one proc
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import time
 from collections import OrderedDict
@@ -18,9 +16,9 @@ from typing import Any, NamedTuple
 import harness as h
 import torch
 import torch.distributed as dist
+from ranks import join_group, save
 from torch import nn
 
-from tracktrain.distributed import init_from_env
 from tracktrain.engine import ModelEngine
 from tracktrain.engine.pipeline import PipelineSchedule, split_stages
 
@@ -165,9 +163,7 @@ def pipeline_process(config: PipelineConfig, world: int) -> None:
     """One rank: every (schedule, M) case on `world` ranks, each its own model from the same weights; the warm-up
     steps of every case first, then `repeats` rounds running `steps` steps of each case, in an order shuffled per
     round (alike on every rank). Writes this rank's times, busy times and losses to a JSON file."""
-    init_from_env()
-    torch.set_num_threads(config.threads)
-    rank = dist.get_rank()
+    join_group(config.threads)
     batch = make_batch(config)
     engines: dict[str, ModelEngine] = {}
     record: dict[str, Any] = {"stages": {}, "first_loss": {}, "times": {}, "busy": {}, "cpu": {}, "losses": {}}
@@ -196,8 +192,7 @@ def pipeline_process(config: PipelineConfig, world: int) -> None:
             record["busy"][key].append(step.slept)
             record["cpu"][key].append(step.cpu)
             record["losses"][key].append(step.loss)
-    with open(os.path.join(config.out_dir, f"world{world}_rank{rank}.json"), "w", encoding="utf-8") as handle:
-        json.dump(record, handle)
+    save(record, config.out_dir, f"world{world}")
 
 
 def one_process(config: PipelineConfig) -> dict[str, Any]:

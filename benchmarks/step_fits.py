@@ -6,18 +6,17 @@ spawned processes import it by name). Each fit reads its clock from its second e
 from __future__ import annotations
 
 import math
-import os
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 import harness as h
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+import workloads
+from ranks import join_group, save
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 from workloads import (
@@ -28,6 +27,7 @@ from workloads import (
     bare_trainer,
     check_repeatable,
     check_steps,
+    timed_epochs,
     weights,
 )
 
@@ -43,19 +43,8 @@ def medium_data(batches_per_epoch: int, seed: int) -> ClassifierData:
 
 
 @dataclass
-class Fit:
-    """One fit: `seconds` and `timed_steps` from the start of its second epoch to the end of the run."""
-
-    seconds: float
-    timed_steps: int
-    steps: int
-    net: nn.Module
-    logged_loss: bool = True  # the module's self.log reached callback_metrics (the raw loop logs nothing)
+class Fit(workloads.Fit):
     scale: float | None = None  # the GradScaler's scale at the end (fp16)
-
-    @property
-    def us_per_step(self) -> float:
-        return self.seconds / self.timed_steps * 1e6
 
 
 def fit_raw(workload: ClassifierData, precision: Any, epochs: int, root_dir: str) -> Fit:
@@ -66,11 +55,8 @@ def fit_raw(workload: ClassifierData, precision: Any, epochs: int, root_dir: str
     scaler = torch.amp.GradScaler("cpu") if precision.grad_scaler else None
     dtype = precision.autocast_dtype
     net.train()
-    steps = steps_before = 0
-    start = 0.0
-    for epoch in range(epochs):
-        if epoch == 1:
-            start, steps_before = time.perf_counter(), steps
+
+    def epoch(_: int) -> int:
         if scaler is not None:
             for x, y in workload.loader:
                 optimizer.zero_grad()
@@ -79,7 +65,6 @@ def fit_raw(workload: ClassifierData, precision: Any, epochs: int, root_dir: str
                 scaler.scale(loss).backward()
                 scaler.step(optimizer)
                 scaler.update()
-                steps += 1
         elif dtype is not None:
             for x, y in workload.loader:
                 optimizer.zero_grad()
@@ -87,36 +72,25 @@ def fit_raw(workload: ClassifierData, precision: Any, epochs: int, root_dir: str
                     loss = F.cross_entropy(net(x), y)
                 loss.backward()
                 optimizer.step()
-                steps += 1
         else:
             for x, y in workload.loader:
                 optimizer.zero_grad()
                 loss = F.cross_entropy(net(x), y)
                 loss.backward()
                 optimizer.step()
-                steps += 1
-    end = time.perf_counter()
-    return Fit(end - start, steps - steps_before, steps, net, scale=scaler.get_scale() if scaler is not None else None)
+        return len(workload.loader)
+
+    seconds, cpu, timed, steps = timed_epochs(epochs, epoch)
+    return Fit(seconds, timed, steps, net, cpu_seconds=cpu, scale=scaler.get_scale() if scaler is not None else None)
 
 
 def fit_tracktrain(workload: ClassifierData, precision: Any, epochs: int, root_dir: str) -> Fit:
     net = workload.fresh_net()
-    trainer = bare_trainer(
-        max_epochs=epochs,
-        precision=precision.trainer_precision,
-        default_root_dir=root_dir,
-    )
+    trainer = bare_trainer(max_epochs=epochs, precision=precision.trainer_precision, default_root_dir=root_dir)
     clock = EngineClock(trainer)
     trainer.fit(Classifier(net), workload.loader)
     scaler = trainer.model_engine.scaler
-    return Fit(
-        clock.end - clock.start,
-        trainer.global_step - clock.start_iteration,
-        trainer.global_step,
-        net,
-        "loss" in trainer.callback_metrics,
-        scaler.get_scale() if scaler is not None else None,
-    )
+    return Fit.timed(clock, trainer, net, scale=scaler.get_scale() if scaler is not None else None)
 
 
 FITTERS: dict[str, Callable[[ClassifierData, Any, int, str], Fit]] = {RAW: fit_raw, TRACKTRAIN: fit_tracktrain}
@@ -132,7 +106,6 @@ class DDPConfig:
     repeats: int
     seed: int
     threads: int
-    port: int  # where the processes join the group, as a hand-written script would
     out_dir: str
     root_dir: str
 
@@ -155,64 +128,37 @@ def fit_raw_ddp(workload: ClassifierData, epochs: int, root_dir: str) -> Fit:
     sampler = DistributedSampler(workload.dataset, shuffle=False)
     loader = DataLoader(workload.dataset, batch_size=BATCH_SIZE, sampler=sampler)
     model.train()
-    steps = steps_before = 0
-    start = 0.0
-    for epoch in range(epochs):
-        if epoch == 1:
-            start, steps_before = time.perf_counter(), steps
-        sampler.set_epoch(epoch)
+
+    def epoch(number: int) -> int:
+        sampler.set_epoch(number)
         for x, y in loader:
             optimizer.zero_grad()
             loss = F.cross_entropy(model(x), y)
             loss.backward()
             optimizer.step()
-            steps += 1
-    end = time.perf_counter()
-    return Fit(end - start, steps - steps_before, steps, net)
+        return len(loader)
+
+    seconds, cpu, timed, steps = timed_epochs(epochs, epoch)
+    return Fit(seconds, timed, steps, net, cpu_seconds=cpu)
 
 
 def fit_tracktrain_ddp(workload: ClassifierData, epochs: int, root_dir: str) -> Fit:
     """`Trainer(strategy="ddp")` on the unsharded loader: it finds the process group running and shards the data."""
     net = workload.fresh_net()
-    trainer = bare_trainer(
-        max_epochs=epochs,
-        strategy="ddp",
-        default_root_dir=root_dir,
-    )
+    trainer = bare_trainer(max_epochs=epochs, strategy="ddp", default_root_dir=root_dir)
     clock = EngineClock(trainer)
     trainer.fit(Classifier(net), workload.loader)
-    return Fit(
-        clock.end - clock.start,
-        trainer.global_step - clock.start_iteration,
-        trainer.global_step,
-        net,
-        "loss" in trainer.callback_metrics,
-    )
+    return Fit.timed(clock, trainer, net)
 
 
 DDP_FITTERS: dict[str, Callable[[ClassifierData, int, str], Fit]] = {RAW: fit_raw_ddp, TRACKTRAIN: fit_tracktrain_ddp}
 
 
-def rank_file(config: DDPConfig, rank: int) -> str:
-    return os.path.join(config.out_dir, f"rank{rank}.pt")
-
-
 def ddp_process(config: DDPConfig) -> None:
-    """One of the processes `tracktrain.distributed.spawn` starts. It joins the group as a hand-written script
-    does (gloo, 127.0.0.1, a free port; the Trainer finds it running, so its own joining, start-up only, is not
-    compared), warms each variant up with one fit, then runs `repeats` rounds of one fit of each, in an order
-    shuffled alike on every rank (they run the same collectives). Every rank writes its samples, the weights of
-    each variant's first fit and any problem to its file; rank 0's samples are the ones reported."""
-    rank = int(os.environ["RANK"])
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{config.port}",
-        rank=rank,
-        world_size=WORLD_SIZE,
-        timeout=timedelta(minutes=5),
-    )
-    torch.set_num_threads(config.threads)
-    torch.set_flush_denormal(True)
+    """One rank: a warm-up fit of each variant, then `repeats` rounds of one fit of each, in an order shuffled alike
+    on every rank (they run the same collectives). Saves its samples, the weights of each variant's first fit and
+    any problem; rank 0's samples are the ones reported."""
+    rank = join_group(config.threads)
     workload = medium_data(config.batches_per_epoch, config.seed)
     rng = random.Random(config.seed)
     h.freeze_garbage()
@@ -230,7 +176,5 @@ def ddp_process(config: DDPConfig) -> None:
 
     # the same seed on every rank: the same shuffled order, so the ranks run the same collectives
     samples = h.measure(list(DDP_FITTERS), config.repeats, rng, run)
-    torch.save(
-        {"samples_us": samples, "weights": first, "problems": problems, "threads": torch.get_num_threads()},
-        rank_file(config, rank),
-    )
+    result = {"samples_us": samples, "weights": first, "problems": problems, "threads": torch.get_num_threads()}
+    save(result, config.out_dir, "ddp")

@@ -12,6 +12,8 @@ import importlib
 import logging
 import time
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -162,27 +164,96 @@ class FirstForward:
         self._handle.remove()
 
 
+@dataclass
+class Fit:
+    """One timed fit: `seconds` (wall clock) and `cpu_seconds` (this process's CPU time, all its threads) over its
+    `timed_steps`, from its second epoch's start to its end; `logged_loss`: the module's self.log('loss', ...)
+    reached the trainer's callback_metrics (True for a hand-written loop, which logs nothing)."""
+
+    seconds: float
+    timed_steps: int
+    steps: int
+    net: nn.Module
+    logged_loss: bool = True
+    cpu_seconds: float = 0.0
+
+    @classmethod
+    def timed(cls, clock: Any, trainer: Any, net: nn.Module, **extra: Any) -> Any:
+        """The fit a clock (`EngineClock`, `lightning_clock`) timed on `trainer`."""
+        steps = trainer.global_step
+        logged = "loss" in trainer.callback_metrics
+        cpu = clock.cpu_end - clock.cpu_start
+        return cls(clock.end - clock.start, steps - clock.start_step, steps, net, logged, cpu, **extra)
+
+    @property
+    def us_per_step(self) -> float:
+        return self.seconds / self.timed_steps * 1e6
+
+    @property
+    def cpu_us_per_step(self) -> float:
+        return self.cpu_seconds / self.timed_steps * 1e6
+
+
+def timed_epochs(epochs: int, run_epoch: Callable[[int], int]) -> tuple[float, float, int, int]:
+    """A hand-written loop's clock: `run_epoch(epoch)` runs one epoch and returns its steps; (seconds, CPU seconds,
+    timed steps, steps) from the second epoch's start to the end, as `Fit.timed` reads a Trainer's."""
+    steps = steps_before = 0
+    start = cpu_start = 0.0
+    for epoch in range(epochs):
+        if epoch == 1:
+            start, cpu_start, steps_before = time.perf_counter(), time.process_time(), steps
+        steps += run_epoch(epoch)
+    return time.perf_counter() - start, time.process_time() - cpu_start, steps - steps_before, steps
+
+
 class EngineClock:
-    """Handlers on a Trainer's train engine that read the clock and the iteration when the second epoch starts,
-    and the clock when the run completes. Attached before `fit`, they run before the Trainer's own handlers of each
-    event, so the Trainer's work at every epoch's start and end (the loggers' epoch-end flushes included) falls
-    inside the timed span, and the fit's end (loggers finalized) outside."""
+    """Handlers on a Trainer's train engine that read the clocks (wall and CPU) and the step when the second epoch
+    starts, and the clocks when the run completes. Attached before `fit`, they run before the Trainer's own handlers
+    of each event, so the Trainer's work at every epoch's start and end (the loggers' epoch-end flushes included)
+    falls inside the timed span, and the fit's end (loggers finalized) outside."""
 
     def __init__(self, trainer: Trainer) -> None:
         from tracktrain.engine import Events
 
-        self.start = self.end = 0.0
-        self.start_iteration = 0
+        self.start = self.end = self.cpu_start = self.cpu_end = 0.0
+        self.start_step = 0
         trainer.train_engine.add_event_handler(Events.EPOCH_STARTED, self._epoch_started)
         trainer.train_engine.add_event_handler(Events.COMPLETED, self._completed)
 
     def _epoch_started(self, engine: Any) -> None:
         if engine.state.epoch == 2:
-            self.start = time.perf_counter()
-            self.start_iteration = engine.state.iteration
+            self.start, self.cpu_start = time.perf_counter(), time.process_time()
+            self.start_step = engine.state.iteration
 
     def _completed(self) -> None:
-        self.end = time.perf_counter()
+        self.end, self.cpu_end = time.perf_counter(), time.process_time()
+
+
+def lightning_clock(lightning: Any) -> Any:
+    """`EngineClock` as a Lightning callback: the clocks and the step when the second epoch starts, and the clocks
+    at `on_train_end` (after the last iteration's logging, before the loggers are finalized)."""
+
+    class LightningClock(lightning.Callback):
+        start = end = cpu_start = cpu_end = 0.0
+        start_step = 0
+
+        def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+            if trainer.current_epoch == 1:
+                self.start, self.cpu_start = time.perf_counter(), time.process_time()
+                self.start_step = trainer.global_step
+
+        def on_train_end(self, trainer: Any, module: Any) -> None:
+            self.end, self.cpu_end = time.perf_counter(), time.process_time()
+
+    return LightningClock()
+
+
+def lightning_trainer(lightning: Any, **settings: Any) -> Any:
+    """Lightning's Trainer as `bare_trainer` is tracktrain's: no bar, checkpointing, logger, model summary or sanity
+    validation, one CPU device; `settings` add to these or override them."""
+    bare = {"enable_progress_bar": False, "enable_checkpointing": False, "logger": False, "accelerator": "cpu"}
+    bare |= {"devices": 1, "enable_model_summary": False, "num_sanity_val_steps": 0}
+    return lightning.Trainer(**{**bare, **settings})
 
 
 # ------------------------------------------------------------------------------------------------------ peers

@@ -112,6 +112,6 @@ def test_verdicts_follow_the_overhead_and_the_noise(bench):
 
 
 def test_each_rank_reads_its_share_of_the_batches(bench):
-    config = bench.DDPConfig(50, 5, 3, 0, 1, 0, "", "")
+    config = bench.DDPConfig(50, 5, 3, 0, 1, "", "")
     assert config.steps_per_epoch == 25 and config.timed_steps == 100
-    assert bench.DDPConfig(21, 2, 1, 0, 1, 0, "", "").steps_per_epoch == 11  # 1344 samples, 672 per rank: 11 batches
+    assert bench.DDPConfig(21, 2, 1, 0, 1, "", "").steps_per_epoch == 11  # 1344 samples, 672 per rank: 11 batches
