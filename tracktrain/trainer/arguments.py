@@ -12,6 +12,7 @@ from torch import nn
 
 from tracktrain.engine.compiling import compile_options
 from tracktrain.number_checks import is_integral, is_real
+from tracktrain.ranks import rank_and_world_size
 
 __all__ = [
     "as_list",
@@ -19,12 +20,14 @@ __all__ = [
     "check_activation_checkpointing",
     "check_clip_algorithm",
     "check_compile",
+    "check_devices",
     "check_limits",
     "check_location",
     "check_limit",
     "check_non_negative_number",
     "check_positive_int",
     "device_of",
+    "validation_schedule",
 ]
 
 _PRECISIONS = {
@@ -94,6 +97,48 @@ def check_limits(train: Any, val: Any, test: Any, predict: Any) -> dict[str, int
         "test": check_limit("limit_test_batches", test),
         "predict": check_limit("limit_predict_batches", predict),
     }
+
+
+def validation_schedule(
+    every_n_epochs: Any, check_val_every_n_epoch: Any, interval: Any
+) -> tuple[int, int | float | None]:
+    """`val_every_n_epochs` (Lightning's `check_val_every_n_epoch`: one setting under two names; default 1) and
+    `val_check_interval`: None (at the epoch's end), batches (int), or a fraction of the epoch's batches (a float in
+    (0, 1]; 1.0 is the epoch's end, as Lightning's default)."""
+    if every_n_epochs is not None and check_val_every_n_epoch is not None:
+        raise ValueError(
+            f"Trainer(val_every_n_epochs={every_n_epochs!r}, check_val_every_n_epoch={check_val_every_n_epoch!r}): "
+            "these are one setting under two names (ours and Lightning's); give one of them."
+        )
+    if check_val_every_n_epoch is not None:
+        every = check_positive_int("check_val_every_n_epoch", check_val_every_n_epoch)
+    else:
+        every = check_positive_int("val_every_n_epochs", 1 if every_n_epochs is None else every_n_epochs)
+    if interval is None or is_integral(interval) and not isinstance(interval, bool):
+        return every, check_positive_int("val_check_interval", interval, allow_none=True)
+    if not is_real(interval) or isinstance(interval, bool) or not 0.0 < interval <= 1.0:
+        raise ValueError(
+            "Trainer(val_check_interval=...) must be a number of training batches (a positive int), a fraction of "
+            f"the epoch's batches (a float in (0, 1]: 0.5 validates twice per epoch) or None, got {interval!r}."
+        )
+    return every, (None if interval == 1.0 else float(interval))
+
+
+def check_devices(devices: Any) -> None:
+    """Lightning's `devices=`: here the launcher starts the processes (one device each), so "auto" or the number of
+    processes torchrun started on this machine (1 without torchrun) is accepted, as a check; anything else refused."""
+    started = rank_and_world_size()[1]
+    try:
+        started = int(os.environ.get("LOCAL_WORLD_SIZE") or started)
+    except ValueError:
+        pass  # not torchrun's: the world size
+    if devices == "auto" or (is_integral(devices) and not isinstance(devices, bool) and devices == started):
+        return
+    raise ValueError(
+        f"Trainer(devices={devices!r}) but {started} process(es) run on this machine: tracktrain trains on the "
+        "processes its launcher starts, one device each. Start them with `torchrun --nproc_per_node N script.py` (or "
+        f'tracktrain.distributed.spawn(fn, N)) and pass devices="auto" (or the same N).'
+    )
 
 
 def root_dir_of(value: Any) -> str:

@@ -33,7 +33,7 @@ TRAINER_ATTRIBUTES = frozenset(
 
 # Lightning's Trainer attributes and arguments that are not ours under that name: what to use instead.
 _LIGHTNING_NAMES = {
-    "check_val_every_n_epoch": "Trainer(val_every_n_epochs=...) or trainer.val_every_n_epochs",
+    "check_val_every_n_epoch": "Trainer(check_val_every_n_epoch=...) (or ours, val_every_n_epochs) or trainer.val_every_n_epochs",
     "limit_train_batches": 'Trainer(limit_train_batches=...) or trainer.limits["fit"]',
     "limit_val_batches": 'Trainer(limit_val_batches=...) or trainer.limits["validate"]',
     "limit_test_batches": 'Trainer(limit_test_batches=...) or trainer.limits["test"]',
@@ -43,7 +43,7 @@ _LIGHTNING_NAMES = {
     "model": "trainer.module (set by fit/validate/test/predict)",
     "min_epochs": "nothing: tracktrain has no min_epochs/min_steps; stop with EarlyStopping or trainer.should_stop",
     "min_steps": "nothing: tracktrain has no min_epochs/min_steps; stop with EarlyStopping or trainer.should_stop",
-    "devices": "torchrun --nproc_per_node (or tracktrain.distributed.spawn): processes come from the launcher",
+    "devices": "torchrun --nproc_per_node (or tracktrain.distributed.spawn): processes come from the launcher (Trainer(devices=...) checks their number)",
     "num_nodes": "torchrun --nnodes: processes come from the launcher",
 }
 

@@ -55,8 +55,10 @@ class Trainer:
         accumulate_grad_batches: batches whose gradients add up before each optimizer step (the loss is divided
             by it, so the step equals one on a batch that many times larger).
         gradient_clip_val, gradient_clip_algorithm: clip gradients before each step by their norm or by value.
-        val_every_n_epochs: validate at the end of every n-th training epoch.
-        val_check_interval: validate every this many training batches instead (counted across epochs).
+        val_every_n_epochs: validate at the end of every n-th training epoch (Lightning's `check_val_every_n_epoch`:
+            the same setting under that name; give one of the two).
+        val_check_interval: validate every this many training batches of those epochs instead (counted within each
+            epoch, across epochs for a loader without a length), or a float: that fraction of the epoch (0.5: twice).
         limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches: batches per epoch
             (int) or fraction of the loader (float); None: all.
         log_every_n_steps: publish per-step logged values every n optimizer steps.
@@ -100,6 +102,7 @@ class Trainer:
         fast_dev_run: True (1) or N: N batches of each stage in one epoch, nothing left behind (no checkpoints,
             tracker runs or resume). overfit_batches: N batches (or a fraction) trained every epoch, in order.
         num_sanity_val_steps: validation batches a fit runs first, their values discarded (0: none, -1: all).
+        devices: Lightning's; the processes come from torchrun (`--nproc_per_node`): "auto", or their number, checked.
     """
 
     def __init__(
@@ -109,8 +112,8 @@ class Trainer:
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str = "norm",
-        val_every_n_epochs: int = 1,
-        val_check_interval: int | None = None,
+        val_every_n_epochs: int | None = None,
+        val_check_interval: int | float | None = None,
         limit_train_batches: int | float | None = None,
         limit_val_batches: int | float | None = None,
         limit_test_batches: int | float | None = None,
@@ -137,6 +140,8 @@ class Trainer:
         fast_dev_run: bool | int = False,
         overfit_batches: int | float | None = None,
         num_sanity_val_steps: int = 2,
+        check_val_every_n_epoch: int | None = None,
+        devices: int | str = "auto",
     ) -> None:
         self.fast_dev_run = check_fast_dev_run(fast_dev_run)
         limits = arguments.check_limits(
@@ -146,6 +151,8 @@ class Trainer:
         if self.overfit_batches is not None:  # as many validation batches as the training ones (`first_batches`)
             limits["validate"] = self.overfit_batches
         self.num_sanity_val_steps = sanity_steps(num_sanity_val_steps, self.fast_dev_run)
+        schedule = arguments.validation_schedule(val_every_n_epochs, check_val_every_n_epoch, val_check_interval)
+        val_every_n_epochs, val_check_interval = schedule
         if self.fast_dev_run:
             quick = FastDevRun(self.fast_dev_run, callbacks)
             max_epochs, max_steps, limits, val_check_interval, val_every_n_epochs = quick.schedule
@@ -157,8 +164,7 @@ class Trainer:
         self.accumulate_grad_batches = arguments.check_positive_int("accumulate_grad_batches", accumulate_grad_batches)
         self.gradient_clip_val = arguments.check_non_negative_number("gradient_clip_val", gradient_clip_val)
         self.gradient_clip_algorithm = arguments.check_clip_algorithm(gradient_clip_algorithm)
-        self.val_every_n_epochs = arguments.check_positive_int("val_every_n_epochs", val_every_n_epochs)
-        self.val_check_interval = arguments.check_positive_int("val_check_interval", val_check_interval, True)
+        self.val_every_n_epochs, self.val_check_interval = val_every_n_epochs, val_check_interval
         self.limits = limits
         self.log_every_n_steps = arguments.check_positive_int("log_every_n_steps", log_every_n_steps)
         callbacks = arguments.check_callbacks(callbacks, Callback)
@@ -181,6 +187,7 @@ class Trainer:
         self.compile = arguments.check_compile(compile)
         self.precision = precision
         self.strategy: Strategy = strategy_for(strategy)
+        arguments.check_devices(devices)
         self.strategy_name = strategy if isinstance(strategy, str) else self.strategy.name  # in the run's settings
         self.nonfinite_watch = NonFiniteWatch(nonfinite, self.strategy)  # its findings agreed by the strategy
         self.nonfinite = nonfinite

@@ -134,9 +134,9 @@ def _fit_handlers(trainer: Trainer, val_loader: Any) -> list[tuple[int, str, Any
     if val_loader is not None:
         event: Any
         if trainer.val_check_interval is not None:
-            every = trainer.val_check_interval  # batches within each epoch, as Lightning counts them
-            event = Events.ITERATION_COMPLETED(event_filter=lambda engine, _: (batch_index(engine) + 1) % every == 0)
-            priority = VALIDATE_IN_EPOCH
+            due = ValidationInEpoch(trainer.val_every_n_epochs, trainer.val_check_interval)
+            handlers.append((VALIDATE_IN_EPOCH, "fit", Events.STARTED, due.start))
+            event, priority = Events.ITERATION_COMPLETED(event_filter=due), VALIDATE_IN_EPOCH
         else:
             event, priority = Events.EPOCH_COMPLETED(every=trainer.val_every_n_epochs), VALIDATE
         handlers.append((priority, "fit", event, lambda: trainer.run_stage("validate", val_loader)))
@@ -155,6 +155,37 @@ def _fit_handlers(trainer: Trainer, val_loader: Any) -> list[tuple[int, str, Any
     if automatic and any(config.interval == "epoch" for config in trainer.lr_scheduler_configs):
         handlers.append((EPOCH_SCHEDULERS, "fit", Events.EPOCH_COMPLETED, trainer.fit_step.step_epoch_schedulers))
     return handlers
+
+
+class ValidationInEpoch:
+    """When validation is due within the training epochs (`val_check_interval`, as Lightning counts it): after every
+    `interval` batches of the epoch (a float: that fraction of its batches), in every `every_n_epochs`-th epoch."""
+
+    def __init__(self, every_n_epochs: int, interval: int | float) -> None:
+        self.every_n_epochs, self.interval = every_n_epochs, interval
+        self.batches = 0
+
+    def start(self, engine: Engine) -> None:
+        """The fit starts: its epoch length is known. An interval the epoch never reaches is an error, not a fit that
+        never validates."""
+        length, interval = engine.state.epoch_length, self.interval
+        if isinstance(interval, float):
+            if length is None:
+                raise ValueError(
+                    f"Trainer(val_check_interval={interval}) is a fraction of the epoch, but the training loader has no "
+                    "length: give a number of batches (an int)."
+                )
+            self.batches = max(1, int(length * interval))
+        elif length is not None and interval > length:
+            raise ValueError(
+                f"Trainer(val_check_interval={interval}) is more than the {length} training batches of an epoch, so no "
+                "validation would ever run: give at most that many, or a fraction of the epoch (a float such as 0.5)."
+            )
+        else:
+            self.batches = interval
+
+    def __call__(self, engine: Engine, event: Any) -> bool:
+        return engine.state.epoch % self.every_n_epochs == 0 and (batch_index(engine) + 1) % self.batches == 0
 
 
 _BOUNDARY_EVENTS = {
