@@ -42,14 +42,13 @@ from checkpoint_fits import (
     Workload,
     bit_identical,
     checkpoint_tensors,
-    compare,
     fit_tracktrain,
     lightning_fitter,
     verify_lightning_dir,
     verify_tracktrain_dir,
 )
 from checkpoint_storage import LOCAL, S3, MotoServer, Storage, start_s3
-from workloads import load_peer
+from workloads import load_peer, state_difference
 
 TT_ASYNC, TT_BLOCKING = "tracktrain async", "tracktrain blocking"
 SAVING_VARIANTS = (TT_ASYNC, TT_BLOCKING, LIGHTNING)
@@ -248,7 +247,7 @@ class Bench:
         if reference is not tensors:
             # every fit trains the same weights on the same batches: tracktrain's async and blocking checkpoints of
             # a step, on either storage, must be the same bit for bit
-            difference = compare(tensors, reference, exact=case.library == TRACKTRAIN)
+            difference = state_difference(tensors, reference, exact=case.library == TRACKTRAIN)
             if difference is not None:
                 self.problems.append(
                     f"{where}: its checkpoint of step {newest} differs from the first {case.library} "
@@ -263,7 +262,7 @@ class Bench:
         ours, theirs = self.references.get((TRACKTRAIN, step)), self.references.get((LIGHTNING, step))
         if ours is None or theirs is None or step in self.lightning_identical:
             return
-        difference = compare(theirs, ours, exact=False)
+        difference = state_difference(theirs, ours, exact=False)
         if difference is not None:
             self.problems.append(f"Lightning's checkpoint of step {step} differs from tracktrain's: {difference}")
         self.lightning_identical[step] = difference is None and bit_identical(theirs, ours)
@@ -335,7 +334,7 @@ class Bench:
                     if ckpt_path and reference is not None and fit.first_weights is not None:
                         model = {name: value for name, value in reference.items() if name.startswith("model/")}
                         weights = {f"model/net.{name}": value for name, value in fit.first_weights.items()}
-                        difference = compare(weights, model, exact=library == TRACKTRAIN)
+                        difference = state_difference(weights, model, exact=library == TRACKTRAIN)
                         if difference is not None:
                             self.problems.append(
                                 f"{where}: the first step did not start from the checkpoint's weights: {difference}"

@@ -44,7 +44,6 @@ from dcp_fits import (
     Load,
     check_load,
     dcp_process,
-    difference,
     plain_full_state,
     quiet,
     reshard_process,
@@ -52,7 +51,7 @@ from dcp_fits import (
 )
 from fsdp_fits import Shape, StackModule
 from ranks import agree, launch
-from workloads import load_peer
+from workloads import load_peer, state_difference
 
 from tracktrain.handlers.checkpoint_state import read_checkpoint
 
@@ -163,7 +162,7 @@ def check_sources(sources: dict[str, str], references: dict[str, Any], config: D
     names = [name for name, _ in StackModule(config.shape.build(0)).named_parameters()]
     sharded, full = read_checkpoint(sources[LOAD_TT_SHARDED]), read_checkpoint(sources[LOAD_TT_FULL])
     for what, states in (("sharded", sharded), ("full", full)):
-        wrong = difference(
+        wrong = state_difference(
             plain_full_state(states["model"], states["optimizers"][0], names), references[LOAD_TT_SHARDED]
         )
         if wrong is not None:

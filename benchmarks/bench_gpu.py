@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from workloads import bare_trainer, load_peer, max_difference, weights
+from workloads import bare_trainer, lightning_trainer, lightning_twin, load_peer, max_difference, weights
 
 from tracktrain import LoopModule
 from tracktrain.handlers.async_saver import AsyncSaver
@@ -220,7 +220,9 @@ def fit_raw(workload: Workload, epochs: int, run_dir: str) -> Run:
     return Run(time.perf_counter() - start, steps, net, None)
 
 
-class Stepper(LoopModule):
+class StepperCode:
+    """The module of both Trainers (Lightning's is `lightning_twin` of it): the workload's loss, logged."""
+
     def __init__(self, net: nn.Module, workload: Workload) -> None:
         super().__init__()
         self.net = net
@@ -233,6 +235,10 @@ class Stepper(LoopModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.workload.make_optimizer(self.parameters())
+
+
+class Stepper(StepperCode, LoopModule):
+    pass
 
 
 def fit_tracktrain(workload: Workload, epochs: int, run_dir: str) -> Run:
@@ -254,19 +260,7 @@ def fit_tracktrain(workload: Workload, epochs: int, run_dir: str) -> Run:
 
 
 def lightning_fitter(lightning: Any) -> Callable[[Workload, int, str], Run]:
-    class LightningStepper(lightning.LightningModule):
-        def __init__(self, net: nn.Module, workload: Workload) -> None:
-            super().__init__()
-            self.net = net
-            self.workload = workload
-
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            loss = self.workload.loss(self.net, batch)
-            self.log("loss", loss)
-            return loss
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return self.workload.make_optimizer(self.parameters())
+    LightningStepper = lightning_twin(StepperCode, lightning)
 
     def fit(workload: Workload, epochs: int, run_dir: str) -> Run:
         net = workload.fresh_net()
@@ -274,16 +268,11 @@ def lightning_fitter(lightning: Any) -> Callable[[Workload, int, str], Run]:
         synchronize(workload.device)
         start = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()):
-            trainer = lightning.Trainer(
+            trainer = lightning_trainer(
+                lightning,
                 max_epochs=epochs,
                 precision=workload.precision,
                 accelerator=workload.device.type,
-                devices=1,
-                enable_progress_bar=False,
-                enable_checkpointing=False,
-                enable_model_summary=False,
-                logger=False,
-                num_sanity_val_steps=0,
                 default_root_dir=run_dir,
             )
             trainer.fit(module, train_dataloaders=workload.loader())
@@ -452,35 +441,18 @@ def measure_checkpoint_stall(args: argparse.Namespace, device: torch.device, roo
 
 # ----------------------------------------------------------------------------------------------------- report
 def report(steps: dict[str, dict], checkpoint: dict | None, env: dict[str, Any], args: argparse.Namespace) -> str:
-    lines = [
-        [
-            "workload",
-            "variant",
-            "ms/step",
-            "IQR ms",
-            "× hand-written",
-            "peak MB",
-            "syncs/step",
-            "max |Δw| vs hand-written",
-        ]
-    ]
-    for result in steps.values():
-        for name, variant in result["variants"].items():
-            lines.append(
-                [
-                    result["key"],
-                    name,
-                    h.format_cell(variant["us_per_step"] / 1e3, decimals=3),
-                    h.format_cell(variant["iqr_us"] / 1e3, decimals=3),
-                    f"{variant['ratio']:.3f}",
-                    h.format_cell(variant["peak_mb"], decimals=0),
-                    h.format_cell(variant["syncs_per_step"], decimals=2),
-                    f"{variant['max_weight_difference']:.2g}",
-                ]
-            )
+    def cell(key: str, scale: float = 1.0, decimals: int = 3) -> Callable[[tuple], str]:
+        return lambda row: h.format_cell(None if row[2][key] is None else row[2][key] / scale, decimals=decimals)
+
+    rows = [(result["key"], name, variant) for result in steps.values() for name, variant in result["variants"].items()]
+    columns = [("workload", "l", lambda row: row[0]), ("variant", "l", lambda row: row[1])]
+    columns += [("ms/step", "r", cell("us_per_step", 1e3)), ("IQR ms", "r", cell("iqr_us", 1e3))]
+    columns += [("× hand-written", "r", lambda row: f"{row[2]['ratio']:.3f}"), ("peak MB", "r", cell("peak_mb", 1, 0))]
+    columns += [("syncs/step", "r", cell("syncs_per_step", 1, 2))]
+    columns += [("max |Δw| vs hand-written", "r", lambda row: f"{row[2]['max_weight_difference']:.2g}")]
     text = [
         f"## Step time on {env['device_name']} ({env['torch']}, CUDA {env['cuda']}, Lightning {env['lightning']})\n",
-        h.markdown_table(lines, "llrrrrrr"),
+        h.table(rows, columns),
     ]
     for result in steps.values():
         text.append(f"\n- `{result['key']}`: {result['title']}, {result['parameters'] / 1e6:.2f} M parameters")
@@ -491,45 +463,49 @@ def report(steps: dict[str, dict], checkpoint: dict | None, env: dict[str, Any],
         text.append(f"\nGoal, Trainer / hand-written ≤ {GOAL_RATIO} on the transformer: {ratio:.3f} ({met}).")
     if checkpoint:
         text.append(f"\n## Checkpoint of {checkpoint['size_mb']:.0f} MB of {checkpoint['device']} tensors\n")
-        rows = [["save", "loop stalled ms", "first save's stall ms", "committed after ms"]]
-        for kind, stall in checkpoint["stall_ms"].items():
-            rows.append(
-                [
-                    kind,
-                    h.format_cell(stall, decimals=1),
-                    h.format_cell(checkpoint["first_stall_ms"][kind], decimals=1),
-                    h.format_cell(checkpoint["commit_ms"][kind], decimals=1),
-                ]
-            )
-        text.append(h.markdown_table(rows, "lrrr"))
+        saves = [(kind, kind, checkpoint) for kind in checkpoint["stall_ms"]]
+        ms = {
+            "loop stalled ms": "stall_ms",
+            "first save's stall ms": "first_stall_ms",
+            "committed after ms": "commit_ms",
+        }
+        save_columns = [("save", "l", lambda row: row[0])] + [
+            (header, "r", lambda row, key=key: h.format_cell(row[2][key][row[0]], decimals=1))
+            for header, key in ms.items()
+        ]
+        text.append(h.table(saves, save_columns))
     text.append(f"\nstatistic: {args.stat} of {args.repeats} repeats (steps), {args.checkpoint_repeats} (checkpoints)")
     return "\n".join(text)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = h.make_parser(__doc__)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--cases", default="transformer,mlp", help="workloads to time (transformer, mlp)")
-    parser.add_argument("--repeats", type=int, help="timed short+long fit pairs per variant (default 7)")
-    parser.add_argument("--batches", type=int, help="batches per epoch (default 40)")
-    parser.add_argument("--short-epochs", type=int, default=1)
-    parser.add_argument("--long-epochs", type=int, help="epochs of the long fit (default 4)")
-    parser.add_argument("--checkpoint-mb", type=int, help="size of the saved state in MB (default 1024; 0: skip)")
-    parser.add_argument("--checkpoint-repeats", type=int, help="saves of each kind (default 4)")
-    parser.add_argument("--out", help="also write the Markdown table to this file")
-    defaults = {
-        "repeats": (7, 2),
-        "batches": (40, 3),
-        "long_epochs": (4, 2),
-        "checkpoint_mb": (1024, 8),
-        "checkpoint_repeats": (4, 2),
+    def options(add: Callable[..., Any]) -> None:
+        add("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+        add("--cases", default="transformer,mlp", help="workloads to time (transformer, mlp)")
+        add("--out", help="also write the Markdown table to this file")
+
+    counts = {
+        "repeats": (7, 2, "timed short+long fit pairs per variant"),
+        "batches": (40, 3, "batches per epoch"),
+        "short_epochs": (1, 1, "epochs of the short fit"),
+        "long_epochs": (4, 2, "epochs of the long fit"),
+        "checkpoint_mb": (1024, 8, "size of the saved state in MB (0: skip)"),
+        "checkpoint_repeats": (4, 2, "saves of each kind"),
     }
-    args = h.finish_args(parser, argv, defaults, positive=("repeats", "batches"), cases=("transformer", "mlp"))
-    if args.long_epochs <= args.short_epochs:
-        parser.error(f"--long-epochs ({args.long_epochs}) must exceed --short-epochs ({args.short_epochs})")
+    args = h.parse(
+        __doc__, argv, counts, options=options, positive=("repeats", "batches"), cases=("transformer", "mlp")
+    )
     device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: no CUDA device here; use --device cpu for a dry run")
+    error = (
+        f"--long-epochs ({args.long_epochs}) must exceed --short-epochs ({args.short_epochs})"
+        if args.long_epochs <= args.short_epochs
+        else "--device cuda: no CUDA device here; use --device cpu for a dry run"
+        if device.type == "cuda" and not torch.cuda.is_available()
+        else None
+    )
+    if error:  # argparse's way: the message, then exit status 2
+        print(f"bench_gpu.py: error: {error}", file=sys.stderr)
+        return 2
     rng = h.prepare(args)
     lightning, lightning_version = load_peer("lightning", skip=args.no_lightning)
     env = h.environment(args.threads, lightning=lightning_version)

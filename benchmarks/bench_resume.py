@@ -56,7 +56,6 @@ from resume_frameworks import (
     Framework,
     Probe,
     Workload,
-    ignite_checkpoint,
     ignite_runner,
     lightning_checkpoint,
     lightning_runner,
@@ -277,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     workload = Workload(args.batches, args.batch_size, args.sample_us, args.seed)
     frameworks = [Framework(TRACKTRAIN, run_tracktrain, tracktrain_checkpoint)]
     if ignite is not None:
-        frameworks.append(Framework(IGNITE, ignite_runner(ignite), ignite_checkpoint))
+        frameworks.append(Framework(IGNITE, ignite_runner(ignite), tracktrain_checkpoint))
     if lightning is not None:
         frameworks.append(Framework(LIGHTNING, lightning_runner(lightning, stateful=False), lightning_checkpoint))
         if torchdata is not None:

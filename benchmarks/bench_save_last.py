@@ -28,7 +28,7 @@ import harness as h
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from workloads import lightning_twin, load_peer
+from workloads import lightning_trainer, lightning_twin, load_peer
 
 from tracktrain import LoopModule, Trainer
 from tracktrain.callbacks import ModelCheckpoint
@@ -106,10 +106,8 @@ def variants(args, problems: list[str]) -> dict[str, Callable[[str], float]]:
             checkpoint = timed(lightning.pytorch.callbacks.ModelCheckpoint, args.every)(
                 dirpath=directory, save_last=True, **settings
             )
-            lightning.Trainer(
-                max_steps=args.steps, callbacks=[checkpoint], logger=False, enable_progress_bar=False,
-                enable_model_summary=False, accelerator="cpu", devices=1, default_root_dir=directory,
-            ).fit(module(args.width), train_dataloaders=loader)  # fmt: skip
+            saving = {"callbacks": [checkpoint], "enable_checkpointing": True, "default_root_dir": directory}
+            lightning_trainer(lightning, max_steps=args.steps, **saving).fit(module(args.width), loader)
             return check("Lightning", directory, {"last.ckpt"}, checkpoint.stalls)
 
         found["Lightning, save_top_k=1 + save_last=True"] = lightning_fit

@@ -40,6 +40,7 @@ from workloads import (
     FirstForward,
     bare_trainer,
     lightning_classifier_class,
+    lightning_trainer,
     load_peer,
     weights,
     weights_match,
@@ -116,18 +117,14 @@ def tracktrain_fitter(mode: str) -> Callable[[ClassifierData, int, str, Any], Ru
 
 def lightning_fitter(lightning: Any, mode: str) -> Callable[[ClassifierData, int, str, Any], Run]:
     module_class = lightning_classifier_class(lightning)
-    off = {"enable_progress_bar": False, "enable_checkpointing": False, "logger": False, "enable_model_summary": False}
-    off["num_sanity_val_steps"] = 0
 
     def fit(workload: ClassifierData, epochs: int, run_dir: str, sink: Any) -> Run:
         net = workload.fresh_net()
         clock = FirstForward(net)
         start = time.perf_counter()
         with contextlib.redirect_stdout(sink):  # Lightning's bar writes to sys.stdout, read when it is built
-            trainer = lightning.Trainer(
-                max_epochs=epochs, default_root_dir=run_dir, accelerator="cpu", devices=1,
-                **(off if mode == OFF else {}),
-            )  # fmt: skip
+            settings = {"max_epochs": epochs, "default_root_dir": run_dir, "accelerator": "cpu", "devices": 1}
+            trainer = lightning_trainer(lightning, **settings) if mode == OFF else lightning.Trainer(**settings)
             trainer.fit(module_class(net), train_dataloaders=workload.loader)
         logger = type(trainer.logger).__name__ if trainer.logger is not None else ""
         return Run(time.perf_counter() - start, clock.time - start, trainer.global_step, net, logger)

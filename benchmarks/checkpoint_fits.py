@@ -199,22 +199,6 @@ def checkpoint_tensors(checkpoint: dict[str, Any], library: str) -> dict[str, to
     return tensors
 
 
-def compare(tensors: dict[str, torch.Tensor], reference: dict[str, torch.Tensor], exact: bool) -> str | None:
-    """None when `tensors` match `reference` (bit for bit when `exact`, else within rtol=1e-5); else what differs."""
-    if sorted(tensors) != sorted(reference):
-        return f"different entries: {sorted(set(tensors) ^ set(reference))[:4]}"
-    for name, value in reference.items():
-        other = tensors[name]
-        if other.shape != value.shape:
-            return f"{name}: shape {tuple(other.shape)} instead of {tuple(value.shape)}"
-        same = (
-            torch.equal(other, value) if exact else torch.allclose(other.float(), value.float(), rtol=1e-5, atol=1e-8)
-        )
-        if not same:
-            return f"{name}: largest difference {(other.float() - value.float()).abs().max().item():.3g}"
-    return None
-
-
 def bit_identical(tensors: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> bool:
     return all(torch.equal(tensors[name], value) for name, value in reference.items())
 

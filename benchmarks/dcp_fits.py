@@ -35,7 +35,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-from workloads import FirstForward, bare_trainer
+from workloads import FirstForward, bare_trainer, state_difference
 
 from tracktrain.callbacks import ModelCheckpoint
 from tracktrain.dist_logger import get_dist_logger
@@ -119,17 +119,6 @@ def plain_full_state(model: dict[str, torch.Tensor], optimizer: dict[str, Any], 
         for key, value in moments.items():
             state[f"optim/{names[int(index)]}/{key}"] = torch.as_tensor(value)
     return state
-
-
-def difference(state: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> str | None:
-    """None when `state` holds `reference`'s tensors bit for bit; else what differs."""
-    if sorted(state) != sorted(reference):
-        return f"different entries: {sorted(set(state) ^ set(reference))[:4]}"
-    for name, value in reference.items():
-        other = state[name]
-        if other.shape != value.shape or not torch.equal(other, value):
-            return f"{name} differs"
-    return None
 
 
 def checksum(state: dict[str, torch.Tensor]) -> float:
@@ -522,7 +511,7 @@ def check_load(loaded: Load, reference: dict[str, torch.Tensor], step: int, wher
     problems = []
     if loaded.step != step:
         problems.append(f"{where}: loaded step {loaded.step}, the checkpoint's is {step}")
-    wrong = difference(loaded.state, reference)
+    wrong = state_difference(loaded.state, reference)
     if wrong is not None:
         problems.append(f"{where}: the loaded state is not the saved one: {wrong}")
     return problems

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
-from workloads import make_mlp, mlp_name
+from workloads import lightning_trainer, lightning_twin, make_mlp, mlp_name
 
 from tracktrain import LoopModule
 from tracktrain.callbacks import ModelCheckpoint
@@ -151,9 +151,9 @@ class Probe:
 Runner = Callable[[Workload, Probe, str, str, int, "str | None"], None]
 
 
-class Classifier(LoopModule):
-    """tracktrain's module: cross-entropy on the MLP, SGD (line for line the same as Ignite's step and Lightning's
-    module below)."""
+class ClassifierCode:
+    """The module of tracktrain and Lightning (`lightning_twin` of it): cross-entropy on the MLP, SGD (line for line
+    Ignite's step below)."""
 
     def __init__(self, net: nn.Module) -> None:
         super().__init__()
@@ -165,6 +165,10 @@ class Classifier(LoopModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=LEARNING_RATE)
+
+
+class Classifier(ClassifierCode, LoopModule):
+    """tracktrain's module."""
 
 
 def run_tracktrain(
@@ -190,6 +194,7 @@ def run_tracktrain(
 
 
 def tracktrain_checkpoint(ckpt_dir: str, step: int) -> str:
+    """Where tracktrain's (and Ignite's `DiskSaver`'s) checkpoint of `step` is."""
     return os.path.join(ckpt_dir, f"checkpoint_{step}.pt")
 
 
@@ -241,24 +246,10 @@ def ignite_runner(ignite: Any) -> Runner:
     return run
 
 
-def ignite_checkpoint(ckpt_dir: str, step: int) -> str:
-    return os.path.join(ckpt_dir, f"checkpoint_{step}.pt")
-
-
 def lightning_runner(lightning: Any, stateful: bool) -> Runner:
     pl = lightning.pytorch
 
-    class LightningClassifier(pl.LightningModule):
-        def __init__(self, net: nn.Module) -> None:
-            super().__init__()
-            self.net = net
-
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            x, y, _ = batch
-            return F.cross_entropy(self.net(x), y)
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=LEARNING_RATE)
+    LightningClassifier = lightning_twin(ClassifierCode, lightning)
 
     class StepProbe(pl.Callback):
         def __init__(self, probe: Probe) -> None:
@@ -273,13 +264,10 @@ def lightning_runner(lightning: Any, stateful: bool) -> Runner:
         checkpoints = pl.callbacks.ModelCheckpoint(
             dirpath=ckpt_dir, filename="{step}", save_top_k=-1, every_n_train_steps=every
         )
-        trainer = pl.Trainer(
+        trainer = lightning_trainer(
+            lightning,
             max_epochs=1,
-            logger=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            accelerator="cpu",
-            devices=1,
+            enable_checkpointing=True,
             default_root_dir=run_dir,
             callbacks=[checkpoints, StepProbe(probe)],
         )

@@ -89,6 +89,25 @@ def weights_match(
     return all(torch.allclose(a, b, rtol=rtol, atol=atol) for a, b in zip(ours, reference))
 
 
+def state_difference(
+    tensors: dict[str, torch.Tensor], reference: dict[str, torch.Tensor], exact: bool = True
+) -> str | None:
+    """None when `tensors` (name -> tensor) hold `reference`'s (bit for bit when `exact`, else within rtol=1e-5);
+    else what differs."""
+    if sorted(tensors) != sorted(reference):
+        return f"different entries: {sorted(set(tensors) ^ set(reference))[:4]}"
+    for name, value in reference.items():
+        other = tensors[name]
+        if other.shape != value.shape:
+            return f"{name}: shape {tuple(other.shape)} instead of {tuple(value.shape)}"
+        same = (
+            torch.equal(other, value) if exact else torch.allclose(other.float(), value.float(), rtol=1e-5, atol=1e-8)
+        )
+        if not same:
+            return f"{name}: largest difference {(other.float() - value.float()).abs().max().item():.3g}"
+    return None
+
+
 def bare_trainer(**settings: Any) -> Trainer:
     """tracktrain's Trainer as the hand-written loops run: no progress bar, checkpointing or logger, on the CPU;
     `settings` add to these or override them."""

@@ -80,11 +80,11 @@ def test_checks_catch_incomplete_stray_and_different_checkpoints(tmp_path, load_
     loaded = bench.verify_tracktrain_dir(storage, str(directory), [2, 4], "[t]", problems)
     assert problems == [] and sorted(loaded) == [2, 4]
     tensors = bench.checkpoint_tensors(loaded[4][1], bench.TRACKTRAIN)
-    assert bench.compare(tensors, tensors, exact=True) is None
+    assert bench.state_difference(tensors, tensors, exact=True) is None
     changed = {name: value.clone() for name, value in tensors.items()}
     changed["model/net.0.weight"][0, 0] += 1e-3
-    assert "model/net.0.weight" in bench.compare(changed, tensors, exact=True)
-    assert bench.compare(changed, tensors, exact=False) is not None  # 1e-3 is far outside rtol=1e-5
+    assert "model/net.0.weight" in bench.state_difference(changed, tensors, exact=True)
+    assert bench.state_difference(changed, tensors, exact=False) is not None  # 1e-3 is far outside rtol=1e-5
 
     newest = Path(loaded[4][0])
     newest.write_bytes(newest.read_bytes()[:-100])  # truncated after it was committed
