@@ -142,3 +142,20 @@ def test_saving_to_memory_storage(tmp_path):
     trainer.save_checkpoint(url)
     assert isinstance(LoopModule.load_from_checkpoint(url), Remembers)
     assert json.dumps(read_checkpoint(url)["trainer"]["module_extra"]) == '{"saves": 1}'
+
+
+def _fit_and_save_on_rank(out: str) -> None:
+    trainer = quiet_trainer(out, max_epochs=1, strategy="ddp", callbacks=[Adds()])
+    trainer.fit(Remembers(), make_loader())
+    trainer.save_checkpoint(os.path.join(out, "ddp.pt"))  # every rank: the Trainer's state gathers across them
+
+
+@pytest.mark.distributed
+def test_under_ddp_every_rank_saves_together_and_rank_zero_writes(tmp_path):
+    from tracktrain.distributed import spawn
+
+    spawn(_fit_and_save_on_rank, 2, args=(str(tmp_path),))
+    states = read_checkpoint(tmp_path / "ddp.pt")
+    assert len(states["trainer"]["rng_states_per_rank"]) == 2 and states["trainer"]["global_step"] == 4
+    assert states["trainer"]["module_extra"] == {"saves": 1} and states["trainer"]["callback_extra"] == 4
+    assert isinstance(LoopModule.load_from_checkpoint(tmp_path / "ddp.pt"), Remembers)
