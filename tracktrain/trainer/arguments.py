@@ -9,6 +9,7 @@ from typing import Any, overload
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
 
 from tracktrain.engine.compiling import compile_options
 from tracktrain.number_checks import is_integral, is_real
@@ -221,6 +222,14 @@ def check_loader(name: str, loader: Any, required: bool = False) -> None:
         if required:
             raise ValueError(f"{name} is required: pass a DataLoader or another iterable of batches.")
         return
+    several = loader.values() if isinstance(loader, Mapping) else loader if isinstance(loader, (list, tuple)) else ()
+    if several and all(isinstance(item, DataLoader) for item in several):
+        # Lightning's several loaders: read as one iterable, each loader would be taken for a batch
+        raise TypeError(
+            f"{name} got {len(several)} DataLoaders in a {type(loader).__name__}: one loader per stage is supported "
+            "(no dataloader_idx). Join their datasets in one loader (torch.utils.data.ConcatDataset), or call "
+            "trainer.validate(module, dataloaders=loader) once per loader."
+        )
     if not isinstance(loader, Iterable) or isinstance(loader, (str, bytes, Mapping)):
         raise TypeError(
             f"{name} must be a DataLoader or another iterable of batches, got {type(loader).__name__}: {loader!r:.80}."
