@@ -4,11 +4,7 @@
 on S3 (moto's server), for a ~100 MB state (an MLP of 8.4 M parameters and its AdamW moments).
 
 Two clock hooks (the network's forward pre-hook, the optimizer's step post-hook) time every step of both frameworks
-alike. stall: the gap between a saving step's end and the next step's start, minus the median gap of the same fit's
-steps before its first checkpoint; added: the N steps from the saving one to the next save, minus N × that fit's
-median step period (a background write's CPU is in here); committed after: from the saving step's end until the
-checkpoint is complete. Resume: the Trainer's construction to the first forward with `fit(ckpt_path=...)`, next to
-the same fit from scratch. Details in benchmarks/README.md.
+alike; what stall, added, committed after and resume are is in benchmarks/README.md.
 
     .venv/bin/python benchmarks/bench_checkpoint.py --quick        # smoke test, ~5 MB state, ~20 s
     .venv/bin/python benchmarks/bench_checkpoint.py                # the real run, ~100 MB state, ~3.5 min
@@ -115,7 +111,9 @@ class SaveSample:
 
 
 def save_samples(fit: Fit, baseline: Baseline, save_steps: list[int], every: int) -> list[SaveSample]:
-    """One sample per checkpoint (see the module docstring); steps are counted from 1, the clock's lists from 0."""
+    """One sample per checkpoint: the stall (the gap from the saving step's end to the next step's start, beyond the
+    lead-in's), the time added (the `every` steps from the saving one, beyond `every` lead-in periods) and the commit
+    (the saving step's end to the checkpoint's commit). Steps count from 1, the clock's lists from 0."""
     starts, ends = fit.clock.forward_starts, fit.clock.step_ends
     commit_times = [moment for _, moment in fit.commits]
     samples = []

@@ -28,8 +28,12 @@ from dcp_fits import (
     FABRIC_NONE,
     LOAD_FABRIC,
     LOAD_RAW,
+    LOAD_RAW_1,
+    LOAD_READ,
+    LOAD_TT_1,
     LOAD_TT_FULL,
     LOAD_TT_SHARDED,
+    ONE_PROCESS_SOURCE,
     RAW_ASYNC,
     RAW_NONE,
     RAW_SAVE,
@@ -41,13 +45,11 @@ from dcp_fits import (
     TT_NONE,
     WORLD_SIZE,
     DcpConfig,
-    Load,
-    check_load,
     dcp_process,
+    measure_loads,
     plain_full_state,
     quiet,
     reshard_process,
-    run_load,
 )
 from fsdp_fits import Shape, StackModule
 from ranks import agree, launch
@@ -74,11 +76,10 @@ TITLES = {
     LOAD_RAW: "hand-written: dcp.load + set_*_state_dict",
     LOAD_FABRIC: "Lightning Fabric: fabric.load",
 }
-ONE_READ, ONE_TRAINER, ONE_RAW = "read_checkpoint(url)", "tt-1-process", "dcp.load-1-process"
 ONE_TITLES = {
-    ONE_READ: "tracktrain sharded: read_checkpoint(url), every shard whole",
-    ONE_TRAINER: "tracktrain sharded: single-process Trainer, fit(ckpt_path=<dir.dcp>)",
-    ONE_RAW: "hand-written: dcp.load(no_dist=True) + set_*_state_dict",
+    LOAD_READ: "tracktrain sharded: read_checkpoint(url), every shard whole",
+    LOAD_TT_1: "tracktrain sharded: single-process Trainer, fit(ckpt_path=<dir.dcp>)",
+    LOAD_RAW_1: "hand-written: dcp.load(no_dist=True) + set_*_state_dict",
 }
 
 
@@ -118,42 +119,6 @@ def size_mb(path: str) -> float:
 
 
 # ------------------------------------------------------------------------------------------------------ runs
-def one_process_loads(
-    config: DcpConfig, sources: dict[str, str], references: dict[str, Any], rng: Any, problems: list[str]
-) -> dict[str, list[float]]:
-    """The 2-rank checkpoints loaded by this process alone: `read_checkpoint` (whole), a single-process Trainer's
-    resume, `dcp.load(no_dist=True)`; interleaved, a warm-up round first, each checked against its reference."""
-    names = [name for name, _ in StackModule(config.shape.build(0)).named_parameters()]
-    kinds = [
-        kind
-        for kind, needs in ((ONE_READ, LOAD_TT_SHARDED), (ONE_TRAINER, LOAD_TT_SHARDED), (ONE_RAW, LOAD_RAW))
-        if needs in sources
-    ]
-    samples: dict[str, list[float]] = {kind: [] for kind in kinds}
-    for repeat, kind in h.interleaved(kinds, config.load_repeats + 1, rng):
-        h.before_run(config.threads)
-        where = f"[reshard] {kind} on 1 process"
-        if kind == ONE_READ:
-            start = time.perf_counter()
-            states = read_checkpoint(sources[LOAD_TT_SHARDED])
-            seconds = time.perf_counter() - start
-            loaded = Load(
-                seconds,
-                seconds,
-                plain_full_state(states["model"], states["optimizers"][0], names),
-                int(states["trainer"]["global_step"]),
-            )
-            reference = references[LOAD_TT_SHARDED]
-        else:
-            source = LOAD_TT_SHARDED if kind == ONE_TRAINER else LOAD_RAW
-            loaded = run_load(config, source, sources[source], config.every)
-            reference = references[source]
-        problems += check_load(loaded, reference, config.every, where)
-        if repeat:
-            samples[kind].append(loaded.seconds)
-    return samples
-
-
 def check_sources(sources: dict[str, str], references: dict[str, Any], config: DcpConfig, problems: list[str]) -> None:
     """The sharded and the full checkpoint of the same step, read whole by one process, hold the same tensors (the
     same fit, deterministic on one thread each)."""
@@ -193,9 +158,12 @@ def run_all(config: DcpConfig, args: Any, rng: Any, problems: list[str]) -> list
     calls = {TITLES[kind]: calls[kind] for kind in (LOAD_TT_SHARDED, LOAD_TT_FULL) if kind in calls}
     if sources:
         started = time.perf_counter()
-        one = one_process_loads(config, sources, references, rng, problems)
+        kinds = [kind for kind, source in ONE_PROCESS_SOURCE.items() if source in sources]
+        paths = {kind: sources[ONE_PROCESS_SOURCE[kind]] for kind in kinds}
+        states = {kind: references[ONE_PROCESS_SOURCE[kind]] for kind in kinds}
+        one, _, _ = measure_loads(config, kinds, paths, states, rng, "[reshard] on 1 process", problems)
         loads.update({ONE_TITLES[kind]: [s * 1e3 for s in values] for kind, values in one.items()})
-        bases.update({ONE_TITLES[kind]: TITLES[LOAD_RAW if kind == ONE_RAW else LOAD_TT_SHARDED] for kind in one})
+        bases.update({ONE_TITLES[kind]: TITLES[ONE_PROCESS_SOURCE[kind]] for kind in one})
         reference_file = os.path.join(config.out_dir, "references.pt")
         torch.save(references, reference_file)
         arguments = (config, sources, reference_file)

@@ -3,21 +3,8 @@
 throughput next to one process running the same model on the whole batch, and the bubble fraction each schedule
 predicts next to the one measured.
 
-The model is an `nn.Sequential` of L cost blocks (a small Linear, then a simulated compute cost: `time.sleep` in the
-forward, and twice as long in the backward through a custom autograd Function). A block's cost is per sample, so a
-micro-batch of b samples costs b/B of the whole batch's: one process on the whole batch of B pays L × (F + 2F), F the
-forward cost of one block on the batch, exactly what the pipeline's ranks pay between them over the M micro-batches.
-Sleeping costs no CPU, so on a 2-core machine the times reflect the schedule, not the ranks' contention for the cores,
-and the ideal times can be computed:
-
-- busy time per rank: (L / p) × 3F, p ranks holding L / p blocks each;
-- predicted bubble (the idle fraction of each rank's step): (p − 1) / (m + p − 1) for GPipe and 1F1B, and
-  (p − 1) / (v·m + p − 1) for interleaved 1F1B with v stages per rank;
-- the critical path (the least time a step can take): busy / (1 − predicted bubble);
-- measured bubble: 1 − busy / (the measured time per batch).
-
-The baseline, "one process": the same L blocks, same costs, in one process with no pipeline, one forward and one
-backward over the whole batch (`ModelEngine.execute_schedule` without a schedule), then the optimizer step.
+The model (sleep-based cost blocks), the ideal times and the bubble formulas are in benchmarks/README.md; the runs in
+pipeline_fits.py.
 
     .venv/bin/python benchmarks/bench_pipeline.py --quick    # smoke test: 2 ranks, M = 4, ~25 s
     .venv/bin/python benchmarks/bench_pipeline.py            # the real run: 2 and 4 ranks, M = 4 and 8, ~2 min

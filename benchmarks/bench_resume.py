@@ -3,25 +3,8 @@
 `DeterministicEngine` and Lightning's `Trainer` (with a plain DataLoader, and with torchdata's `StatefulDataLoader`),
 resumed from a checkpoint written at 10 %, 50 % and 90 % of the epoch, side by side in one process.
 
-The workload is a long epoch whose data costs something: a map-style dataset whose samples each take a fixed
-`--sample-us` of CPU to make (a spin, like a small decode), 10 000 batches of 8, shuffled, and a small MLP. A
-framework that replays the epoch up to the resume point by loading it would pay 9 000 batch loads at 90 %.
-
-Each framework first trains once from scratch to just past 90 % of the epoch, with its own checkpoint callback
-saving every 10 % (tracktrain's and Lightning's `ModelCheckpoint(every_n_train_steps=N)`, Ignite's `Checkpoint`
-every N iterations), and records the sample indices of every batch: that run is the uninterrupted reference. Then,
-in R interleaved repeats, every framework resumes from its checkpoints of 10 %, 50 % and 90 % (and starts a fit
-without one, the baseline), each time with a new model, optimizer, loader and trainer (built outside the timing) and
-the same directories as its first run, as when the same command runs again:
-
-- **time to the first step**: from the call that resumes (`fit(..., ckpt_path=...)`; Ignite: `torch.load` +
-  `Checkpoint.load_objects` + `engine.run`) until the first training step of the resumed run starts, its batch
-  loaded (tracktrain and Ignite: `ITERATION_STARTED`; Lightning: `on_train_batch_start`). Checkpoint loading and the
-  data skip are in; process start, imports and building the objects are not.
-- **one batch load**, the unit: `next()` on a plain DataLoader over the same dataset (8 samples and the collate),
-  timed in the same repeats; a time to the first step is also shown as that many batch loads.
-- **exact**: the first resumed batch holds the same sample indices as the batch the reference run trained at that
-  step, and the step count was restored. The samples loaded before the first step are counted.
+The workload (a long epoch whose samples cost CPU to make), the reference run and what is timed (from the call that
+resumes to the first training step, also in batch loads) and checked (exact) are in benchmarks/README.md.
 
     .venv/bin/python benchmarks/bench_resume.py --quick   # smoke test, 100 batches, 1 repeat
     .venv/bin/python benchmarks/bench_resume.py           # the real run, 10 000 batches, ~45 s on 2 cores
@@ -29,7 +12,6 @@ the same directories as its first run, as when the same command runs again:
 Timing never makes this script fail. It exits with status 1 only when a sanity check of tracktrain fails: a
 checkpoint is missing, its resumed run does not start at the checkpoint's step with the reference run's batch, or it
 loaded samples of the skipped batches. The peers' results are reported, whatever they are.
-See benchmarks/README.md for how to read the table.
 """
 
 from __future__ import annotations

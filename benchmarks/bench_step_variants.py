@@ -16,7 +16,6 @@ the Trainer's GradScaler ended at another scale, the module's logged loss is mis
 from __future__ import annotations
 
 import random
-import shutil
 import sys
 import tempfile
 import time
@@ -169,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         for key in PRECISIONS
         if key in wanted
     ]
-    root_dir = tempfile.mkdtemp(prefix="tracktrain-bench-variants-")
+    root_dir = h.temporary_root("tracktrain-bench-variants-")
     h.freeze_garbage()
 
     env = h.environment(args.threads)
@@ -182,39 +181,36 @@ def main(argv: list[str] | None = None) -> int:
     )
     problems: list[str] = []
     rows: list[dict[str, Any]] = []
-    try:
-        for case in cases:
-            started = time.perf_counter()
-            samples = measure_precision(case, args.repeats, root_dir, args.threads, rng, problems)
-            diff = case.max_weight_diff.get(TRACKTRAIN)
-            rows += pair_rows(case.precision.key, case.timed_steps, samples, diff, args.stat)
+    for case in cases:
+        started = time.perf_counter()
+        samples = measure_precision(case, args.repeats, root_dir, args.threads, rng, problems)
+        diff = case.max_weight_diff.get(TRACKTRAIN)
+        rows += pair_rows(case.precision.key, case.timed_steps, samples, diff, args.stat)
+        print(
+            f"- {case.precision.key}: {case.workload.batches_per_epoch} batches/epoch, fits of {case.epochs} "
+            f"epochs [{time.perf_counter() - started:.1f} s]",
+            flush=True,
+        )
+    if DDP in wanted:
+        started = time.perf_counter()
+        config = DDPConfig(
+            batches[DDP],
+            args.ddp_epochs,
+            args.ddp_repeats,
+            args.seed,
+            args.threads,
+            tempfile.mkdtemp(prefix="ddp-", dir=root_dir),
+            root_dir,
+        )
+        samples, checks = measure_ddp(config, problems)
+        if all(samples.values()):
+            diff = checks["max_weight_diff"].get(TRACKTRAIN)
+            rows += pair_rows(DDP, config.timed_steps, samples, diff, args.stat)
             print(
-                f"- {case.precision.key}: {case.workload.batches_per_epoch} batches/epoch, fits of {case.epochs} "
-                f"epochs [{time.perf_counter() - started:.1f} s]",
+                f"- ddp: {config.steps_per_epoch} batches/epoch per rank, fits of {config.epochs} epochs "
+                f"[{time.perf_counter() - started:.1f} s]",
                 flush=True,
             )
-        if DDP in wanted:
-            started = time.perf_counter()
-            config = DDPConfig(
-                batches[DDP],
-                args.ddp_epochs,
-                args.ddp_repeats,
-                args.seed,
-                args.threads,
-                tempfile.mkdtemp(prefix="ddp-", dir=root_dir),
-                root_dir,
-            )
-            samples, checks = measure_ddp(config, problems)
-            if all(samples.values()):
-                diff = checks["max_weight_diff"].get(TRACKTRAIN)
-                rows += pair_rows(DDP, config.timed_steps, samples, diff, args.stat)
-                print(
-                    f"- ddp: {config.steps_per_epoch} batches/epoch per rank, fits of {config.epochs} epochs "
-                    f"[{time.perf_counter() - started:.1f} s]",
-                    flush=True,
-                )
-    finally:
-        shutil.rmtree(root_dir, ignore_errors=True)
 
     h.report(rows, "goal", "weight_diff", decimals=1)
     print("weight_diff: the largest |tracktrain − raw| of a parameter after the same fit.")

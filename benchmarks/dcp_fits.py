@@ -39,8 +39,8 @@ from workloads import FirstForward, bare_trainer, state_difference
 
 from tracktrain.callbacks import ModelCheckpoint
 from tracktrain.dist_logger import get_dist_logger
+from tracktrain.handlers.checkpoint_state import read_checkpoint
 from tracktrain.storage.discovery import committed_checkpoints
-from tracktrain.trainer import Trainer
 from tracktrain.trainer.strategies.fsdp import FSDPStrategy
 
 # the saving variants
@@ -60,6 +60,9 @@ BASELINE_OF = {
 }
 # the loads: (kind of checkpoint, how it is loaded)
 LOAD_TT_SHARDED, LOAD_TT_FULL, LOAD_RAW, LOAD_FABRIC = "tt-sharded", "tt-full", "dcp.load", "fabric.load"
+# and by one process, of the 2-rank checkpoints: read whole, by a single-process Trainer, with dcp.load(no_dist=True)
+LOAD_READ, LOAD_TT_1, LOAD_RAW_1 = "read_checkpoint(url)", "tt-1-process", "dcp.load-1-process"
+ONE_PROCESS_SOURCE = {LOAD_READ: LOAD_TT_SHARDED, LOAD_TT_1: LOAD_TT_SHARDED, LOAD_RAW_1: LOAD_RAW}
 # which saving fit writes the checkpoint each load reads
 SOURCE_OF = {LOAD_TT_SHARDED: TT_BLOCKING, LOAD_TT_FULL: TT_FULL_BLOCKING, LOAD_RAW: RAW_SAVE, LOAD_FABRIC: FABRIC}
 WORLD_SIZE = 2
@@ -170,15 +173,12 @@ def tracktrain_fit(
         ]
     )
     run_dir = os.path.join(config.root_dir, "runs", f"rank{dist.get_rank()}")
-    trainer = Trainer(
+    trainer = bare_trainer(
         max_steps=max_steps,
         strategy=FSDPStrategy(state_dict_type=state_dict_type),
-        enable_progress_bar=False,
         enable_checkpointing=directory is not None,
         callbacks=callbacks,
-        loggers=False,
         default_root_dir=run_dir,
-        accelerator="cpu",
     )
     clock = FirstForward(net)
     module = StackModule(net)
@@ -364,7 +364,6 @@ def tracktrain_load(config: DcpConfig, path: str, state_dict_type: str, max_step
         default_root_dir=os.path.join(
             config.root_dir, "loads", f"rank{dist.get_rank() if dist.is_initialized() else 0}"
         ),
-        accelerator="cpu",
     )
     checkpoints = trainer.checkpoints
     load = checkpoints.load
@@ -413,12 +412,24 @@ def fabric_load(config: DcpConfig, path: str, step: int) -> Load:
     return Load(seconds, seconds, full_state(model.module, optimizer.optimizer), int(remainder.get("step", -1)))
 
 
+def read_load(config: DcpConfig, path: str, step: int) -> Load:
+    """tracktrain's sharded checkpoint read whole by this process alone (`read_checkpoint`, every shard), timed."""
+    start = time.perf_counter()
+    states = read_checkpoint(path)
+    seconds = time.perf_counter() - start
+    names = [name for name, _ in StackModule(config.shape.build(0)).named_parameters()]
+    state = plain_full_state(states["model"], states["optimizers"][0], names)
+    return Load(seconds, seconds, state, int(states["trainer"]["global_step"]))
+
+
 def run_load(config: DcpConfig, kind: str, path: str, step: int) -> Load:
-    if kind == LOAD_TT_SHARDED:
+    if kind == LOAD_READ:
+        return read_load(config, path, step)
+    if kind in (LOAD_TT_SHARDED, LOAD_TT_1):
         return tracktrain_load(config, path, "sharded", step)
     if kind == LOAD_TT_FULL:
         return tracktrain_load(config, path, "full", step)
-    if kind == LOAD_RAW:
+    if kind in (LOAD_RAW, LOAD_RAW_1):
         return raw_load(config, path, step)
     return fabric_load(config, path, step)
 
@@ -480,23 +491,40 @@ def dcp_process(config: DcpConfig) -> None:
         references[kind] = full_state(fit.module, fit.optimizer)
         del fit
 
-    loads: dict[str, list[float]] = {kind: [] for kind in sources}
-    calls: dict[str, list[float]] = {kind: [] for kind in sources}
+    where = f"[load] on {WORLD_SIZE} ranks, rank {rank}"
+    loads, calls, checksums = measure_loads(config, list(sources), sources, references, rng, where, problems)
+    result = {"stalls": stalls, "totals": totals, "loads": loads, "load_calls": calls, "checksums": checksums}
+    result |= {"sources": sources, "references": references if rank == 0 else {}, "problems": problems}
+    save({**result, "threads": torch.get_num_threads()}, config.out_dir, "save")
+
+
+def measure_loads(
+    config: DcpConfig,
+    kinds: list[str],
+    sources: dict[str, str],
+    references: dict[str, dict[str, torch.Tensor]],
+    rng: random.Random,
+    where: str,
+    problems: list[str],
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, float]]:
+    """A warm-up round and `load_repeats` rounds of one load of each of `kinds` (a barrier before each, on several
+    ranks), each checked
+    against its reference: per kind the loads' and the whole calls' seconds, and a checksum of the state loaded."""
+    loads: dict[str, list[float]] = {kind: [] for kind in kinds}
+    calls: dict[str, list[float]] = {kind: [] for kind in kinds}
     checksums: dict[str, float] = {}
-    for repeat, kind in h.interleaved(list(sources), config.load_repeats + 1, rng):
+    for repeat, kind in h.interleaved(kinds, config.load_repeats + 1, rng):
         h.before_run(config.threads)
-        dist.barrier()
+        if dist.is_initialized():
+            dist.barrier()
         loaded = run_load(config, kind, sources[kind], config.every)
-        where = f"[load] {kind} on {WORLD_SIZE} ranks, rank {rank}"
-        problems += check_load(loaded, references[kind], config.every, where)
+        problems += check_load(loaded, references[kind], config.every, f"{where}: {kind}")
         checksums.setdefault(kind, checksum(loaded.state))
         if repeat:
             loads[kind].append(loaded.seconds)
             calls[kind].append(loaded.call_seconds)
         del loaded
-    result = {"stalls": stalls, "totals": totals, "loads": loads, "load_calls": calls, "checksums": checksums}
-    result |= {"sources": sources, "references": references if rank == 0 else {}, "problems": problems}
-    save({**result, "threads": torch.get_num_threads()}, config.out_dir, "save")
+    return loads, calls, checksums
 
 
 def quiet() -> None:
@@ -527,16 +555,6 @@ def reshard_process(config: DcpConfig, sources: dict[str, str], reference_file: 
     kinds = [kind for kind in (LOAD_TT_SHARDED, LOAD_RAW) if kind in sources]
     h.freeze_garbage()
     problems: list[str] = []
-    loads: dict[str, list[float]] = {kind: [] for kind in kinds}
-    checksums: dict[str, float] = {}
-    for repeat, kind in h.interleaved(kinds, config.load_repeats + 1, rng):
-        h.before_run(config.threads)
-        dist.barrier()
-        loaded = run_load(config, kind, sources[kind], config.every)
-        where = f"[reshard] {kind} on {RESHARD_WORLD_SIZE} ranks, rank {rank}"
-        problems += check_load(loaded, references[kind], config.every, where)
-        checksums.setdefault(kind, checksum(loaded.state))
-        if repeat:
-            loads[kind].append(loaded.seconds)
-        del loaded
+    where = f"[reshard] on {RESHARD_WORLD_SIZE} ranks, rank {rank}"
+    loads, _, checksums = measure_loads(config, kinds, sources, references, rng, where, problems)
     save({"loads": loads, "checksums": checksums, "problems": problems}, config.out_dir, "reshard")
