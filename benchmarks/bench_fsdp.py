@@ -98,11 +98,7 @@ def measure_memory(
     for _, (mode, unit) in h.interleaved(units, repeats, rng):
         order = list(unit)
         rng.shuffle(order)
-        try:
-            fits = launch_memory(config, mode, order)
-        except Exception as error:  # a failing rank
-            problems.append(f"[memory] {mode} {order}: the processes failed: {type(error).__name__}: {error}")
-            continue
+        fits = launch_memory(config, mode, order, problems)
         for variant, ranks in fits.items():
             problems += check_memory_launch(config, mode, variant, ranks)
             launches[mode, variant].append(ranks)

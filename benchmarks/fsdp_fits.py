@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 import workloads
-from ranks import join_group, result_file, save
+from ranks import join_group, launch, save
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
@@ -35,7 +35,6 @@ from workloads import (
 )
 
 from tracktrain import LoopModule
-from tracktrain.distributed import spawn
 
 RAW, TRACKTRAIN, LIGHTNING = "raw", "tracktrain", "lightning"
 DDP, FSDP, RAW_FSDP = "ddp", "fsdp", "raw-fsdp"  # the memory variants
@@ -403,22 +402,27 @@ def memory_process(config: MemoryConfig, variants: list[str]) -> None:
 
 
 # ------------------------------------------------------------------------------- the memory runs, seen from the parent
-def launch_memory(config: MemoryConfig, mode: str, variants: list[str]) -> dict[str, list[dict[str, Any]]]:
+def launch_memory(
+    config: MemoryConfig, mode: str, variants: list[str], problems: list[str]
+) -> dict[str, list[dict[str, Any]]]:
     """One launch fitting `variants` in turn under the malloc settings of `mode` (the processes inherit the
-    environment): variant -> each rank's result."""
+    environment): variant -> each rank's result (none when a rank failed, said in `problems`)."""
     saved = os.environ.get(MMAP_THRESHOLD)
     os.environ.pop(MMAP_THRESHOLD, None)
     os.environ.update(MALLOC_MODES[mode])
     try:
         # fresh processes: glibc reads the malloc setting at start, and a forkserver's children (the tests' default
         # start method) inherit the server's allocator and its pages, which would skew the RSS figures
-        spawn(memory_process, WORLD_SIZE, args=(config, variants), start_method="spawn")
+        where = f"[memory] {mode} {variants}"
+        arguments = (config, variants)
+        ranks, _ = launch(
+            memory_process, WORLD_SIZE, arguments, config.out_dir, "memory", problems, None, "spawn", where
+        )
     finally:
         os.environ.pop(MMAP_THRESHOLD, None)
         if saved is not None:
             os.environ[MMAP_THRESHOLD] = saved
-    ranks = [torch.load(result_file(config.out_dir, "memory", rank)) for rank in range(WORLD_SIZE)]
-    return {variant: [results[index] for results in ranks] for index, variant in enumerate(variants)}
+    return {variant: [results[index] for results in ranks] for index, variant in enumerate(variants)} if ranks else {}
 
 
 def check_memory_launch(config: MemoryConfig, mode: str, variant: str, ranks: list[dict[str, Any]]) -> list[str]:

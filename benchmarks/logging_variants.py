@@ -13,10 +13,17 @@ import torch.nn.functional as F
 import workloads
 from logging_trackers import Delivery, Trackers, tracktrain_delivery
 from torch import nn
-from workloads import LEARNING_RATE, ClassifierData, EngineClock, lightning_clock, lightning_trainer, lightning_twin
+from workloads import (
+    LEARNING_RATE,
+    ClassifierData,
+    EngineClock,
+    bare_trainer,
+    lightning_clock,
+    lightning_trainer,
+    lightning_twin,
+)
 
 from tracktrain import LoopModule
-from tracktrain.trainer import Trainer
 
 TRACKTRAIN, LIGHTNING = "tracktrain", "lightning"
 
@@ -94,15 +101,8 @@ def tracktrain_fitter(make_logger: Callable[[str], Any] | None) -> Callable[[Cla
     def fit(workload: ClassifierData, epochs: int, run_dir: str) -> Fit:
         began = time.perf_counter()
         logger = make_logger(run_dir) if make_logger is not None else None
-        trainer = Trainer(
-            max_epochs=epochs,
-            log_every_n_steps=1,
-            enable_progress_bar=False,
-            enable_checkpointing=False,
-            loggers=[logger] if logger is not None else False,
-            default_root_dir=run_dir,
-            accelerator="cpu",
-        )
+        loggers = [logger] if logger is not None else False
+        trainer = bare_trainer(max_epochs=epochs, log_every_n_steps=1, loggers=loggers, default_root_dir=run_dir)
         clock = EngineClock(trainer)
         net = workload.fresh_net()
         trainer.fit(LoggingClassifier(net), workload.loader)

@@ -43,15 +43,16 @@ def launch(
     problems: list[str],
     threads: int | None = None,
     start_method: str | None = None,
+    where: str | None = None,
 ) -> tuple[list[Any], float]:
     """`world` ranks running `process(*args)`, each saving its result as `name`: (the results by rank, the launch's
-    seconds); no result, and the failure among `problems`, when a rank fails. Each result's "problems" join
-    `problems`, and its "threads" must be `threads`."""
+    seconds); no result, and the failure among `problems` (said `where`, default `[name]`), when a rank fails. Each
+    result's "problems" join `problems`, and its "threads" must be `threads`."""
     started = time.perf_counter()
     try:
         spawn(process, world, args=args, start_method=start_method)
     except Exception as error:  # a failing rank: reported with the others' problems
-        problems.append(f"[{name}] the {world} processes failed: {type(error).__name__}: {error}")
+        problems.append(f"{where or f'[{name}]'}: the {world} processes failed: {type(error).__name__}: {error}")
         return [], time.perf_counter() - started
     seconds = time.perf_counter() - started
     results = [torch.load(result_file(out_dir, name, rank)) for rank in range(world)]
