@@ -2,7 +2,8 @@
 hparams the checkpoint saved (`save_hyperparameters`), its weights loaded, in eval mode — from one file or a sharded
 `.dcp` directory, at any fsspec URL. The checkpoint is read as every other reader of the project reads it
 (`read_model_checkpoint`, the manifest checked; a sharded one read whole into this process) and loaded with
-`Checkpoint.load_objects` (keys and shapes checked before anything loads)."""
+`Checkpoint.load_objects` (keys and shapes checked before anything loads). `load_weights` is that reading and loading
+alone, into a module that exists (`Trainer.test(ckpt_path=...)`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-__all__ = ["class_path", "load_module"]
+__all__ = ["class_path", "load_module", "load_weights"]
 
 M = TypeVar("M", bound=nn.Module)
 
@@ -34,7 +35,6 @@ def load_module(
 ) -> M:
     """`cls` built from the checkpoint's hparams (updated with `overrides`) and holding its weights, in eval mode;
     with `cls` the `base` class itself, the class the checkpoint records."""
-    from tracktrain.handlers.checkpoint_handler import Checkpoint
     from tracktrain.handlers.checkpoint_state import read_model_checkpoint
 
     path = os.fspath(checkpoint_path) if isinstance(checkpoint_path, (str, os.PathLike)) else None
@@ -62,10 +62,24 @@ def load_module(
             "checkpoint lacks (its module did not save_hyperparameters() them) or that changed: pass them as "
             f"{cls.__name__}.load_from_checkpoint(path, name=value)."
         ) from error
-    Checkpoint.load_objects({"model": module}, {"model": states["model"]}, strict=bool(strict))
+    _load_model_state(module, states, strict)
     if map_location is not None:
         module.to(map_location)
     return module.eval()
+
+
+def load_weights(module: nn.Module, checkpoint_path: str, strict: bool = True) -> None:
+    """The model weights of the checkpoint at `checkpoint_path` (a path or fsspec URL) loaded into `module`, as
+    `load_from_checkpoint` loads them: a mismatch of keys or shapes raises before anything loads."""
+    from tracktrain.handlers.checkpoint_state import read_model_checkpoint
+
+    _load_model_state(module, read_model_checkpoint(checkpoint_path), strict)
+
+
+def _load_model_state(module: nn.Module, states: Mapping[str, Any], strict: bool) -> None:
+    from tracktrain.handlers.checkpoint_handler import Checkpoint
+
+    Checkpoint.load_objects({"model": module}, {"model": states["model"]}, strict=bool(strict))
 
 
 def _saved_class(recorded: Any, path: str, base: type) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -31,12 +32,19 @@ from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.quick_checks import first_batches
 from tracktrain.trainer.sanity_check import run_sanity_check
 from tracktrain.trainer.scaled_optimizer import ScaledOptimizer
+from tracktrain.trainer.stage_checkpoint import load_stage_checkpoint
 from tracktrain.trainer.wiring import ExceptionHooks, attach_handlers
 
 if TYPE_CHECKING:
     from tracktrain.trainer.trainer import Trainer
 
-__all__ = ["Session"]
+__all__ = ["Ckpt", "Data", "Session"]
+
+# the arguments of Trainer.validate/test/predict, named so that their signatures stay on one line
+Data = Iterable[Any] | None  # dataloaders
+Ckpt = (
+    str | os.PathLike | None
+)  # ckpt_path: "best", "last", a checkpoint's path or URL, or None (the weights as they are)
 
 
 class Session:
@@ -109,9 +117,13 @@ class Session:
         epochs = math.ceil(epoch_length / trainer.accumulate_grad_batches) * trainer.max_epochs
         return min(epochs, limit)
 
-    def evaluate(self, stage: str, module: LoopModule | None, loader: Any, datamodule: Any) -> list[dict[str, float]]:
-        """`Trainer.validate` or `Trainer.test`: one pass of `stage` over its loader; its epoch's values."""
+    def evaluate(
+        self, stage: str, module: LoopModule | None, loader: Any, datamodule: Any, ckpt_path: Ckpt = None
+    ) -> list[dict[str, float]]:
+        """`Trainer.validate` or `Trainer.test`: the weights of `ckpt_path` loaded (`stage_checkpoint`), then one pass
+        of `stage` over its loader; its epoch's values."""
         module = self._module_for(stage, module)
+        load_stage_checkpoint(self._trainer, stage, module, ckpt_path)
         data = StageData(stage, module, datamodule, {stage: loader})
         if not (stage == "test" and type(module).test_step is not LoopModule.test_step):
             arguments.require_override(module, "eval_step", stage)
@@ -123,10 +135,12 @@ class Session:
         self.run(module, stage, run, data)
         return [to_floats(values)]
 
-    def predict(self, module: LoopModule | None, loader: Any, datamodule: Any) -> list[Any]:
-        """`Trainer.predict`: one pass over its loader; the outputs, one per batch."""
+    def predict(self, module: LoopModule | None, loader: Any, datamodule: Any, ckpt_path: Ckpt = None) -> list[Any]:
+        """`Trainer.predict`: the weights of `ckpt_path` loaded, then one pass over its loader; the outputs, one per
+        batch."""
         trainer = self._trainer
         module = self._module_for("predict", module)
+        load_stage_checkpoint(trainer, "predict", module, ckpt_path)
         data = StageData("predict", module, datamodule, {"predict": loader})
         evaluation = trainer.evaluation
         evaluation.predictions = []

@@ -34,7 +34,7 @@ from tracktrain.trainer.quick_checks import FastDevRun, check_fast_dev_run
 from tracktrain.trainer.resume import check_resume
 from tracktrain.trainer.run_checkpoints import Checkpointer, RunCheckpoints
 from tracktrain.trainer.sanity_check import sanity_steps
-from tracktrain.trainer.session import Session
+from tracktrain.trainer.session import Ckpt, Data, Session
 from tracktrain.trainer.strategies import Strategy, strategy_for
 from tracktrain.trainer.trainer_state import TrainerState
 
@@ -404,25 +404,25 @@ class Trainer:
         self.session.fit(module, data, ckpt_path)
 
     def validate(
-        self, module: LoopModule | None = None, dataloaders: Iterable[Any] | None = None, datamodule: Any = None
+        self, module: LoopModule | None = None, dataloaders: Data = None, ckpt_path: Ckpt = None, datamodule: Any = None
     ) -> list[dict[str, float]]:
-        """Run `eval_step` over `dataloaders` (or `datamodule`'s, or the module's `val_dataloader()`); returns
-        `[{metric: value}]` (also in `callback_metrics`)."""
-        return self.session.evaluate("validate", module, dataloaders, datamodule)
+        """Run `eval_step` over `dataloaders` (or `datamodule`'s, or the module's `val_dataloader()`) with the weights
+        of `ckpt_path`: "best", "last", a path or URL; None: as they are. Returns `[{metric: value}]`."""
+        return self.session.evaluate("validate", module, dataloaders, datamodule, ckpt_path)
 
     def test(
-        self, module: LoopModule | None = None, dataloaders: Iterable[Any] | None = None, datamodule: Any = None
+        self, module: LoopModule | None = None, dataloaders: Data = None, ckpt_path: Ckpt = None, datamodule: Any = None
     ) -> list[dict[str, float]]:
-        """Run `test_step` over `dataloaders` (or `datamodule`'s, or the module's `test_dataloader()`); returns
-        `[{metric: value}]` (also in `callback_metrics`)."""
-        return self.session.evaluate("test", module, dataloaders, datamodule)
+        """Run `test_step` over `dataloaders` (or `datamodule`'s, or the module's `test_dataloader()`) with the weights
+        of `ckpt_path` (as `validate`'s); returns `[{metric: value}]` (also in `callback_metrics`)."""
+        return self.session.evaluate("test", module, dataloaders, datamodule, ckpt_path)
 
     def predict(
-        self, module: LoopModule | None = None, dataloaders: Iterable[Any] | None = None, datamodule: Any = None
+        self, module: LoopModule | None = None, dataloaders: Data = None, ckpt_path: Ckpt = None, datamodule: Any = None
     ) -> list[Any]:
-        """Run `predict_step` over `dataloaders` (or `datamodule`'s, or the module's `predict_dataloader()`); returns
-        the outputs, one per batch."""
-        return self.session.predict(module, dataloaders, datamodule)
+        """Run `predict_step` over `dataloaders` (or `datamodule`'s, or the module's `predict_dataloader()`) with the
+        weights of `ckpt_path` (as `validate`'s); returns the outputs, one per batch."""
+        return self.session.predict(module, dataloaders, datamodule, ckpt_path)
 
     def loader_for(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
         """`loader` as the strategy reads it (this process's shard under DDP), made once per entry point."""
