@@ -156,9 +156,15 @@ def describe(pid: int) -> str:
 
 def shared_helper(pid: int) -> bool:
     """Whether `pid` is one of the helpers in `_SHARED_HELPERS`, which outlive the test that started them by
-    design and serve the rest of the session."""
+    design and serve the rest of the session. A process forked from a helper is not one: the ranks that
+    multiprocessing's forkserver forks (tracktrain.distributed.spawn's, under TRACKTRAIN_START_METHOD=forkserver)
+    show the server's command line, and are the test's."""
     line = _command_line(pid)
-    return any(helper in line for helper in _SHARED_HELPERS)
+    helper = next((helper for helper in _SHARED_HELPERS if helper in line), None)
+    if helper is None:
+        return False
+    stat = _stat(pid)
+    return stat is None or helper not in _command_line(stat[0])
 
 
 # ---------------------------------------------------------------------------------------------- stopping processes
