@@ -55,7 +55,7 @@ from fsdp_fits import Shape, StackModule
 from ranks import agree, launch
 from workloads import load_peer, state_difference
 
-from tracktrain.handlers.checkpoint_state import read_checkpoint
+from tracktrain.checkpoint.state import read_checkpoint
 
 FULL_SHAPE = Shape(width=1024, hidden=1024, blocks=4)  # 8.4 M parameters: 33.6 MB, 100.8 MB with AdamW's moments
 QUICK_SHAPE = Shape(width=256, hidden=512, blocks=2)  # 0.53 M parameters: 6.3 MB with AdamW's moments

@@ -52,8 +52,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from workloads import bare_trainer, lightning_trainer, lightning_twin, load_peer, max_difference, weights
 
 from tracktrain import LoopModule
-from tracktrain.handlers.async_saver import AsyncSaver
-from tracktrain.handlers.savers import FsspecSaver
+from tracktrain.checkpoint.async_saver import AsyncSaver
+from tracktrain.checkpoint.savers import FsspecSaver
 
 RAW, TRACKTRAIN, LIGHTNING = "hand-written", "tracktrain", "lightning"
 GOAL_RATIO = 1.02  # Trainer step / hand-written step on the transformer (issue 36)

@@ -19,9 +19,9 @@ from workloads import ClassifierData, lightning_trainer, lightning_twin, mlp_nam
 
 from tracktrain import LoopModule
 from tracktrain.callbacks import ModelCheckpoint
-from tracktrain.handlers.async_saver import AsyncSaver
-from tracktrain.storage.discovery import committed_checkpoints
-from tracktrain.storage.manifest import manifest_name, read_checked
+from tracktrain.checkpoint.async_saver import AsyncSaver
+from tracktrain.checkpoint.discovery import committed_checkpoints
+from tracktrain.checkpoint.manifest import manifest_name, read_checked
 from tracktrain.trainer import Trainer
 
 TRACKTRAIN, LIGHTNING = "tracktrain", "lightning"

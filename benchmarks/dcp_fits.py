@@ -38,9 +38,9 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from workloads import FirstForward, bare_trainer, state_difference
 
 from tracktrain.callbacks import ModelCheckpoint
+from tracktrain.checkpoint.discovery import committed_checkpoints
+from tracktrain.checkpoint.state import read_checkpoint
 from tracktrain.dist_logger import get_dist_logger
-from tracktrain.handlers.checkpoint_state import read_checkpoint
-from tracktrain.storage.discovery import committed_checkpoints
 from tracktrain.trainer.strategies.fsdp import FSDPStrategy
 
 # the saving variants

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
+from tracktrain.checkpoint.state import read_checkpoint
 from tracktrain.export import ExportError, ExportMismatch, export_module, load_exported
-from tracktrain.handlers.checkpoint_state import read_checkpoint
 
 from ._export_fixtures import DataDependent, best_checkpoint_of_a_fit
 from .trainer._tasks import Classifier
@@ -54,7 +54,7 @@ def test_the_best_checkpoint_of_a_fit_is_exported_into_a_copy_and_the_module_kee
 
 
 def test_a_sharded_dcp_checkpoint_is_exported_like_a_single_file(tmp_path):
-    from tracktrain.handlers.sharded_saver import ShardedSaver
+    from tracktrain.checkpoint.sharded_saver import ShardedSaver
 
     trained = Classifier()
     with torch.no_grad():

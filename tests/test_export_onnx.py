@@ -12,9 +12,9 @@ import pytest
 import torch
 from torch import nn
 
+from tracktrain.checkpoint.state import read_checkpoint
 from tracktrain.export import ExportError, ExportMismatch
 from tracktrain.export_onnx import export_onnx, load_onnx
-from tracktrain.handlers.checkpoint_state import read_checkpoint
 
 from ._export_fixtures import DataDependent, best_checkpoint_of_a_fit
 from .trainer._tasks import Classifier
@@ -76,7 +76,7 @@ class StepsOnly(nn.Module):
 
 
 def test_a_submodule_of_a_sharded_dcp_checkpoint_is_exported(tmp_path):
-    from tracktrain.handlers.sharded_saver import ShardedSaver
+    from tracktrain.checkpoint.sharded_saver import ShardedSaver
 
     trained = StepsOnly()
     with torch.no_grad():

@@ -1,4 +1,4 @@
-"""One writer per checkpoint directory (tracktrain/storage/lease.py): real training processes on one root, on local disk and
+"""One writer per checkpoint directory (tracktrain/checkpoint/lease.py): real training processes on one root, on local disk and
 on S3 (moto's server through s3fs), with `tests/trainer/_resume_script.py` (`Trainer(resume="auto")`); then the
 heartbeat, a store that fails under it, a lease lost to another holder, and a race, in this process."""
 
@@ -18,9 +18,9 @@ from tests.trainer._resume_run import STEPS, Run
 from tests.trainer._tasks import Classifier, make_loader
 from tracktrain import Callback, Trainer, storage
 from tracktrain.callbacks import ModelCheckpoint
-from tracktrain.storage import lease
-from tracktrain.storage.discovery import committed_checkpoints
-from tracktrain.storage.manifest import read_checked
+from tracktrain.checkpoint import lease
+from tracktrain.checkpoint.discovery import committed_checkpoints
+from tracktrain.checkpoint.manifest import read_checked
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.slow)])  # s3: moto, in the slow run

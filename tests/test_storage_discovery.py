@@ -1,5 +1,5 @@
 """Locations as text (tracktrain/storage/url.py) and the one search for the newest complete checkpoint
-(tracktrain/storage/discovery.py): `Checkpoint.get_last_checkpoint` agrees with resume on what is complete."""
+(tracktrain/checkpoint/discovery.py): `Checkpoint.get_last_checkpoint` agrees with resume on what is complete."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from tracktrain import storage
+from tracktrain.checkpoint.discovery import committed_checkpoints, resume_candidates
+from tracktrain.checkpoint.manifest import manifest_name
+from tracktrain.checkpoint.savers import FsspecSaver
 from tracktrain.handlers import Checkpoint
-from tracktrain.handlers.savers import FsspecSaver
-from tracktrain.storage.discovery import committed_checkpoints, resume_candidates
-from tracktrain.storage.manifest import manifest_name
 
 
 @pytest.fixture

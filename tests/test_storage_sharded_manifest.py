@@ -11,15 +11,15 @@ import uuid
 import pytest
 
 from tracktrain import storage
-from tracktrain.handlers.sharded_checkpoint import check_members
-from tracktrain.storage.discovery import committed_checkpoints
-from tracktrain.storage.manifest import (
+from tracktrain.checkpoint.discovery import committed_checkpoints
+from tracktrain.checkpoint.manifest import (
     CheckpointCorrupted,
     parse_manifest,
     remove_checkpoint,
     remove_uncommitted,
     write_manifest,
 )
+from tracktrain.checkpoint.sharded import check_members
 
 SHARDS = {".metadata": b"m" * 10, "__0_0.distcp": b"a" * 100, "__1_0.distcp": b"b" * 120}
 
@@ -96,7 +96,7 @@ def test_a_manifest_lists_no_file_outside_its_checkpoint(listed):
 
 
 def test_ranks_reading_together_share_the_checksums_and_all_learn_what_any_found(directory):
-    from tracktrain.handlers.sharded_checkpoint import VerifyShare
+    from tracktrain.checkpoint.sharded import VerifyShare
 
     _sharded(directory, "checkpoint_3.dcp", 3)
     url = storage.join(directory, "checkpoint_3.dcp")
@@ -121,7 +121,7 @@ def test_a_sharded_save_lists_its_files_when_dcp_returns_metadata_without_storag
     import torch
     import torch.distributed.checkpoint.state_dict_saver as dcp_saver
 
-    from tracktrain.handlers.sharded_saver import ShardedSaver
+    from tracktrain.checkpoint.sharded_saver import ShardedSaver
 
     real_save = dcp_saver.save
     monkeypatch.setattr(dcp_saver, "save", lambda *a, **k: dataclasses.replace(real_save(*a, **k), storage_data=None))

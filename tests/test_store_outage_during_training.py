@@ -16,7 +16,7 @@ import pytest
 
 from tests.trainer._tasks import Classifier, make_loader
 from tracktrain import Callback, Trainer, storage
-from tracktrain.storage.discovery import committed_checkpoints
+from tracktrain.checkpoint.discovery import committed_checkpoints
 
 pytest.importorskip("s3fs")
 

@@ -143,8 +143,8 @@ def load_exported(path: str | os.PathLike) -> nn.Module:
 def module_from_checkpoint(module: nn.Module, checkpoint: str | os.PathLike) -> nn.Module:
     """A copy of `module` (without its Trainer) holding the "model" state of `checkpoint`, a file or a sharded
     `.dcp` directory a Trainer wrote; its keys and shapes are checked against the module before anything loads."""
-    from tracktrain.handlers.checkpoint_handler import Checkpoint
-    from tracktrain.handlers.checkpoint_state import read_model_checkpoint
+    from tracktrain.checkpoint.handler import Checkpoint
+    from tracktrain.checkpoint.state import read_model_checkpoint
 
     states = read_model_checkpoint(checkpoint)
     copied = detached_copy(module)

@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from tracktrain import storage
-from tracktrain.handlers.checkpoint_state import read_checkpoint
-from tracktrain.handlers.spool import Spool, spool_dir_for
-from tracktrain.storage import lease
-from tracktrain.storage.discovery import committed_checkpoints
-from tracktrain.storage.manifest import CheckpointCorrupted, manifest_name, parse_manifest, write_manifest
+from tracktrain.checkpoint import lease
+from tracktrain.checkpoint.discovery import committed_checkpoints
+from tracktrain.checkpoint.manifest import CheckpointCorrupted, manifest_name, parse_manifest, write_manifest
+from tracktrain.checkpoint.spool import Spool, spool_dir_for
+from tracktrain.checkpoint.state import read_checkpoint
 
 __all__ = ["main"]
 
@@ -188,8 +188,8 @@ def convert_checkpoint(source: str, target: str) -> int:
 
     import torch
 
-    from tracktrain.handlers.sharded_checkpoint import is_sharded_checkpoint
-    from tracktrain.handlers.sharded_saver import write_sharded
+    from tracktrain.checkpoint.sharded import is_sharded_checkpoint
+    from tracktrain.checkpoint.sharded_saver import write_sharded
 
     if storage.exists(target):
         raise FileExistsError(f"{target} already exists: remove it first, or choose another name.")

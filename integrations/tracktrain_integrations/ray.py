@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 from tracktrain import storage
 from tracktrain.callbacks.base import Callback
+from tracktrain.checkpoint.discovery import CommittedCheckpoint, committed_checkpoints
+from tracktrain.checkpoint.manifest import manifest_name
 from tracktrain.ranks import global_rank
-from tracktrain.storage.discovery import CommittedCheckpoint, committed_checkpoints
-from tracktrain.storage.manifest import manifest_name
 from tracktrain.trainer.run_checkpoints import Checkpointer
 from tracktrain.trainer.strategies import DataParallelStrategy
 

@@ -12,7 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.trainer import _resume_script  # noqa: E402
-from tracktrain.handlers.savers import FsspecSaver  # noqa: E402
+from tracktrain.checkpoint.savers import FsspecSaver  # noqa: E402
 
 _remove = FsspecSaver.remove
 

@@ -19,8 +19,8 @@ from tests.trainer import _resume_run as harness
 from tests.trainer._tasks import Classifier, make_loader, quiet
 from tracktrain import Callback, Trainer, storage
 from tracktrain.callbacks import ModelCheckpoint
-from tracktrain.handlers.savers import FsspecSaver
-from tracktrain.storage.discovery import committed_checkpoints
+from tracktrain.checkpoint.discovery import committed_checkpoints
+from tracktrain.checkpoint.savers import FsspecSaver
 
 SCRIPT = Path(__file__).with_name("_retention_script.py")
 

@@ -11,9 +11,9 @@ import time
 import pytest
 import torch
 
-from tracktrain.handlers.async_saver import AsyncSaver
-from tracktrain.handlers.checkpoint_state import read_checkpoint
-from tracktrain.handlers.savers import DiskSaver
+from tracktrain.checkpoint.async_saver import AsyncSaver
+from tracktrain.checkpoint.savers import DiskSaver
+from tracktrain.checkpoint.state import read_checkpoint
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tracktrain.handlers.async_saver import AsyncSaver, PinnedStaging, cpu_snapshot
-from tracktrain.handlers.savers import FsspecSaver
+from tracktrain.checkpoint.async_saver import AsyncSaver, PinnedStaging, cpu_snapshot
+from tracktrain.checkpoint.savers import FsspecSaver
 
 pytestmark = [
     pytest.mark.cuda,

@@ -10,7 +10,7 @@ import torch
 
 from tracktrain import Callback, Trainer
 from tracktrain.callbacks import ModelCheckpoint
-from tracktrain.handlers.checkpoint_state import read_checkpoint
+from tracktrain.checkpoint.state import read_checkpoint
 
 from ._tasks import Net, checkpoint_named, make_loader, parameters, quiet
 

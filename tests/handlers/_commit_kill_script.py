@@ -35,9 +35,9 @@ import torch
 from torch import nn
 
 from tracktrain import storage
+from tracktrain.checkpoint.async_saver import AsyncSaver
 from tracktrain.engine import Engine
 from tracktrain.handlers import Checkpoint, DiskSaver, FsspecSaver
-from tracktrain.handlers.async_saver import AsyncSaver
 
 SCENARIOS = ("disk", "async", "overwrite", "s3")
 BLOB_NUMEL = 16_384  # 64 KiB of float32: more than a page, so a half-written file is really half

@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from tracktrain.handlers.async_saver import AsyncSaver, cpu_snapshot
-from tracktrain.handlers.savers import FsspecSaver
+from tracktrain.checkpoint.async_saver import AsyncSaver, cpu_snapshot
+from tracktrain.checkpoint.savers import FsspecSaver
 
 
 class Gated:

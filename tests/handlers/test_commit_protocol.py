@@ -33,11 +33,11 @@ import pytest
 import torch
 
 from tracktrain import storage
+from tracktrain.checkpoint.discovery import committed_checkpoints, resume_candidates
+from tracktrain.checkpoint.manifest import MANIFEST_SUFFIX, remove_uncommitted
+from tracktrain.checkpoint.resume import load_newest
+from tracktrain.checkpoint.savers import CheckpointWriteError
 from tracktrain.handlers import Checkpoint, DiskSaver
-from tracktrain.handlers.savers import CheckpointWriteError
-from tracktrain.storage.discovery import committed_checkpoints, resume_candidates
-from tracktrain.storage.manifest import MANIFEST_SUFFIX, remove_uncommitted
-from tracktrain.trainer.resume import load_newest
 
 from ._commit_kill_script import objects_at, summarize
 

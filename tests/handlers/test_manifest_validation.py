@@ -20,10 +20,10 @@ from torch import nn
 from tests.trainer._tasks import Classifier, make_loader, quiet
 from tracktrain import Trainer, storage
 from tracktrain.callbacks import ModelCheckpoint
+from tracktrain.checkpoint.discovery import committed_checkpoints, resume_candidates
+from tracktrain.checkpoint.manifest import CheckpointCorrupted, manifest_name, parse_manifest, write_manifest
+from tracktrain.checkpoint.savers import FsspecSaver
 from tracktrain.handlers.checkpoint import Checkpoint
-from tracktrain.handlers.savers import FsspecSaver
-from tracktrain.storage.discovery import committed_checkpoints, resume_candidates
-from tracktrain.storage.manifest import CheckpointCorrupted, manifest_name, parse_manifest, write_manifest
 
 NEWEST = ("checkpoint_8.pt", "last_checkpoint_8.pt")  # what the template run wrote last, at step 8
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from tracktrain.handlers.savers import FsspecSaver
+from tracktrain.checkpoint.savers import FsspecSaver
 
 
 def test_a_saver_on_another_rank_touches_nothing_before_the_process_group_starts(tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ import torch
 
 from tracktrain import Trainer
 from tracktrain.callbacks.model_checkpoint import ModelCheckpoint
-from tracktrain.handlers.checkpoint_state import read_checkpoint
+from tracktrain.checkpoint.state import read_checkpoint
 
 from ..trainer._tasks import Classifier, make_loader, quiet
 

@@ -25,8 +25,8 @@ from ray.train.torch import TorchConfig, TorchTrainer  # noqa: E402
 from tests import _processes  # noqa: E402
 from tracktrain import Trainer  # noqa: E402
 from tracktrain.callbacks import Callback, ModelCheckpoint  # noqa: E402
-from tracktrain.handlers.checkpoint_state import read_checkpoint  # noqa: E402
-from tracktrain.storage.discovery import committed_checkpoints  # noqa: E402
+from tracktrain.checkpoint.discovery import committed_checkpoints  # noqa: E402
+from tracktrain.checkpoint.state import read_checkpoint  # noqa: E402
 from tracktrain_integrations import ray as tracktrain_ray  # noqa: E402
 
 from ..trainer._tasks import Classifier, make_loader  # noqa: E402

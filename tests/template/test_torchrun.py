@@ -153,7 +153,7 @@ def test_a_project_killed_mid_run_resumes_to_the_weights_of_an_uninterrupted_run
     again = torchrun(project, EPOCHS)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "resumed from" in again.stdout
-    from tracktrain.handlers.checkpoint_state import read_checkpoint
+    from tracktrain.checkpoint.state import read_checkpoint
 
     # fsdp's are sharded (each rank's shards in a directory), read whole here
     final = f"last_checkpoint_{EPOCHS * STEPS_PER_EPOCH}.{'dcp' if strategy == 'fsdp' else 'pt'}"

@@ -15,8 +15,8 @@ import torch
 
 from tracktrain import DataModule, LoopModule, Trainer
 from tracktrain.callbacks import ModelCheckpoint
+from tracktrain.checkpoint.state import read_checkpoint
 from tracktrain.distributed import spawn
-from tracktrain.handlers.checkpoint_state import read_checkpoint
 
 from ._ddp import ddp_trainer, load_per_rank
 from ._tasks import Classifier, make_loader

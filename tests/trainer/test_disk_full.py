@@ -53,7 +53,7 @@ def test_a_manifest_that_cannot_be_written_takes_its_data_file_with_it(tmp_path,
     import torch
 
     from tracktrain import storage
-    from tracktrain.handlers.savers import CheckpointWriteError, FsspecSaver
+    from tracktrain.checkpoint.savers import CheckpointWriteError, FsspecSaver
 
     saver = FsspecSaver(tmp_path, manifest=True)
     saver({"model": {"w": torch.ones(3)}}, "checkpoint_1.pt")

@@ -10,7 +10,7 @@ import torch
 from tests.trainer._tasks import Classifier, make_loader
 from tracktrain import Trainer
 from tracktrain.callbacks import ModelCheckpoint
-from tracktrain.handlers.checkpoint_state import read_checkpoint
+from tracktrain.checkpoint.state import read_checkpoint
 
 
 class RisingClassifier(Classifier):

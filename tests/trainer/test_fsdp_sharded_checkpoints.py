@@ -20,9 +20,9 @@ from torch.utils.data import DataLoader
 
 from tracktrain import Callback
 from tracktrain.callbacks import ModelCheckpoint
+from tracktrain.checkpoint.discovery import committed_checkpoints
+from tracktrain.checkpoint.state import read_checkpoint
 from tracktrain.distributed import spawn
-from tracktrain.handlers.checkpoint_state import read_checkpoint
-from tracktrain.storage.discovery import committed_checkpoints
 
 from ._ddp import CrashAtStep
 from ._ddp import load_per_rank as _load
@@ -218,7 +218,7 @@ def _fit_killed_while_committing(out: str, step: int) -> None:
     hook only places it."""
     import signal
 
-    from tracktrain.handlers.sharded_saver import ShardedSaver
+    from tracktrain.checkpoint.sharded_saver import ShardedSaver
 
     commit = ShardedSaver._commit
 
@@ -281,7 +281,7 @@ def _fit_with_a_full_disk_on_rank_1(out: str) -> None:
     import resource
     import signal
 
-    from tracktrain.handlers.savers import CheckpointWriteError
+    from tracktrain.checkpoint.savers import CheckpointWriteError
 
     if os.environ["RANK"] == "1":
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -304,7 +304,7 @@ def _fit_with_rank_1_failing_to_read_back_its_shards(out: str) -> None:
     """Rank 1's read-back of its own shard files fails (an I/O error) after DCP's save returned on every rank: DCP
     saw nothing wrong, so only the ranks' reports can tell rank 0 not to commit."""
     from tracktrain import storage
-    from tracktrain.handlers.savers import CheckpointWriteError
+    from tracktrain.checkpoint.savers import CheckpointWriteError
 
     if os.environ["RANK"] == "1":
         read_bytes = storage.read_bytes

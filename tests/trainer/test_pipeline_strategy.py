@@ -17,9 +17,9 @@ from torch.utils.data import DataLoader
 
 from tracktrain import Callback, Trainer
 from tracktrain.callbacks import ModelCheckpoint
+from tracktrain.checkpoint.state import read_checkpoint
 from tracktrain.distributed import spawn
 from tracktrain.engine.pipeline import split_stages
-from tracktrain.handlers.checkpoint_state import read_checkpoint
 from tracktrain.trainer import PipelineModule
 from tracktrain.trainer.strategies import PipelineStrategy
 from tracktrain.trainer.strategies.pipeline import RemovedStage, check_stages

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from tracktrain import Trainer
 from tracktrain.callbacks import ModelCheckpoint
-from tracktrain.trainer.settings import ResumeMismatch
+from tracktrain.checkpoint.run_settings import ResumeMismatch
 
 from ._tasks import Classifier, make_loader
 

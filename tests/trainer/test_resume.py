@@ -12,8 +12,8 @@ import torch
 
 from tracktrain import Callback, Trainer
 from tracktrain.callbacks import ModelCheckpoint
-from tracktrain.storage.manifest import CheckpointCorrupted
-from tracktrain.trainer.settings import ResumeMismatch
+from tracktrain.checkpoint.manifest import CheckpointCorrupted
+from tracktrain.checkpoint.run_settings import ResumeMismatch
 
 from ._tasks import Classifier, checkpoint_files, make_loader, quiet
 

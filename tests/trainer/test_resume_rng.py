@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tracktrain.checkpoint.lease import LeaseWarning
 from tracktrain.distributed import spawn
-from tracktrain.storage.lease import LeaseWarning
 
 from . import _rng_resume
 from ._rng_resume import HOLD_AT, SAVE_EVERY, STEPS, resume_then_uninterrupted

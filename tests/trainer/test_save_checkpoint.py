@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from tracktrain import Callback, LoopModule
-from tracktrain.handlers.checkpoint_state import read_checkpoint
-from tracktrain.storage.discovery import committed_checkpoints
+from tracktrain.checkpoint.discovery import committed_checkpoints
+from tracktrain.checkpoint.state import read_checkpoint
 
 from ._tasks import Classifier, make_loader
 

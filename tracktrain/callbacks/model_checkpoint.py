@@ -13,17 +13,17 @@ import torch
 from tracktrain import storage
 from tracktrain.boundary import Boundary, Decision
 from tracktrain.callbacks.base import Callback
-from tracktrain.handlers.async_saver import AsyncSaver
+from tracktrain.checkpoint import lease
+from tracktrain.checkpoint.async_saver import AsyncSaver
+from tracktrain.checkpoint.discovery import committed_checkpoints
+from tracktrain.checkpoint.filename_template import check_save_top_k, template_of, top_k_handler
+from tracktrain.checkpoint.manifest import remove_uncommitted
+from tracktrain.checkpoint.savers import FsspecSaver
+from tracktrain.checkpoint.spool import Spool, spool_dir_for
 from tracktrain.handlers.checkpoint import Checkpoint
-from tracktrain.handlers.savers import FsspecSaver
-from tracktrain.handlers.spool import Spool, spool_dir_for
 from tracktrain.ranks import global_rank
-from tracktrain.storage import lease
 from tracktrain.storage.check import check_writable
-from tracktrain.storage.discovery import committed_checkpoints
-from tracktrain.storage.manifest import remove_uncommitted
 from tracktrain.trainer.arguments import check_location
-from tracktrain.trainer.checkpoint_filename import check_save_top_k, template_of, top_k_handler
 from tracktrain.trainer.monitor import monitored_value
 from tracktrain.trainer.trainer_state import summarize_checkpoint
 
@@ -40,7 +40,7 @@ class ModelCheckpoint(Callback):
     `Trainer(resume="auto")` or `fit(ckpt_path="last")`.
 
     Every checkpoint is committed with a manifest (sizes, SHA-256, step, epoch, tracker run ids; see
-    `tracktrain.storage.manifest`): one that a crash cut short is never loaded. With `async_save` the training
+    `tracktrain.checkpoint.manifest`): one that a crash cut short is never loaded. With `async_save` the training
     loop only waits for a CPU snapshot of the state; the write happens in the background, and the next save and
     the end of fit wait for it. Retention deletes a checkpoint only after the newer one is committed, and only
     files of this directory. A resumed run counts every committed checkpoint of the directory named as this
@@ -53,7 +53,7 @@ class ModelCheckpoint(Callback):
         filename_prefix: prefix of the file names (`{prefix}_checkpoint_{step}.pt`, with the score when
             monitoring).
         filename: Lightning's template of the top-k files' names instead: `"{epoch}-{val_loss:.2f}"` gives
-            `epoch=3-val_loss=0.52.pt` (`epoch`, `step` and logged metrics; see `tracktrain.trainer.checkpoint_filename`).
+            `epoch=3-val_loss=0.52.pt` (`epoch`, `step` and logged metrics; see `tracktrain.checkpoint.filename_template`).
         auto_insert_metric_name: with `filename`, put `name=` before each value (False: the values alone).
         monitor: a logged metric; keep the `save_top_k` best by it. None: keep the `save_top_k` latest.
         mode: "min" or "max": which values of `monitor` are better.
@@ -158,10 +158,11 @@ class ModelCheckpoint(Callback):
             saver = trainer.strategy.checkpoint_saver(self.dirpath, summarize_checkpoint, spool)
             self._saver = AsyncSaver(saver) if self.async_save else saver
             self._checkpoint = top_k_handler(
-                trainer,
                 trainer.checkpoint_objects(),
                 self._saver,
                 self._template,
+                lambda: {**trainer.callback_metrics, "epoch": trainer.current_epoch, "step": trainer.global_step},
+                trainer.strategy.rank_zero_value,
                 filename_prefix=self.filename_prefix,
                 score_function=self._score if self.monitor else None,
                 score_name=self.monitor,

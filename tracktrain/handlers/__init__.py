@@ -9,9 +9,9 @@ from tracktrain._lazy import lazy_attributes
 
 _LAZY = {
     "Checkpoint": "tracktrain.handlers.checkpoint",
-    "BaseSaveHandler": "tracktrain.handlers.savers",
-    "DiskSaver": "tracktrain.handlers.savers",
-    "FsspecSaver": "tracktrain.handlers.savers",
+    "BaseSaveHandler": "tracktrain.checkpoint.savers",
+    "DiskSaver": "tracktrain.checkpoint.savers",
+    "FsspecSaver": "tracktrain.checkpoint.savers",
     "ModelCheckpoint": "tracktrain.handlers.checkpoint",
     "EarlyStopping": "tracktrain.handlers.early_stopping",
     "TerminateOnNan": "tracktrain.handlers.terminate_on_nan",

@@ -8,16 +8,14 @@ event, keep the best or the last few, and load them back. Behaves as PyTorch-Ign
 - `load_objects` reads and checks the whole checkpoint before it calls any `load_state_dict`.
 - Any fsspec URL works where a directory does: `"/runs/a"`, `"memory://runs/a"`, `"s3://bucket/runs/a"`.
 
-The parts, one job each: `checkpoint_handler` (the `Checkpoint` handler, which saves), `checkpoint_names` (how its
-files are named), `checkpoint_retention` (which ones it keeps), `checkpoint_loading` (loading one back, all or
-none), `model_checkpoint` (Ignite's `ModelCheckpoint`: a `Checkpoint` into a directory) and `savers` (where the
-files go). Their public names are importable from here, as Ignite's are from `ignite.handlers.checkpoint`.
+The code lives in `tracktrain.checkpoint` (whose docstring explains the commit protocol); Ignite's public names
+are importable from here, as they are from `ignite.handlers.checkpoint`.
 """
 
 from __future__ import annotations
 
-from tracktrain.handlers.checkpoint_handler import Checkpoint, CheckpointEvents
-from tracktrain.handlers.model_checkpoint import ModelCheckpoint
-from tracktrain.handlers.savers import BaseSaveHandler, DiskSaver, FsspecSaver
+from tracktrain.checkpoint.handler import Checkpoint, CheckpointEvents
+from tracktrain.checkpoint.model_checkpoint import ModelCheckpoint
+from tracktrain.checkpoint.savers import BaseSaveHandler, DiskSaver, FsspecSaver
 
 __all__ = ["BaseSaveHandler", "Checkpoint", "CheckpointEvents", "DiskSaver", "FsspecSaver", "ModelCheckpoint"]

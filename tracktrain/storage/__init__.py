@@ -4,10 +4,10 @@
 - `url`: locations as text (join, split, local or remote) — the one place that reads how a location is written;
 - `filesystems`: the fsspec file system of a URL, with bounded request times on object stores;
 - `files`: reading, listing and crash-consistent writing (this package re-exports them: `storage.join(...)`);
-- `check`: the write probe before a run, and storage errors that say the cause and the fix;
-- `lease`: one writing run per checkpoint directory;
-- `manifest`: the commit marker that makes a checkpoint complete;
-- `discovery`: the one way to find the newest complete checkpoint.
+- `check`: the write probe before a run, and storage errors that say the cause and the fix.
+
+Checkpoints are written through it; what makes one complete (its manifest, the lease, finding the newest) is
+`tracktrain.checkpoint`. Loggers, the profiler and the plots write their files through it too.
 
 Error messages leave credentials out: URL passwords and the values of secret-named variables and options are
 replaced by `***` (`tracktrain.redaction`).

@@ -35,7 +35,7 @@ def load_module(
 ) -> M:
     """`cls` built from the checkpoint's hparams (updated with `overrides`) and holding its weights, in eval mode;
     with `cls` the `base` class itself, the class the checkpoint records."""
-    from tracktrain.handlers.checkpoint_state import read_model_checkpoint
+    from tracktrain.checkpoint.state import read_model_checkpoint
 
     path = os.fspath(checkpoint_path) if isinstance(checkpoint_path, (str, os.PathLike)) else None
     if not isinstance(path, str) or not path.strip():
@@ -71,13 +71,13 @@ def load_module(
 def load_weights(module: nn.Module, checkpoint_path: str, strict: bool = True) -> None:
     """The model weights of the checkpoint at `checkpoint_path` (a path or fsspec URL) loaded into `module`, as
     `load_from_checkpoint` loads them: a mismatch of keys or shapes raises before anything loads."""
-    from tracktrain.handlers.checkpoint_state import read_model_checkpoint
+    from tracktrain.checkpoint.state import read_model_checkpoint
 
     _load_model_state(module, read_model_checkpoint(checkpoint_path), strict)
 
 
 def _load_model_state(module: nn.Module, states: Mapping[str, Any], strict: bool) -> None:
-    from tracktrain.handlers.checkpoint_handler import Checkpoint
+    from tracktrain.checkpoint.handler import Checkpoint
 
     Checkpoint.load_objects({"model": module}, {"model": states["model"]}, strict=bool(strict))
 

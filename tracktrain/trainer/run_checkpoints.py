@@ -14,15 +14,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tracktrain import storage
+from tracktrain.checkpoint.discovery import committed_checkpoints, resume_candidates
+from tracktrain.checkpoint.resume import RESUME_CHOICES, load_newest
+from tracktrain.checkpoint.run_settings import changed_settings, check_resumable, describe, run_settings
+from tracktrain.checkpoint.savers import deliver_left_over
+from tracktrain.checkpoint.state import read_checkpoint, state_of
 from tracktrain.dist_logger import get_dist_logger
 from tracktrain.handlers.checkpoint import Checkpoint
-from tracktrain.handlers.checkpoint_state import read_checkpoint, state_of
-from tracktrain.handlers.savers import deliver_left_over
-from tracktrain.storage.discovery import committed_checkpoints, resume_candidates
 from tracktrain.trainer.arguments import check_location
 from tracktrain.trainer.module import LoopModule
-from tracktrain.trainer.resume import RESUME_CHOICES, load_newest
-from tracktrain.trainer.settings import changed_settings, check_resumable, describe, run_settings
 from tracktrain.trainer.trainer_state import summarize_checkpoint
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ class RunCheckpoints:
         if not name:
             raise ValueError(f"Trainer.save_checkpoint(filepath=...) names a directory, not a file: {url!r}.")
         if not trainer.settings:  # no fit yet: what load_from_checkpoint rebuilds the module from
-            trainer.settings = run_settings(trainer, module)
+            trainer.settings = run_settings(module, _trainer_settings(trainer))
         saver = trainer.strategy.checkpoint_saver(directory, summarize_checkpoint, None)
         with trainer.session.save_hooks(module):
             states = {key: state_of(obj, f"checkpoint_objects()[{key!r}]") for key, obj in self.objects().items()}
@@ -151,7 +151,7 @@ class RunCheckpoints:
         # rank 0's, on every rank (the same collective on all of them): the DistributedSampler shuffles alike
         trainer.run_seed = strategy.rank_zero_value(seed)
         strategy.seed = trainer.run_seed or 0
-        trainer.settings = run_settings(trainer, module)
+        trainer.settings = run_settings(module, _trainer_settings(trainer))
 
     def resume(self, target: str | os.PathLike | None, module: LoopModule) -> str | None:
         """Load the checkpoint `target` names ("auto"/"last": the newest complete one); returns what was loaded,
@@ -180,13 +180,13 @@ class RunCheckpoints:
         """Read `ckpt_path`, refuse it when it was written for another module (see `settings`), then load it; the
         Trainer settings that changed are warned about here and recorded by the loggers."""
         trainer = self._trainer
-        from tracktrain.handlers.sharded_checkpoint import VerifyShare  # torch.distributed.checkpoint: when loading
+        from tracktrain.checkpoint.sharded import VerifyShare  # torch.distributed.checkpoint: when loading
 
         # each rank reads its own shards (on any number of ranks), and checks its share of a sharded one's files
         share = VerifyShare(trainer.strategy.global_rank, trainer.strategy.world_size, trainer.strategy.gather)
         states = read_checkpoint(ckpt_path, lazy_shards=True, share=share)
         saved = (states.get("trainer") or {}).get("settings") if isinstance(states, Mapping) else None
-        current = run_settings(trainer, module)
+        current = run_settings(module, _trainer_settings(trainer))
         if trainer.seed is None:  # the seed is the checkpoint's unless one is given
             current["trainer"].pop("seed")
             if saved:
@@ -232,3 +232,17 @@ class RunCheckpoints:
 def _draw_seed() -> int:
     """A fresh seed for a run given none (recorded in its checkpoints and params, so the run can be repeated)."""
     return int.from_bytes(os.urandom(4), "little") >> 1
+
+
+def _trainer_settings(trainer: Trainer) -> dict[str, Any]:
+    """The Trainer's part of the run's settings: what changes the run's result, compared when a fit resumes."""
+    return {
+        "max_epochs": trainer.max_epochs,
+        "max_steps": trainer.max_steps,
+        "accumulate_grad_batches": trainer.accumulate_grad_batches,
+        "gradient_clip_val": trainer.gradient_clip_val,
+        "precision": trainer.precision,
+        "strategy": trainer.strategy_name,
+        "seed": trainer.run_seed,
+        "log_every_n_steps": trainer.log_every_n_steps,
+    }

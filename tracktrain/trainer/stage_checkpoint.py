@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from tracktrain.storage.discovery import resume_candidates
-from tracktrain.storage.manifest import CheckpointCorrupted
+from tracktrain.checkpoint.discovery import resume_candidates
+from tracktrain.checkpoint.manifest import CheckpointCorrupted
+from tracktrain.checkpoint.resume import load_newest
 from tracktrain.trainer.arguments import check_location
 from tracktrain.trainer.module_loading import load_weights
-from tracktrain.trainer.resume import load_newest
 
 if TYPE_CHECKING:
     from tracktrain.trainer.module import LoopModule

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from tracktrain.boundary import Decision
+from tracktrain.checkpoint.resume import check_resume
 from tracktrain.engine.deterministic import ResumableEngine
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events
@@ -31,7 +32,6 @@ from tracktrain.trainer.nonfinite import NonFiniteWatch
 from tracktrain.trainer.optimizers import LRSchedulerConfig
 from tracktrain.trainer.preemption_control import PreemptionControl
 from tracktrain.trainer.quick_checks import FastDevRun, check_fast_dev_run
-from tracktrain.trainer.resume import check_resume
 from tracktrain.trainer.run_checkpoints import Checkpointer, RunCheckpoints
 from tracktrain.trainer.sanity_check import sanity_steps
 from tracktrain.trainer.session import Ckpt, Data, Session

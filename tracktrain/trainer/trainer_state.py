@@ -46,7 +46,7 @@ class TrainerState:
             "samples_seen": self.samples_seen,
             "callbacks": callbacks,
             "rng_states_per_rank": [rng_states for rng_states, _ in per_rank],
-            "settings": trainer.settings,  # compared when a fit resumes (tracktrain.trainer.settings)
+            "settings": trainer.settings,  # compared when a fit resumes (tracktrain.checkpoint.run_settings)
         }
         if trainer.module is not None:  # the class LoopModule.load_from_checkpoint builds from the saved hparams
             checkpoint["module_class"] = class_path(type(trainer.module))

@@ -32,8 +32,8 @@ import torch
 from torch import nn
 
 from tracktrain import distributed
-from tracktrain.handlers.savers import FsspecSaver, saver_for
-from tracktrain.handlers.spool import Spool
+from tracktrain.checkpoint.savers import FsspecSaver, saver_for
+from tracktrain.checkpoint.spool import Spool
 from tracktrain.ranks import rank_and_world_size
 
 __all__ = ["SingleDeviceStrategy", "Strategy"]

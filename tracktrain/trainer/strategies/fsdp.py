@@ -17,8 +17,8 @@ import torch
 from torch import nn
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-from tracktrain.handlers.savers import FsspecSaver
-from tracktrain.handlers.spool import Spool
+from tracktrain.checkpoint.savers import FsspecSaver
+from tracktrain.checkpoint.spool import Spool
 from tracktrain.trainer.strategies.data_parallel import DataParallelStrategy, StepModule
 from tracktrain.trainer.strategies.full_state import (
     FullModelState,

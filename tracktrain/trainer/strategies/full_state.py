@@ -34,8 +34,8 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from tracktrain import distributed
-from tracktrain.handlers.sharded_checkpoint import StoredShards, by_index, by_parameter_name
-from tracktrain.handlers.sharded_saver import ShardedSaver
+from tracktrain.checkpoint.sharded import StoredShards, by_index, by_parameter_name
+from tracktrain.checkpoint.sharded_saver import ShardedSaver
 
 __all__ = [
     "FullModelState",

@@ -23,16 +23,16 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from tracktrain.engine.pipeline import PipelineSchedule, check_schedule_options
-from tracktrain.handlers.savers import FsspecSaver
-from tracktrain.handlers.sharded_checkpoint import (
+from tracktrain.checkpoint.savers import FsspecSaver
+from tracktrain.checkpoint.sharded import (
     GROUP_OF_KEY,
     PARAMETER_ORDER_KEY,
     StoredShards,
     by_parameter_name,
 )
-from tracktrain.handlers.sharded_saver import RankState
-from tracktrain.handlers.spool import Spool
+from tracktrain.checkpoint.sharded_saver import RankState
+from tracktrain.checkpoint.spool import Spool
+from tracktrain.engine.pipeline import PipelineSchedule, check_schedule_options
 from tracktrain.trainer.pipeline_module import PipelineModule, split_pipeline_batch, stage_of_step
 from tracktrain.trainer.strategies.base import Strategy
 from tracktrain.trainer.strategies.data_parallel import join_process_group, same_order_on_every_rank
@@ -65,7 +65,7 @@ class RemovedStage(nn.Module):
         raise RuntimeError(
             f"Stage {self.stage} of this module runs on rank {self.rank} under PipelineStrategy: this rank holds "
             "only its own stages. To run the whole model in one process, load a checkpoint of the run into a new "
-            "module (tracktrain.handlers.checkpoint_state.read_checkpoint(path)['model'])."
+            "module (tracktrain.checkpoint.state.read_checkpoint(path)['model'])."
         )
 
 

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from tracktrain.handlers.savers import FsspecSaver
-from tracktrain.handlers.spool import Spool
+from tracktrain.checkpoint.savers import FsspecSaver
+from tracktrain.checkpoint.spool import Spool
 from tracktrain.trainer.strategies.base import Strategy
 from tracktrain.trainer.strategies.data_parallel import join_process_group, same_order_on_every_rank
 from tracktrain.trainer.strategies.full_state import ShardedSaving, with_stand_ins

@@ -8,7 +8,7 @@ import os
 import re
 import string
 
-from tracktrain.storage.discovery import newest_named
+from tracktrain.checkpoint.discovery import newest_named
 
 __all__ = [
     "PATTERN_FIELDS",
@@ -94,7 +94,7 @@ def newest_by_step(dirname: str | os.PathLike, filename_prefix: str = "") -> str
     each a prefix and pass it here.
 
     Complete: where the savers keep manifests (`manifest=True`), only committed checkpoints count, as for
-    `Trainer(resume="auto")` (see `tracktrain.storage.discovery`, the one search for the newest checkpoint).
+    `Trainer(resume="auto")` (see `tracktrain.checkpoint.discovery`, the one search for the newest checkpoint).
     """
     lead = re.escape(f"{filename_prefix}_") if filename_prefix else ""
     return newest_named(dirname, re.compile(rf"{lead}[^_=/\\]+_(\d+)\.pt"))

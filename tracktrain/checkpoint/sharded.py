@@ -4,7 +4,7 @@ back on any number of ranks.
 The directory holds the sharded entries of a checkpoint (the model's state, each optimizer's), each rank's shards
 in its own files, and everything else (the Trainer's, the engine's, the schedulers' state: small, the same on every
 rank) as one `torch.save` blob under `REST_KEY`, written by rank 0. Its manifest lists every file as `name/file`
-(`tracktrain.storage.manifest`), so it is committed, discovered, retained and removed as one checkpoint.
+(`tracktrain.checkpoint.manifest`), so it is committed, discovered, retained and removed as one checkpoint.
 
 Reading gives the rest as it was saved, and a `StoredShards` for each sharded entry: the object it loads into
 either reads just its own shards into its current layout (`load_into`: a sharded module on any number of ranks,
@@ -27,7 +27,7 @@ from torch.distributed.checkpoint.state_dict_loader import _load_state_dict, loa
 from torch.distributed.checkpoint.storage import StorageReader
 
 from tracktrain import storage
-from tracktrain.storage.manifest import (
+from tracktrain.checkpoint.manifest import (
     CheckpointCorrupted,
     manifest_name,
     member_sizes,

@@ -14,7 +14,7 @@ SHA-256, and a summary of the run at that point (global step, epoch, iteration, 
   one edited by hand, written by another version, or damaged in a way that still parses as JSON counts as not
   committed, and is refused with a message naming the manifest, the field, its value and what it should be.
 
-Which checkpoints of a directory are committed, and which is the newest: `tracktrain.storage.discovery`.
+Which checkpoints of a directory are committed, and which is the newest: `tracktrain.checkpoint.discovery`.
 """
 
 from __future__ import annotations

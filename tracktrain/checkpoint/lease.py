@@ -47,7 +47,7 @@ import warnings
 from dataclasses import replace
 
 from tracktrain import storage  # its public names, so a replaced one (a test's outage) reaches the lease too
-from tracktrain.storage.lease_record import LeaseRecord, is_finite, stale_reason, this_machine
+from tracktrain.checkpoint.lease_record import LeaseRecord, is_finite, stale_reason, this_machine
 
 __all__ = [
     "HEARTBEAT_INTERVAL",

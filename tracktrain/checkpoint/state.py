@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tracktrain.storage.manifest import CheckpointCorrupted, read_checked
+from tracktrain.checkpoint.manifest import CheckpointCorrupted, read_checked
 
 PARALLEL_WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
 
@@ -203,14 +203,14 @@ def read_model_checkpoint(url: str | os.PathLike) -> Mapping[str, Any]:
 
 def read_checkpoint(url: str | os.PathLike, lazy_shards: bool = False, share: Any = None) -> Any:
     """torch.load of the file at `url`, checked against its manifest when it has one, with errors that name the
-    file and say what to do. A sharded checkpoint (a directory, `tracktrain.handlers.sharded_checkpoint`) is read
+    file and say what to do. A sharded checkpoint (a directory, `tracktrain.checkpoint.sharded`) is read
     whole, or with `lazy_shards` its sharded entries as `StoredShards`, for objects that read their own shards;
-    `share` (a `sharded_checkpoint.VerifyShare`): the ranks reading it together share checking its files."""
-    from tracktrain.handlers import sharded_checkpoint  # torch.distributed.checkpoint: only when one is read
+    `share` (a `sharded.VerifyShare`): the ranks reading it together share checking its files."""
+    from tracktrain.checkpoint import sharded  # torch.distributed.checkpoint: only when one is read
 
-    if sharded_checkpoint.is_sharded_checkpoint(url):
+    if sharded.is_sharded_checkpoint(url):
         try:
-            states = sharded_checkpoint.read_sharded(url, lazy_shards, share)
+            states = sharded.read_sharded(url, lazy_shards, share)
         except CheckpointCorrupted:
             raise
         except Exception as e:

@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 import torch
 
-from tracktrain.handlers.savers import CheckpointSkipped, CheckpointWriteError, FsspecSaver
-from tracktrain.handlers.spool import Spool
+from tracktrain.checkpoint.savers import CheckpointSkipped, CheckpointWriteError, FsspecSaver
+from tracktrain.checkpoint.spool import Spool
 
 __all__ = ["AsyncSaver", "PinnedStaging", "SaveHandler", "cpu_snapshot"]
 

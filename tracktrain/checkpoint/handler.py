@@ -1,7 +1,7 @@
 """`Checkpoint`: saves the state of models, optimizers, schedulers, scalers, engines and handlers from an Engine
 event, keeps the best or the last few, and loads them back (PyTorch-Ignite's `Checkpoint`: same file names,
-retention and state_dict). How files are named is `checkpoint_names`, which ones are kept `checkpoint_retention`,
-and how a checkpoint is loaded back `checkpoint_loading`; `tracktrain.handlers.checkpoint` has the guarantees.
+retention and state_dict). How files are named is `names`, which ones are kept `retention`, and how a
+checkpoint is loaded back `loading`; the guarantees are the commit protocol in `tracktrain.checkpoint`.
 """
 
 from __future__ import annotations
@@ -14,18 +14,17 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from tracktrain.engine import Engine, EventEnum, Events
-from tracktrain.engine.signature import accepts
-from tracktrain.handlers.async_saver import AsyncSaver
-from tracktrain.handlers.checkpoint_loading import load_all_or_none
-from tracktrain.handlers.checkpoint_names import (
+from tracktrain.checkpoint.async_saver import AsyncSaver
+from tracktrain.checkpoint.discovery import CommittedCheckpoint
+from tracktrain.checkpoint.loading import load_all_or_none
+from tracktrain.checkpoint.names import (
     check_filename_pattern,
     default_filename_pattern,
     filename_matcher,
     format_score,
     newest_by_step,
 )
-from tracktrain.handlers.checkpoint_retention import (
+from tracktrain.checkpoint.retention import (
     Item,
     adopted,
     items_of,
@@ -34,9 +33,10 @@ from tracktrain.handlers.checkpoint_retention import (
     state_dict_of,
     with_new_item,
 )
-from tracktrain.handlers.checkpoint_state import check_objects, state_of
-from tracktrain.handlers.savers import BaseSaveHandler, CheckpointSkipped, FsspecSaver, make_save_handler
-from tracktrain.storage.discovery import CommittedCheckpoint
+from tracktrain.checkpoint.savers import BaseSaveHandler, CheckpointSkipped, FsspecSaver, make_save_handler
+from tracktrain.checkpoint.state import check_objects, state_of
+from tracktrain.engine import Engine, EventEnum, Events
+from tracktrain.engine.signature import accepts
 
 __all__ = ["Checkpoint", "CheckpointEvents"]
 

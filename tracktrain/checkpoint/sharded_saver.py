@@ -5,7 +5,7 @@ The commit protocol, for a checkpoint named `name` in the directory `url`:
 
 1. rank 0 removes a checkpoint saved before under `name` (manifest first), and every rank waits for it;
 2. every rank writes its shards into `url/name/` (DCP: its coordinator, rank 0, writes `.metadata` once every rank
-   reported its writes); rank 0 also writes what is not sharded (`sharded_checkpoint.REST_KEY`);
+   reported its writes); rank 0 also writes what is not sharded (`sharded.REST_KEY`);
 3. every rank hashes the files it wrote, the hashes are gathered, and rank 0 writes the manifest, listing every file
    with its size and SHA-256: only now is the checkpoint complete;
 4. rank 0 tells every rank whether the commit succeeded, so that all of them raise, or none does.
@@ -31,11 +31,11 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
 
 from tracktrain import distributed, storage
-from tracktrain.handlers.savers import CheckpointSkipped, CheckpointWriteError, FsspecSaver
-from tracktrain.handlers.sharded_checkpoint import METADATA_FILE, REST_KEY, storage_writer
+from tracktrain.checkpoint.manifest import FileDigest, remove_checkpoint, sha256_of, write_manifest
+from tracktrain.checkpoint.savers import CheckpointSkipped, CheckpointWriteError, FsspecSaver
+from tracktrain.checkpoint.sharded import METADATA_FILE, REST_KEY, storage_writer
 from tracktrain.ranks import global_rank
 from tracktrain.storage.check import is_unreachable
-from tracktrain.storage.manifest import FileDigest, remove_checkpoint, sha256_of, write_manifest
 
 __all__ = ["RankState", "ShardedSaver", "holds_shards", "write_sharded"]
 

@@ -1,7 +1,7 @@
 """Which checkpoint a fit resumes from: `Trainer(resume="auto")`, `fit(ckpt_path="last")`, or a named file.
 
 The newest committed checkpoint under the run's checkpoint directories is loaded, as
-`tracktrain.storage.discovery.resume_candidates` finds them: the one with the highest step its manifest records,
+`tracktrain.checkpoint.discovery.resume_candidates` finds them: the one with the highest step its manifest records,
 never chosen by file name. An incomplete one (no manifest: the writer was killed) is never considered; one whose
 manifest is not valid (a field missing, of the wrong type or out of range), or whose files do not match it, is
 skipped with a warning naming the file and what is wrong, for the next newest. A checkpoint named explicitly is
@@ -15,8 +15,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from tracktrain.storage.discovery import CommittedCheckpoint
-from tracktrain.storage.manifest import CheckpointCorrupted
+from tracktrain.checkpoint.discovery import CommittedCheckpoint
+from tracktrain.checkpoint.manifest import CheckpointCorrupted
 
 __all__ = ["RESUME_CHOICES", "check_resume", "load_newest"]
 

@@ -14,14 +14,11 @@ import os
 import re
 import string
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tracktrain import storage
+from tracktrain.checkpoint.handler import Checkpoint
 from tracktrain.engine.engine import Engine
-from tracktrain.handlers.checkpoint import Checkpoint
-
-if TYPE_CHECKING:
-    from tracktrain.trainer.trainer import Trainer
 
 __all__ = ["FilenameTemplate", "TemplateCheckpoint", "check_save_top_k", "template_of", "top_k_handler"]
 
@@ -107,17 +104,18 @@ def template_of(filename: Any, filename_prefix: Any, auto_insert_metric_name: An
 
 
 def top_k_handler(
-    trainer: Trainer, to_save: Mapping, saver: Any, template: FilenameTemplate | None, **options: Any
+    to_save: Mapping,
+    saver: Any,
+    template: FilenameTemplate | None,
+    values: Callable[[], Mapping[str, Any]],
+    agree: Callable[[Any], Any],
+    **options: Any,
 ) -> Checkpoint:
-    """The handler of `ModelCheckpoint`'s top-k files: named by `template` from the epoch, the global step and the
-    logged values (Lightning's), or as `Checkpoint` names its files."""
+    """The handler of `ModelCheckpoint`'s top-k files: named by `template` from `values()` at each save (the epoch,
+    the global step and the logged values: Lightning's), or as `Checkpoint` names its files."""
     if template is None:
         return Checkpoint(to_save, saver, **options)
-
-    def values() -> dict[str, Any]:
-        return {**trainer.callback_metrics, "epoch": trainer.current_epoch, "step": trainer.global_step}
-
-    return TemplateCheckpoint(to_save, saver, template, values, trainer.strategy.rank_zero_value, **options)
+    return TemplateCheckpoint(to_save, saver, template, values, agree, **options)
 
 
 def check_save_top_k(value: Any) -> int | None:

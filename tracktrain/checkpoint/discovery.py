@@ -1,7 +1,7 @@
 """The one way to find the newest complete checkpoint: by its manifest, never by its file name alone.
 
 A checkpoint is complete when it is committed: its manifest exists, is valid, and lists files that are all there
-with the sizes it records (`tracktrain.storage.manifest`). Resume (`Trainer(resume="auto")`, `fit(ckpt_path=
+with the sizes it records (`tracktrain.checkpoint.manifest`). Resume (`Trainer(resume="auto")`, `fit(ckpt_path=
 "last")`), retention after a restart, `tracktrain runs` and `Checkpoint.get_last_checkpoint` all ask here, so they
 agree on which checkpoint is the newest complete one. Checksums are checked when the checkpoint is read
 (`manifest.read_checked`): a file altered after its commit is found then, and the next newest is taken.
@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracktrain import storage
-from tracktrain.storage.check import raise_storage_failure
-from tracktrain.storage.manifest import (
+from tracktrain.checkpoint.manifest import (
     MANIFEST_SUFFIX,
     CheckpointCorrupted,
     member_sizes,
     parse_manifest,
     size_mismatch,
 )
+from tracktrain.storage.check import raise_storage_failure
 
 __all__ = ["CommittedCheckpoint", "committed_checkpoints", "newest_named", "resume_candidates"]
 

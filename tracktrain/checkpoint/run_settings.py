@@ -7,13 +7,9 @@ The same dict is what the loggers record as the run's hyperparameters.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tracktrain.params import flatten_params
-
-if TYPE_CHECKING:
-    from tracktrain.trainer.module import LoopModule
-    from tracktrain.trainer.trainer import Trainer
 
 __all__ = ["ResumeMismatch", "changed_settings", "check_resumable", "run_settings"]
 
@@ -26,24 +22,15 @@ class ResumeMismatch(ValueError):
     """The checkpoint a fit would resume was written for another module class or other module hyperparameters."""
 
 
-def run_settings(trainer: Trainer, module: LoopModule) -> dict[str, Any]:
-    """The module's `hparams` (when it has a mapping of them), its class, and the Trainer's settings (with the seed
-    the run uses, drawn when none was given)."""
+def run_settings(module: Any, trainer_settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The module's `hparams` (when it has a mapping of them), its class, and the Trainer's settings as given (its
+    arguments, with the seed the run uses), as plain data."""
     settings: dict[str, Any] = {}
     hparams = getattr(module, "hparams", None)
     if isinstance(hparams, Mapping):
         settings["module"] = dict(hparams)
     settings["module/class"] = type(module).__qualname__
-    settings["trainer"] = {
-        "max_epochs": trainer.max_epochs,
-        "max_steps": trainer.max_steps,
-        "accumulate_grad_batches": trainer.accumulate_grad_batches,
-        "gradient_clip_val": trainer.gradient_clip_val,
-        "precision": trainer.precision,
-        "strategy": trainer.strategy_name,
-        "seed": trainer.run_seed,
-        "log_every_n_steps": trainer.log_every_n_steps,
-    }
+    settings["trainer"] = dict(trainer_settings)
     return _plain(settings)
 
 

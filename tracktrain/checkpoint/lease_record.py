@@ -2,7 +2,7 @@
 
 Stale means: on the same machine (same host name, boot and pid namespace) its process is gone; or, on any machine,
 its heartbeat is older than its `stale_after` (another machine's pids cannot be checked, and on this one a pid may
-have been reused). See `tracktrain.storage.lease` for how a lease is taken, refreshed and released.
+have been reused). See `tracktrain.checkpoint.lease` for how a lease is taken, refreshed and released.
 """
 
 from __future__ import annotations

@@ -9,10 +9,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import NamedTuple
 
+from tracktrain.checkpoint.discovery import CommittedCheckpoint
+from tracktrain.checkpoint.manifest import is_plain_name
 from tracktrain.engine import Engine
 from tracktrain.number_checks import is_real
-from tracktrain.storage.discovery import CommittedCheckpoint
-from tracktrain.storage.manifest import is_plain_name
 
 __all__ = ["Item", "adopted", "items_of", "makes_the_cut", "metric_score", "state_dict_of", "with_new_item"]
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tracktrain.handlers.checkpoint_state import (
+from tracktrain.checkpoint.state import (
     PARALLEL_WRAPPERS,
     check_fits,
     check_objects,
@@ -88,7 +88,7 @@ def load_all_or_none(
 def _readable_by(obj: Any, state: Any) -> Any:
     """`state` as `obj` loads it: an entry of a sharded checkpoint stays unread for an object that reads its own
     shards (`loads_stored_shards`), and is read in full for any other."""
-    from tracktrain.handlers.sharded_checkpoint import StoredShards
+    from tracktrain.checkpoint.sharded import StoredShards
 
     if isinstance(state, StoredShards) and not getattr(obj, "loads_stored_shards", False):
         return state.full()

@@ -18,11 +18,11 @@ from typing import Any
 import torch
 
 from tracktrain import storage
+from tracktrain.checkpoint.manifest import is_plain_name, manifest_name, remove_checkpoint, write_manifest
+from tracktrain.checkpoint.spool import Spool, spool_dir_for
 from tracktrain.dist_logger import get_dist_logger
-from tracktrain.handlers.spool import Spool, spool_dir_for
 from tracktrain.ranks import global_rank
 from tracktrain.storage.check import is_unreachable
-from tracktrain.storage.manifest import is_plain_name, manifest_name, remove_checkpoint, write_manifest
 
 __all__ = [
     "BaseSaveHandler",
@@ -109,10 +109,10 @@ class FsspecSaver(BaseSaveHandler):
             checkpoints with an old run's). Pass False to resume into it.
         save_on_rank: in a torch.distributed run, the only rank that writes and deletes.
         manifest: after each file, write its manifest (size, SHA-256, `summarize(checkpoint)`), which makes it a
-            committed checkpoint (see `tracktrain.storage.manifest`); `remove` then deletes the manifest first.
+            committed checkpoint (see `tracktrain.checkpoint.manifest`); `remove` then deletes the manifest first.
         summarize: `checkpoint -> dict` of JSON values for the manifest's summary (step, epoch, run ids).
         spool: where checkpoints wait while the store does not answer, so that training goes on (see
-            `tracktrain.handlers.spool`); None: a save the store does not take fails.
+            `tracktrain.checkpoint.spool`); None: a save the store does not take fails.
         kwargs: passed to `torch.save`.
 
     Names in `protected` are never removed (the checkpoint a run resumed from).

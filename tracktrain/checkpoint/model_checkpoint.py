@@ -6,10 +6,10 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tracktrain.checkpoint.handler import Checkpoint
+from tracktrain.checkpoint.savers import saver_for
+from tracktrain.checkpoint.state import check_objects
 from tracktrain.engine import Engine
-from tracktrain.handlers.checkpoint_handler import Checkpoint
-from tracktrain.handlers.checkpoint_state import check_objects
-from tracktrain.handlers.savers import saver_for
 
 __all__ = ["ModelCheckpoint"]
 
