@@ -1,4 +1,5 @@
-"""The README's code runs as printed: its quickstart trains on the data it makes and leaves its checkpoints."""
+"""The README's and the docs pages' code runs as printed: the Quickstart trains on the data it makes and leaves its
+checkpoints, and every python block of the README and of docs/ runs in order, in one session, as the pages say."""
 
 from __future__ import annotations
 
@@ -12,11 +13,42 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The files whose python blocks run, in this order, in one session: the README's Quickstart makes the data and the
+# `Classifier` the pages use, and a page may use what an earlier one made (export.md exports tools.md's averaged
+# model; colossal-ai.md's ModelEngine loop steps the model, criterion and loader of its Colossal-AI block).
+PAGES = (
+    "README.md",
+    "docs/migration/lightning.md",
+    "docs/tutorials/callbacks.md",
+    "docs/tutorials/tracking.md",
+    "docs/tutorials/checkpoints.md",
+    "docs/how-to/tools.md",
+    "docs/how-to/export.md",
+    "docs/how-to/lr-finder.md",
+    "docs/tutorials/distributed.md",
+    "docs/how-to/ray-train.md",
+    "docs/migration/colossal-ai.md",
+    "docs/migration/ignite.md",
+)
 
-def _block(heading: str) -> str:
-    text = (ROOT / "README.md").read_text()
-    match = re.search(rf"## {heading}\n\n(?:[^`#][^\n]*\n)*\n?```python\n(.*?)```", text, re.S)
-    assert match, f"README has no python block under '## {heading}'"
+PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+
+
+def _blocks_of(page: str) -> list[str]:
+    return PYTHON_BLOCK.findall((ROOT / page).read_text())
+
+
+def test_every_page_with_python_runs_here():
+    """A python block added to any page of docs/ (or the README) is run by this file: its page is in PAGES."""
+    with_python = {str(path.relative_to(ROOT)) for path in (ROOT / "docs").rglob("*.md") if _blocks_of(str(path))}
+    assert with_python | {"README.md"} == set(PAGES), "add the page to PAGES, where its blocks' names exist"
+    assert all(_blocks_of(page) for page in PAGES)
+
+
+def _quickstart() -> str:
+    text = (ROOT / "README.md").read_text().split("\n## Quickstart\n", 1)[1]
+    match = PYTHON_BLOCK.search(text)
+    assert match, "README has no python block under '## Quickstart'"
     return match.group(1)
 
 
@@ -26,7 +58,7 @@ def test_quickstart_trains_and_checkpoints(tmp_path):
         "print('steps', trainer.global_step)\n"
     )
     script = tmp_path / "quickstart.py"
-    script.write_text(_block("Quickstart") + check)  # as printed: it makes its own data
+    script.write_text(_quickstart() + check)  # as printed: it makes its own data
     result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     checkpoints = sorted(
@@ -35,34 +67,38 @@ def test_quickstart_trains_and_checkpoints(tmp_path):
     assert checkpoints[-1].startswith("last_checkpoint_") and len(checkpoints) == 3  # top-2 by val_acc, and last
 
 
-def _python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+def _python_blocks() -> list[tuple[str, str]]:
+    """(page, block) for every python block of PAGES, in order; the README's first is the Quickstart."""
+    blocks = [(page, block) for page in PAGES for block in _blocks_of(page)]
+    assert blocks[0] == ("README.md", _quickstart())
+    return blocks
 
 
 # blocks that start a local Ray cluster (~30 s of the default run): the slow run runs every block, these included
 RAY = "tracktrain_integrations.ray"
 
 
-def _run_in_order(blocks: list[str], tmp_path: Path) -> None:
-    """As the README says: in order, in one session, nothing added (only a line between blocks, to say which one
+def _run_in_order(blocks: list[tuple[str, str]], tmp_path: Path) -> None:
+    """As the pages say: in order, in one session, nothing added (only a line between blocks, to say which one
     failed)."""
     script = "".join(
-        f"print('README block {number}', flush=True)\n{block}\n" for number, block in enumerate(blocks, start=1)
+        f"print('block {number} of {page}', flush=True)\n{block}\n"
+        for number, (page, block) in enumerate(blocks, start=1)
     )
-    (tmp_path / "readme_blocks.py").write_text(script)
+    (tmp_path / "page_blocks.py").write_text(script)
     environment = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(tmp_path)}
     result = subprocess.run(
-        [sys.executable, "readme_blocks.py"], cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=900
+        [sys.executable, "page_blocks.py"], cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=900
     )
-    reached = re.findall(r"README block (\d+)", result.stdout)
+    reached = re.findall(r"^block (\d+ of \S+)", result.stdout, re.M)
     assert result.returncode == 0, f"block {reached[-1] if reached else '?'}: {result.stderr[-3000:]}"
-    assert reached == [str(number) for number in range(1, len(blocks) + 1)]
+    assert [int(where.split()[0]) for where in reached] == list(range(1, len(blocks) + 1))
 
 
 def test_every_python_block_but_ray_runs_as_written_in_order(tmp_path):
     blocks = _python_blocks()
-    assert len(blocks) >= 7 and sum(RAY in block for block in blocks) == 1
-    _run_in_order([block for block in blocks if RAY not in block], tmp_path)
+    assert len(blocks) >= 12 and sum(RAY in block for _, block in blocks) == 1
+    _run_in_order([(page, block) for page, block in blocks if RAY not in block], tmp_path)
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
-"""The README's "A new project from the template" commands, pasted as they are (only the output folder is the
-test's): generate, install in one pinned command, run the project's own tests, train."""
+"""The docs' "A new project from the template" commands (docs/tutorials/template.md, moved there from the README),
+pasted as they are (only the output folder is the test's): generate, install in one pinned command, run the
+project's own tests, train."""
 
 from __future__ import annotations
 
@@ -14,13 +15,13 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def readme_block() -> str:
-    text = (REPOSITORY / "README.md").read_text()
+    text = (REPOSITORY / "docs" / "tutorials" / "template.md").read_text()
     section = text.split("## A new project from the template", 1)[1]
     return re.search(r"```bash\n(.*?)```", section, re.S).group(1)
 
 
 @pytest.mark.slow
-def test_the_readme_template_commands_generate_install_test_and_train(tmp_path):
+def test_the_docs_template_commands_generate_install_test_and_train(tmp_path):
     block = readme_block()
     assert "/tmp/projects" in block
     script = block.replace("/tmp/projects", str(tmp_path))
