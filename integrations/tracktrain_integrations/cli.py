@@ -32,6 +32,8 @@ __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The `tracktrain` command (`runs`, `inspect`, `ui`, `convert`) on `argv` (default: `sys.argv[1:]`); returns
+    the exit status."""
     parser = argparse.ArgumentParser(prog="tracktrain", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     runs = commands.add_parser("runs", help="a run's checkpoints, writer and tracker runs")

@@ -31,9 +31,9 @@ if TYPE_CHECKING:
 
 __all__ = ["EXPORT_ARTIFACTS", "log_model"]
 
-#: where `log_model(..., export=True)` puts the `torch.export` program (`model.pt2`), and `onnx=True` the ONNX file
-#: (`model.onnx`), in the run's artifacts
 EXPORT_ARTIFACTS = "export"
+"""Where `log_model(..., export=True)` puts the `torch.export` program (`model.pt2`), and `onnx=True` the ONNX file
+(`model.onnx`), in the run's artifacts."""
 
 
 def log_model(

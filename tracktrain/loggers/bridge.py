@@ -25,6 +25,10 @@ __all__ = ["LoggerBridge", "Terminated"]
 
 
 class LoggerBridge(Callback):
+    """The callback that drives a Trainer's `loggers` through one `TrackerRuns`: starts or resumes the runs at the
+    fit's start, forwards what the Trainer publishes, persists queued records before a checkpoint commits, and ends
+    the runs with the fit's outcome. The Trainer adds it itself (`Trainer(loggers=[...])`)."""
+
     priority = -1000  # runs start before any other hook can log
 
     def __init__(self, loggers: list[Logger]) -> None:
