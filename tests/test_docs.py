@@ -114,7 +114,7 @@ def test_the_site_builds_strictly_and_its_pages_render(tmp_path):
     pages = {
         "docs-home": ("index.html", "Where to start"),
         "docs-tutorial": ("tutorials/loop-module/index.html", "A LoopModule from scratch"),
-        "docs-api": ("api/tracktrain.trainer/index.html", "accumulate_grad_batches"),
+        "docs-api": ("api/tracktrain.trainer/index.html", "accumulate_grad_batches"),  # (a #fragment draws blank)
     }
     for name, (page, text) in pages.items():
         address = (site / page).as_uri()
