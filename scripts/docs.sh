@@ -10,6 +10,7 @@ if [ ! -x "$mkdocs" ]; then
     echo "no $mkdocs: run scripts/setup-venv.sh dev (or scripts/setup-venv.sh docs) first" >&2
     exit 1
 fi
+export NO_MKDOCS_2_WARNING=1  # Material's banner about its successor, printed on every build
 case "${1:-build}" in
     build) exec "$mkdocs" build --strict --site-dir site ;;
     serve) exec "$mkdocs" serve --strict --dev-addr 127.0.0.1:8000 ;;
