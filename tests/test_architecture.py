@@ -38,7 +38,6 @@ KNOWN_UPWARD = {
 }
 
 
-
 def _modules(folder: Path) -> list[Path]:
     return sorted(path for path in folder.rglob("*.py") if "__pycache__" not in path.parts)
 
@@ -47,16 +46,18 @@ def _relative(path: Path) -> str:
     return path.relative_to(ROOT).as_posix()
 
 
-def _imported_modules(path: Path) -> set[str]:
-    return _imports_in(path.read_text(), str(path))
+def _imported_modules(path: Path, for_annotations: bool = False) -> set[str]:
+    return _imports_in(path.read_text(), str(path), for_annotations)
 
 
-def _imports_in(source: str, filename: str = "<text>") -> set[str]:
-    """What `source` imports when it runs (imports under `if TYPE_CHECKING:` are for annotations only)."""
+def _imports_in(source: str, filename: str = "<text>", for_annotations: bool = False) -> set[str]:
+    """What `source` imports when it runs (imports under `if TYPE_CHECKING:` are for annotations only), and with
+    `for_annotations` those too: two modules that name each other's types still lean on each other."""
     tree = ast.parse(source, filename)
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-            node.body = []
+            if not for_annotations:
+                node.body = []
     modules = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -115,13 +116,13 @@ def _module_name(path: Path) -> str:
 
 
 def _import_graph() -> dict[str, set[str]]:
-    """Module -> the package's modules it imports when it runs (lazy imports inside functions included: a circle
-    hidden by a lazy import is still a circle)."""
+    """Module -> the package's modules it imports: when it runs, lazily inside a function, or for annotations under
+    `if TYPE_CHECKING:` (a circle hidden by a lazy or a type-only import is still a circle)."""
     paths = {_module_name(path): path for path in _modules(PACKAGE)}
     graph = {}
     for name, path in paths.items():
         targets = set()
-        for imported in _imported_modules(path):
+        for imported in _imported_modules(path, for_annotations=True):
             parts = imported.split(".")
             while parts and ".".join(parts) not in paths:
                 parts.pop()
@@ -163,8 +164,58 @@ def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
     return circles
 
 
+# The one circle left (issue 34): the Trainer, its parts and the callbacks and loggers that name it, being taken apart
+# now. It may only shrink: a module that joins it, or any other circle, fails; a module that leaves it is taken off.
+KNOWN_CIRCLE = {
+    "tracktrain.callbacks.base",
+    "tracktrain.callbacks.model_checkpoint",
+    "tracktrain.callbacks.model_summary",
+    "tracktrain.callbacks.progress",
+    "tracktrain.loggers.bridge",
+    "tracktrain.trainer.arguments",
+    "tracktrain.trainer.building",
+    "tracktrain.trainer.callback",
+    "tracktrain.trainer.datamodule",
+    "tracktrain.trainer.defaults",
+    "tracktrain.trainer.evaluation",
+    "tracktrain.trainer.fit_step",
+    "tracktrain.trainer.metric_log",
+    "tracktrain.trainer.metrics_hub",
+    "tracktrain.trainer.model_preparation",
+    "tracktrain.trainer.module",
+    "tracktrain.trainer.nonfinite",
+    "tracktrain.trainer.pipeline_module",
+    "tracktrain.trainer.preemption_control",
+    "tracktrain.trainer.quick_checks",
+    "tracktrain.trainer.run_checkpoints",
+    "tracktrain.trainer.sanity_check",
+    "tracktrain.trainer.session",
+    "tracktrain.trainer.stage_checkpoint",
+    "tracktrain.trainer.strategies",
+    "tracktrain.trainer.strategies.choice",
+    "tracktrain.trainer.strategies.pipeline",
+    "tracktrain.trainer.supervised_module",
+    "tracktrain.trainer.trainer",
+    "tracktrain.trainer.trainer_state",
+    "tracktrain.trainer.wiring",
+}
+
+
+def _circles_beyond(circles: list[set[str]], known: set[str]) -> tuple[list[set[str]], set[str]]:
+    """The circles, or the parts of a circle, that `known` does not list; and what `known` lists that is in no
+    circle any more."""
+    new = [circle - known for circle in circles if not circle <= known]
+    in_circles = set().union(*circles)
+    return new, known - in_circles
+
+
 def test_no_import_circles():
-    assert _circles(_import_graph()) == [], "modules that import each other: move the shared part down, or a protocol"
+    new, gone = _circles_beyond(_circles(_import_graph()), KNOWN_CIRCLE)
+    assert new == [], (
+        "modules that import each other, type-only imports included: let the shared types live where both can import "
+        "them (a Protocol in the lower module, or the shared part moved down)"
+    )
+    assert gone == set(), "these modules left the known circle: take them off KNOWN_CIRCLE"
 
 
 def test_the_architecture_checks_can_fail():
@@ -178,6 +229,12 @@ def test_the_architecture_checks_can_fail():
     )
     assert {_layer_of(module) for module in _imports_in(source)} == {None, "loggers"}
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+    type_only = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tracktrain.engine.engine import Engine\n"
+    assert _imports_in(type_only) == {"typing", "typing.TYPE_CHECKING"}  # the layers: not a run-time dependency
+    assert "tracktrain.engine.engine" in _imports_in(type_only, for_annotations=True)  # the circles: a dependency
+    # a circle outside the known one, and a module joining it, are both new; a known module in no circle is gone
+    circles = [{"x", "y"}, {"k1", "k2", "z"}]
+    assert _circles_beyond(circles, {"k1", "k2", "k3"}) == ([{"x", "y"}, {"z"}], {"k3"})
     assert "tracktrain.storage" in _imports_in("from tracktrain import storage\n")
 
 

@@ -11,14 +11,12 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from enum import Enum
 from types import DynamicClassAttribute
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tracktrain.engine.signature import check_signature
 
-if TYPE_CHECKING:
-    from tracktrain.engine.engine import Engine
-
-EventFilter = Callable[["Engine", int], bool]
+# `f(engine, counter) -> bool`: whether a handler runs at this value of its event's counter
+EventFilter = Callable[[Any, int], bool]
 
 __all__ = [
     "CallableEventWithFilter",
@@ -163,7 +161,7 @@ class _every_filter:
     def __init__(self, every: int) -> None:
         self.every = every
 
-    def __call__(self, engine: Engine, counter: int) -> bool:
+    def __call__(self, engine: Any, counter: int) -> bool:
         return counter % self.every == 0
 
     def __repr__(self) -> str:
@@ -176,7 +174,7 @@ class _once_filter:
     def __init__(self, values: frozenset[int]) -> None:
         self.values = values
 
-    def __call__(self, engine: Engine, counter: int) -> bool:
+    def __call__(self, engine: Any, counter: int) -> bool:
         return counter in self.values
 
     def __repr__(self) -> str:
@@ -194,7 +192,7 @@ class _range_filter:
         self.before = float("inf") if before is None else before
         self.after = 0 if after is None else after
 
-    def __call__(self, engine: Engine, counter: int) -> bool:
+    def __call__(self, engine: Any, counter: int) -> bool:
         return self.after < counter < self.before and (counter - self.after - 1) % self.every == 0
 
     def __repr__(self) -> str:
@@ -225,7 +223,7 @@ class EventEnum(CallableEventWithFilter, Enum):
 
 
 class Events(EventEnum):
-    """The events every Engine fires. See `Engine.run` for the order in which they fire."""
+    """The events every Engine fires, in the order that `tracktrain.engine.engine` describes."""
 
     EPOCH_STARTED = "epoch_started"
     EPOCH_COMPLETED = "epoch_completed"
@@ -276,6 +274,14 @@ class EventsList:
         return "EventsList(" + " | ".join(map(repr, self._events)) + ")"
 
 
+class HandlerOwner(Protocol):
+    """What a `RemovableEventHandle` needs of its engine (an `Engine`: it imports this module, not the reverse)."""
+
+    def has_event_handler(self, handler: Callable, event_name: Any | None = None) -> bool: ...
+
+    def remove_event_handler(self, handler: Callable, event_name: Any) -> None: ...
+
+
 class RemovableEventHandle:
     """Removes one handler from its engine; returned by `Engine.add_event_handler`.
 
@@ -283,7 +289,7 @@ class RemovableEventHandle:
     Use it as a context manager to attach a handler for the duration of a block.
     """
 
-    def __init__(self, event_name: Any, handler: Callable, engine: Engine) -> None:
+    def __init__(self, event_name: Any, handler: Callable, engine: HandlerOwner) -> None:
         self.event_name = event_name
         self.handler = weakref.ref(handler)
         self.engine = weakref.ref(engine)

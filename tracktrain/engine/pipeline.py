@@ -20,16 +20,14 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from tracktrain.engine.batches import split_batch
-
-if TYPE_CHECKING:
-    from tracktrain.engine.model_engine import ModelEngine
+from tracktrain.engine.schedule import ScheduledEngine
 
 __all__ = ["SCHEDULES", "PipelineSchedule", "check_schedule_options", "split_stages"]
 
@@ -142,7 +140,7 @@ class PipelineSchedule:
 
     def forward_backward_step(
         self,
-        model_engine: ModelEngine,
+        model_engine: ScheduledEngine,
         data_iter: Iterator[Any],
         forward_only: bool = False,
         return_loss: bool = True,
@@ -169,7 +167,7 @@ class PipelineSchedule:
 
     def forward_backward(
         self,
-        model_engine: ModelEngine,
+        model_engine: ScheduledEngine,
         forward: Callable[[], Any],
         loss_of: Callable[[Any], torch.Tensor],
         loss_divisor: int = 1,

@@ -8,17 +8,34 @@ the same two methods and say `uses_pipeline = True`.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import torch
+from torch import nn
 
 from tracktrain.engine.batches import split_batch
 
-if TYPE_CHECKING:
-    from tracktrain.engine.model_engine import ModelEngine
+__all__ = ["BaseSchedule", "NonPipelineSchedule", "ScheduledEngine"]
 
-__all__ = ["BaseSchedule", "NonPipelineSchedule"]
+
+class ScheduledEngine(Protocol):
+    """What a schedule needs of the engine it runs a batch on: a `ModelEngine`, which holds its schedule and so
+    imports this module (not the reverse)."""
+
+    @property
+    def model(self) -> nn.Module: ...
+
+    @property
+    def criterion(self) -> Callable | None: ...
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None: ...
+
+    def autocast(self) -> contextlib.AbstractContextManager: ...
+
+    def backward(self, loss: torch.Tensor) -> None: ...
 
 
 class BaseSchedule(Protocol):
@@ -28,7 +45,7 @@ class BaseSchedule(Protocol):
 
     def forward_backward(
         self,
-        model_engine: ModelEngine,
+        model_engine: ScheduledEngine,
         forward: Callable[[], Any],
         loss_of: Callable[[Any], torch.Tensor],
         loss_divisor: int = 1,
@@ -37,7 +54,7 @@ class BaseSchedule(Protocol):
 
     def forward_backward_step(
         self,
-        model_engine: ModelEngine,
+        model_engine: ScheduledEngine,
         data_iter: Iterator[Any],
         forward_only: bool = False,
         return_loss: bool = True,
@@ -56,7 +73,7 @@ class NonPipelineSchedule:
 
     def forward_backward(
         self,
-        model_engine: ModelEngine,
+        model_engine: ScheduledEngine,
         forward: Callable[[], Any],
         loss_of: Callable[[Any], torch.Tensor],
         loss_divisor: int = 1,
@@ -78,7 +95,7 @@ class NonPipelineSchedule:
 
     def forward_backward_step(
         self,
-        model_engine: ModelEngine,
+        model_engine: ScheduledEngine,
         data_iter: Iterator[Any],
         forward_only: bool = False,
         return_loss: bool = True,

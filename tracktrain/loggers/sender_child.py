@@ -25,16 +25,27 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from tracktrain.loggers.base import QueuedLogger
+    from tracktrain.loggers.delivery import Record
 
-__all__ = ["main", "read_frame", "write_frame"]
+__all__ = ["ChildLogger", "main", "read_frame", "write_frame"]
 
 HEARTBEAT_SECONDS = 1.0  # how often a busy child says it is alive
 ORPHAN_GRACE_SECONDS = 30.0  # how long a child whose training process died may go on with the batch in hand
 _LENGTH = struct.Struct(">I")
+
+
+class ChildLogger(Protocol):
+    """What the child does with the logger it rebuilds (a `QueuedLogger`, whose module imports the training
+    process's end, `sender_process`, which imports this module: the logger's class is named here only as this)."""
+
+    _on_tracker_back: Callable[[], None] | None
+
+    def _send(self, records: list[Record]) -> None: ...
+
+    def _sender_report(self) -> dict[str, Any]: ...
 
 
 class _Channel:
@@ -98,7 +109,7 @@ def _take_standard_streams() -> tuple[IO[bytes], IO[bytes]]:
     return inbox, outbox
 
 
-def _rebuild_logger(start: dict[str, Any], on_tracker_back: Callable[[], None]) -> QueuedLogger:
+def _rebuild_logger(start: dict[str, Any], on_tracker_back: Callable[[], None]) -> ChildLogger:
     # the training process's import path first: its logger class may live next to its script
     sys.path[:0] = [entry for entry in start["sys_path"] if entry not in sys.path]
     header = start["header"]
@@ -129,7 +140,7 @@ def _serve(inbox: IO[bytes], channel: _Channel) -> int:
     threading.Thread(target=channel.beat_while_busy, name="heartbeat", daemon=True).start()
     logging.getLogger().addHandler(_ToParent(channel))
     logging.captureWarnings(True)  # the tracker library's warnings reach the training process's logs too
-    logger: QueuedLogger | None = None
+    logger: ChildLogger | None = None
     while (frame := read_frame(inbox)) is not None:
         kind, payload = pickle.loads(frame)
         if kind == "exit":

@@ -31,21 +31,34 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from tracktrain.loggers.sender_child import read_frame, write_frame
 
 if TYPE_CHECKING:
-    from tracktrain.loggers.base import QueuedLogger
     from tracktrain.loggers.delivery import Record
 
-__all__ = ["SenderError", "SenderProcess"]
+__all__ = ["SenderError", "SenderLogger", "SenderProcess"]
 
 CHILD_MODULE = "tracktrain.loggers.sender_child"
 
 
 class SenderError(Exception):
     """The child could not deliver a batch (the tracker's error, as text), or could not start."""
+
+
+class SenderLogger(Protocol):
+    """What the training process's end needs of the logger whose batches it sends (a `QueuedLogger`, whose module
+    imports this one: the class is named here only as this)."""
+
+    def _sender_header(self) -> dict[str, Any]: ...
+
+    def _sender_environment(self) -> dict[str, str]: ...
+
+    def _take_sender_report(self, report: Mapping[str, Any]) -> None: ...
+
+    def _tracker_is_back(self) -> None: ...
 
 
 # ------------------------------------------------------------------------------------- the training process
@@ -65,7 +78,7 @@ class SenderProcess:
     """
 
     def __init__(
-        self, logger: QueuedLogger, start_timeout: float = 120.0, silence_timeout: float = 30.0, keep_warm: float = 60.0
+        self, logger: SenderLogger, start_timeout: float = 120.0, silence_timeout: float = 30.0, keep_warm: float = 60.0
     ) -> None:
         self._logger = logger
         self.start_timeout = start_timeout
@@ -174,14 +187,14 @@ class _Child:
         assert self.process.stdin is not None and self.process.stdout is not None  # both are pipes (PIPE above)
         self._to_child: IO[bytes] = self.process.stdin
         self._from_child: IO[bytes] = self.process.stdout
-        self.logger: QueuedLogger | None = None  # whose batches it sends now; its own warnings are relayed anyway
+        self.logger: SenderLogger | None = None  # whose batches it sends now; its own warnings are relayed anyway
         self.ready = False
         self.stopped = False
         self._answers: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, name="tracktrain-sender-reader", daemon=True)
         self._reader.start()
 
-    def attach(self, logger: QueuedLogger) -> None:
+    def attach(self, logger: SenderLogger) -> None:
         """Have the child rebuild `logger` (from its header: no credentials) and send its batches from now on."""
         self.logger = logger
         self.ready = False
@@ -332,7 +345,7 @@ class _WarmChildren:
 _WARM = _WarmChildren()
 
 
-def _child_environment(logger: QueuedLogger) -> dict[str, str]:
+def _child_environment(logger: SenderLogger) -> dict[str, str]:
     """This process's environment, the logger's additions (credentials), and tracktrain's location in front of
     PYTHONPATH: `python -m tracktrain.loggers.sender_child` must import wherever this process runs from."""
     import tracktrain
