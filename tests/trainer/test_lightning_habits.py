@@ -368,12 +368,11 @@ def test_a_module_with_lightnings_step_names_only_is_refused_with_ours(tmp_path)
 
 
 @pytest.mark.parametrize("several", [lambda a, b: [a, b], lambda a, b: (a, b), lambda a, b: {"a": a, "b": b}])
-def test_several_validation_loaders_are_refused_with_what_to_do_not_taken_for_batches(tmp_path, several):
-    """Lightning's `fit(model, train, [val_a, val_b])`: read as one iterable, each loader was taken for a batch (a
-    raw unpacking error in eval_step); the entry points refuse it before anything runs."""
+def test_several_training_loaders_are_refused_with_what_to_do_not_taken_for_batches(tmp_path, several):
+    """Lightning's CombinedLoader for training: read as one iterable, each loader would be taken for a batch (a raw
+    unpacking error in train_step); refused before anything runs. (Several validation, test and predict loaders are
+    Lightning's: tests/trainer/test_several_loaders.py.)"""
     trainer = quiet_trainer(tmp_path, max_epochs=1)
     loaders = several(make_loader(), make_loader())
-    with pytest.raises(TypeError, match=r"got 2 DataLoaders in a (list|tuple|dict).*ConcatDataset.*once per loader"):
-        trainer.fit(Classifier(), make_loader(), loaders)
-    with pytest.raises(TypeError, match="got 2 DataLoaders"):
-        trainer.validate(Classifier(), dataloaders=loaders)
+    with pytest.raises(TypeError, match=r"got 2 DataLoaders in a (list|tuple|dict).*ConcatDataset"):
+        trainer.fit(Classifier(), loaders)

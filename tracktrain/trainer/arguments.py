@@ -9,11 +9,11 @@ from typing import Any, overload
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
 
 from tracktrain.engine.compiling import compile_options
 from tracktrain.number_checks import is_integral, is_real
 from tracktrain.ranks import rank_and_world_size
+from tracktrain.trainer.batches import several_loaders
 
 __all__ = [
     "as_list",
@@ -217,18 +217,22 @@ def device_of(accelerator: Any) -> torch.device:
     raise ValueError(f"Trainer(accelerator=...) must be 'auto', 'cpu' or 'cuda', got {accelerator!r}.")
 
 
-def check_loader(name: str, loader: Any, required: bool = False) -> None:
+def check_loader(name: str, loader: Any, required: bool = False, several_allowed: bool = True) -> None:
+    """A stage's loader: an iterable of batches; for evaluation stages (`several_allowed`) also Lightning's several
+    loaders (a list, tuple or dict of DataLoaders: `batches.several_loaders`), read one after the other."""
     if loader is None:
         if required:
             raise ValueError(f"{name} is required: pass a DataLoader or another iterable of batches.")
         return
-    several = loader.values() if isinstance(loader, Mapping) else loader if isinstance(loader, (list, tuple)) else ()
-    if several and all(isinstance(item, DataLoader) for item in several):
-        # Lightning's several loaders: read as one iterable, each loader would be taken for a batch
+    several = several_loaders(loader)
+    if several is not None:
+        if several_allowed:
+            return
+        # Lightning's CombinedLoader for training: read as one iterable, each loader would be taken for a batch
         raise TypeError(
-            f"{name} got {len(several)} DataLoaders in a {type(loader).__name__}: one loader per stage is supported "
-            "(no dataloader_idx). Join their datasets in one loader (torch.utils.data.ConcatDataset), or call "
-            "trainer.validate(module, dataloaders=loader) once per loader."
+            f"{name} got {len(several)} DataLoaders in a {type(loader).__name__}: training reads one loader (several "
+            "are for validation, test and predict). Join their datasets in one loader "
+            "(torch.utils.data.ConcatDataset), or zip the loaders into one iterable of batch pairs yourself."
         )
     if not isinstance(loader, Iterable) or isinstance(loader, (str, bytes, Mapping)):
         raise TypeError(

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
+from torch.utils.data import DataLoader
 
-__all__ = ["batch_size_of", "epoch_length_of", "loader_length"]
+__all__ = ["SequentialLoaders", "batch_size_of", "epoch_length_of", "loader_length", "several_loaders"]
 
 
 def batch_size_of(batch: Any) -> int:
@@ -50,3 +51,39 @@ def epoch_length_of(name: str, loader: Iterable[Any], limit: int | float | None)
             )
         return int(length * limit)
     return limit if length is None else min(length, limit)
+
+
+def several_loaders(loader: Any) -> list[Any] | None:
+    """Lightning's several loaders of one stage: a list or tuple of DataLoaders, or a dict of them (in its order);
+    None for one loader. (Only DataLoaders count: a list of batches is one loader, as it always was.)"""
+    several = loader.values() if isinstance(loader, Mapping) else loader if isinstance(loader, (list, tuple)) else ()
+    if several and all(isinstance(item, DataLoader) for item in several):
+        return list(several)
+    return None
+
+
+class SequentialLoaders:
+    """Several loaders read one after the other as one pass (Lightning's sequential mode): `loaders[0]`'s first
+    `lengths[0]` batches (None: all of it), then `loaders[1]`'s, and so on. While a batch is out, `dataloader_idx` is
+    its loader's index and `batch_idx` its index within that loader."""
+
+    def __init__(self, loaders: list[Iterable[Any]], lengths: list[int | None]) -> None:
+        self.loaders, self.lengths = loaders, lengths
+        self.dataloader_idx = 0
+        self.batch_idx = 0
+
+    def __len__(self) -> int:
+        """The batches of the pass; a TypeError (no length) when one loader's is unknown."""
+        if any(length is None for length in self.lengths):
+            raise TypeError("one of the loaders has no length")
+        return sum(length for length in self.lengths if length is not None)
+
+    def __iter__(self) -> Iterator[Any]:
+        for dataloader_idx, (loader, length) in enumerate(zip(self.loaders, self.lengths)):
+            if length == 0:
+                continue
+            for batch_idx, batch in enumerate(loader):
+                self.dataloader_idx, self.batch_idx = dataloader_idx, batch_idx
+                yield batch
+                if length is not None and batch_idx + 1 >= length:
+                    break  # the limit reached: no batch more is read from this loader

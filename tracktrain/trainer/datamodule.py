@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracktrain import ranks
 from tracktrain.trainer.arguments import check_loader
+from tracktrain.trainer.batches import several_loaders
 from tracktrain.trainer.hparams import HyperparametersMixin
 from tracktrain.trainer.module import LoopModule
 
@@ -125,7 +126,7 @@ class StageData:
                 "loaders themselves."
             )
         for stage, loader in given.items():
-            check_loader(self._argument(entry, stage), loader)
+            check_loader(self._argument(entry, stage), loader, several_allowed=stage != "fit")
         both = [self._argument(entry, stage) for stage, loader in given.items() if loader is not None]
         if datamodule is not None and both:
             raise ValueError(
@@ -202,6 +203,9 @@ class StageData:
     def _ask(self, source: Any, stage: str) -> Any:
         method = LOADER_METHODS[stage]
         loader = getattr(source, method)()
+        if several_loaders(loader) is not None:  # several (a list or dict of DataLoaders): evaluation stages only
+            check_loader(f"{type(source).__name__}.{method}()", loader, several_allowed=stage != "fit")
+            return loader
         if loader is None or not isinstance(loader, Iterable) or isinstance(loader, (str, bytes, Mapping)):
             raise TypeError(
                 f"{type(source).__name__}.{method}() returned {loader!r:.80}; it must return a DataLoader or "

@@ -1,16 +1,30 @@
 """The Trainer's evaluation stages — validate, test, predict — each one pass of its engine over a loader, with
-no gradients and the module in eval mode."""
+no gradients and the module in eval mode.
+
+Several loaders of a stage (Lightning's `fit(model, train, [val_a, val_b])`, `validate(model, [a, b])`, a list or
+dict of DataLoaders from a `*_dataloader()` method) are read one after the other in that one pass, as Lightning's
+sequential mode: the stage's epoch hooks run once, each loader is this process's shard of it (`Trainer.loader_for`)
+under the stage's `limit_*_batches` (and the sanity check's batches) each, and the step gets the loader's index:
+`eval_step(batch, batch_idx, dataloader_idx)` (`test_step`, `predict_step` too), `batch_idx` counted within the
+loader. What `self.log` records in the steps and batch hooks is named `name/dataloader_idx_N`, as Lightning names it;
+`results` splits a pass's values into one dict per loader, and `predict` returns one list per loader.
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from tracktrain.engine.batches import move_to_device
 from tracktrain.engine.engine import Engine
-from tracktrain.trainer.batches import epoch_length_of
+from tracktrain.trainer.batches import SequentialLoaders, epoch_length_of, loader_length, several_loaders
 from tracktrain.trainer.hooks import batch_index
+from tracktrain.trainer.metric_log import DATALOADER_SUFFIX, to_floats
+from tracktrain.trainer.module import LoopModule
 
 if TYPE_CHECKING:
     from tracktrain.trainer.trainer import Trainer
@@ -18,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["EvaluationStages"]
 
 _LIMIT_NAMES = {"fit": "train", "validate": "val", "test": "test", "predict": "predict"}
+_STAGE_LOADERS = {"validate": "validation", "test": "test", "predict": "prediction"}
 
 
 class EvaluationStages:
@@ -26,32 +41,75 @@ class EvaluationStages:
     def __init__(self, trainer: Trainer) -> None:
         self._trainer = trainer
         self.predictions: list[Any] = []
+        self.loader_count = 1  # the loaders of the last pass that ran (what `results` splits its values into)
+        self._several: SequentialLoaders | None = None  # the loaders of the pass under way, when several
+        self._indexed_steps: list[Callable[[Any, int], Any]] = []  # its step, given each loader's index
 
     def run(self, stage: str, loader: Any, max_batches: int | None = None) -> dict[str, Any]:
-        """Run the engine of `stage` once over `loader` (at most `max_batches` of it); returns the epoch's values."""
+        """Run the engine of `stage` once over `loader` (at most `max_batches` of it; of each loader when there
+        are several); returns the epoch's values."""
         trainer = self._trainer
         module, outer_log = trainer.running_module, trainer.metric_log
         training = module.training
-        loader = trainer.loader_for(loader, shuffle_default=False)
-        epoch_length = epoch_length_of(f"limit_{_LIMIT_NAMES[stage]}_batches", loader, trainer.limits[stage])
-        if max_batches is not None:
-            epoch_length = max_batches if epoch_length is None else min(epoch_length, max_batches)
+        limit_name = f"limit_{_LIMIT_NAMES[stage]}_batches"
+        given = several_loaders(loader)
+        several: SequentialLoaders | None = None
+        if given is None:
+            loader = trainer.loader_for(loader, shuffle_default=False)
+            epoch_length = _at_most(epoch_length_of(limit_name, loader, trainer.limits[stage]), max_batches)
+        else:
+            read = [trainer.loader_for(item, shuffle_default=False) for item in given]
+            lengths = [_at_most(epoch_length_of(limit_name, item, trainer.limits[stage]), max_batches) for item in read]
+            several = loader = SequentialLoaders(read, lengths)
+            epoch_length = 0 if all(length == 0 for length in lengths) else loader_length(several)
+        steps = self._steps(stage, module, 1 if given is None else len(given))
         if epoch_length == 0:
             return {}
+        self.loader_count = 1 if given is None else len(given)
+        log = trainer.logs.get(stage)
+        outer_several, outer_steps = self._several, self._indexed_steps
+        self._several, self._indexed_steps = several, steps
+        if log is not None:
+            log.loaders = several
+        if stage == "predict" and given is not None:
+            self.predictions = [[] for _ in given]
         module.eval()
         try:
             with torch.no_grad():
                 trainer.engines[stage].run(loader, max_epochs=1, epoch_length=epoch_length)
         finally:
+            self._several, self._indexed_steps = outer_several, outer_steps
+            if log is not None:
+                log.loaders = None
             module.train(training)
             trainer.metrics.leave_stage(outer_log)
         return trainer.metrics.take_epoch_values(stage)
+
+    def results(self, values: dict[str, Any]) -> list[dict[str, float]]:
+        """What `validate()`/`test()` return for a pass's `values`: as Lightning, one dict per loader, each with the
+        values logged under that loader's index (`name/dataloader_idx_N`, the name kept) and those logged without
+        one (in the epoch hooks: every loader's)."""
+        floats = to_floats(values)
+        if self.loader_count == 1:
+            return [floats]
+        per_loader: list[dict[str, float]] = [{} for _ in range(self.loader_count)]
+        for name, value in floats.items():
+            _, suffix, index = name.rpartition(DATALOADER_SUFFIX)
+            for dataloader_idx, result in enumerate(per_loader):
+                if not suffix or index == str(dataloader_idx):
+                    result[name] = value
+        return per_loader
 
     def evaluate_batch(self, engine: Engine, batch: Any) -> Any:
         trainer = self._trainer
         batch = self._to_device(batch)
         log = trainer.metric_log
         log.batch = batch
+        several = self._several
+        if several is not None:
+            step = trainer.strategy.evaluation_forward(self._indexed_steps[several.dataloader_idx])
+            with trainer.running_model_engine.autocast():
+                return step(batch, several.batch_idx)
         module = trainer.running_module
         step = trainer.strategy.evaluation_forward(module.test_step if log.stage == "test" else module.eval_step)
         with trainer.running_model_engine.autocast():
@@ -60,13 +118,71 @@ class EvaluationStages:
     def predict_batch(self, engine: Engine, batch: Any) -> Any:
         trainer = self._trainer
         batch = self._to_device(batch)
+        several = self._several
+        if several is not None:
+            step = trainer.strategy.evaluation_forward(self._indexed_steps[several.dataloader_idx])
+            with torch.no_grad(), trainer.running_model_engine.autocast():
+                return step(batch, several.batch_idx)
         step = trainer.strategy.evaluation_forward(trainer.running_module.predict_step)
         with torch.no_grad(), trainer.running_model_engine.autocast():
             return step(batch, batch_index(engine))
 
     def keep_prediction(self, engine: Engine) -> None:
-        self.predictions.append(engine.state.output)
+        several = self._several
+        if several is None:
+            self.predictions.append(engine.state.output)
+        else:
+            self.predictions[several.dataloader_idx].append(engine.state.output)
+
+    def _steps(self, stage: str, module: LoopModule, count: int) -> list[Callable[[Any, int], Any]]:
+        """The step of `stage` given each of `count` loaders' index (none for one loader), its signature checked
+        as Lightning checks it: several loaders need a `dataloader_idx` parameter, one loader a default for it."""
+        cls = type(module)
+        if stage == "predict":
+            name = "predict_step"
+        elif stage == "test" and cls.test_step is not LoopModule.test_step:
+            name = "test_step"
+        else:
+            name = "eval_step"  # the default test_step is eval_step: called directly, to pass the index
+        method = getattr(module, name)
+        if getattr(cls, name) is getattr(LoopModule, name):  # the default predict_step: no index to give
+            return [method] * count if count > 1 else []
+        parameters = inspect.signature(method).parameters
+        index = parameters.get("dataloader_idx")
+        takes_index = index is not None or any(p.kind is p.VAR_POSITIONAL for p in parameters.values())
+        if count == 1:
+            if index is not None and index.default is inspect.Parameter.empty:
+                raise TypeError(
+                    f"{cls.__name__}.{name}() takes a dataloader_idx without a default, but one {_STAGE_LOADERS[stage]} "
+                    "loader is given (the index is passed only when there are several, as in Lightning). Give it a "
+                    "default: dataloader_idx=0."
+                )
+            return []
+        if not takes_index:
+            raise TypeError(
+                f"{count} {_STAGE_LOADERS[stage]} loaders are given, but {cls.__name__}.{name}() takes no "
+                "dataloader_idx, which tells it which loader each batch is from: add dataloader_idx=0 to its "
+                f"signature ({name}(self, batch, batch_idx, dataloader_idx=0)), or pass one loader."
+            )
+        return [_with_index(method, dataloader_idx) for dataloader_idx in range(count)]
 
     def _to_device(self, batch: Any) -> Any:
         device = self._trainer.device
         return batch if device.type == "cpu" else move_to_device(batch, device)  # CPU: no walk over the batch
+
+
+def _with_index(method: Callable[..., Any], dataloader_idx: int) -> Callable[[Any, int], Any]:
+    """`method(batch, batch_idx, dataloader_idx)` as a step of `(batch, batch_idx)`, under the method's name (which
+    a strategy may read: a PipelineModule's stage)."""
+
+    @functools.wraps(method)
+    def step(batch: Any, batch_idx: int) -> Any:
+        return method(batch, batch_idx, dataloader_idx)
+
+    return step
+
+
+def _at_most(length: int | None, max_batches: int | None) -> int | None:
+    if max_batches is None:
+        return length
+    return max_batches if length is None else min(length, max_batches)

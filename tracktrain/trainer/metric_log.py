@@ -17,9 +17,11 @@ from tracktrain.number_checks import is_integral, is_real
 if TYPE_CHECKING:
     from tracktrain.trainer.strategies import Strategy
 
-__all__ = ["MetricLog", "is_torchmetrics_metric", "scalar_values", "to_floats"]
+__all__ = ["DATALOADER_SUFFIX", "MetricLog", "is_torchmetrics_metric", "scalar_values", "to_floats"]
 
 _REDUCE = ("mean", "sum", "max", "min")
+#: what names logged under one of several loaders end with, followed by its index (Lightning's)
+DATALOADER_SUFFIX = "/dataloader_idx_"
 
 
 class _Logged:
@@ -82,6 +84,9 @@ class MetricLog:
         self._epoch_values: dict[str, torch.Tensor] | None = None
         self._batch_size: int | None = None
         self._batch_size_for: Any = None
+        #: while a pass reads several loaders (`batches.SequentialLoaders`): what its steps and batch hooks log is
+        #: named `name/dataloader_idx_N` after the loader of the batch, as Lightning names it
+        self.loaders: Any = None
 
     def reset(self) -> None:
         """Forget the period's values (at the start of each epoch); until `enter_steps`, values log per epoch."""
@@ -108,6 +113,8 @@ class MetricLog:
         sync_dist: bool = False,
         batch_size: int | None = None,
     ) -> None:
+        if self.loaders is not None and self.in_step and isinstance(name, str):  # the epoch hooks' are every loader's
+            name = f"{name}{DATALOADER_SUFFIX}{self.loaders.dataloader_idx}"
         entry = self._entries.get(name)
         if entry is None:
             entry = self._new_entry(name, prog_bar, on_step, on_epoch, reduce, sync_dist)
