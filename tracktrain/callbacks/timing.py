@@ -1,5 +1,9 @@
 """`Timing`: seconds per epoch, per step and per validation, and samples per second (Colossal-AI's
-LogTimingByEpochHook and throughput hook)."""
+LogTimingByEpochHook and throughput hook).
+
+The Trainer's face of the one stopwatch, `tracktrain.multi_timer.StopWatch` (held by a `MultiTimer`); Ignite's face of
+the same watch is `tracktrain.handlers.Timer`.
+"""
 
 from __future__ import annotations
 

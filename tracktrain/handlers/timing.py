@@ -1,14 +1,29 @@
-"""`Timer`: total or average wall-clock time between Engine events (Ignite's Timer)."""
+"""`Timer`: total or average wall-clock time between Engine events (Ignite's Timer).
+
+Ignite's face of the one stopwatch, `tracktrain.multi_timer.StopWatch`, which the Trainer's face
+(`tracktrain.callbacks.Timing`, through a `MultiTimer`) and Colossal-AI's timing hook use too: each stretch between a
+resume and a pause is one interval of the watch, the total is the sum of its history (exact, however many intervals),
+and the Ignite habits are kept here: pausing a paused timer or resuming a running one does nothing, `step()` counts
+the units of work the average divides by, and every method ignores the arguments an event handler is called with.
+"""
 
 from __future__ import annotations
 
-from time import perf_counter
 from typing import Any
 
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events
+from tracktrain.multi_timer import StopWatch
 
 __all__ = ["Timer"]
+
+
+class _Watch(StopWatch):
+    """A `StopWatch` that also tells the seconds of its running interval, which `Timer.value()` counts."""
+
+    def running_seconds(self) -> float:
+        # the watch's own clock and start, so that the interval read now is the one `stop()` will record
+        return self._clock() - self._started_at if self.is_running else 0.0
 
 
 class Timer:
@@ -36,14 +51,20 @@ class Timer:
         )
     """
 
-    total: float
     step_count: int
-    running: bool
 
     def __init__(self, average: bool = False) -> None:
         self._average = bool(average)
-        self._t0 = 0.0
+        self._watch = _Watch("Timer")
         self.reset()
+
+    @property
+    def total(self) -> float:
+        return self._watch.get_history_sum()
+
+    @property
+    def running(self) -> bool:
+        return self._watch.is_running
 
     def attach(
         self,
@@ -67,30 +88,25 @@ class Timer:
 
     def reset(self, *args: Any) -> Timer:
         """Zero the total and the step count and start the clock."""
-        self._t0 = perf_counter()
-        self.total = 0.0
+        self._watch.reset()
+        self._watch.start()
         self.step_count = 0
-        self.running = True
         return self
 
     def pause(self, *args: Any) -> None:
         """Stop the clock, adding the time since it was last started to the total; no-op when paused."""
-        if self.running:
-            self.total += perf_counter() - self._t0
-            self.running = False
+        if self._watch.is_running:
+            self._watch.stop(keep_in_history=True)
 
     def resume(self, *args: Any) -> None:
         """Start the clock again after `pause()`; no-op while it runs."""
-        if not self.running:
-            self.running = True
-            self._t0 = perf_counter()
+        if not self._watch.is_running:
+            self._watch.start()
 
     def value(self) -> float:
         """Seconds measured so far (including the running part); per step with `average=True` (a timer with
         no steps yet divides by 1)."""
-        total = self.total
-        if self.running:
-            total += perf_counter() - self._t0
+        total = self._watch.get_history_sum() + self._watch.running_seconds()
         if self._average:
             return total / max(self.step_count, 1)
         return total
