@@ -14,6 +14,7 @@ from tracktrain.engine.compiling import compile_options
 from tracktrain.number_checks import is_integral, is_real
 from tracktrain.ranks import rank_and_world_size
 from tracktrain.trainer.batches import several_loaders
+from tracktrain.trainer.lightning_names import check_lightning_callback
 
 __all__ = [
     "as_list",
@@ -257,6 +258,7 @@ def check_callbacks(callbacks: Any, callback_type: type) -> list[Any]:
                 f"Trainer(callbacks=...) takes tracktrain.callbacks.Callback instances, got {callback!r}. "
                 "Attach plain Engine handlers to trainer.train_engine instead."
             )
+        check_lightning_callback(callback, callback_type)
     return callbacks
 
 

@@ -1,24 +1,215 @@
-"""Lightning's `LightningModule` method names that are not ours under that name. A module defining one (and not
-ours) would have it silently ignored, so each entry point refuses it with the name to use (issue 35)."""
+"""Lightning 2.6's public names that are not ours under that name: renamed, or not offered, each with what to use.
+
+A Lightning name that tracktrain would silently ignore is refused where it is written: a module or callback
+defining a Lightning hook the Trainer never calls (`training_step` on a LoopModule, `on_before_zero_grad`,
+`setup` on a callback, ...) or setting an attribute Lightning reads (`example_input_array`) fails as its entry point
+starts, naming ours. Names a user only calls (`self.freeze()`, `trainer.global_rank`) fail as Python does, with an
+AttributeError, and are listed here with what to use, for the migration page and the test that walks Lightning's
+names (`tests/trainer/test_lightning_names.py`: every public name of Lightning's LightningModule, Trainer and
+Callback is ours with the same meaning, renamed, or listed here; a name Lightning adds fails it until classified).
+"""
 
 from __future__ import annotations
 
-__all__ = ["check_lightning_methods"]
+from collections.abc import Mapping
 
-# Lightning's name -> ours (the design's renames)
-_RENAMED = {
+__all__ = [
+    "CALLBACK_HOOKS_NOT_CALLED",
+    "MODULE_ATTRIBUTES_NOT_READ",
+    "MODULE_HOOKS_NOT_CALLED",
+    "MODULE_NOT_OFFERED",
+    "MODULE_RENAMED",
+    "TRAINER_ARGUMENTS_NOT_OFFERED",
+    "TRAINER_NOT_OFFERED",
+    "check_lightning_callback",
+    "check_lightning_methods",
+]
+
+# LightningModule: Lightning's name -> ours (the design's renames)
+MODULE_RENAMED = {
     "training_step": "train_step",
     "validation_step": "eval_step",
 }
+_RENAMED = MODULE_RENAMED  # the name this module's check used first
+
+_EVAL_MODE = (
+    "the Trainer puts the module in eval mode (no gradients) for each evaluation pass and back after it; change "
+    "modes beyond that in on_{stage}_start / on_{stage}_end"
+)
+_BATCH_MOVE = (
+    "the Trainer moves each batch to the device itself (tensors in tuples, lists and dicts); transform batches in the "
+    "loader (its collate_fn) or at the start of the step"
+)
+_OPTIMIZER_LOOP = (
+    "the Trainer steps and zeroes the optimizers itself; to step by hand set automatic_optimization = False and "
+    "call opt.step() / opt.zero_grad() in train_step (Trainer(accumulate_grad_batches=...) for accumulation)"
+)
+
+# LightningModule hooks the Trainer does not call: a module defining one is refused (it would never run)
+MODULE_HOOKS_NOT_CALLED = {
+    "configure_gradient_clipping": "Trainer(gradient_clip_val=..., gradient_clip_algorithm=...), or "
+    "self.clip_gradients(optimizer, ...) in train_step under manual optimization",
+    "configure_model": "build the layers in __init__: the strategy shards the built module "
+    '(FSDPStrategy(auto_wrap=[Block]), strategy="fsdp")',
+    "configure_sharded_model": "build the layers in __init__: the strategy shards the built module "
+    '(FSDPStrategy(auto_wrap=[Block]), strategy="fsdp")',
+    "lr_scheduler_step": "the LR schedulers step as configure_optimizers says (interval, frequency); under manual "
+    "optimization step them yourself (self.lr_schedulers())",
+    "on_before_batch_transfer": _BATCH_MOVE,
+    "on_after_batch_transfer": _BATCH_MOVE,
+    "transfer_batch_to_device": _BATCH_MOVE,
+    "on_before_zero_grad": "on_before_optimizer_step(optimizer) (the gradients are zeroed right after the step)",
+    "optimizer_step": _OPTIMIZER_LOOP,
+    "optimizer_zero_grad": _OPTIMIZER_LOOP,
+    "on_validation_model_eval": _EVAL_MODE.format(stage="validation"),
+    "on_validation_model_train": _EVAL_MODE.format(stage="validation"),
+    "on_validation_model_zero_grad": "nothing: no gradients are kept from an evaluation pass (it runs under "
+    "torch.no_grad())",
+    "on_test_model_eval": _EVAL_MODE.format(stage="test"),
+    "on_test_model_train": _EVAL_MODE.format(stage="test"),
+    "on_predict_model_eval": _EVAL_MODE.format(stage="predict"),
+}
+
+# LightningModule attributes Lightning reads when a module sets them; nothing reads them here, so setting one is refused
+MODULE_ATTRIBUTES_NOT_READ = {
+    "example_input_array": "nothing: the model summary (Trainer(enable_model_summary=True)) counts parameters without "
+    "running the model; keep the example under another name (tracktrain.export takes it as an argument)",
+    "strict_loading": "Module.load_from_checkpoint(path, strict=...) and Trainer(resume_with_changes=...)",
+}
+
+# LightningModule names a user calls or reads that tracktrain does not offer (an AttributeError), with what to use
+MODULE_NOT_OFFERED = {
+    "CHECKPOINT_HYPER_PARAMS_KEY": "Lightning's checkpoint layout; ours keeps hparams with the run's settings "
+    "(tracktrain.checkpoint.run_settings), read by load_from_checkpoint",
+    "CHECKPOINT_HYPER_PARAMS_NAME": "Lightning's checkpoint layout (see CHECKPOINT_HYPER_PARAMS_KEY)",
+    "CHECKPOINT_HYPER_PARAMS_TYPE": "Lightning's checkpoint layout (see CHECKPOINT_HYPER_PARAMS_KEY)",
+    "all_gather": "self.trainer.strategy.gather(value) (each rank's object) or torch.distributed.all_gather",
+    "device_mesh": "the strategy's mesh (trainer.strategy); modules are sharded by the strategy, not by themselves",
+    "dtype": "next(self.parameters()).dtype",
+    "fabric": "nothing: tracktrain has no Fabric; the Trainer runs every module",
+    "freeze": "self.requires_grad_(False); self.eval()",
+    "unfreeze": "self.requires_grad_(True); self.train()",
+    "hparams_initial": "copy.deepcopy(self.hparams) right after save_hyperparameters()",
+    "logger": "self.trainer.loggers[0] (the Trainer holds the loggers)",
+    "loggers": "self.trainer.loggers",
+    "on_gpu": 'self.device.type == "cuda"',
+    "remove_ignored_hparams": "save_hyperparameters(ignore=[...])",
+    "to_onnx": "tracktrain.export_onnx.export_onnx(module, example_input, path)",
+    "to_torchscript": "tracktrain.export.export_module (torch.export; TorchScript is deprecated in PyTorch)",
+    "to_tensorrt": "tracktrain.export.export_module, then torch_tensorrt on the exported program",
+    "toggle_optimizer": "set requires_grad on the parameters of the other optimizers yourself (manual optimization)",
+    "untoggle_optimizer": "set requires_grad on the parameters of the other optimizers yourself (manual optimization)",
+    "toggled_optimizer": "set requires_grad on the parameters of the other optimizers yourself (manual optimization)",
+}
+
+# Callback hooks the Trainer does not call: a callback defining one is refused
+CALLBACK_HOOKS_NOT_CALLED = {
+    "setup": "on_fit_start / on_validation_start / on_test_start / on_predict_start (each entry point's start)",
+    "teardown": "on_fit_end / on_validation_end / on_test_end / on_predict_end, and on_exception for a failure",
+    "on_before_zero_grad": "on_before_optimizer_step(trainer, module, optimizer) (the gradients are zeroed right "
+    "after the step)",
+}
+
+# Trainer properties and methods of Lightning's that tracktrain does not offer, with what to use
+TRAINER_NOT_OFFERED = {
+    "accelerator": "trainer.device (the torch.device this process trains on)",
+    "device_ids": "trainer.device: one device per process, the launcher starts the processes",
+    "num_devices": "the processes torchrun starts (WORLD_SIZE, LOCAL_WORLD_SIZE)",
+    "num_nodes": "torchrun --nnodes: processes come from the launcher",
+    "node_rank": "int(os.environ['GROUP_RANK']) (torchrun's rank of this machine)",
+    "global_rank": "trainer.strategy.global_rank (trainer.is_global_zero for rank 0)",
+    "local_rank": "tracktrain.ranks.local_rank()",
+    "world_size": "trainer.strategy.world_size",
+    "distributed_sampler_kwargs": "the strategy shards each DataLoader itself (trainer.loader_for(loader, ...))",
+    "early_stopping_callback": "the EarlyStopping instance you passed in Trainer(callbacks=[...])",
+    "early_stopping_callbacks": "the EarlyStopping instances you passed in Trainer(callbacks=[...])",
+    "progress_bar_callback": "the TrainerProgressBar among trainer.callbacks",
+    "enable_validation": "trainer.val_dataloaders is not None (during a fit)",
+    "evaluating": "trainer.metric_log.stage (the stage whose values self.log records)",
+    "validating": 'trainer.metric_log.stage == "validate"',
+    "testing": 'trainer.metric_log.stage == "test"',
+    "predicting": "the predict hooks (on_predict_start / on_predict_end) mark it",
+    "training": "trainer.fitting (True while fit() trains)",
+    "init_module": "build the module before Trainer.fit: strategies wrap or shard it there",
+    "interrupted": "tracktrain.preemption.Terminated, raised by the fit when a signal stopped it",
+    "received_sigterm": "tracktrain.preemption.Terminated, raised by the fit when a signal stopped it",
+    "is_last_batch": "batch_idx + 1 == trainer.train_engine.state.epoch_length",
+    "lightning_module": "trainer.module (set by fit/validate/test/predict)",
+    "model": "trainer.module (set by fit/validate/test/predict)",
+    "log_dir": "trainer.default_root_dir (the CSVLogger writes under its logs/)",
+    "logger": "trainer.loggers (a list; Trainer(logger=...) is accepted)",
+    "min_epochs": "nothing: tracktrain has no min_epochs/min_steps; stop with EarlyStopping or trainer.should_stop",
+    "min_steps": "nothing: tracktrain has no min_epochs/min_steps; stop with EarlyStopping or trainer.should_stop",
+    "num_training_batches": "trainer.train_engine.state.epoch_length (during a fit)",
+    "num_val_batches": "len(loader) under Trainer(limit_val_batches=...)",
+    "num_test_batches": "len(loader) under Trainer(limit_test_batches=...)",
+    "num_predict_batches": "len(loader) under Trainer(limit_predict_batches=...)",
+    "num_sanity_val_batches": "trainer.num_sanity_val_steps (per validation loader)",
+    "precision_plugin": "Trainer(precision=...): autocast and a GradScaler, no plugin objects",
+    "scaler": "trainer.model_engine.scaler (the GradScaler under precision='16-mixed')",
+    "predict_dataloaders": "the loaders you pass to predict (trainer.loader_for gives this process's shard)",
+    "test_dataloaders": "the loaders you pass to test (trainer.loader_for gives this process's shard)",
+    "train_dataloader": "the loader you pass to fit (trainer.loader_for gives this process's shard)",
+    "print": "module.print(...) (rank 0 only) or tracktrain.dist_logger.get_dist_logger()",
+}
+
+# Trainer(...) arguments of Lightning's that tracktrain does not take (a TypeError), with why and what to use
+TRAINER_ARGUMENTS_NOT_OFFERED = {
+    "num_nodes": "torchrun --nnodes: processes come from the launcher",
+    "min_epochs": "nothing: stop with EarlyStopping or trainer.should_stop",
+    "min_steps": "nothing: stop with EarlyStopping or trainer.should_stop",
+    "max_time": "not yet: a Callback that calls trainer.stop() after the time (issue 35)",
+    "benchmark": "torch.backends.cudnn.benchmark = True before the fit",
+    "inference_mode": "evaluation runs under torch.no_grad() (tensors usable in autograd later)",
+    "use_distributed_sampler": "the strategy replaces a DataLoader's sampler only when it is a plain Random/"
+    "SequentialSampler; give a DistributedSampler yourself to keep your own",
+    "profiler": "tracktrain.callbacks.Profiler (a callback)",
+    "detect_anomaly": "torch.autograd.set_detect_anomaly(True) before the fit",
+    "barebones": "Trainer(enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False, "
+    "loggers=False)",
+    "plugins": "nothing: precision and environments are Trainer(precision=...) and the launcher's",
+    "sync_batchnorm": "torch.nn.SyncBatchNorm.convert_sync_batchnorm(module) before the fit",
+    "reload_dataloaders_every_n_epochs": "not yet: a loader whose __iter__ rebuilds its data (issue 35)",
+    "enable_autolog_hparams": "nothing to turn off: the module's hparams and the Trainer's settings are always logged",
+    "model_registry": "nothing: tracktrain_integrations.mlflow_model registers models with MLflow",
+}
+
+
+def _refuse(owner: str, name: str, message: str) -> None:
+    raise TypeError(message.format(owner=owner, name=name))
 
 
 def check_lightning_methods(module: object, base: type) -> None:
-    """Raise when `module`'s class defines a Lightning method name of `_RENAMED` without overriding ours (from
-    `base`, the LoopModule)."""
+    """Raise a TypeError naming ours when `module`'s class defines a Lightning method name of `MODULE_RENAMED`
+    without overriding ours (from `base`, the LoopModule), a Lightning hook the Trainer does not call, or when the
+    module sets an attribute Lightning reads and nothing here does."""
     cls = type(module)
-    for lightning, ours in _RENAMED.items():
+    for lightning, ours in MODULE_RENAMED.items():
         if hasattr(cls, lightning) and getattr(cls, ours) is getattr(base, ours):
             raise TypeError(
                 f"{cls.__name__} defines {lightning}(), Lightning's name; tracktrain calls it {ours}(self, batch, "
                 f"batch_idx), so {lightning} would never run. Rename it to {ours}."
+            )
+    _check_hooks(cls, MODULE_HOOKS_NOT_CALLED, base)
+    instance = vars(module) if hasattr(module, "__dict__") else {}
+    for name, instead in MODULE_ATTRIBUTES_NOT_READ.items():
+        if name in instance or hasattr(cls, name):
+            raise TypeError(
+                f"{cls.__name__} sets {name}, which Lightning reads; nothing in tracktrain does, so it would be "
+                f"silently ignored. Use {instead} (or rename the attribute)."
+            )
+
+
+def check_lightning_callback(callback: object, base: type) -> None:
+    """Raise a TypeError naming ours when `callback`'s class defines a Lightning callback hook the Trainer does not
+    call (`setup`, `teardown`, `on_before_zero_grad`), unless `base` (our Callback) defines it."""
+    _check_hooks(type(callback), CALLBACK_HOOKS_NOT_CALLED, base)
+
+
+def _check_hooks(cls: type, hooks: Mapping[str, str], base: type) -> None:
+    for name, instead in hooks.items():
+        if hasattr(cls, name) and getattr(cls, name) is not getattr(base, name, None):
+            raise TypeError(
+                f"{cls.__name__} defines {name}(), a Lightning hook that tracktrain's Trainer does not call, so it "
+                f"would never run. Use {instead}."
             )

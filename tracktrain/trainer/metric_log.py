@@ -185,8 +185,8 @@ class MetricLog:
                 f"self.log({name!r}, on_step=True) {where}: per-step values are logged from the training steps "
                 "(train_step and the batch and backward hooks). Log it with on_epoch=True."
             )
-        if prog_bar:
-            self.progress_bar_names.add(name)
+        if prog_bar:  # Lightning's names: a value logged per step and per epoch shows as both
+            self.progress_bar_names.update((f"{name}_step", f"{name}_epoch") if on_step and on_epoch else (name,))
         entry = _Logged(on_step, on_epoch, reduce, bool(sync_dist))
         self._entries[name] = entry
         return entry
