@@ -43,6 +43,8 @@ _logger = logging.getLogger(__name__)
 
 # W&B marks any non-zero exit code as a failed run; 255 is what W&B itself records for a Ctrl-C.
 EXIT_CODES = {"FINISHED": 0, "FAILED": 1, "KILLED": 255}
+# with `watch`: how long publishing a step's values waits for their row to be open in W&B (`log_metrics`)
+WATCH_DELIVERY_TIMEOUT = 10.0
 
 
 def _import_wandb() -> Any:
@@ -163,7 +165,8 @@ class WandbLogger(QueuedLogger):
     def watch_module(self, module: Any) -> None:
         """Log `module`'s gradient and/or parameter histograms with `wandb.watch`, as `watch=` asks (nothing when
         it is None). Call it after `start` with the LoopModule: the LoggerBridge does at fit start. The histograms
-        join the history row of the latest step delivered; the hooks are removed when the run ends."""
+        join the history row of the latest step published (while watching, publishing a step waits for its row to
+        be open in W&B); the hooks are removed when the run ends."""
         if self.watch is None:
             return
         self._require_run().watch(module, log=self.watch, log_freq=self.watch_log_freq)
@@ -228,6 +231,21 @@ class WandbLogger(QueuedLogger):
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         # JSON values from the start: W&B's config takes nothing else, and nor does the spill file
         self._put(Record("params", json_safe(flatten_params(params))))
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        super().log_metrics(metrics, step)
+        if self._watched is not None:
+            # W&B's hooks log each histogram, from this thread, into the row open at that moment: this step's row
+            # must be open before the next backward pass, or a delivery thread running behind (a busy machine) lets
+            # the histograms of several steps fall into one row, each overwriting the last
+            if not self.flush(WATCH_DELIVERY_TIMEOUT):
+                _logger.warning(
+                    "W&B run %s: the values of step %d were not delivered within %.0f s; the histograms of the next "
+                    "steps may share one row",
+                    self._run_id,
+                    step,
+                    WATCH_DELIVERY_TIMEOUT,
+                )
 
     # ---------------------------------------------------------------------------- the delivery thread
     def _send(self, records: list[Record]) -> None:
