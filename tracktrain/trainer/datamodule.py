@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tracktrain import ranks
+from tracktrain.checkpoint.run_settings import run_settings
 from tracktrain.trainer.arguments import check_loader
 from tracktrain.trainer.batches import several_loaders
 from tracktrain.trainer.hparams import HyperparametersMixin
@@ -24,7 +25,7 @@ from tracktrain.trainer.module import LoopModule
 if TYPE_CHECKING:
     from tracktrain.trainer.trainer import Trainer
 
-__all__ = ["LOADER_METHODS", "DataModule", "StageData"]
+__all__ = ["LOADER_METHODS", "DataModule", "StageData", "datamodule_settings"]
 
 # stage -> the method that gives its loader, and the argument that gives it directly
 LOADER_METHODS = {
@@ -102,6 +103,23 @@ class DataModule(HyperparametersMixin):
         """Restore what `state_dict()` returned, when a fit resumes from a checkpoint."""
 
 
+def datamodule_settings(datamodule: Any) -> dict[str, Any]:
+    """The datamodule's part of a run's settings, beside the module's (`tracktrain.checkpoint.run_settings`): its
+    `hparams` under "datamodule" and its class under "datamodule/class" ({} without a datamodule), as plain data.
+
+    What the loggers record of it (Lightning logs a datamodule's `save_hyperparameters()` with the module's; ours keep
+    each under its own key, so the same name in both, `lr` or `batch_size`, is two params rather than Lightning's
+    "merge conflict" error), saved in checkpoints and compared when a fit resumes: a changed datamodule setting is
+    reported and recorded as a changed Trainer setting is, not refused (the data is not the model)."""
+    if datamodule is None:
+        return {}
+    settings = run_settings(datamodule, {})  # the same reading of hparams and the same plain data as the module's
+    part = {"datamodule/class": settings["module/class"]}
+    if "module" in settings:
+        part["datamodule"] = settings["module"]
+    return part
+
+
 def _defines(owner: Any, name: str) -> bool:
     """Whether `owner`'s class defines the hook `name` itself (not the DataModule's no-op or raising default)."""
     method = getattr(type(owner), name, None)
@@ -165,11 +183,22 @@ class StageData:
                 f"needs. Define {method}(self) on it (returning a DataLoader), or pass {self._argument(entry, entry)}= "
                 "instead of the datamodule."
             )
-        return (
+        message = (
             f"Trainer.{entry}() needs data: {self._argument(entry, entry)} is required (a DataLoader or another "
             f"iterable of batches); or pass datamodule= (a tracktrain.DataModule), or define {method}(self) on "
             f"{type(module).__name__}."
         )
+        try:
+            fitted = module.trainer.datamodule
+        except (AttributeError, RuntimeError):  # not a module attached to a Trainer yet
+            fitted = None
+        if fitted is not None and entry != "fit":
+            # as Lightning: the datamodule of an earlier fit is not taken without being asked for
+            message += (
+                f" The last fit's datamodule ({type(fitted).__name__}) is not taken without being asked for, as in "
+                f"Lightning: pass Trainer.{entry}(module, datamodule=trainer.datamodule) to use it."
+            )
+        return message
 
     def setup(self, trainer: Trainer) -> None:
         """`prepare_data()` on one process per machine (agreed: a failure there fails every rank, none waits for
