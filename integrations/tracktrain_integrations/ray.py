@@ -34,7 +34,6 @@ from tracktrain.callbacks.base import Callback
 from tracktrain.checkpoint.discovery import CommittedCheckpoint, committed_checkpoints
 from tracktrain.checkpoint.manifest import manifest_name
 from tracktrain.ranks import global_rank
-from tracktrain.trainer.run_checkpoints import Checkpointer
 from tracktrain.trainer.strategies import DataParallelStrategy
 
 if TYPE_CHECKING:
@@ -95,7 +94,7 @@ class RayTrainReport(Callback):
         self._reported_step = -1
         self._step_intervals = [
             interval
-            for checkpointer in _checkpointers(trainer)
+            for checkpointer in trainer.checkpoint_callbacks
             if isinstance(interval := getattr(checkpointer, "every_n_train_steps", None), int)
         ]
 
@@ -115,10 +114,10 @@ class RayTrainReport(Callback):
             return
         self._reported_step = step
         metrics = {**trainer.logged_metrics, "epoch": trainer.current_epoch, "global_step": step}
-        checkpointers = _checkpointers(trainer)
+        checkpointers = trainer.checkpoint_callbacks
         for checkpointer in checkpointers:  # every rank: a sharded checkpoint commits once all ranks wrote theirs
             checkpointer.wait()
-        committed = _committed_at(step, trainer.checkpoints.directories()) if global_rank() == 0 else None
+        committed = _committed_at(step, trainer.checkpoint_directories) if global_rank() == 0 else None
         ray_train = _ray_train()
         if committed is None:
             ray_train.report(metrics)
@@ -145,10 +144,6 @@ def _ends_epoch(trainer: Trainer) -> bool:
     state = trainer.train_engine.state
     last_batch = bool(state.epoch_length) and state.iteration % state.epoch_length == 0
     return last_batch or (trainer.max_steps is not None and trainer.global_step >= trainer.max_steps)
-
-
-def _checkpointers(trainer: Trainer) -> list[Checkpointer]:
-    return [callback for callback in trainer.callbacks if isinstance(callback, Checkpointer)]
 
 
 def _committed_at(step: int, directories: Iterable[str]) -> CommittedCheckpoint | None:

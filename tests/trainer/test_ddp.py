@@ -324,7 +324,6 @@ def test_the_shard_loader_keeps_every_option_of_the_users_loader():
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         strategy = DDPStrategy()
-        strategy.seed = 3
         options = dict(
             batch_size=4,
             num_workers=1,
@@ -336,10 +335,10 @@ def test_the_shard_loader_keeps_every_option_of_the_users_loader():
             timeout=7.0,
         )
         loader = DataLoader(list(range(32)), shuffle=True, **options)
-        shard = strategy.distribute(loader, shuffle_default=False)
+        shard = strategy.distribute(loader, shuffle_default=False, seed=3)
     finally:
         dist.destroy_process_group()
-    assert isinstance(shard.sampler, DistributedSampler) and shard.sampler.shuffle
+    assert isinstance(shard.sampler, DistributedSampler) and shard.sampler.shuffle and shard.sampler.seed == 3
     for name, value in options.items():
         if name == "multiprocessing_context":
             assert shard.multiprocessing_context.get_start_method() == value

@@ -78,7 +78,7 @@ TRAINER_ARGUMENTS_SAME = frozenset(
         "overfit_batches", "val_check_interval", "check_val_every_n_epoch", "num_sanity_val_steps",
         "log_every_n_steps", "enable_checkpointing", "enable_progress_bar", "enable_model_summary",
         "accumulate_grad_batches", "gradient_clip_val", "gradient_clip_algorithm", "deterministic",
-        "default_root_dir",
+        "default_root_dir", "max_time",
     }
 )  # fmt: skip
 CALLBACK_SAME = frozenset({"state_dict", "load_state_dict", "state_key", *HOOK_EVENTS})

@@ -18,16 +18,16 @@ TRAINER_ATTRIBUTES = frozenset(
     {
         # settings, from the constructor's arguments (read when each fit/validate/test/predict starts)
         "accumulate_grad_batches", "activation_checkpointing", "autocast_dtype", "compile", "default_root_dir",
-        "deterministic", "device", "fast_dev_run", "gradient_clip_algorithm", "gradient_clip_val", "limits",
-        "log_every_n_steps", "max_epochs", "max_steps", "nonfinite", "num_sanity_val_steps", "overfit_batches",
+        "deterministic", "fast_dev_run", "gradient_clip_algorithm", "gradient_clip_val", "limits",
+        "log_every_n_steps", "max_epochs", "max_steps", "max_time", "nonfinite", "num_sanity_val_steps", "overfit_batches",
         "precision", "preemption_timeout", "resume", "resume_with_changes", "seed", "strategy", "strategy_name",
         "val_check_interval", "val_every_n_epochs", "callbacks", "loggers",
         # the Trainer's parts
         "checkpoints", "engines", "eval_engine", "evaluation", "fit_step", "metrics", "nonfinite_watch",
         "predict_engine", "preemption", "session", "state", "test_engine", "train_engine", "_logger_bridge",
-        # what a run sets up (Session, RunCheckpoints, the sanity check)
-        "ckpt_path", "datamodule", "fitting", "lr_scheduler_configs", "manual_optimizers", "model_engine", "module",
-        "optimizers", "resume_changes", "run_seed", "sanity_checking", "settings", "val_dataloaders",
+        # what a fit creates (module, optimizers, the resumed checkpoint, ...): read through the Trainer's read-only
+        # properties of the same names
+        "context",
     }
 )  # fmt: skip
 

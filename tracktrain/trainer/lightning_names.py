@@ -158,7 +158,6 @@ TRAINER_ARGUMENTS_NOT_OFFERED = {
     "num_nodes": "torchrun --nnodes: processes come from the launcher",
     "min_epochs": "nothing: stop with EarlyStopping or trainer.should_stop",
     "min_steps": "nothing: stop with EarlyStopping or trainer.should_stop",
-    "max_time": "not yet: a Callback that calls trainer.stop() after the time (issue 35)",
     "benchmark": "torch.backends.cudnn.benchmark = True before the fit",
     "inference_mode": "evaluation runs under torch.no_grad() (tensors usable in autograd later)",
     "use_distributed_sampler": "the strategy replaces a DataLoader's sampler only when it is a plain Random/"

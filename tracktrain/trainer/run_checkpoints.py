@@ -26,11 +26,12 @@ from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.trainer_state import summarize_checkpoint
 
 if TYPE_CHECKING:
+    from tracktrain.trainer.fit_context import FitContext
     from tracktrain.trainer.trainer import Trainer
 
 __all__ = ["Checkpointer", "RunCheckpoints"]
 
-_LIMIT_SETTINGS = ("trainer/max_epochs", "trainer/max_steps")
+_LIMIT_SETTINGS = ("trainer/max_epochs", "trainer/max_steps", "trainer/max_time")
 
 
 @runtime_checkable
@@ -81,14 +82,14 @@ class RunCheckpoints:
             objects["datamodule"] = trainer.datamodule
         return trainer.strategy.checkpoint_objects(objects)
 
-    def save(self, filepath: str | os.PathLike) -> str:
+    def save(self, context: FitContext, filepath: str | os.PathLike) -> str:
         """`Trainer.save_checkpoint`: the run's checkpoint written at `filepath` now, as the `Checkpointer`s write
         theirs (the strategy's saver: rank 0 writes a full one, every rank its shards of a sharded one; committed by a
         manifest, so it is complete or absent), with the `on_save_checkpoint` hooks run also outside a fit. Every rank
         calls it (the Trainer's state gathers across ranks); returns the path written."""
         trainer = self._trainer
         url = check_location("Trainer.save_checkpoint(filepath=...)", filepath, "a checkpoint file's path or URL")
-        module = trainer.module
+        module = context.module
         if module is None:
             raise RuntimeError(
                 f"Trainer.save_checkpoint({url!r}) before any fit/validate/test/predict: the Trainer has no module to "
@@ -97,8 +98,8 @@ class RunCheckpoints:
         directory, name = storage.split(url)
         if not name:
             raise ValueError(f"Trainer.save_checkpoint(filepath=...) names a directory, not a file: {url!r}.")
-        if not trainer.settings:  # no fit yet: what load_from_checkpoint rebuilds the module from
-            trainer.settings = run_settings(module, _trainer_settings(trainer))
+        if not context.settings:  # no fit yet: what load_from_checkpoint rebuilds the module from
+            context.settings = run_settings(module, _trainer_settings(trainer))
         saver = trainer.strategy.checkpoint_saver(directory, summarize_checkpoint, None)
         with trainer.session.save_hooks(module):
             states = {key: state_of(obj, f"checkpoint_objects()[{key!r}]") for key, obj in self.objects().items()}
@@ -131,34 +132,32 @@ class RunCheckpoints:
         return None
 
     # ------------------------------------------------------------------------------------------------ resume
-    def start_run(self, target: str | os.PathLike | None, module: LoopModule) -> None:
+    def start_run(self, context: FitContext, target: str | os.PathLike | None, module: LoopModule) -> None:
         """Load the checkpoint `target` names, or start a new run; then fix the run's seed and settings (what its
-        checkpoints save), the same on every rank."""
+        checkpoints save), the same on every rank, in the fit's `context`."""
         trainer, strategy = self._trainer, self._trainer.strategy
-        trainer.resume_changes = {}
-        trainer.ckpt_path = self.resume(target, module)
-        if trainer.ckpt_path is None:  # a new run starts over, even after an interrupted or crashed fit of this Trainer
-            trainer.state.global_step = 0
-            trainer.state.samples_seen = 0
+        context.resume_changes = {}
+        context.ckpt_path = self.resume(context, target, module)
+        if context.ckpt_path is None:  # a new run starts over, even after an interrupted or crashed fit of this Trainer
+            trainer.state.start_new_run()
             trainer.train_engine.state.max_epochs = None
             trainer.train_engine.state.max_iters = None
         strategy.check_same("global step after loading the checkpoint", trainer.global_step)
         seed: int | None
-        if trainer.ckpt_path is None:
+        if context.ckpt_path is None:
             seed = trainer.seed if trainer.seed is not None else _draw_seed()
         else:
             seed = trainer.train_engine.state.seed  # the data order of the run being continued
         # rank 0's, on every rank (the same collective on all of them): the DistributedSampler shuffles alike
-        trainer.run_seed = strategy.rank_zero_value(seed)
-        strategy.seed = trainer.run_seed or 0
-        trainer.settings = run_settings(module, _trainer_settings(trainer))
+        context.run_seed = strategy.rank_zero_value(seed)
+        context.settings = run_settings(module, _trainer_settings(trainer))
 
-    def resume(self, target: str | os.PathLike | None, module: LoopModule) -> str | None:
+    def resume(self, context: FitContext, target: str | os.PathLike | None, module: LoopModule) -> str | None:
         """Load the checkpoint `target` names ("auto"/"last": the newest complete one); returns what was loaded,
         None for a new run."""
         trainer = self._trainer
         strategy = trainer.strategy
-        load = lambda url: self.load(url, module)  # noqa: E731
+        load = lambda url: self.load(context, url, module)  # noqa: E731
         if target is None:
             return None
         if os.fspath(target) not in RESUME_CHOICES:
@@ -176,7 +175,7 @@ class RunCheckpoints:
             )
         return loaded
 
-    def load(self, ckpt_path: str, module: LoopModule) -> None:
+    def load(self, context: FitContext, ckpt_path: str, module: LoopModule) -> None:
         """Read `ckpt_path`, refuse it when it was written for another module (see `settings`), then load it; the
         Trainer settings that changed are warned about here and recorded by the loggers."""
         trainer = self._trainer
@@ -197,7 +196,7 @@ class RunCheckpoints:
         if isinstance(states, Mapping) and "datamodule" not in states:  # saved without one: it keeps its own state
             objects.pop("datamodule", None)
         Checkpoint.load_objects(objects, states)
-        trainer.resume_changes = changes
+        context.resume_changes = changes
         limits = {key: change for key, change in changes.items() if key in _LIMIT_SETTINGS}
         others = {key: change for key, change in changes.items() if key not in _LIMIT_SETTINGS}
         if limits:  # raising a limit is how a finished run trains more: expected, not a warning
@@ -239,6 +238,7 @@ def _trainer_settings(trainer: Trainer) -> dict[str, Any]:
     return {
         "max_epochs": trainer.max_epochs,
         "max_steps": trainer.max_steps,
+        "max_time": None if trainer.max_time is None else str(trainer.max_time),
         "accumulate_grad_batches": trainer.accumulate_grad_batches,
         "gradient_clip_val": trainer.gradient_clip_val,
         "precision": trainer.precision,

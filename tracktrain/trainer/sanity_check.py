@@ -18,6 +18,7 @@ from tracktrain.rng import get_rng_states, set_rng_states
 from tracktrain.trainer.hooks import TrainerEvents
 
 if TYPE_CHECKING:
+    from tracktrain.trainer.fit_context import FitContext
     from tracktrain.trainer.trainer import Trainer
 
 __all__ = ["run_sanity_check", "sanity_steps"]
@@ -34,19 +35,19 @@ def sanity_steps(value: Any, fast_dev_run: int) -> int:
     return 0 if fast_dev_run else value
 
 
-def run_sanity_check(trainer: Trainer, val_loader: Any) -> None:
+def run_sanity_check(trainer: Trainer, context: FitContext, val_loader: Any) -> None:
     """Run `trainer.num_sanity_val_steps` batches of `val_loader` through validation, leaving nothing behind."""
     steps = trainer.num_sanity_val_steps
     if val_loader is None or steps == 0:
         return
     engine = trainer.train_engine
     rng_states = get_rng_states()  # a loader's iterator draws its base seed from torch's generator
-    trainer.sanity_checking = True
+    context.sanity_checking = True
     try:
         engine.fire_event(TrainerEvents.SANITY_CHECK_STARTED)
         with trainer.metrics.discarding():
             trainer.evaluation.run("validate", val_loader, max_batches=None if steps == -1 else steps)
         engine.fire_event(TrainerEvents.SANITY_CHECK_COMPLETED)
     finally:
-        trainer.sanity_checking = False
+        context.sanity_checking = False
         set_rng_states(rng_states)

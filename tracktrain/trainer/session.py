@@ -22,8 +22,9 @@ from tracktrain.rng import manual_seed
 from tracktrain.trainer import arguments
 from tracktrain.trainer.batches import epoch_length_of
 from tracktrain.trainer.building import configure_optimizers, model_engine_for
-from tracktrain.trainer.callback import Callback, check_state_keys, with_module_callbacks
+from tracktrain.trainer.callback import Callback
 from tracktrain.trainer.datamodule import StageData
+from tracktrain.trainer.fit_context import FitContext
 from tracktrain.trainer.hooks import TrainerEvents, hook_handlers
 from tracktrain.trainer.lightning_names import check_lightning_methods
 from tracktrain.trainer.metric_log import to_floats
@@ -53,57 +54,63 @@ class Session:
 
     def __init__(self, trainer: Trainer) -> None:
         self._trainer = trainer
-        self._distributed_loaders: dict[int, Iterable[Any]] = {}
+        self._distributed_loaders: dict[tuple[int, int], Iterable[Any]] = {}
         self.stop_requested = False
         self._fit_loader: Iterable[Any] | None = None  # the training loader given to the fit under way
-        self._train: tuple[Iterable[Any], int | None] | None = None  # it as read, and its epoch length
+        # it as read, its epoch length, and the seed it was sharded with
+        self._train: tuple[Iterable[Any], int | None, int | None] | None = None
         self.attached_stages: frozenset[str] = frozenset()  # the stages whose hooks the entry points under way attached
 
     # ------------------------------------------------------------------------------------------ entry points
-    def fit(self, module: LoopModule, data: StageData, ckpt_path: str | None) -> None:
-        """`Trainer.fit` once its arguments are checked: resume (or start) the run, train, tear the strategy down."""
+    def fit(self, context: FitContext, module: LoopModule, data: StageData, ckpt_path: str | None) -> None:
+        """`Trainer.fit` once its arguments are checked, in the order a fit runs: set up (`run`: environment, data,
+        module, optimizers, handlers), resume or start the run, the sanity check, the training engine's epochs (what
+        each step, epoch end and validation does: `wiring`), then tear the strategy down. `context`: the fit's
+        state, new for this fit."""
         trainer = self._trainer
         self._train = None
 
         def run() -> None:
             if epoch_length_of("limit_train_batches", data.loader("fit"), trainer.limits["fit"]) == 0:
-                return  # nothing to train (the loader as given: the strategy's shard waits for the run's seed)
-            trainer.checkpoints.start_run(ckpt_path if ckpt_path is not None else trainer.resume, module)
+                return  # nothing to train
+            trainer.checkpoints.start_run(context, ckpt_path if ckpt_path is not None else trainer.resume, module)
             if trainer.checkpoints.already_finished():
                 return
             trainer.train_engine.fire_event(TrainerEvents.FIT_STARTED)
             loader, epoch_length = self.train_loader()
             trainer.preemption.start()
             try:
-                run_sanity_check(trainer, trainer.val_dataloaders)
-                trainer.fitting = True
+                run_sanity_check(trainer, context, context.val_dataloaders)
+                context.fitting = True
                 trainer.train_engine.run(
-                    loader, max_epochs=self._max_epochs(epoch_length), epoch_length=epoch_length, seed=trainer.run_seed
+                    loader, max_epochs=self._max_epochs(epoch_length), epoch_length=epoch_length, seed=context.run_seed
                 )
             finally:
-                trainer.fitting = False
+                context.fitting = False
                 trainer.preemption.stop()
             trainer.train_engine.fire_event(TrainerEvents.FIT_COMPLETED)
             trainer.strategy.teardown()
 
         try:
-            self.run(module, "fit", run, data)
+            self.run(context, module, "fit", run, data)
         finally:
             self._fit_loader, self._train = None, None
 
     def train_loader(self) -> tuple[Iterable[Any], int | None]:
         """The fit's training loader as the strategy reads it (its first batches with `overfit_batches`), and its
-        epoch length after `limit_train_batches`; made once per fit."""
+        epoch length after `limit_train_batches`; made once per fit and seed (one asked for in `configure_optimizers`,
+        before the run's seed is known, is made again with it)."""
         trainer = self._trainer
         if self._fit_loader is None:
             raise RuntimeError("The training loader is known once fit() starts (in configure_optimizers and hooks).")
-        if self._train is None:
+        seed = trainer.context.run_seed
+        if self._train is None or self._train[2] != seed:
             given = self._fit_loader
             if trainer.overfit_batches:  # the same first batches every epoch
                 given = first_batches(given, trainer.overfit_batches)
             loader = self.loader_for(given, shuffle_default=True)
-            self._train = loader, epoch_length_of("limit_train_batches", loader, trainer.limits["fit"])
-        return self._train
+            self._train = loader, epoch_length_of("limit_train_batches", loader, trainer.limits["fit"]), seed
+        return self._train[0], self._train[1]
 
     def estimated_stepping_batches(self) -> int | float:
         """`Trainer.estimated_stepping_batches`: the optimizer steps the fit will take in all (from its start, also
@@ -132,7 +139,7 @@ class Session:
         def run() -> None:
             values.update(self._trainer.run_stage(stage, data.loader(stage)))
 
-        self.run(module, stage, run, data)
+        self.run(self._trainer.context, module, stage, run, data)
         return [to_floats(values)]
 
     def predict(self, module: LoopModule | None, loader: Any, datamodule: Any, ckpt_path: Ckpt = None) -> list[Any]:
@@ -144,20 +151,22 @@ class Session:
         data = StageData("predict", module, datamodule, {"predict": loader})
         evaluation = trainer.evaluation
         evaluation.predictions = []
-        self.run(module, "predict", lambda: trainer.run_stage("predict", data.loader("predict")), data)
+        self.run(trainer.context, module, "predict", lambda: trainer.run_stage("predict", data.loader("predict")), data)
         predictions, evaluation.predictions = evaluation.predictions, []
         return predictions
 
-    def run(self, module: LoopModule, outermost: str, body: Callable[[], object], data: StageData) -> None:
-        """Set up (the data included), attach, `body()`, and detach whatever happens; `on_exception` hooks see any
-        failure once; the data's `teardown` hooks end it."""
+    def run(
+        self, context: FitContext, module: LoopModule, outermost: str, body: Callable[[], object], data: StageData
+    ) -> None:
+        """Set up `context` (the data included), attach, `body()`, and detach whatever happens; `on_exception` hooks
+        see any failure once; the data's `teardown` hooks end it."""
         trainer = self._trainer
         handles: list[RemovableEventHandle] = []
         exception_hooks: ExceptionHooks | None = None
         outer_stages = self.attached_stages
         try:
-            self._setup(module, data)
-            val_loader = trainer.val_dataloaders if outermost == "fit" else None
+            self._setup(context, module, data)
+            val_loader = context.val_dataloaders if outermost == "fit" else None
             stages = {outermost} | ({"validate"} if val_loader is not None else set())
             handles, exception_hooks = attach_handlers(trainer, stages, outermost, val_loader)
             self.attached_stages = outer_stages | stages
@@ -223,7 +232,7 @@ class Session:
             raise TypeError(f"trainer.should_stop must be True or False, got {value!r}.")
         if value:
             self._trainer.stop()
-        elif self._trainer.fitting and self.should_stop():
+        elif self._trainer.context.fitting and self.should_stop():
             raise RuntimeError(
                 "trainer.should_stop = False: a stop asked for during this fit cannot be withdrawn (it may already be "
                 "under way on other ranks). Set should_stop = True only once the fit must stop."
@@ -235,10 +244,13 @@ class Session:
             self._trainer.train_engine.terminate()
 
     def loader_for(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
-        """`loader` as the strategy reads it (this process's shard under DDP), made once per entry point."""
-        key = id(loader)
+        """`loader` as the strategy reads it (this process's shard under DDP, shuffled by the run's seed), made once
+        per entry point and seed: one asked for before the fit's seed is known (`estimated_stepping_batches` in
+        `configure_optimizers`) is made again with it."""
+        seed = self._trainer.context.run_seed or 0
+        key = (id(loader), seed)
         if key not in self._distributed_loaders:
-            self._distributed_loaders[key] = self._trainer.strategy.distribute(loader, shuffle_default)
+            self._distributed_loaders[key] = self._trainer.strategy.distribute(loader, shuffle_default, seed)
         return self._distributed_loaders[key]
 
     def _module_for(self, stage: str, module: LoopModule | None) -> LoopModule:
@@ -251,13 +263,14 @@ class Session:
         return module
 
     # --------------------------------------------------------------------------------------- set-up / tear-down
-    def _setup(self, module: LoopModule, data: StageData) -> None:
+    def _setup(self, context: FitContext, module: LoopModule, data: StageData) -> None:
         """The strategy's order: environment, then the data (`prepare_data` needs the process group), then the
-        module (wrapped before its optimizers are built), then the optimizers and the model engine that steps them."""
+        module (wrapped before its optimizers are built), then the optimizers and the model engine that steps them;
+        what it makes goes into `context`."""
         trainer = self._trainer
         training = data.entry == "fit"
         strategy = trainer.strategy
-        trainer.device = strategy.setup_environment(trainer.device)
+        context.device = strategy.setup_environment(context.device)
         self._distributed_loaders = {}
         self.stop_requested = False
         if trainer.seed is not None:
@@ -266,37 +279,34 @@ class Session:
             torch.use_deterministic_algorithms(True, warn_only=True)
         check_lightning_methods(module, LoopModule)
         module.trainer = trainer
-        trainer.module, trainer.datamodule = module, data.datamodule
+        context.module, context.datamodule = module, data.datamodule
         data.setup(trainer)  # prepare_data, setup(stage), then the loaders (configure_optimizers may ask for them)
         if training:
-            self._fit_loader, trainer.val_dataloaders = data.loader("fit"), data.loader("validate")
-        trainer.callbacks = with_module_callbacks(trainer.callbacks, module)
-        check_state_keys(trainer.callbacks)
-        module.to(trainer.device)
+            self._fit_loader, context.val_dataloaders = data.loader("fit"), data.loader("validate")
+        trainer.merge_module_callbacks(module)
+        module.to(context.device)
         prepare_module(module, trainer.activation_checkpointing, trainer.compile, compile_blocks(strategy, module))
         if training:
-            strategy.autocast_dtype = trainer.autocast_dtype  # a sharding strategy casts what it gathers
-            train_forward = strategy.setup_module(module)
-            trainer.optimizers, trainer.lr_scheduler_configs = configure_optimizers(module)
+            train_forward = strategy.setup_module(module, trainer.autocast_dtype)
+            context.optimizers, context.lr_scheduler_configs = configure_optimizers(module)
             trainer.nonfinite_watch.reset()
-            model_engine = trainer.model_engine = model_engine_for(trainer, module)
+            model_engine = context.model_engine = model_engine_for(trainer, module)
             model_engine.attach(trainer.train_engine)
-            trainer.manual_optimizers = list(trainer.optimizers)
+            context.manual_optimizers = list(context.optimizers)
             if model_engine.scaler is not None and not module.automatic_optimization:
-                trainer.manual_optimizers = [ScaledOptimizer(opt, model_engine) for opt in trainer.optimizers]
+                context.manual_optimizers = [ScaledOptimizer(opt, model_engine) for opt in context.optimizers]
             trainer.fit_step.setup(train_forward)
-        elif trainer.model_engine is None or trainer.model_engine.model is not module:
-            trainer.model_engine = ModelEngine(
-                module, autocast_dtype=trainer.autocast_dtype, device_type=trainer.device.type
+        elif context.model_engine is None or context.model_engine.model is not module:
+            context.model_engine = ModelEngine(
+                module, autocast_dtype=trainer.autocast_dtype, device_type=context.device.type
             )
 
     def _max_epochs(self, epoch_length: int | None) -> int:
         trainer = self._trainer
         if trainer.max_epochs is not None:
             return trainer.max_epochs
-        if epoch_length is None:
-            return 2**62  # max_steps stops the run; an unsized loader never reports how many epochs that is
-        assert trainer.max_steps is not None  # one of the two limits is always set (see Trainer.__init__)
+        if epoch_length is None or trainer.max_steps is None:
+            return 2**62  # max_steps or max_time stops the run (an unsized loader never says how many epochs that is)
         steps_per_epoch = math.ceil(epoch_length / trainer.accumulate_grad_batches)
         return math.ceil(trainer.max_steps / steps_per_epoch)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -19,9 +20,10 @@ from tracktrain.rng import manual_seed
 from tracktrain.trainer import arguments, defaults
 from tracktrain.trainer.attributes import TRAINER_ATTRIBUTES, refuse_attribute
 from tracktrain.trainer.building import as_loop_module
-from tracktrain.trainer.callback import Callback, check_state_keys
+from tracktrain.trainer.callback import Callback, check_state_keys, with_module_callbacks
 from tracktrain.trainer.datamodule import DataModule, StageData
 from tracktrain.trainer.evaluation import EvaluationStages
+from tracktrain.trainer.fit_context import FitContext
 from tracktrain.trainer.fit_step import FitStep
 from tracktrain.trainer.hooks import TrainerEvents
 from tracktrain.trainer.metric_log import MetricLog
@@ -51,7 +53,11 @@ class Trainer:
     Ignite-style handler or metric (on an evaluation engine, it lands in `callback_metrics`).
 
     Args:
-        max_epochs, max_steps: epochs to train (1000 if neither is given); optimizer steps (mid-epoch if need be).
+        max_epochs, max_steps: epochs to train (1000 if neither is given, nor max_time); optimizer steps (mid-epoch if
+            need be).
+        max_time: stop training after this long (Lightning's: "DD:HH:MM:SS", a timedelta, or `{"hours": 4}`),
+            counted over the run's resumes; the cut epoch still validates and saves. With max_epochs/max_steps,
+            whichever comes first.
         accumulate_grad_batches: batches whose gradients add up before each optimizer step (the loss is divided
             by it, so the step equals one on a batch that many times larger).
         gradient_clip_val, gradient_clip_algorithm: clip gradients before each step by their norm or by value.
@@ -142,6 +148,7 @@ class Trainer:
         num_sanity_val_steps: int = 2,
         check_val_every_n_epoch: int | None = None,
         devices: int | str = "auto",
+        max_time: str | datetime.timedelta | Mapping[str, float] | None = None,
     ) -> None:
         self.fast_dev_run = check_fast_dev_run(fast_dev_run)
         limits = arguments.check_limits(
@@ -159,7 +166,7 @@ class Trainer:
             loggers, logger, resume, enable_checkpointing, callbacks = False, None, None, False, quick.callbacks
         self.max_steps = arguments.check_positive_int("max_steps", max_steps, allow_none=True)
         self.max_epochs = arguments.check_positive_int("max_epochs", max_epochs, allow_none=True)
-        if self.max_epochs is None and self.max_steps is None:
+        if self.max_epochs is None and self.max_steps is None and max_time is None:
             self.max_epochs = 1000
         self.accumulate_grad_batches = arguments.check_positive_int("accumulate_grad_batches", accumulate_grad_batches)
         self.gradient_clip_val = arguments.check_non_negative_number("gradient_clip_val", gradient_clip_val)
@@ -175,13 +182,9 @@ class Trainer:
         self.default_root_dir = arguments.root_dir_of(default_root_dir)
         self.resume = check_resume(resume)
         self.resume_with_changes = bool(resume_with_changes)
-        self.run_seed = seed  # the seed of the data order; drawn (or taken from the checkpoint) when a fit starts
-        self.settings: dict[str, Any] = {}  # run_settings() of the current fit, saved in its checkpoints
-        self.resume_changes: dict[str, tuple[Any, Any]] = {}  # settings that differ from the checkpoint resumed
         self.preemption_timeout = (
             arguments.check_non_negative_number("preemption_timeout", preemption_timeout, allow_infinite=True) or 0.0
         )
-        self.ckpt_path: str | None = None  # the checkpoint the current (or last) fit resumed from
         self.autocast_dtype = arguments.autocast_dtype_of(precision)
         self.activation_checkpointing = arguments.check_activation_checkpointing(activation_checkpointing)
         self.compile = arguments.check_compile(compile)
@@ -191,12 +194,16 @@ class Trainer:
         self.strategy_name = strategy if isinstance(strategy, str) else self.strategy.name  # in the run's settings
         self.nonfinite_watch = NonFiniteWatch(nonfinite, self.strategy)  # its findings agreed by the strategy
         self.nonfinite = nonfinite
-        self.device = arguments.device_of(accelerator)
+        # what a fit creates (module, model engine, optimizers, the resumed checkpoint, the run's seed), one object
+        self.context = FitContext(device=arguments.device_of(accelerator), run_seed=seed)
         self.loggers: list[Logger] = defaults.loggers_from(loggers, logger)
         self._logger_bridge = defaults.logger_bridge(self.loggers)
         self.callbacks = callbacks + defaults.default_callbacks(
             callbacks, self.default_root_dir, enable_progress_bar, enable_checkpointing, bool(enable_model_summary)
         )
+        time_limit = defaults.time_limit(max_time)  # checks max_time, and stops the fit on it
+        self.max_time: datetime.timedelta | None = time_limit[0].duration if time_limit else None
+        self.callbacks += time_limit
         self.callbacks.append(self._logger_bridge)
         check_state_keys(self.callbacks)
 
@@ -219,15 +226,6 @@ class Trainer:
         self.preemption = PreemptionControl(self)
         self.state = TrainerState(self)
         self.session = Session(self)  # how each entry point sets up, runs and tears down
-        self.module: LoopModule | None = None
-        self.datamodule: DataModule | None = None  # the DataModule of the entry point under way (or last run)
-        self.model_engine: ModelEngine | None = None
-        self.optimizers: list[torch.optim.Optimizer] = []
-        self.manual_optimizers: list[Any] = []  # what LoopModule.optimizers() hands out
-        self.lr_scheduler_configs: list[LRSchedulerConfig] = []
-        self.fitting = False  # True while fit() runs (not during a validate()/test() of its own)
-        self.sanity_checking = False  # True during the validation batches a fit runs before training
-        self.val_dataloaders: Any = None
 
     own_attributes: ClassVar[frozenset[str]] = frozenset()  # what a subclass adds to TRAINER_ATTRIBUTES
 
@@ -237,6 +235,78 @@ class Trainer:
         if name not in TRAINER_ATTRIBUTES and name not in self.own_attributes:
             refuse_attribute(type(self), name)
         object.__setattr__(self, name, value)
+
+    # ----------------------------------------------------------------- the fit's state (`FitContext`), read-only
+    @property
+    def module(self) -> LoopModule | None:
+        """The module of the entry point under way (or last run); None before any."""
+        return self.context.module
+
+    @property
+    def datamodule(self) -> DataModule | None:
+        """The DataModule of the entry point under way (or last run), if it was given one."""
+        return self.context.datamodule
+
+    @property
+    def device(self) -> torch.device:
+        """This process's device (under DDP/FSDP on CUDA, its local rank's)."""
+        return self.context.device
+
+    @property
+    def model_engine(self) -> ModelEngine | None:
+        """The ModelEngine that steps the module (its optimizers, gradient scaler, the strategy's wrapping)."""
+        return self.context.model_engine
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimizers the fit's `configure_optimizers` returned."""
+        return self.context.optimizers
+
+    @property
+    def manual_optimizers(self) -> list[Any]:
+        """What `LoopModule.optimizers()` hands out under manual optimization."""
+        return self.context.manual_optimizers
+
+    @property
+    def lr_scheduler_configs(self) -> list[LRSchedulerConfig]:
+        """The fit's LR schedulers, each with its interval, frequency and monitored metric."""
+        return self.context.lr_scheduler_configs
+
+    @property
+    def val_dataloaders(self) -> Any:
+        """The fit's validation loader (None: the fit does not validate)."""
+        return self.context.val_dataloaders
+
+    @property
+    def ckpt_path(self) -> str | None:
+        """The checkpoint the fit under way (or last run) resumed from; None: it started a new run."""
+        return self.context.ckpt_path
+
+    @property
+    def run_seed(self) -> int | None:
+        """The run's data-order seed: `seed`, else drawn when the fit started or taken from its checkpoint."""
+        return self.context.run_seed
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The run's settings (module class and hparams, Trainer arguments): saved in each checkpoint, compared on
+        resume, and the loggers' params."""
+        return self.context.settings
+
+    @property
+    def resume_changes(self) -> dict[str, tuple[Any, Any]]:
+        """The settings that differ from the checkpoint resumed: `{"trainer/max_epochs": (old, new)}`."""
+        return self.context.resume_changes
+
+    @property
+    def fitting(self) -> bool:
+        """True while a fit trains (not during a validate()/test() of its own)."""
+        return self.context.fitting
+
+    @property
+    def sanity_checking(self) -> bool:
+        """True during the validation batches a fit runs before training (Lightning's)."""
+        return self.context.sanity_checking
 
     # ------------------------------------------------------------------------------------------- progress
     @property
@@ -328,6 +398,12 @@ class Trainer:
     def should_stop(self, value: bool) -> None:
         self.session.set_should_stop(value)
 
+    def merge_module_callbacks(self, module: LoopModule) -> None:
+        """Add the callbacks of `module.configure_callbacks()` to `callbacks` by Lightning's rule (a module's callback
+        replaces the given ones of its type; checkpointing callbacks go last). Each entry point does it."""
+        self.callbacks = with_module_callbacks(self.callbacks, module)
+        check_state_keys(self.callbacks)
+
     def publish(self, values: Mapping[str, Any]) -> None:
         """Send `values` to `logged_metrics` and the loggers at the current global step (read from the device
         here); callbacks that compute their own values (timing, memory) publish them here."""
@@ -341,12 +417,23 @@ class Trainer:
     def save_checkpoint(self, filepath: str | os.PathLike) -> None:
         """Lightning's: the run's checkpoint at `filepath` now, as a `ModelCheckpoint` writes one (committed, with the
         `on_save_checkpoint` hooks), for `load_from_checkpoint` and `fit(ckpt_path=...)`. Call it on every rank."""
-        self.checkpoints.save(filepath)
+        self.checkpoints.save(self.context, filepath)
 
     @property
     def checkpoint_callback(self) -> Checkpointer | None:
         """Lightning's: the first checkpointing callback (`ModelCheckpoint`: `best_model_path`, ...), or None."""
         return next(iter(self.checkpoints.checkpointers), None)
+
+    @property
+    def checkpoint_callbacks(self) -> list[Checkpointer]:
+        """Lightning's: every checkpointing callback (`ModelCheckpoint`s), in the order they save."""
+        return self.checkpoints.checkpointers
+
+    @property
+    def checkpoint_directories(self) -> list[str]:
+        """Where this run's checkpoints go: each checkpointing callback's `dirpath` (default `default_root_dir/
+        checkpoints`); a resume looks there for the newest complete one."""
+        return self.checkpoints.directories()
 
     def checkpoint_committed(self, path: str, step: int | None = None) -> None:
         """A checkpoint callback committed `path`, taken at global step `step`: loggers that keep checkpoints
@@ -401,7 +488,8 @@ class Trainer:
         data = StageData("fit", module, datamodule, {"fit": train_dataloaders, "validate": val_dataloaders})
         if val_dataloaders is not None:
             arguments.require_override(module, "eval_step", "validate with val_dataloaders")
-        self.session.fit(module, data, ckpt_path)
+        self.context = self.context.next_fit()
+        self.session.fit(self.context, module, data, ckpt_path)
 
     def validate(
         self, module: LoopModule | None = None, dataloaders: Data = None, ckpt_path: Ckpt = None, datamodule: Any = None

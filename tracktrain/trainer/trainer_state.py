@@ -34,6 +34,11 @@ class TrainerState:
         self.global_step = 0
         self.samples_seen = 0  # training samples this process has read (a tracker axis next to the step)
 
+    def start_new_run(self) -> None:
+        """A new run starts over, even after an interrupted or crashed fit of this Trainer."""
+        self.global_step = 0
+        self.samples_seen = 0
+
     def state_dict(self) -> dict[str, Any]:
         trainer = self._trainer
         trainer.check_finite()  # no checkpoint holds the parameters of a step after a non-finite loss

@@ -47,11 +47,6 @@ class Strategy:
     #: ranks run the same steps at the same time, so a flag can be exchanged every few steps (pre-emption)
     steps_in_lockstep = False
 
-    def __init__(self) -> None:
-        self.seed = 0  # the run's data-order seed, set by the Trainer before loaders are distributed
-        # the Trainer's mixed precision (None: full precision), set by the Trainer before `setup_module`
-        self.autocast_dtype: torch.dtype | None = None
-
     # ------------------------------------------------------------------------------- process group and ranks
     @property
     def is_distributed(self) -> bool:
@@ -71,8 +66,10 @@ class Strategy:
         return device
 
     # ------------------------------------------------------------------------------------ model and data
-    def setup_module(self, module: nn.Module) -> Callable[[Any, int], Any]:
-        """Wrap `module` for training, before its optimizers are built; returns `forward(batch, batch_idx)`."""
+    def setup_module(self, module: nn.Module, autocast_dtype: torch.dtype | None = None) -> Callable[[Any, int], Any]:
+        """Wrap `module` for training, before its optimizers are built; returns `forward(batch, batch_idx)`.
+        `autocast_dtype`: the Trainer's mixed precision (None: full precision), which a sharding strategy casts what
+        it gathers to."""
         return module.train_step  # type: ignore[return-value]
 
     def evaluation_forward(self, step: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
@@ -83,8 +80,9 @@ class Strategy:
         """How the ModelEngine steps under this strategy (gradient handlers, the optimizer step)."""
         return {}
 
-    def distribute(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
-        """`loader` as this process reads it."""
+    def distribute(self, loader: Iterable[Any], shuffle_default: bool, seed: int = 0) -> Iterable[Any]:
+        """`loader` as this process reads it; `seed`: the run's data-order seed (a shuffling sampler's, the same on
+        every rank)."""
         return loader
 
     # ------------------------------------------------------------------------------------------ gradients

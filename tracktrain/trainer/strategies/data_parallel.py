@@ -59,7 +59,7 @@ class DataParallelStrategy(Strategy):
     def setup_environment(self, device: torch.device) -> torch.device:
         return join_process_group(device, self.timeout)
 
-    def distribute(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
+    def distribute(self, loader: Iterable[Any], shuffle_default: bool, seed: int = 0) -> Iterable[Any]:
         """`loader` reading this process's shard: a DataLoader rebuilt around a DistributedSampler (shuffling
         if the loader shuffled), as it is when it already has one; other iterables are taken as sharded already."""
         if isinstance(loader, DataLoader) and isinstance(loader.sampler, DistributedSampler):
@@ -80,7 +80,7 @@ class DataParallelStrategy(Strategy):
             num_replicas=replicas,
             rank=rank,
             shuffle=shuffle,
-            seed=self.seed,
+            seed=seed,
             drop_last=loader.drop_last,
         )
         return with_sampler(loader, sampler)

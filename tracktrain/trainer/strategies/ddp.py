@@ -34,7 +34,7 @@ class DDPStrategy(DataParallelStrategy):
         self.find_unused_parameters = find_unused_parameters
         self._wrapped: nn.parallel.DistributedDataParallel | None = None
 
-    def setup_module(self, module: nn.Module) -> Callable[[Any, int], Any]:
+    def setup_module(self, module: nn.Module, autocast_dtype: torch.dtype | None = None) -> Callable[[Any, int], Any]:
         device_ids = [module_device.index] if (module_device := device_of(module)).type == "cuda" else None
         self._wrapped = nn.parallel.DistributedDataParallel(
             StepModule(module), device_ids=device_ids, find_unused_parameters=self.find_unused_parameters

@@ -124,12 +124,15 @@ class FSDPStrategy(DataParallelStrategy):
         self._module: nn.Module | None = None
 
     # ---------------------------------------------------------------------------------------------- the model
-    def setup_module(self, module: nn.Module) -> Callable[[Any, int], Any]:
+    def setup_module(self, module: nn.Module, autocast_dtype: torch.dtype | None = None) -> Callable[[Any, int], Any]:
         """Shard each block, then the rest with the root: a `StepModule` around `module`, whose forward (the
         step) gathers what the blocks do not hold and sets up the gradients' reduction for each backward."""
         wrapped = module.__dict__.get(_SHARDED_ROOT_ATTRIBUTE)
         if wrapped is None:
-            options: dict[str, Any] = {"mp_policy": self._mixed_precision(), "offload_policy": self._offload_policy()}
+            options: dict[str, Any] = {
+                "mp_policy": self._mixed_precision(autocast_dtype),
+                "offload_policy": self._offload_policy(),
+            }
             if self.tensor_parallel is not None:  # 2-D: the plan over each row of the mesh, FSDP over its columns
                 options["mesh"] = self._tensor_parallel_first(module)
             for block in blocks_to_shard(module, self.auto_wrap):
@@ -181,12 +184,12 @@ class FSDPStrategy(DataParallelStrategy):
 
         return forward
 
-    def _mixed_precision(self) -> MixedPrecisionPolicy:
+    def _mixed_precision(self, autocast_dtype: torch.dtype | None) -> MixedPrecisionPolicy:
         if self.mixed_precision is not None:
             return self.mixed_precision
-        if self.autocast_dtype is None:
+        if autocast_dtype is None:
             return MixedPrecisionPolicy()
-        return MixedPrecisionPolicy(param_dtype=self.autocast_dtype, reduce_dtype=torch.float32)
+        return MixedPrecisionPolicy(param_dtype=autocast_dtype, reduce_dtype=torch.float32)
 
     def _offload_policy(self) -> OffloadPolicy:
         if not self.offload_to_cpu:

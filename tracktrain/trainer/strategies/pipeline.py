@@ -97,13 +97,13 @@ class PipelineStrategy(Strategy):
     def setup_environment(self, device: torch.device) -> torch.device:
         return join_process_group(device, self.timeout)
 
-    def setup_module(self, module: nn.Module) -> Callable[[Any, int], Any]:
+    def setup_module(self, module: nn.Module, autocast_dtype: torch.dtype | None = None) -> Callable[[Any, int], Any]:
         if not isinstance(module, PipelineModule):
             raise TypeError(
                 f"PipelineStrategy runs a PipelineModule (tracktrain.trainer.PipelineModule), which declares its "
                 f"stages and its loss; got {type(module).__name__}."
             )
-        if self.autocast_dtype == torch.float16:
+        if autocast_dtype == torch.float16:
             raise ValueError(
                 "PipelineStrategy with precision='16-mixed': the stages' backward runs inside the schedule, where "
                 "a GradScaler cannot scale the loss; use precision='bf16-mixed'."
@@ -133,7 +133,7 @@ class PipelineStrategy(Strategy):
             return self._predict_step
         return lambda batch, batch_idx: self._evaluation_step(batch, stage)
 
-    def distribute(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
+    def distribute(self, loader: Iterable[Any], shuffle_default: bool, seed: int = 0) -> Iterable[Any]:
         return same_order_on_every_rank(loader, self.name)
 
     def checkpoint_objects(self, objects: dict[str, Any]) -> dict[str, Any]:

@@ -86,7 +86,7 @@ class TensorParallelStrategy(Strategy):
     def setup_environment(self, device: torch.device) -> torch.device:
         return join_process_group(device, self.timeout)
 
-    def setup_module(self, module: nn.Module) -> Callable[[Any, int], Any]:
+    def setup_module(self, module: nn.Module, autocast_dtype: torch.dtype | None = None) -> Callable[[Any, int], Any]:
         from torch.distributed.device_mesh import init_device_mesh
 
         check_plan(module, self.plan)
@@ -97,7 +97,7 @@ class TensorParallelStrategy(Strategy):
         self._module = module
         return module.train_step  # type: ignore[return-value]  # a LoopModule's
 
-    def distribute(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
+    def distribute(self, loader: Iterable[Any], shuffle_default: bool, seed: int = 0) -> Iterable[Any]:
         return same_order_on_every_rank(loader, self.name)
 
     def checkpoint_objects(self, objects: dict[str, Any]) -> dict[str, Any]:

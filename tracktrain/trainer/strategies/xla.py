@@ -36,5 +36,5 @@ class XLAStrategy(Strategy):
         handlers = [] if optimizer is None else [lambda: xm.reduce_gradients(optimizer)]
         return {"gradient_handlers": handlers, "optimizer_step": step_and_mark}
 
-    def distribute(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
+    def distribute(self, loader: Iterable[Any], shuffle_default: bool, seed: int = 0) -> Iterable[Any]:
         return device_loader(loader, self.device)

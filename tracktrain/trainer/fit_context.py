@@ -1,0 +1,57 @@
+"""`FitContext`: what a fit creates, in one object — made when the fit starts, handed as an argument to the parts that
+set it up (the session, the checkpoints' resume, the sanity check), and read through the Trainer's properties of the
+same names (`trainer.module`, `trainer.optimizers`, `trainer.ckpt_path`, ...) by callbacks, loggers and users.
+
+Nothing outside the `Trainer` class assigns a Trainer attribute: a part of the fit writes the context it was given.
+A `validate`/`test`/`predict` outside a fit works on the context of the last fit (or the Trainer's first one): it
+replaces the module, its data and the model engine there, and keeps what the fit left (its optimizers, resumed
+checkpoint and settings), as Lightning's Trainer keeps them between its entry points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from tracktrain.engine.model_engine import ModelEngine
+    from tracktrain.trainer.optimizers import LRSchedulerConfig
+
+__all__ = ["FitContext"]
+
+
+@dataclass(eq=False)
+class FitContext:
+    """The state of one fit (and of the entry points run after it)."""
+
+    #: this process's device: the accelerator's until the strategy sets the environment up (`cuda:LOCAL_RANK`)
+    device: torch.device
+    #: the run's data-order seed: the Trainer's `seed`, else drawn when the fit starts or taken from its checkpoint
+    run_seed: int | None = None
+    # the LoopModule and the DataModule (typed by the Trainer's properties: importing their modules here, even for
+    # types, would tie this one into the Trainer/callbacks circle that is being taken apart)
+    module: Any = None
+    datamodule: Any = None
+    #: steps the module: its optimizers, gradient scaler and the strategy's wrapping
+    model_engine: ModelEngine | None = None
+    optimizers: list[torch.optim.Optimizer] = field(default_factory=list)
+    #: what `LoopModule.optimizers()` hands out (wrapped by a scaler under "16-mixed" manual optimization)
+    manual_optimizers: list[Any] = field(default_factory=list)
+    lr_scheduler_configs: list[LRSchedulerConfig] = field(default_factory=list)
+    val_dataloaders: Any = None
+    #: the checkpoint this fit resumed from (None: a new run)
+    ckpt_path: str | None = None
+    #: `tracktrain.checkpoint.run_settings` of this fit: saved in its checkpoints, the loggers' params
+    settings: dict[str, Any] = field(default_factory=dict)
+    #: the settings that differ from the checkpoint resumed: `{"trainer/max_epochs": (old, new)}`
+    resume_changes: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    #: True while the fit trains (not during a validate()/test() of its own, nor its sanity check)
+    fitting: bool = False
+    #: True during the validation batches a fit runs before training
+    sanity_checking: bool = False
+
+    def next_fit(self) -> FitContext:
+        """The context a new fit starts from: nothing of this one but the device and the data-order seed asked for."""
+        return FitContext(device=self.device, run_seed=self.run_seed)
