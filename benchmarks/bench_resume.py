@@ -282,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     def progress(what: str) -> None:
         print(f"- {what} [{time.perf_counter() - started:.1f} s]", flush=True)
 
+    h.freeze_garbage()  # the libraries: the collection before each run (untimed) then skips them, 0.15 s each
     bench.train_references(progress)
     bench.warm_up()
     # what lives until the end (the reference runs' batches among it) leaves the collector's sight: a full collection

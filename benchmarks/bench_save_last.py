@@ -6,10 +6,10 @@ state (an MLP of 12.6 M parameters and its AdamW moments) on local disk.
 
 The stall is the wall time of each framework's checkpoint callback in `on_train_batch_end`, where both save; a
 sample is its median over the saves of one fit, and the fits run interleaved, `--repeats` of each. Each step sleeps
-150 ms, standing for a real step's compute, so a background write has ended before the next save and what is left
-is what the loop itself waits for.
+`--step-ms` (150; --quick 20), standing for a real step's compute, so a background write has ended before the next
+save and what is left is what the loop itself waits for.
 
-    .venv/bin/python benchmarks/bench_save_last.py --quick   # smoke test (~5 s): a 256-wide MLP
+    .venv/bin/python benchmarks/bench_save_last.py --quick   # smoke test (~2 s): a 256-wide MLP
     .venv/bin/python benchmarks/bench_save_last.py           # ~1.5 minutes
 
 Timing never makes this script fail; it exits with status 1 when a fit did not write the checkpoints expected.
@@ -33,19 +33,18 @@ from workloads import lightning_trainer, lightning_twin, load_peer
 from tracktrain import LoopModule, Trainer
 from tracktrain.callbacks import ModelCheckpoint
 
-STEP_SECONDS = 0.15
-
 
 class RegressorCode:
     """The module both frameworks fit (Lightning's is `lightning_twin` of it)."""
 
-    def __init__(self, width: int) -> None:
+    def __init__(self, width: int, step_s: float) -> None:
         super().__init__()
         torch.manual_seed(0)
         self.net = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU())
+        self.step_s = step_s
 
     def train_step(self, batch, batch_idx):
-        time.sleep(STEP_SECONDS)
+        time.sleep(self.step_s)
         return self.net(batch[0]).pow(2).mean()
 
     def configure_optimizers(self):
@@ -88,7 +87,7 @@ def variants(args, problems: list[str]) -> dict[str, Callable[[str], float]]:
             Trainer(
                 max_steps=args.steps, callbacks=[checkpoint], enable_progress_bar=False, loggers=False,
                 default_root_dir=directory, enable_model_summary=False,
-            ).fit(Regressor(args.width), loader)  # fmt: skip
+            ).fit(Regressor(args.width, args.step_ms / 1e3), loader)  # fmt: skip
             expected = {f"checkpoint_{args.steps}.pt"} | ({f"last_checkpoint_{args.steps}.pt"} if save_last else set())
             return check(f"tracktrain save_last={save_last}", directory, expected, checkpoint.stalls)
 
@@ -107,7 +106,9 @@ def variants(args, problems: list[str]) -> dict[str, Callable[[str], float]]:
                 dirpath=directory, save_last=True, **settings
             )
             saving = {"callbacks": [checkpoint], "enable_checkpointing": True, "default_root_dir": directory}
-            lightning_trainer(lightning, max_steps=args.steps, **saving).fit(module(args.width), loader)
+            lightning_trainer(lightning, max_steps=args.steps, **saving).fit(
+                module(args.width, args.step_ms / 1e3), loader
+            )
             return check("Lightning", directory, {"last.ckpt"}, checkpoint.stalls)
 
         found["Lightning, save_top_k=1 + save_last=True"] = lightning_fit
@@ -123,8 +124,9 @@ def main(argv: list[str] | None = None) -> int:
             "steps": (40, 10, "steps of a fit"),
             "every": (5, 5, "steps between saves"),
             "width": (2048, 256, "width of the MLP's layers"),
+            "step_ms": (150, 20, "ms each step sleeps, standing for its compute"),
         },
-        positive=["repeats", "steps", "every", "width"],
+        positive=["repeats", "steps", "every", "width", "step_ms"],
     )
     rng = h.prepare(args)
     env = h.environment(args.threads)

@@ -8,33 +8,21 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "bench_resume.py"
 HAS_IGNITE = importlib.util.find_spec("ignite") is not None
 HAS_LIGHTNING = importlib.util.find_spec("lightning") is not None
 HAS_TORCHDATA = importlib.util.find_spec("torchdata") is not None
 
 
-@pytest.mark.slow  # 4-8 s (the default run takes only tests of ≤ 3 s)
-@pytest.mark.timeout(120)  # a 100-batch epoch trained to 90 % by each framework, then 16 short resumes
-def test_quick_run_reports_every_framework_and_point(tmp_path, positive):
+@pytest.mark.timeout(120)  # ~3 s: a 100-batch epoch trained to 90 % by each framework, then 16 short resumes
+def test_quick_run_reports_every_framework_and_point(tmp_path, positive, run_script):
     out = tmp_path / "resume.json"
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--json", str(out), "--root-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "## Resume: from the call that resumes to the first training step" in result.stdout
-    assert "bench_resume.py --quick" in result.stdout  # the command that produced the table
+    status, printed = run_script("bench_resume", "--quick", "--json", str(out), "--root-dir", str(tmp_path))
+    assert status == 0, printed[-3000:]
+    assert "## Resume: from the call that resumes to the first training step" in printed
+    assert "bench_resume.py --quick" in printed  # the command that produced the table
 
     payload = json.loads(out.read_text())
     assert payload["problems"] == []
@@ -54,7 +42,7 @@ def test_quick_run_reports_every_framework_and_point(tmp_path, positive):
         assert positive(row["value"]) and positive(row["batches"]), (point, key)
         assert row["exact"], (point, key)  # every resumed run's first batch was compared
         assert row["baseline"] == (None if key == "tracktrain" else "tracktrain")
-    assert "| case | variant | value |" in result.stdout
+    assert "| case | variant | value |" in printed
     ours = rows[90, "tracktrain"]
     assert ours["exact"] == "yes"
     assert ours["loads"] == [arguments["batch_size"]]  # its first batch only: none of the skipped was loaded
