@@ -82,11 +82,6 @@ class Params(Logger):
         self.params.update(flatten_params(params))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the run's settings are made in tracktrain/trainer/run_checkpoints.py (not this change's file): each "
-    "run_settings(module, _trainer_settings(trainer)) needs `| datamodule_settings(trainer.datamodule)`",
-)
 def test_a_datamodules_hparams_reach_the_loggers(tmp_path):
     logger = Params()
     quiet_trainer(tmp_path, max_epochs=1, loggers=[logger]).fit(Classifier(), datamodule=Blobs(batch_size=16))

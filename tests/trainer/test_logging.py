@@ -164,3 +164,16 @@ def test_batch_size_is_inferred_from_dict_batches(tmp_path):
     trainer = Trainer(**quiet(tmp_path, max_epochs=1))
     trainer.fit(DictBatches(), batches)
     assert float(trainer.callback_metrics["mean_x"]) == pytest.approx(float(x[:, 0].mean()), rel=1e-5)
+
+
+def test_validate_returns_what_the_epoch_end_hook_logged(tmp_path):
+    """As Lightning: a metric computed over the whole pass in on_validation_epoch_end (the torchmetrics habit) is
+    among what validate()/test() return, next to what the steps logged."""
+
+    class EpochMetric(Classifier):
+        def on_validation_epoch_end(self):
+            self.log("val_epoch_metric", torch.tensor(0.25))
+
+    (result,) = Trainer(**quiet(tmp_path, max_epochs=1)).validate(EpochMetric(), make_loader())
+
+    assert result["val_epoch_metric"] == 0.25 and "val_loss" in result

@@ -98,11 +98,6 @@ def test_validate_and_test_split_their_values_per_loader_as_lightning_returns_th
     assert float(metrics["t/dataloader_idx_0"]) == 1.5 and float(metrics["t/dataloader_idx_1"]) == 10.5
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Session.evaluate (tracktrain/trainer/session.py, not this change's file) returns [to_floats(values)]: "
-    "it needs `return self._trainer.evaluation.results(values)` for Lightning's one dict per loader",
-)
 def test_validate_returns_one_dict_per_loader(tmp_path):
     results = quiet_trainer(tmp_path).validate(Recorder(), [ramp(0, 4), ramp(10, 2)])
     assert results == [{"x/dataloader_idx_0": 1.5, "epoch_hook": 7.0}, {"x/dataloader_idx_1": 10.5, "epoch_hook": 7.0}]

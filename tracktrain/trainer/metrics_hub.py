@@ -62,8 +62,12 @@ class MetricsHub:
         self._epoch_values[stage] = {**self.logs[stage].epoch_values(), **metrics}
 
     def publish_epoch(self, stage: str) -> None:
-        """Publish the epoch's values, with what its epoch-end hooks logged since."""
-        self.publish({**self._epoch_values.get(stage, {}), **self.logs[stage].epoch_values()})
+        """Publish the epoch's values, with what its epoch-end hooks logged since (also in what `validate()`/`test()`
+        return: a metric computed in `on_validation_epoch_end` is among them, as in Lightning)."""
+        values = {**self._epoch_values.get(stage, {}), **self.logs[stage].epoch_values()}
+        if stage in self._epoch_values:
+            self._epoch_values[stage] = values
+        self.publish(values)
 
     def take_epoch_values(self, stage: str) -> dict[str, Any]:
         """The values of `stage`'s last epoch (what `validate()`/`test()` return), forgotten here."""

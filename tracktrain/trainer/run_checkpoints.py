@@ -22,6 +22,7 @@ from tracktrain.checkpoint.state import read_checkpoint, state_of
 from tracktrain.dist_logger import get_dist_logger
 from tracktrain.handlers.checkpoint import Checkpoint
 from tracktrain.trainer.arguments import check_location
+from tracktrain.trainer.datamodule import datamodule_settings
 from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.trainer_state import summarize_checkpoint
 
@@ -99,7 +100,7 @@ class RunCheckpoints:
         if not name:
             raise ValueError(f"Trainer.save_checkpoint(filepath=...) names a directory, not a file: {url!r}.")
         if not context.settings:  # no fit yet: what load_from_checkpoint rebuilds the module from
-            context.settings = run_settings(module, _trainer_settings(trainer))
+            context.settings = _run_settings(trainer, context, module)
         saver = trainer.strategy.checkpoint_saver(directory, summarize_checkpoint, None)
         with trainer.session.save_hooks(module):
             states = {key: state_of(obj, f"checkpoint_objects()[{key!r}]") for key, obj in self.objects().items()}
@@ -150,7 +151,7 @@ class RunCheckpoints:
             seed = trainer.train_engine.state.seed  # the data order of the run being continued
         # rank 0's, on every rank (the same collective on all of them): the DistributedSampler shuffles alike
         context.run_seed = strategy.rank_zero_value(seed)
-        context.settings = run_settings(module, _trainer_settings(trainer))
+        context.settings = _run_settings(trainer, context, module)
 
     def resume(self, context: FitContext, target: str | os.PathLike | None, module: LoopModule) -> str | None:
         """Load the checkpoint `target` names ("auto"/"last": the newest complete one); returns what was loaded,
@@ -185,7 +186,7 @@ class RunCheckpoints:
         share = VerifyShare(trainer.strategy.global_rank, trainer.strategy.world_size, trainer.strategy.gather)
         states = read_checkpoint(ckpt_path, lazy_shards=True, share=share)
         saved = (states.get("trainer") or {}).get("settings") if isinstance(states, Mapping) else None
-        current = run_settings(module, _trainer_settings(trainer))
+        current = _run_settings(trainer, context, module)
         if trainer.seed is None:  # the seed is the checkpoint's unless one is given
             current["trainer"].pop("seed")
             if saved:
@@ -231,6 +232,12 @@ class RunCheckpoints:
 def _draw_seed() -> int:
     """A fresh seed for a run given none (recorded in its checkpoints and params, so the run can be repeated)."""
     return int.from_bytes(os.urandom(4), "little") >> 1
+
+
+def _run_settings(trainer: Trainer, context: FitContext, module: LoopModule) -> dict[str, Any]:
+    """What the run's checkpoints save of its settings and the loggers record: the module's class and hparams, the
+    datamodule's (if the fit has one), and the Trainer's."""
+    return run_settings(module, _trainer_settings(trainer)) | datamodule_settings(context.datamodule)
 
 
 def _trainer_settings(trainer: Trainer) -> dict[str, Any]:

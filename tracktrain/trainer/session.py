@@ -27,7 +27,6 @@ from tracktrain.trainer.datamodule import StageData
 from tracktrain.trainer.fit_context import FitContext
 from tracktrain.trainer.hooks import TrainerEvents, hook_handlers
 from tracktrain.trainer.lightning_names import check_lightning_methods
-from tracktrain.trainer.metric_log import to_floats
 from tracktrain.trainer.model_preparation import compile_blocks, prepare_module
 from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.quick_checks import first_batches
@@ -140,7 +139,7 @@ class Session:
             values.update(self._trainer.run_stage(stage, data.loader(stage)))
 
         self.run(self._trainer.context, module, stage, run, data)
-        return [to_floats(values)]
+        return self._trainer.evaluation.results(values)  # one dict per loader, as Lightning
 
     def predict(self, module: LoopModule | None, loader: Any, datamodule: Any, ckpt_path: Ckpt = None) -> list[Any]:
         """`Trainer.predict`: the weights of `ckpt_path` loaded, then one pass over its loader; the outputs, one per
