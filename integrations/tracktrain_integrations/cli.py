@@ -5,6 +5,8 @@
     tracktrain inspect CKPT     what a checkpoint holds: step, epoch, module and hyperparameters, sizes, and whether
                                 it is complete (its manifest and checksum)
     tracktrain ui [ROOT]        the MLflow UI on the run's own store (or how to look at its W&B runs)
+    tracktrain fit ...          fit (validate, test, predict) any LoopModule and DataModule from a config file and
+                                dotted options, as LightningCLI: `tracktrain fit --help`
     tracktrain convert SRC DST  a sharded checkpoint (an FSDP run's `.dcp` directory) as one full-state file, for
                                 export or inference; or a full one as a sharded one
 
@@ -27,15 +29,24 @@ from tracktrain.checkpoint.discovery import committed_checkpoints
 from tracktrain.checkpoint.manifest import CheckpointCorrupted, manifest_name, parse_manifest, write_manifest
 from tracktrain.checkpoint.spool import Spool, spool_dir_for
 from tracktrain.checkpoint.state import read_checkpoint
+from tracktrain_integrations import run_cli
 
 __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The `tracktrain` command (`runs`, `inspect`, `ui`, `convert`) on `argv` (default: `sys.argv[1:]`); returns
-    the exit status."""
+    """The `tracktrain` command (`runs`, `inspect`, `ui`, `convert`; `fit`, `validate`, `test`, `predict`: `run_cli`) on
+    `argv` (default: `sys.argv[1:]`); returns the exit status."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments and arguments[0] in run_cli.COMMANDS:  # their options are the config's keys: parsed by run_cli
+        return run_cli.main(arguments[0], arguments[1:])
     parser = argparse.ArgumentParser(prog="tracktrain", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
+    for command in run_cli.COMMANDS:
+        commands.add_parser(
+            command,
+            help=f"{command} any LoopModule from a config file and dotted options (tracktrain {command} --help)",
+        )
     runs = commands.add_parser("runs", help="a run's checkpoints, writer and tracker runs")
     runs.add_argument("root", nargs="?", default="runs", help="the run's root directory or URL (default: runs)")
     inspect = commands.add_parser("inspect", help="what a checkpoint holds, and whether it is complete")
