@@ -198,3 +198,19 @@ def test_the_step_loss_of_a_classifier_is_unchanged_by_a_second_loader(tmp_path)
     alone = [quiet_trainer(tmp_path).validate(Indexed(), loader)[0]["val_loss"] for loader in (a, b)]
     assert together["val_loss/dataloader_idx_0"] == pytest.approx(alone[0])
     assert together["val_loss/dataloader_idx_1"] == pytest.approx(alone[1])
+
+
+def test_batch_hooks_under_several_loaders_are_told_where_the_batch_is_from(tmp_path):
+    """The hooks' own batch_idx counts across the loaders (tracktrain/trainer/hooks.py reads it from the engine): a
+    warning says so, and `trainer.evaluation.position` is the batch's loader and its index within it."""
+
+    class Hooked(Recorder):
+        def on_validation_batch_start(self, batch, batch_idx):
+            self.calls.append(("hook", batch_idx, self.trainer.evaluation.position))
+
+    module = Hooked()
+    with pytest.warns(UserWarning, match=r"Hooked.on_validation_batch_start get\(s\) batch_idx counted across"):
+        quiet_trainer(tmp_path).validate(module, [ramp(0, 4), ramp(10, 2)])
+    hooks = [call for call in module.calls if call[0] == "hook"]
+    assert hooks == [("hook", 0, (0, 0)), ("hook", 1, (0, 1)), ("hook", 2, (1, 0))]
+    assert quiet_trainer(tmp_path).evaluation.position is None  # no pass under way

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +64,8 @@ class EvaluationStages:
             several = loader = SequentialLoaders(read, lengths)
             epoch_length = 0 if all(length == 0 for length in lengths) else loader_length(several)
         steps = self._steps(stage, module, 1 if given is None else len(given))
+        if given is not None:
+            _warn_about_batch_hooks(stage, [module, *trainer.callbacks])
         if epoch_length == 0:
             return {}
         self.loader_count = 1 if given is None else len(given)
@@ -99,6 +102,13 @@ class EvaluationStages:
                 if not suffix or index == str(dataloader_idx):
                     result[name] = value
         return per_loader
+
+    @property
+    def position(self) -> tuple[int, int] | None:
+        """While a pass reads several loaders: `(dataloader_idx, batch_idx)` of the batch under way (its loader, and
+        its index within that loader), for batch hooks; None otherwise."""
+        several = self._several
+        return None if several is None else (several.dataloader_idx, several.batch_idx)
 
     def evaluate_batch(self, engine: Engine, batch: Any) -> Any:
         trainer = self._trainer
@@ -169,6 +179,29 @@ class EvaluationStages:
     def _to_device(self, batch: Any) -> Any:
         device = self._trainer.device
         return batch if device.type == "cpu" else move_to_device(batch, device)  # CPU: no walk over the batch
+
+
+def _warn_about_batch_hooks(stage: str, targets: list[Any]) -> None:
+    """Under several loaders the batch hooks get `batch_idx` counted across the loaders and no `dataloader_idx` (the
+    hooks' arguments are read from the engine: `tracktrain.trainer.hooks`): said once, where a hook is defined."""
+    from tracktrain.trainer.callback import Callback
+
+    name = {"validate": "validation", "test": "test", "predict": "predict"}[stage]
+    hooks = (f"on_{name}_batch_start", f"on_{name}_batch_end")
+    defined = [
+        f"{type(target).__name__}.{hook}"
+        for target in targets
+        for hook in hooks
+        if getattr(type(target), hook, None)
+        is not getattr(Callback if isinstance(target, Callback) else LoopModule, hook)
+    ]
+    if defined:
+        warnings.warn(
+            f"Several {_STAGE_LOADERS[stage]} loaders: {', '.join(defined)} get(s) batch_idx counted across the loaders "
+            "and no dataloader_idx (Lightning passes the index within the batch's loader, and the loader's). Read "
+            "trainer.evaluation.position, (dataloader_idx, batch_idx), in the hook.",
+            stacklevel=2,
+        )
 
 
 def _with_index(method: Callable[..., Any], dataloader_idx: int) -> Callable[[Any, int], Any]:
