@@ -10,7 +10,7 @@ import pytest
 
 from tests.trainer._tasks import Classifier, make_loader
 from tracktrain import Trainer
-from tracktrain.callbacks.time_limit import TimeLimit, duration_of
+from tracktrain.trainer.training_time import duration_of
 
 
 class Slow(Classifier):
@@ -62,8 +62,7 @@ def test_a_fit_stops_at_max_time_and_its_cut_epoch_still_validates(tmp_path):
     trainer = fit(tmp_path, {"seconds": 0.5})  # no max_epochs: the time limit alone ends the fit
 
     took = time.monotonic() - started
-    limit = next(callback for callback in trainer.callbacks if isinstance(callback, TimeLimit))
-    assert limit.elapsed() >= 0.5 and took >= 0.5
+    assert trainer.training_time.elapsed() >= 0.5 and took >= 0.5
     assert 1 <= trainer.global_step <= 25  # at least 20 ms a step: at most 25 steps in 0.5 s
     assert "val_loss" in trainer.callback_metrics  # the epoch cut short ended as the run's last: it validated
     assert trainer.settings["trainer"]["max_time"] == "0:00:00.500000"
@@ -77,5 +76,4 @@ def test_the_time_trained_carries_over_a_resume(tmp_path):
 
     assert again.ckpt_path is not None and again.global_step == steps + 1
     raised = fit(tmp_path, {"seconds": 0.8})  # a raised limit trains on, about as long again
-    limit = next(callback for callback in raised.callbacks if isinstance(callback, TimeLimit))
-    assert limit.elapsed() >= 0.8 and raised.global_step > steps + 1
+    assert raised.training_time.elapsed() >= 0.8 and raised.global_step > steps + 1

@@ -19,7 +19,6 @@ _LAZY = {
     "ModelSummary": "tracktrain.callbacks.model_summary",
     "Profiler": "tracktrain.callbacks.profiler",
     "SWA": "tracktrain.callbacks.weight_averaging",
-    "TimeLimit": "tracktrain.callbacks.time_limit",
     "Timing": "tracktrain.callbacks.timing",
     "TrainerProgressBar": "tracktrain.callbacks.progress",
     "WeightAveraging": "tracktrain.callbacks.weight_averaging",

@@ -9,20 +9,18 @@ product's defaults, chosen here; everything else in the Trainer reaches them thr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from tracktrain import storage
 from tracktrain.callbacks.model_checkpoint import ModelCheckpoint
 from tracktrain.callbacks.model_summary import ModelSummary
 from tracktrain.callbacks.progress import TrainerProgressBar
-from tracktrain.callbacks.time_limit import TimeLimit
 from tracktrain.loggers.base import Logger
 from tracktrain.loggers.bridge import LoggerBridge
 from tracktrain.loggers.csv_logger import CSVLogger
 from tracktrain.trainer import arguments
 from tracktrain.trainer.callback import Callback
 
-__all__ = ["default_callbacks", "logger_bridge", "loggers_from", "time_limit"]
+__all__ = ["default_callbacks", "logger_bridge", "loggers_from"]
 
 
 def default_callbacks(
@@ -38,11 +36,6 @@ def default_callbacks(
     if checkpointing and not any(isinstance(c, ModelCheckpoint) for c in given):
         defaults.append(ModelCheckpoint(dirpath=storage.join(root_dir, "checkpoints")))
     return defaults
-
-
-def time_limit(max_time: Any) -> list[TimeLimit]:
-    """The callback that stops a fit at `Trainer(max_time=...)`, when one is given."""
-    return [] if max_time is None else [TimeLimit(max_time)]
 
 
 def logger_bridge(loggers: list[Logger]) -> LoggerBridge:

@@ -81,10 +81,12 @@ class Session:
             try:
                 run_sanity_check(trainer, context, context.val_dataloaders)
                 context.fitting = True
+                trainer.training_time.start()
                 trainer.train_engine.run(
                     loader, max_epochs=self._max_epochs(epoch_length), epoch_length=epoch_length, seed=context.run_seed
                 )
             finally:
+                trainer.training_time.pause()
                 context.fitting = False
                 trainer.preemption.stop()
             trainer.train_engine.fire_event(TrainerEvents.FIT_COMPLETED)
@@ -206,18 +208,20 @@ class Session:
 
     def decisions(self) -> list[Decision]:
         """`Trainer.decisions`: under DDP, a stop any rank asked for during the epoch (`stop_requested`) is everyone's
-        at its end."""
-        if not self._trainer.strategy.is_distributed:
-            return []
-        return [
-            Decision(
-                Boundary.TRAIN_EPOCH_END,
-                "stop requested",
-                propose=lambda: self.stop_requested,
-                agree="any",
-                act=self._stop_if_agreed,
+        at its end; with `max_time`, whether the run has trained that long, at each step's end."""
+        trainer = self._trainer
+        decisions = trainer.training_time.decisions(lambda: trainer.global_step, lambda: trainer.stop(agreed=True))
+        if trainer.strategy.is_distributed:
+            decisions.append(
+                Decision(
+                    Boundary.TRAIN_EPOCH_END,
+                    "stop requested",
+                    propose=lambda: self.stop_requested,
+                    agree="any",
+                    act=self._stop_if_agreed,
+                )
             )
-        ]
+        return decisions
 
     def should_stop(self) -> bool:
         """`Trainer.should_stop`: a stop asked for this fit, not yet acted on by every rank (or under way)."""

@@ -39,6 +39,7 @@ from tracktrain.trainer.sanity_check import sanity_steps
 from tracktrain.trainer.session import Ckpt, Data, Session
 from tracktrain.trainer.strategies import Strategy, strategy_for
 from tracktrain.trainer.trainer_state import TrainerState
+from tracktrain.trainer.training_time import TrainingTime
 
 if TYPE_CHECKING:
     from tracktrain.loggers.base import Logger
@@ -166,6 +167,8 @@ class Trainer:
             loggers, logger, resume, enable_checkpointing, callbacks = False, None, None, False, quick.callbacks
         self.max_steps = arguments.check_positive_int("max_steps", max_steps, allow_none=True)
         self.max_epochs = arguments.check_positive_int("max_epochs", max_epochs, allow_none=True)
+        self.training_time = TrainingTime(max_time)  # the run's, over its resumes; stops the fit at max_time
+        self.max_time: datetime.timedelta | None = self.training_time.limit
         if self.max_epochs is None and self.max_steps is None and max_time is None:
             self.max_epochs = 1000
         self.accumulate_grad_batches = arguments.check_positive_int("accumulate_grad_batches", accumulate_grad_batches)
@@ -201,9 +204,6 @@ class Trainer:
         self.callbacks = callbacks + defaults.default_callbacks(
             callbacks, self.default_root_dir, enable_progress_bar, enable_checkpointing, bool(enable_model_summary)
         )
-        time_limit = defaults.time_limit(max_time)  # checks max_time, and stops the fit on it
-        self.max_time: datetime.timedelta | None = time_limit[0].duration if time_limit else None
-        self.callbacks += time_limit
         self.callbacks.append(self._logger_bridge)
         check_state_keys(self.callbacks)
 

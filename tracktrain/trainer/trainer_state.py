@@ -38,6 +38,7 @@ class TrainerState:
         """A new run starts over, even after an interrupted or crashed fit of this Trainer."""
         self.global_step = 0
         self.samples_seen = 0
+        self._trainer.training_time.restart()
 
     def state_dict(self) -> dict[str, Any]:
         trainer = self._trainer
@@ -49,6 +50,7 @@ class TrainerState:
         checkpoint: dict[str, Any] = {
             "global_step": self.global_step,
             "samples_seen": self.samples_seen,
+            "training_time": self._trainer.training_time.elapsed(),  # seconds, over the run's resumes (max_time)
             "callbacks": callbacks,
             "rng_states_per_rank": [rng_states for rng_states, _ in per_rank],
             "settings": trainer.settings,  # compared when a fit resumes (tracktrain.checkpoint.run_settings)
@@ -68,6 +70,7 @@ class TrainerState:
             )
         self.global_step = int(state_dict["global_step"])
         self.samples_seen = int(state_dict.get("samples_seen", 0))
+        self._trainer.training_time.load(state_dict.get("training_time", 0.0))
         self._restore_rng_states(state_dict.get("rng_states_per_rank"))
         states = state_dict.get("callbacks", {})
         rank, world_size = rank_and_world_size()
