@@ -102,6 +102,10 @@ class StopWatch:
             _add_exactly(self._partials, elapsed)
         return elapsed
 
+    def running_seconds(self) -> float:
+        """The seconds of the running interval so far (0 when stopped), on the clock `stop()` will read."""
+        return self._clock() - self._started_at if self._running else 0.0
+
     def _abandon(self) -> None:
         """Drop a running interval without recording it (used when timing is switched off mid-interval)."""
         self._running = False

@@ -18,14 +18,6 @@ from tracktrain.multi_timer import StopWatch
 __all__ = ["Timer"]
 
 
-class _Watch(StopWatch):
-    """A `StopWatch` that also tells the seconds of its running interval, which `Timer.value()` counts."""
-
-    def running_seconds(self) -> float:
-        # the watch's own clock and start, so that the interval read now is the one `stop()` will record
-        return self._clock() - self._started_at if self.is_running else 0.0
-
-
 class Timer:
     """Measures time while running; `value()` is the total, or the total per `step()` with `average=True`.
 
@@ -55,7 +47,7 @@ class Timer:
 
     def __init__(self, average: bool = False) -> None:
         self._average = bool(average)
-        self._watch = _Watch("Timer")
+        self._watch = StopWatch("Timer")
         self.reset()
 
     @property
