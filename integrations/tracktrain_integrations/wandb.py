@@ -148,6 +148,7 @@ class WandbLogger(QueuedLogger):
         self._run_id = id
         self._run: Any = None
         self._watched: Any = None
+        self._wait_for_rows = True  # with watch: publishing waits for its row (until one wait times out)
         self._step = 0  # the oldest step W&B still takes: the latest one logged (its row is open)
         self._attached = False  # in a sender child: the run is this process's view of the training process's run
         self._requirements_by_child = False  # set by `_open`: the sender child writes the run's requirements.txt
@@ -171,6 +172,7 @@ class WandbLogger(QueuedLogger):
             return
         self._require_run().watch(module, log=self.watch, log_freq=self.watch_log_freq)
         self._watched = module
+        self._wait_for_rows = True
 
     def _open(self, root_dir: str) -> str:
         save_dir = os.path.abspath(self.save_dir or os.environ.get("WANDB_DIR") or storage.local_dir(root_dir))
@@ -234,14 +236,16 @@ class WandbLogger(QueuedLogger):
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         super().log_metrics(metrics, step)
-        if self._watched is not None:
+        if self._watched is not None and self._wait_for_rows:
             # W&B's hooks log each histogram, from this thread, into the row open at that moment: this step's row
             # must be open before the next backward pass, or a delivery thread running behind (a busy machine) lets
-            # the histograms of several steps fall into one row, each overwriting the last
+            # the histograms of several steps fall into one row, each overwriting the last. A tracker that does not
+            # answer costs this wait once: training never waits on it again (the histograms may then share rows).
             if not self.flush(WATCH_DELIVERY_TIMEOUT):
+                self._wait_for_rows = False
                 _logger.warning(
-                    "W&B run %s: the values of step %d were not delivered within %.0f s; the histograms of the next "
-                    "steps may share one row",
+                    "W&B run %s: the values of step %d were not delivered within %.0f s; training no longer waits for "
+                    "them, so the gradient histograms of the next steps may share one row",
                     self._run_id,
                     step,
                     WATCH_DELIVERY_TIMEOUT,

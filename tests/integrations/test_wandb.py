@@ -369,3 +369,26 @@ def test_a_fit_resumed_from_a_checkpoint_continues_the_same_run(tmp_path):
     assert resumed["run"]["run_id"] == first.run_id and resumed["runs"][0]["resume"] is True
     assert [row["_step"] for row in resumed["history"]] == [12, 16]  # the global step goes on
     assert "tracktrain.changed.trainer/max_epochs:1 -> 2 (resumed at step 8)" in resumed["run"]["tags"]
+
+
+def test_with_watch_a_tracker_that_does_not_answer_costs_one_wait_not_one_per_step(tmp_path, monkeypatch, caplog):
+    """Publishing waits for its row only while W&B takes the rows: once a wait times out, training goes on without
+    waiting (a dead tracker never stalls training), and says once that histograms may now share rows."""
+    import tracktrain_integrations.wandb as wandb_module
+
+    monkeypatch.setattr(wandb_module, "WATCH_DELIVERY_TIMEOUT", 0.2)
+    logger = WandbLogger(watch="gradients", watch_log_freq=1)
+    send = logger._send
+    monkeypatch.setattr(logger, "_send", lambda records: (time.sleep(0.5), send(records))[1])  # far behind
+    logger.start(str(tmp_path / "root"))
+    logger.watch_module(torch.nn.Linear(2, 1))
+
+    waits = []
+    for step in range(1, 6):
+        started_at = time.monotonic()
+        logger.log_metrics({"loss": 1.0 / step}, step)
+        waits.append(time.monotonic() - started_at)
+    logger.finalize("FINISHED")
+
+    assert waits[0] >= 0.2 and sum(waits[1:]) < 0.2, waits
+    assert sum("training no longer waits" in record.getMessage() for record in caplog.records) == 1
