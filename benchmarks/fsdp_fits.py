@@ -25,16 +25,15 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from workloads import (
+    Classifier,
     EngineClock,
     bare_trainer,
     check_repeatable,
     check_steps,
+    data_parallel_epochs,
     lightning_clock,
     lightning_trainer,
-    timed_epochs,
 )
-
-from tracktrain import LoopModule
 
 RAW, TRACKTRAIN, LIGHTNING = "raw", "tracktrain", "lightning"
 DDP, FSDP, RAW_FSDP = "ddp", "fsdp", "raw-fsdp"  # the memory variants
@@ -112,19 +111,9 @@ def make_dataset(shape: Shape, samples: int, seed: int) -> TensorDataset:
     return TensorDataset(inputs, torch.randint(0, CLASSES, (samples,), generator=generator))
 
 
-class StackModule(LoopModule):
-    """tracktrain's module: the hand-written step plus `self.log` of the loss; keeps its optimizer at hand."""
-
-    def __init__(self, net: BlockStack) -> None:
-        super().__init__()
-        self.net = net
-        self.optimizer: torch.optim.Optimizer | None = None
-
-    def train_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        loss = F.cross_entropy(self.net(x), y)
-        self.log("loss", loss)
-        return loss
+class StackModule(Classifier):
+    """tracktrain's module: `Classifier`'s step (the hand-written one plus `self.log` of the loss) with AdamW, kept
+    at hand."""
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         self.optimizer = torch.optim.AdamW(self.parameters(), lr=LEARNING_RATE)
@@ -214,23 +203,10 @@ class StepConfig:
 
 def fit_raw(net: BlockStack, dataset: TensorDataset, batch_size: int, epochs: int, root_dir: str) -> Fit:
     """The hand-written FSDP2 loop, as the FSDP2 tutorial writes it: `fully_shard` on each block, then on the root;
-    AdamW on the shards; this rank's half of the data through a DistributedSampler in order. No logging."""
+    AdamW on the shards; then `data_parallel_epochs`."""
     shard_stack(net)
     optimizer = torch.optim.AdamW(net.parameters(), lr=LEARNING_RATE)
-    sampler = DistributedSampler(dataset, shuffle=False)
-    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler)
-    net.train()
-
-    def epoch(number: int) -> int:
-        sampler.set_epoch(number)
-        for x, y in loader:
-            optimizer.zero_grad()
-            loss = F.cross_entropy(net(x), y)
-            loss.backward()
-            optimizer.step()
-        return len(loader)
-
-    seconds, cpu, timed, steps = timed_epochs(epochs, epoch)
+    seconds, cpu, timed, steps = data_parallel_epochs(net, optimizer, dataset, batch_size, epochs)
     return Fit(seconds, timed, steps, net, cpu_seconds=cpu, optimizer=optimizer)
 
 

@@ -18,7 +18,6 @@ import torch.nn.functional as F
 import workloads
 from ranks import join_group, save
 from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler
 from workloads import (
     LEARNING_RATE,
     Classifier,
@@ -27,6 +26,7 @@ from workloads import (
     bare_trainer,
     check_repeatable,
     check_steps,
+    data_parallel_epochs,
     timed_epochs,
     weights,
 )
@@ -120,25 +120,11 @@ class DDPConfig:
 
 
 def fit_raw_ddp(workload: ClassifierData, epochs: int, root_dir: str) -> Fit:
-    """The hand-written DDP loop: DistributedDataParallel, this rank's shard through a DistributedSampler (in
-    order, as the Trainer's is for a loader that does not shuffle), set_epoch each epoch. No logging."""
+    """The hand-written DDP loop (`data_parallel_epochs`) on DistributedDataParallel and SGD."""
     net = workload.fresh_net()
     model = nn.parallel.DistributedDataParallel(net)
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
-    sampler = DistributedSampler(workload.dataset, shuffle=False)
-    loader = DataLoader(workload.dataset, batch_size=BATCH_SIZE, sampler=sampler)
-    model.train()
-
-    def epoch(number: int) -> int:
-        sampler.set_epoch(number)
-        for x, y in loader:
-            optimizer.zero_grad()
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            optimizer.step()
-        return len(loader)
-
-    seconds, cpu, timed, steps = timed_epochs(epochs, epoch)
+    seconds, cpu, timed, steps = data_parallel_epochs(model, optimizer, workload.dataset, BATCH_SIZE, epochs)
     return Fit(seconds, timed, steps, net, cpu_seconds=cpu)
 
 
