@@ -22,6 +22,7 @@ from tracktrain.trainer.datamodule import LOADER_METHODS
 from tracktrain.trainer.hooks import HOOK_EVENTS
 from tracktrain.trainer.lightning_names import (
     CALLBACK_HOOKS_NOT_CALLED,
+    LOG_ARGUMENTS_NOT_TAKEN,
     MODULE_ATTRIBUTES_NOT_READ,
     MODULE_HOOKS_NOT_CALLED,
     MODULE_NOT_OFFERED,
@@ -150,6 +151,22 @@ def test_every_public_name_of_lightnings_callback_is_ours_or_refused(L):
     lightning = public(L.Callback)
     classified(lightning, {"same": CALLBACK_SAME & lightning, "hooks not called": CALLBACK_HOOKS_NOT_CALLED})
     assert all(hasattr(Callback, name) for name in CALLBACK_SAME & lightning)
+
+
+def test_every_argument_of_lightnings_log_is_ours_or_refused(L, tmp_path):
+    lightning = set(inspect.signature(L.LightningModule.log).parameters)
+    ours = set(inspect.signature(LoopModule.log).parameters)
+    classified(lightning, {"same": ours & lightning, "not taken": LOG_ARGUMENTS_NOT_TAKEN})
+
+    class Ported(Classifier):
+        def eval_step(self, batch, batch_idx):
+            self.log("val_loss", 1.0, **{self.argument: None})
+
+    for name in LOG_ARGUMENTS_NOT_TAKEN:  # not silently taken: Python refuses an unknown argument
+        module = Ported()
+        module.argument = name
+        with pytest.raises(TypeError, match=name):
+            quiet_trainer(tmp_path).validate(module, make_loader(n=8))
 
 
 def positional(hook) -> list[str]:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 __all__ = [
     "CALLBACK_HOOKS_NOT_CALLED",
+    "LOG_ARGUMENTS_NOT_TAKEN",
     "MODULE_ATTRIBUTES_NOT_READ",
     "MODULE_HOOKS_NOT_CALLED",
     "MODULE_NOT_OFFERED",
@@ -174,8 +175,16 @@ TRAINER_ARGUMENTS_NOT_OFFERED = {
 }
 
 
-def _refuse(owner: str, name: str, message: str) -> None:
-    raise TypeError(message.format(owner=owner, name=name))
+# LightningModule.log(...) arguments that LoopModule.log does not take (a TypeError), with what to use
+LOG_ARGUMENTS_NOT_TAKEN = {
+    "reduce_fx": 'reduce="mean" | "sum" | "max" | "min" (the same reduction, under our name)',
+    "logger": "nothing: every logged value reaches the loggers (log it under another name to keep it out of them)",
+    "enable_graph": "nothing: logged values are detached (keep a tensor yourself for a graph)",
+    "sync_dist_group": "sync_dist=True reduces over the strategy's ranks (the whole group)",
+    "add_dataloader_idx": "nothing yet: under several loaders the steps' names always get /dataloader_idx_N",
+    "metric_attribute": "nothing: a TorchMetrics metric is found by its object (log the metric attribute itself)",
+    "rank_zero_only": "nothing: epoch values are reduced with sync_dist, and only rank 0 talks to the loggers",
+}
 
 
 def check_lightning_methods(module: object, base: type) -> None:
