@@ -214,3 +214,19 @@ def test_batch_hooks_under_several_loaders_are_told_where_the_batch_is_from(tmp_
     hooks = [call for call in module.calls if call[0] == "hook"]
     assert hooks == [("hook", 0, (0, 0)), ("hook", 1, (0, 1)), ("hook", 2, (1, 0))]
     assert quiet_trainer(tmp_path).evaluation.position is None  # no pass under way
+
+
+class Stream(torch.utils.data.IterableDataset):
+    """Inputs 100, 102, 104 with no length."""
+
+    def __iter__(self):
+        return iter(torch.tensor([[100.0], [102.0], [104.0]]))
+
+
+def test_a_loader_without_a_length_among_several_is_read_to_its_end_or_its_limit(tmp_path):
+    module = Recorder()
+    quiet_trainer(tmp_path).validate(module, [ramp(0, 4), DataLoader(Stream(), batch_size=2)])
+    assert module.calls[1:-1] == [(0, 0, 0.5), (1, 0, 2.5), (0, 1, 101.0), (1, 1, 104.0)]
+    module = Recorder()
+    quiet_trainer(tmp_path, limit_val_batches=1).validate(module, [DataLoader(Stream(), batch_size=1), ramp(0, 4)])
+    assert module.calls[1:-1] == [(0, 0, 100.0), (0, 1, 0.5)]  # the limit: of each loader
