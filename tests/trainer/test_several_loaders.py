@@ -220,7 +220,7 @@ class Stream(torch.utils.data.IterableDataset):
     """Inputs 100, 102, 104 with no length."""
 
     def __iter__(self):
-        return iter(torch.tensor([[100.0], [102.0], [104.0]]))
+        return iter([(torch.tensor([value]),) for value in (100.0, 102.0, 104.0)])  # batches as ramp's: (inputs,)
 
 
 def test_a_loader_without_a_length_among_several_is_read_to_its_end_or_its_limit(tmp_path):
