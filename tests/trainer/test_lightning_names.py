@@ -171,13 +171,13 @@ def test_every_argument_of_lightnings_log_is_ours_or_refused(L, tmp_path):
 
 def positional(hook) -> list[str]:
     names = list(inspect.signature(hook).parameters)
-    return ["module" if name == "pl_module" else name for name in names if name != "dataloader_idx"]
+    return ["module" if name == "pl_module" else name for name in names]
 
 
 @pytest.mark.parametrize("owner", ["module", "callback"])
 def test_the_hooks_we_share_take_lightnings_arguments(L, owner):
-    """Lightning calls hooks positionally; ours get the same arguments in the same order. (The evaluation batch
-    hooks do not get Lightning's dataloader_idx yet: tracktrain/trainer/hooks.py.)"""
+    """Lightning calls hooks positionally; ours get the same arguments in the same order (the evaluation batch hooks'
+    dataloader_idx included: passed when a pass reads several loaders)."""
     ours, theirs = (LoopModule, L.LightningModule) if owner == "module" else (Callback, L.Callback)
     for name in HOOK_EVENTS:
         if hasattr(theirs, name) and hasattr(ours, name):

@@ -200,33 +200,32 @@ def test_the_step_loss_of_a_classifier_is_unchanged_by_a_second_loader(tmp_path)
     assert together["val_loss/dataloader_idx_1"] == pytest.approx(alone[1])
 
 
-def test_batch_hooks_under_several_loaders_are_told_where_the_batch_is_from(tmp_path):
-    """The hooks' own batch_idx counts across the loaders (tracktrain/trainer/hooks.py reads it from the engine): a
-    warning says so, and `trainer.evaluation.position` is the batch's loader and its index within it."""
+def test_batch_hooks_under_several_loaders_get_the_index_within_the_loader_and_the_loaders(tmp_path):
+    """As Lightning: under several loaders a batch hook gets `batch_idx` within the batch's loader and that loader's
+    `dataloader_idx` (one loader: two arguments, as before); a hook with no room for the index is refused before the
+    pass, naming the fix."""
+    from tracktrain import Callback
 
     class Hooked(Recorder):
+        def on_validation_batch_start(self, batch, batch_idx, dataloader_idx=0):
+            self.calls.append(("start", batch_idx, dataloader_idx))
+
+    class Watch(Callback):
+        def __init__(self) -> None:
+            self.seen: list = []
+
+        def on_validation_batch_end(self, trainer, module, outputs, batch, batch_idx, dataloader_idx=0):
+            self.seen.append((batch_idx, dataloader_idx, batch[0].mean().item()))
+
+    module, watch = Hooked(), Watch()
+    quiet_trainer(tmp_path, callbacks=[watch]).validate(module, [ramp(0, 4), ramp(10, 2)])
+    assert [call[1:] for call in module.calls if call[0] == "start"] == [(0, 0), (1, 0), (0, 1)]
+    assert watch.seen == [(0, 0, 0.5), (1, 0, 2.5), (0, 1, 10.5)]
+
+    class Old(Recorder):
         def on_validation_batch_start(self, batch, batch_idx):
-            self.calls.append(("hook", batch_idx, self.trainer.evaluation.position))
+            pass
 
-    module = Hooked()
-    with pytest.warns(UserWarning, match=r"Hooked.on_validation_batch_start get\(s\) batch_idx counted across"):
-        quiet_trainer(tmp_path).validate(module, [ramp(0, 4), ramp(10, 2)])
-    hooks = [call for call in module.calls if call[0] == "hook"]
-    assert hooks == [("hook", 0, (0, 0)), ("hook", 1, (0, 1)), ("hook", 2, (1, 0))]
-    assert quiet_trainer(tmp_path).evaluation.position is None  # no pass under way
-
-
-class Stream(torch.utils.data.IterableDataset):
-    """Inputs 100, 102, 104 with no length."""
-
-    def __iter__(self):
-        return iter([(torch.tensor([value]),) for value in (100.0, 102.0, 104.0)])  # batches as ramp's: (inputs,)
-
-
-def test_a_loader_without_a_length_among_several_is_read_to_its_end_or_its_limit(tmp_path):
-    module = Recorder()
-    quiet_trainer(tmp_path).validate(module, [ramp(0, 4), DataLoader(Stream(), batch_size=2)])
-    assert module.calls[1:-1] == [(0, 0, 0.5), (1, 0, 2.5), (0, 1, 101.0), (1, 1, 104.0)]
-    module = Recorder()
-    quiet_trainer(tmp_path, limit_val_batches=1).validate(module, [DataLoader(Stream(), batch_size=1), ramp(0, 4)])
-    assert module.calls[1:-1] == [(0, 0, 100.0), (0, 1, 0.5)]  # the limit: of each loader
+    with pytest.raises(TypeError, match=r"Old.on_validation_batch_start\(\) takes no dataloader_idx"):
+        quiet_trainer(tmp_path).validate(Old(), [ramp(0, 4), ramp(10, 2)])
+    quiet_trainer(tmp_path).validate(Old(), ramp(0, 4))  # one loader: called with (batch, batch_idx)

@@ -109,7 +109,13 @@ class ConfusionMatrixPlot(Callback):
         self._counts = None
 
     def on_validation_batch_end(
-        self, trainer: Trainer, module: LoopModule, outputs: Any, batch: Any, batch_idx: int
+        self,
+        trainer: Trainer,
+        module: LoopModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
     ) -> None:
         if not self._active:
             return

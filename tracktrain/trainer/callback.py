@@ -105,10 +105,18 @@ class Callback:
 
     def on_validation_epoch_end(self, trainer: Trainer, module: LoopModule) -> None: ...
 
-    def on_validation_batch_start(self, trainer: Trainer, module: LoopModule, batch: Any, batch_idx: int) -> None: ...
+    def on_validation_batch_start(
+        self, trainer: Trainer, module: LoopModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None: ...
 
     def on_validation_batch_end(
-        self, trainer: Trainer, module: LoopModule, outputs: Any, batch: Any, batch_idx: int
+        self,
+        trainer: Trainer,
+        module: LoopModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
     ) -> None: ...
 
     # ------------------------------------------------------------------------------------------------ test
@@ -120,10 +128,18 @@ class Callback:
 
     def on_test_epoch_end(self, trainer: Trainer, module: LoopModule) -> None: ...
 
-    def on_test_batch_start(self, trainer: Trainer, module: LoopModule, batch: Any, batch_idx: int) -> None: ...
+    def on_test_batch_start(
+        self, trainer: Trainer, module: LoopModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None: ...
 
     def on_test_batch_end(
-        self, trainer: Trainer, module: LoopModule, outputs: Any, batch: Any, batch_idx: int
+        self,
+        trainer: Trainer,
+        module: LoopModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
     ) -> None: ...
 
     # --------------------------------------------------------------------------------------------- predict
@@ -135,10 +151,18 @@ class Callback:
 
     def on_predict_epoch_end(self, trainer: Trainer, module: LoopModule) -> None: ...
 
-    def on_predict_batch_start(self, trainer: Trainer, module: LoopModule, batch: Any, batch_idx: int) -> None: ...
+    def on_predict_batch_start(
+        self, trainer: Trainer, module: LoopModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None: ...
 
     def on_predict_batch_end(
-        self, trainer: Trainer, module: LoopModule, outputs: Any, batch: Any, batch_idx: int
+        self,
+        trainer: Trainer,
+        module: LoopModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
     ) -> None: ...
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -65,7 +64,7 @@ class EvaluationStages:
             epoch_length = 0 if all(length == 0 for length in lengths) else loader_length(several)
         steps = self._steps(stage, module, 1 if given is None else len(given))
         if given is not None:
-            _warn_about_batch_hooks(stage, [module, *trainer.callbacks])
+            _check_batch_hooks(stage, [module, *trainer.callbacks])
         if epoch_length == 0:
             return {}
         self.loader_count = 1 if given is None else len(given)
@@ -102,13 +101,6 @@ class EvaluationStages:
                 if not suffix or index == str(dataloader_idx):
                     result[name] = value
         return per_loader
-
-    @property
-    def position(self) -> tuple[int, int] | None:
-        """While a pass reads several loaders: `(dataloader_idx, batch_idx)` of the batch under way (its loader, and
-        its index within that loader), for batch hooks; None otherwise."""
-        several = self._several
-        return None if several is None else (several.dataloader_idx, several.batch_idx)
 
     def evaluate_batch(self, engine: Engine, batch: Any) -> Any:
         trainer = self._trainer
@@ -181,27 +173,24 @@ class EvaluationStages:
         return batch if device.type == "cpu" else move_to_device(batch, device)  # CPU: no walk over the batch
 
 
-def _warn_about_batch_hooks(stage: str, targets: list[Any]) -> None:
-    """Under several loaders the batch hooks get `batch_idx` counted across the loaders and no `dataloader_idx` (the
-    hooks' arguments are read from the engine: `tracktrain.trainer.hooks`): said once, where a hook is defined."""
+def _check_batch_hooks(stage: str, targets: list[Any]) -> None:
+    """Under several loaders the batch hooks get `dataloader_idx` after `batch_idx` (`tracktrain.trainer.hooks`, as
+    Lightning passes it): a hook defined without room for it is refused before the pass, naming the fix."""
     from tracktrain.trainer.callback import Callback
 
     name = {"validate": "validation", "test": "test", "predict": "predict"}[stage]
-    hooks = (f"on_{name}_batch_start", f"on_{name}_batch_end")
-    defined = [
-        f"{type(target).__name__}.{hook}"
-        for target in targets
-        for hook in hooks
-        if getattr(type(target), hook, None)
-        is not getattr(Callback if isinstance(target, Callback) else LoopModule, hook)
-    ]
-    if defined:
-        warnings.warn(
-            f"Several {_STAGE_LOADERS[stage]} loaders: {', '.join(defined)} get(s) batch_idx counted across the loaders "
-            "and no dataloader_idx (Lightning passes the index within the batch's loader, and the loader's). Read "
-            "trainer.evaluation.position, (dataloader_idx, batch_idx), in the hook.",
-            stacklevel=2,
-        )
+    for target in targets:
+        base = Callback if isinstance(target, Callback) else LoopModule
+        for hook in (f"on_{name}_batch_start", f"on_{name}_batch_end"):
+            if getattr(type(target), hook, None) is getattr(base, hook):
+                continue
+            parameters = inspect.signature(getattr(target, hook)).parameters.values()
+            if not any(p.name == "dataloader_idx" or p.kind is p.VAR_POSITIONAL for p in parameters):
+                raise TypeError(
+                    f"Several {_STAGE_LOADERS[stage]} loaders are given, but {type(target).__name__}.{hook}() takes no "
+                    "dataloader_idx, which tells it which loader the batch is from (its batch_idx counts within that "
+                    "loader): add dataloader_idx=0 to its signature, as Lightning's hook has it."
+                )
 
 
 def _with_index(method: Callable[..., Any], dataloader_idx: int) -> Callable[[Any, int], Any]:

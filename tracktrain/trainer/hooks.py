@@ -14,6 +14,7 @@ from typing import Any
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import EventEnum, Events
 from tracktrain.engine.model_engine import StepEvents
+from tracktrain.trainer.batches import SequentialLoaders
 
 __all__ = ["HOOK_EVENTS", "HookEvent", "TrainerEvents", "batch_index", "hook_handlers"]
 
@@ -50,6 +51,19 @@ def _batch(engine: Engine) -> tuple:
 
 def _outputs_batch(engine: Engine) -> tuple:
     return engine.state.output, engine.state.batch, batch_index(engine)
+
+
+def _evaluation_batch(engine: Engine) -> tuple:
+    """An evaluation batch hook's arguments, as Lightning gives them: `(batch, batch_idx)`, and when the pass reads
+    several loaders, `batch_idx` within the batch's loader and that loader's `dataloader_idx` after it."""
+    loaders = engine.state.dataloader
+    if isinstance(loaders, SequentialLoaders):
+        return engine.state.batch, loaders.batch_idx, loaders.dataloader_idx
+    return _batch(engine)
+
+
+def _evaluation_outputs_batch(engine: Engine) -> tuple:
+    return (engine.state.output, *_evaluation_batch(engine))
 
 
 def _loss(engine: Engine) -> tuple:
@@ -100,8 +114,8 @@ for _stage, _name in (("validate", "validation"), ("test", "test"), ("predict", 
             f"on_{_name}_end": HookEvent(_stage, Events.COMPLETED),
             f"on_{_name}_epoch_start": HookEvent(_stage, Events.EPOCH_STARTED),
             f"on_{_name}_epoch_end": HookEvent(_stage, Events.EPOCH_COMPLETED),
-            f"on_{_name}_batch_start": HookEvent(_stage, Events.ITERATION_STARTED, _batch),
-            f"on_{_name}_batch_end": HookEvent(_stage, Events.ITERATION_COMPLETED, _outputs_batch),
+            f"on_{_name}_batch_start": HookEvent(_stage, Events.ITERATION_STARTED, _evaluation_batch),
+            f"on_{_name}_batch_end": HookEvent(_stage, Events.ITERATION_COMPLETED, _evaluation_outputs_batch),
         }
     )
 
