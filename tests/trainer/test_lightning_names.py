@@ -142,9 +142,11 @@ def test_every_argument_of_lightnings_trainer_is_ours_or_refused(L):
     ours = set(inspect.signature(Trainer).parameters)
     assert TRAINER_ARGUMENTS_SAME <= ours, sorted(TRAINER_ARGUMENTS_SAME - ours)
     assert not (set(TRAINER_ARGUMENTS_NOT_OFFERED) & ours), "now ours: move them to TRAINER_ARGUMENTS_SAME"
-    for name in TRAINER_ARGUMENTS_NOT_OFFERED:  # not silently taken: Python refuses an unknown argument
-        with pytest.raises(TypeError, match=name):
+    for name in TRAINER_ARGUMENTS_NOT_OFFERED:  # not silently taken: refused, saying what to use instead
+        with pytest.raises(TypeError, match=rf"'{name}': Lightning's, which tracktrain does not take\. Use "):
             Trainer(**{name: None})
+    with pytest.raises(TypeError, match=r"'max_epoch'\. Did you mean max_epochs"):  # a misspelling: the close names
+        Trainer(max_epoch=3)
 
 
 def test_every_public_name_of_lightnings_callback_is_ours_or_refused(L):
@@ -208,6 +210,18 @@ def test_a_callback_defining_a_lightning_hook_we_never_call_is_refused(tmp_path,
     callback = type("PortedCallback", (Callback,), {name: _hook})()
     with pytest.raises(TypeError, match=rf"PortedCallback defines {name}\(\).*does not call.*Use on_"):
         quiet_trainer(tmp_path, callbacks=[callback])
+
+
+def test_a_callback_from_configure_callbacks_defining_a_lightning_hook_we_never_call_is_refused(tmp_path):
+    """The module's own callbacks are checked as the Trainer's are (they join them when an entry point starts)."""
+    callback = type("PortedCallback", (Callback,), {"setup": _hook})()
+
+    class WithCallbacks(Classifier):
+        def configure_callbacks(self):
+            return [callback]
+
+    with pytest.raises(TypeError, match=r"PortedCallback defines setup\(\).*does not call"):
+        quiet_trainer(tmp_path, max_epochs=1).fit(WithCallbacks(), make_loader(n=8))
 
 
 def test_the_hooks_a_module_may_define_are_called():

@@ -9,9 +9,16 @@ Properties with a setter (`should_stop`) are settable too; a subclass of `Traine
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
+from collections.abc import Callable
+from typing import ParamSpec
 
-__all__ = ["TRAINER_ATTRIBUTES", "refuse_attribute"]
+from tracktrain.trainer.lightning_names import TRAINER_ARGUMENTS_NOT_OFFERED
+
+P = ParamSpec("P")
+
+__all__ = ["TRAINER_ATTRIBUTES", "refuse_attribute", "refusing_unknown_arguments"]
 
 # Every attribute a Trainer holds (set in `Trainer.__init__`, and by the Trainer's own parts during a run).
 TRAINER_ATTRIBUTES = frozenset(
@@ -46,6 +53,30 @@ _LIGHTNING_NAMES = {
     "devices": "torchrun --nproc_per_node (or tracktrain.distributed.spawn): processes come from the launcher (Trainer(devices=...) checks their number)",
     "num_nodes": "torchrun --nnodes: processes come from the launcher",
 }
+
+
+def refusing_unknown_arguments(init: Callable[P, None]) -> Callable[P, None]:
+    """`Trainer.__init__`, raising a TypeError that says what to use for an argument it does not take: Lightning's
+    that are not ours (`min_epochs`, `num_nodes`, ...) with their replacement, a misspelling with the close names.
+    (Python's own error names the argument but not the fix.) The signature stays `init`'s (`__wrapped__`)."""
+    parameters = inspect.signature(init).parameters
+
+    @functools.wraps(init)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> None:
+        for name in kwargs:
+            if name in parameters:
+                continue
+            what = f"Trainer() got an unexpected keyword argument {name!r}"
+            if name in TRAINER_ARGUMENTS_NOT_OFFERED:
+                raise TypeError(
+                    f"{what}: Lightning's, which tracktrain does not take. Use {TRAINER_ARGUMENTS_NOT_OFFERED[name]}."
+                )
+            close = difflib.get_close_matches(name, [key for key in parameters if key != "self"], n=3)
+            hint = f" Did you mean {' or '.join(close)}?" if close else " See help(Trainer) for its arguments."
+            raise TypeError(what + "." + hint)
+        init(*args, **kwargs)
+
+    return checked
 
 
 def refuse_attribute(trainer_class: type, name: str) -> None:

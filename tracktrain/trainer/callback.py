@@ -185,6 +185,7 @@ def with_module_callbacks(callbacks: list[Callback], module: LoopModule) -> list
     """`callbacks` with those of `module.configure_callbacks()`, by Lightning's rule: a module's callback replaces the
     given ones of its exact type, and checkpointing callbacks (`Checkpointer`s: `ModelCheckpoint`) go last, so they
     save what the others did. Each entry point applies it (the Trainer's list keeps the result, as Lightning's)."""
+    from tracktrain.trainer.lightning_names import check_lightning_callback
     from tracktrain.trainer.run_checkpoints import Checkpointer  # the seam checkpointing callbacks implement
 
     returned = module.configure_callbacks()
@@ -201,6 +202,7 @@ def with_module_callbacks(callbacks: list[Callback], module: LoopModule) -> list
                 f"{type(module).__name__}.configure_callbacks() returned {callback!r}, which is not a "
                 "tracktrain.Callback; subclass tracktrain.Callback (its hooks are Lightning's)."
             )
+        check_lightning_callback(callback, Callback)  # as Trainer(callbacks=...) checks them: no hook ignored
     if not added:
         return callbacks
     replaced = {type(callback) for callback in added}

@@ -18,7 +18,7 @@ from tracktrain.engine.events import Events
 from tracktrain.engine.model_engine import ModelEngine
 from tracktrain.rng import manual_seed
 from tracktrain.trainer import arguments, defaults
-from tracktrain.trainer.attributes import TRAINER_ATTRIBUTES, refuse_attribute
+from tracktrain.trainer.attributes import TRAINER_ATTRIBUTES, refuse_attribute, refusing_unknown_arguments
 from tracktrain.trainer.building import as_loop_module
 from tracktrain.trainer.callback import Callback, check_state_keys, with_module_callbacks
 from tracktrain.trainer.datamodule import DataModule, StageData
@@ -112,6 +112,7 @@ class Trainer:
         devices: Lightning's; the processes come from torchrun (`--nproc_per_node`): "auto", or their number, checked.
     """
 
+    @refusing_unknown_arguments
     def __init__(
         self,
         max_epochs: int | None = None,
