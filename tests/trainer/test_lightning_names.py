@@ -323,3 +323,24 @@ def test_a_datamodule_is_lightnings_in_names(L):
     }
     missing -= {"remove_ignored_hparams", "allow_zero_length_dataloader_with_multiple_devices"}
     assert not missing, f"LightningDataModule names nobody classified: {sorted(missing)}"
+
+
+def test_lightnings_reduce_fx_and_add_dataloader_idx_mean_what_they_mean_there(tmp_path):
+    class Ported(Classifier):
+        def eval_step(self, batch, batch_idx, dataloader_idx=0):
+            self.log("peak", float(batch_idx), reduce_fx=torch.max)  # torch's function, as Lightning takes it
+            self.log("total", 1.0, reduce_fx="sum", add_dataloader_idx=False)  # one name over both loaders
+
+    first, second = quiet_trainer(tmp_path).validate(Ported(), [make_loader(n=24), make_loader(n=16)])
+
+    assert first["peak/dataloader_idx_0"] == 2.0 and second["peak/dataloader_idx_1"] == 1.0  # 3 and 2 batches
+    assert first["total"] == second["total"] == 5.0  # every batch of both loaders summed under the one name
+
+
+def test_a_misspelt_log_argument_names_the_close_ones(tmp_path):
+    class Typo(Classifier):
+        def eval_step(self, batch, batch_idx):
+            self.log("val_loss", 1.0, prog_barr=True)
+
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'prog_barr'\. Did you mean prog_bar"):
+        quiet_trainer(tmp_path).validate(Typo(), make_loader(n=8))

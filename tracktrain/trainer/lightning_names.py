@@ -12,6 +12,7 @@ Callback is ours with the same meaning, renamed, or listed here; a name Lightnin
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 __all__ = [
     "CALLBACK_HOOKS_NOT_CALLED",
@@ -24,6 +25,8 @@ __all__ = [
     "TRAINER_NOT_OFFERED",
     "check_lightning_callback",
     "check_lightning_methods",
+    "reduction_of",
+    "refuse_log_arguments",
 ]
 
 # LightningModule: Lightning's name -> ours (the design's renames)
@@ -177,14 +180,55 @@ TRAINER_ARGUMENTS_NOT_OFFERED = {
 
 # LightningModule.log(...) arguments that LoopModule.log does not take (a TypeError), with what to use
 LOG_ARGUMENTS_NOT_TAKEN = {
-    "reduce_fx": 'reduce="mean" | "sum" | "max" | "min" (the same reduction, under our name)',
     "logger": "nothing: every logged value reaches the loggers (log it under another name to keep it out of them)",
     "enable_graph": "nothing: logged values are detached (keep a tensor yourself for a graph)",
     "sync_dist_group": "sync_dist=True reduces over the strategy's ranks (the whole group)",
-    "add_dataloader_idx": "nothing yet: under several loaders the steps' names always get /dataloader_idx_N",
     "metric_attribute": "nothing: a TorchMetrics metric is found by its object (log the metric attribute itself)",
     "rank_zero_only": "nothing: epoch values are reduced with sync_dist, and only rank 0 talks to the loggers",
 }
+
+
+# torch's reductions Lightning's reduce_fx takes -> ours
+_REDUCTIONS = {"mean": "mean", "sum": "sum", "max": "max", "min": "min"}
+
+
+def reduction_of(reduce_fx: Any, reduce: str) -> str:
+    """`self.log(reduce_fx=...)` (Lightning's: "mean", "sum", "max", "min" or torch's function of that name) as our
+    `reduce`; giving both, different, is an error."""
+    name = reduce_fx if isinstance(reduce_fx, str) else getattr(reduce_fx, "__name__", None)
+    if name not in _REDUCTIONS:
+        raise ValueError(
+            f"self.log(reduce_fx={reduce_fx!r}): the epoch's values reduce with 'mean', 'sum', 'max' or 'min' (or "
+            "torch.mean, torch.sum, torch.max, torch.min)."
+        )
+    if reduce != "mean" and reduce != _REDUCTIONS[name]:
+        raise ValueError(f"self.log got reduce={reduce!r} and reduce_fx={reduce_fx!r}; give one of them.")
+    return _REDUCTIONS[name]
+
+
+def refuse_log_arguments(given: dict[str, Any]) -> None:
+    """A TypeError for `self.log`'s arguments we do not take: Lightning's with what to use, others with the close
+    names."""
+    import difflib
+
+    for name in given:
+        if name in LOG_ARGUMENTS_NOT_TAKEN:
+            raise TypeError(
+                f"self.log() got {name}=..., Lightning's, which tracktrain does not take. Use {LOG_ARGUMENTS_NOT_TAKEN[name]}."
+            )
+        taken = [
+            "prog_bar",
+            "on_step",
+            "on_epoch",
+            "reduce",
+            "sync_dist",
+            "batch_size",
+            "add_dataloader_idx",
+            "reduce_fx",
+        ]
+        close = difflib.get_close_matches(name, taken, n=3)
+        hint = f" Did you mean {' or '.join(close)}?" if close else f" It takes: {', '.join(taken)}."
+        raise TypeError(f"self.log() got an unexpected keyword argument {name!r}.{hint}")
 
 
 def check_lightning_methods(module: object, base: type) -> None:

@@ -112,8 +112,10 @@ class MetricLog:
         reduce: str = "mean",
         sync_dist: bool = False,
         batch_size: int | None = None,
+        add_dataloader_idx: bool = True,
     ) -> None:
-        if self.loaders is not None and self.in_step and isinstance(name, str):  # the epoch hooks' are every loader's
+        if add_dataloader_idx and self.loaders is not None and self.in_step and isinstance(name, str):
+            # the epoch hooks' values are every loader's: no index
             name = f"{name}{DATALOADER_SUFFIX}{self.loaders.dataloader_idx}"
         entry = self._entries.get(name)
         if entry is None:

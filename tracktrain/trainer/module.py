@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
@@ -12,6 +12,7 @@ from torch import nn
 
 from tracktrain import ranks
 from tracktrain.trainer.hparams import AttributeDict, HyperparametersMixin
+from tracktrain.trainer.lightning_names import reduction_of, refuse_log_arguments
 
 if TYPE_CHECKING:
     from tracktrain.trainer.callback import Callback
@@ -195,17 +196,28 @@ class LoopModule(HyperparametersMixin, nn.Module):
         reduce: str = "mean",
         sync_dist: bool = False,
         batch_size: int | None = None,
+        add_dataloader_idx: bool = True,
+        reduce_fx: str | Callable[..., Any] | None = None,
+        **lightning: Any,
     ) -> None:
         """Log a scalar. Defaults: in `train_step` per step only; in evaluation steps and hooks per epoch only.
 
         Per-epoch values are reduced over the epoch with `reduce` ("mean" weighted by `batch_size`, by default
-        the batch's length; "sum", "max", "min") and, with `sync_dist`, across processes. A value logged
-        both per step and per epoch appears as `name_step` and `name_epoch`. Values stay tensors: they are read
-        from the device only when they are published (every `log_every_n_steps`) or shown. Outside a Trainer
-        this does nothing.
+        the batch's length; "sum", "max", "min"; Lightning's `reduce_fx`, a name or `torch.mean`/`sum`/`max`/`min`,
+        is the same) and, with `sync_dist`, across processes. A value logged both per step and per epoch appears
+        as `name_step` and `name_epoch`. Under several evaluation loaders a step's value is named
+        `name/dataloader_idx_N` (not with `add_dataloader_idx=False`). Values stay tensors: they are read from the
+        device only when they are published (every `log_every_n_steps`) or shown. Outside a Trainer this does
+        nothing. Lightning's other arguments of `log` are refused, naming what to use.
         """
+        if lightning:
+            refuse_log_arguments(lightning)
+        if reduce_fx is not None:
+            reduce = reduction_of(reduce_fx, reduce)
         if self._trainer is not None:
-            self._trainer.metric_log.log(name, value, prog_bar, on_step, on_epoch, reduce, sync_dist, batch_size)
+            self._trainer.metric_log.log(
+                name, value, prog_bar, on_step, on_epoch, reduce, sync_dist, batch_size, add_dataloader_idx
+            )
 
     def log_dict(self, metrics: Mapping[str, torch.Tensor | float], **options: Any) -> None:
         """`log` each entry of `metrics` with the same options."""
