@@ -27,7 +27,7 @@ and datamodule are built from their init arguments, so what `save_hyperparameter
 (their hparams reach the loggers the same way), and the merged config is written to the run's root directory as
 `config.yaml` and sent to the trackers when a fit starts (LightningCLI's `SaveConfigCallback`).
 
-Built on the standard library (tomllib, json) and PyYAML where installed (`pip install pyyaml`: YAML configs and
+Built on the standard library (tomllib, json) and PyYAML where installed (`pip install "tracktrain[cli]"`: YAML configs and
 `--print_config` as YAML; JSON configs and TOML configs need nothing), rather than jsonargparse (LightningCLI's parser):
 the checks tracktrain needs are a class signature's names and required arguments, which take a page here;
 jsonargparse's type-driven parsing (nested dataclasses, unions, `--help` per class) would be one more dependency of
@@ -121,7 +121,7 @@ def _yaml() -> ModuleType:
         import yaml  # type: ignore[import-untyped]
     except ImportError as error:
         raise ImportError(
-            f"YAML configs need PyYAML ({error}): pip install pyyaml (or give a .toml or .json config)."
+            f'YAML configs need PyYAML ({error}): pip install "tracktrain[cli]" (or give a .toml or .json config).'
         ) from error
     return yaml
 
