@@ -98,3 +98,58 @@ def test_fp16_with_manual_optimization_steps_through_the_scaler(tmp_path):
     assert trainer.global_step + skipped == 32 and skipped < 16
     assert all(not torch.equal(a, b) for a, b in zip(before, module.parameters()))
     assert all(torch.isfinite(p).all() for p in module.parameters())
+
+
+# ------------------------------------------------------------------------- Lightning's "true" precisions
+def test_64_true_trains_as_a_hand_written_float64_loop_bit_for_bit(tmp_path):
+    """The weights, the floating inputs and what the forward creates in float64; the labels stay integers."""
+    import torch.nn.functional as F
+
+    seen = []
+
+    class Recording(Classifier):
+        def train_step(self, batch, batch_idx):
+            x, y = batch
+            seen.append((x.dtype, y.dtype, torch.zeros(1).dtype))
+            return super().train_step(batch, batch_idx)
+
+    module = Recording()
+    Trainer(**quiet(tmp_path, max_epochs=2, precision="64-true", logger=False)).fit(module, make_loader())
+
+    by_hand = Classifier().double()
+    optimizer = torch.optim.SGD(by_hand.parameters(), lr=0.1)
+    for _ in range(2):
+        for x, y in make_loader():
+            optimizer.zero_grad()
+            F.cross_entropy(by_hand(x.double()), y).backward()
+            optimizer.step()
+    assert set(seen) == {(torch.float64, torch.int64, torch.float64)}
+    assert torch.get_default_dtype() == torch.float32  # restored after each step
+    assert all(p.dtype == torch.float64 for p in module.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(module.parameters(), by_hand.parameters()))
+
+
+@pytest.mark.parametrize(("precision", "dtype"), [("bf16-true", torch.bfloat16), ("16-true", torch.float16)])
+def test_half_true_precisions_keep_the_weights_in_half_and_validate_and_load_back(tmp_path, precision, dtype):
+    from tracktrain.callbacks import ModelCheckpoint
+
+    trainer = Trainer(
+        **{
+            **quiet(tmp_path, max_epochs=2, precision=precision, logger=False),
+            "callbacks": [ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="val_loss")],
+            "enable_checkpointing": True,
+        }
+    )
+    module = Classifier()
+    trainer.fit(module, make_loader(), make_loader())
+
+    assert all(p.dtype == dtype for p in module.parameters()) and trainer.model_engine.scaler is None
+    (result,) = trainer.validate(module, make_loader())
+    assert torch.isfinite(torch.tensor(result["val_loss"]))
+    loaded = Classifier.load_from_checkpoint(trainer.checkpoint_callback.best_model_path)
+    assert all(torch.equal(a.to(dtype), b) for a, b in zip(loaded.parameters(), module.parameters()))
+
+
+def test_an_unknown_precision_lists_the_true_ones_too():
+    with pytest.raises(ValueError, match=r"'bf16-true', '16-true', '64-true'"):
+        Trainer(precision="8-true")

@@ -3,12 +3,12 @@ each, for the Ignite-style steps, `ModelEngine`'s schedule and the Trainer."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
-__all__ = ["convert_tensor", "move_to_device", "split_batch"]
+__all__ = ["cast_floating", "convert_tensor", "move_to_device", "split_batch"]
 
 Device = str | torch.device | None
 
@@ -17,14 +17,25 @@ def convert_tensor(value: Any, device: Device = None, non_blocking: bool = False
     """Move tensors, also inside lists, tuples, named tuples and dicts, to `device`; other values pass through."""
     if device is None:
         return value
+    return _map_tensors(value, lambda tensor: tensor.to(device=device, non_blocking=non_blocking))
+
+
+def cast_floating(value: Any, dtype: torch.dtype) -> Any:
+    """`value` with every floating-point tensor in it cast to `dtype` (a "true" precision's inputs); integer tensors
+    (labels, indices) keep their dtype."""
+    return _map_tensors(value, lambda tensor: tensor.to(dtype) if tensor.is_floating_point() else tensor)
+
+
+def _map_tensors(value: Any, convert: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """`convert` applied to every tensor in `value`, also inside lists, tuples, named tuples and dicts."""
     if isinstance(value, torch.Tensor):
-        return value.to(device=device, non_blocking=non_blocking)
+        return convert(value)
     if isinstance(value, Mapping):
-        return type(value)({k: convert_tensor(v, device, non_blocking) for k, v in value.items()})  # type: ignore[call-arg]
+        return type(value)({k: _map_tensors(v, convert) for k, v in value.items()})  # type: ignore[call-arg]
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # namedtuple
-        return type(value)(*(convert_tensor(v, device, non_blocking) for v in value))
+        return type(value)(*(_map_tensors(v, convert) for v in value))
     if isinstance(value, (list, tuple)):
-        return type(value)(convert_tensor(v, device, non_blocking) for v in value)
+        return type(value)(_map_tensors(v, convert) for v in value)
     return value
 
 

@@ -104,6 +104,8 @@ class ModelEngine:
         scaler: a `torch.amp.GradScaler` (fp16): `backward` scales the loss, `step` unscales before clipping
             and skips the update when gradients are inf/NaN.
         autocast_dtype: run forward and loss under `torch.autocast` with this dtype (None: full precision).
+        param_dtype: the dtype the model's weights are in under a "true" precision (Lightning's "bf16-true",
+            "16-true", "64-true": no autocast): tensors the forward and loss create take it (the default dtype).
         device_type: autocast's device type; by default that of the model's first parameter.
         optimizer_step: how the optimizer steps (default `optimizer.step()`; XLA marks the step too).
         schedule: how a batch goes through the model (`tracktrain.engine.schedule`); default: the whole batch at
@@ -125,6 +127,7 @@ class ModelEngine:
         clip_grad_value: float | None = None,
         scaler: torch.amp.GradScaler | None = None,
         autocast_dtype: torch.dtype | None = None,
+        param_dtype: torch.dtype | None = None,
         device_type: str | None = None,
         optimizer_step: Callable[[torch.optim.Optimizer], None] = _optimizer_step,
         schedule: BaseSchedule | None = None,
@@ -143,6 +146,8 @@ class ModelEngine:
             raise TypeError(f"scaler must be a torch.amp.GradScaler or None, got {scaler!r}.")
         if autocast_dtype not in (None, torch.float16, torch.bfloat16):
             raise ValueError(f"autocast_dtype must be torch.float16, torch.bfloat16 or None, got {autocast_dtype!r}.")
+        if param_dtype is not None and (autocast_dtype is not None or not param_dtype.is_floating_point):
+            raise ValueError(f"param_dtype must be a floating dtype, without autocast_dtype; got {param_dtype!r}.")
         compile_with = compile_options("ModelEngine(compile=...)", compile)
         if compile_with is not None:
             compile_module(model, compile_with)
@@ -154,6 +159,7 @@ class ModelEngine:
         self.clip_grad_value = clip_grad_value or None
         self.scaler = scaler
         self.autocast_dtype = autocast_dtype
+        self.param_dtype = param_dtype
         if device_type is None:
             parameter = next(model.parameters(), None)
             device_type = parameter.device.type if parameter is not None else "cpu"
@@ -207,14 +213,17 @@ class ModelEngine:
         return list(self._ophooks)
 
     def autocast(self) -> contextlib.AbstractContextManager:
-        """The mixed-precision region of this engine (a no-op in full precision)."""
+        """The precision region of this engine's forward and loss: `torch.autocast` under mixed precision, the
+        weights' dtype as the default dtype under a "true" precision, else nothing."""
+        if self.param_dtype is not None:
+            return _default_dtype(self.param_dtype)
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device_type, dtype=self.autocast_dtype)
 
     # ---------------------------------------------------------------------------------------------- the step
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.autocast_dtype is None:
+        if self.autocast_dtype is None and self.param_dtype is None:
             return self._model(*args, **kwargs)
         with self.autocast():
             return self._model(*args, **kwargs)
@@ -375,3 +384,14 @@ def initialize(
         test_dataloader,
         lr_scheduler,
     )
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """`dtype` as torch's default dtype inside (the tensors a "true"-precision forward creates match its weights)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)

@@ -179,7 +179,7 @@ class PipelineSchedule:
         window's optimizer step: the schedule has run the backward already. Returns `(output, backpropagated)`."""
         self.loss_divisor = loss_divisor
         try:
-            if model_engine.autocast_dtype is None:
+            if model_engine.autocast_dtype is None and model_engine.param_dtype is None:
                 output = forward()
             else:
                 with model_engine.autocast():

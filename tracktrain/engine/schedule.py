@@ -33,6 +33,9 @@ class ScheduledEngine(Protocol):
     @property
     def autocast_dtype(self) -> torch.dtype | None: ...
 
+    @property
+    def param_dtype(self) -> torch.dtype | None: ...
+
     def autocast(self) -> contextlib.AbstractContextManager: ...
 
     def backward(self, loss: torch.Tensor) -> None: ...
@@ -82,7 +85,7 @@ class NonPipelineSchedule:
         """Run `forward()` (which computes the loss too) under autocast, then backpropagate `loss_of(output)`
         divided by `loss_divisor` (the batches of an accumulation window: their gradients add up to one step on
         their concatenation), unless `accept_loss` refuses it. Returns `(output, backpropagated)`."""
-        if model_engine.autocast_dtype is None:
+        if model_engine.autocast_dtype is None and model_engine.param_dtype is None:  # no precision region to enter
             output = forward()
         else:
             with model_engine.autocast():

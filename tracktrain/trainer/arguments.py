@@ -29,6 +29,7 @@ __all__ = [
     "check_non_negative_number",
     "check_positive_int",
     "device_of",
+    "param_dtype_of",
     "validation_schedule",
 ]
 
@@ -38,6 +39,14 @@ _PRECISIONS = {
     32: None,
     "bf16-mixed": torch.bfloat16,
     "16-mixed": torch.float16,
+}
+# Lightning's "true" precisions: the weights in that dtype (the floating inputs cast to it), no autocast
+_TRUE_PRECISIONS = {
+    "bf16-true": torch.bfloat16,
+    "16-true": torch.float16,
+    "64-true": torch.float64,
+    "64": torch.float64,
+    64: torch.float64,
 }
 
 
@@ -196,12 +205,19 @@ def as_list(owner: str, value: Any, what: str) -> list[Any]:
 
 
 def autocast_dtype_of(precision: Any) -> torch.dtype | None:
-    if not isinstance(precision, Hashable) or precision not in _PRECISIONS:
+    """`Trainer(precision=...)`'s autocast dtype (mixed precision), None for a "true" precision."""
+    known = {**_PRECISIONS, **_TRUE_PRECISIONS}
+    if not isinstance(precision, Hashable) or precision not in known:
         raise ValueError(
-            f"Trainer(precision=...) must be one of {[p for p in _PRECISIONS if isinstance(p, str)]}, "
-            f"got {precision!r}."
+            f"Trainer(precision=...) must be one of {[p for p in known if isinstance(p, str)]}, got {precision!r}."
         )
-    return _PRECISIONS[precision]
+    return _PRECISIONS.get(precision)
+
+
+def param_dtype_of(precision: Any) -> torch.dtype | None:
+    """The dtype of the weights under a "true" precision (Lightning's "bf16-true", "16-true", "64-true"), else
+    None (the module's own, float32)."""
+    return _TRUE_PRECISIONS.get(precision) if isinstance(precision, Hashable) else None
 
 
 def device_of(accelerator: Any) -> torch.device:

@@ -24,7 +24,7 @@ __all__ = ["TRAINER_ATTRIBUTES", "refuse_attribute", "refusing_unknown_arguments
 TRAINER_ATTRIBUTES = frozenset(
     {
         # settings, from the constructor's arguments (read when each fit/validate/test/predict starts)
-        "accumulate_grad_batches", "activation_checkpointing", "autocast_dtype", "compile", "default_root_dir",
+        "accumulate_grad_batches", "activation_checkpointing", "autocast_dtype", "param_dtype", "compile", "default_root_dir",
         "deterministic", "fast_dev_run", "gradient_clip_algorithm", "gradient_clip_val", "limits",
         "log_every_n_steps", "max_epochs", "max_steps", "max_time", "training_time", "nonfinite", "num_sanity_val_steps", "overfit_batches",
         "precision", "preemption_timeout", "resume", "resume_with_changes", "seed", "strategy", "strategy_name",

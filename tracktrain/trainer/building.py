@@ -58,6 +58,7 @@ def model_engine_for(trainer: Trainer, module: LoopModule) -> ModelEngine:
         return ModelEngine(
             module,
             autocast_dtype=trainer.autocast_dtype,
+            param_dtype=trainer.param_dtype,
             device_type=trainer.device.type,
             scaler=_grad_scaler(trainer),
             **trainer.strategy.model_engine_options(None),
@@ -78,6 +79,7 @@ def model_engine_for(trainer: Trainer, module: LoopModule) -> ModelEngine:
         clip_grad_value=clip if trainer.gradient_clip_algorithm == "value" else None,
         scaler=_grad_scaler(trainer),
         autocast_dtype=trainer.autocast_dtype,
+        param_dtype=trainer.param_dtype,
         device_type=trainer.device.type,
         **trainer.strategy.model_engine_options(trainer.optimizers[0]),
     )

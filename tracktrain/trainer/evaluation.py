@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tracktrain.engine.batches import move_to_device
+from tracktrain.engine.batches import cast_floating, move_to_device
 from tracktrain.engine.engine import Engine
 from tracktrain.trainer.batches import SequentialLoaders, epoch_length_of, loader_length, several_loaders
 from tracktrain.trainer.hooks import batch_index
@@ -169,8 +169,13 @@ class EvaluationStages:
         return [_with_index(method, dataloader_idx) for dataloader_idx in range(count)]
 
     def _to_device(self, batch: Any) -> Any:
-        device = self._trainer.device
-        return batch if device.type == "cpu" else move_to_device(batch, device)  # CPU: no walk over the batch
+        trainer = self._trainer
+        device = trainer.device
+        if device.type != "cpu":  # CPU: no walk over the batch
+            batch = move_to_device(batch, device)
+        if trainer.param_dtype is not None:  # a "true" precision: floating inputs in the weights' dtype
+            batch = cast_floating(batch, trainer.param_dtype)
+        return batch
 
 
 def _check_batch_hooks(stage: str, targets: list[Any]) -> None:

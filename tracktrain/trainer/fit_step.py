@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tracktrain.engine.batches import move_to_device
+from tracktrain.engine.batches import cast_floating, move_to_device
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.model_engine import ModelEngine, StepEvents
 from tracktrain.engine.training_step import EpochWindows, TrainingStep
@@ -40,6 +40,7 @@ class FitStep:
         self._model_engine: ModelEngine
         self._train_forward: Callable[[Any, int], Any]
         self._device: torch.device | None = None  # where batches go; None: they stay where they are (CPU)
+        self._dtype: torch.dtype | None = None
 
     def setup(self, train_forward: Callable[[Any, int], Any]) -> None:
         """Build the step for the fit starting (the module, its optimizers and model engine are set up)."""
@@ -47,6 +48,7 @@ class FitStep:
         module, model_engine, strategy = trainer.running_module, trainer.running_model_engine, trainer.strategy
         self._module, self._model_engine = module, model_engine
         self._device = trainer.device if trainer.device.type != "cpu" else None
+        self._dtype = trainer.param_dtype  # a "true" precision's: floating inputs cast to the weights' dtype
         for optimizer in trainer.optimizers:
             optimizer.zero_grad()
         self._training_step = TrainingStep(
@@ -79,6 +81,8 @@ class FitStep:
         trainer = self._trainer
         if self._device is not None:  # CPU tensors stay where they are: no walk over the batch
             batch = move_to_device(batch, self._device)
+        if self._dtype is not None:
+            batch = cast_floating(batch, self._dtype)
         trainer.metrics.current.batch = batch  # the log `self.log` writes to (`trainer.metric_log`)
         trainer.state.samples_seen += batch_size_of(batch)  # from shapes: no device sync
         if self._module.automatic_optimization:

@@ -288,6 +288,8 @@ class Session:
             self._fit_loader, context.val_dataloaders = data.loader("fit"), data.loader("validate")
         trainer.merge_module_callbacks(module)
         module.to(context.device)
+        if trainer.param_dtype is not None:  # a "true" precision: the weights in its dtype, before the optimizers
+            module.to(dtype=trainer.param_dtype)
         prepare_module(module, trainer.activation_checkpointing, trainer.compile, compile_blocks(strategy, module))
         if training:
             train_forward = strategy.setup_module(module, trainer.autocast_dtype)
@@ -301,7 +303,10 @@ class Session:
             trainer.fit_step.setup(train_forward)
         elif context.model_engine is None or context.model_engine.model is not module:
             context.model_engine = ModelEngine(
-                module, autocast_dtype=trainer.autocast_dtype, device_type=context.device.type
+                module,
+                autocast_dtype=trainer.autocast_dtype,
+                param_dtype=trainer.param_dtype,
+                device_type=context.device.type,
             )
 
     def _max_epochs(self, epoch_length: int | None) -> int:

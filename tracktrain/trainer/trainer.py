@@ -96,7 +96,9 @@ class Trainer:
             epoch end or checkpoint, naming the step and the newest checkpoint before it), "warn", or "skip_step"
             (skip the steps whose loss is not finite, at the cost of reading every loss back). See
             `tracktrain.trainer.nonfinite`.
-        precision: "32-true" (default), "bf16-mixed" or "16-mixed".
+        precision: "32-true" (default), "bf16-mixed" or "16-mixed" (autocast; "16-mixed" with a GradScaler), or
+            Lightning's "true" precisions, "bf16-true", "16-true" or "64-true": the weights (and the optimizer's
+            state) in that dtype, the floating inputs cast to it, no autocast and no scaler.
         strategy: "auto" / "single_device", "ddp" (data parallel), "fsdp" (FSDP2 sharding) or "pipeline" (a
             PipelineModule's stages) over the processes torchrun starts (or `tracktrain.distributed.spawn`), gloo on
             CPU, nccl on CUDA; or a `Strategy` with options (`FSDPStrategy(auto_wrap=[Block])`).
@@ -190,6 +192,7 @@ class Trainer:
             arguments.check_non_negative_number("preemption_timeout", preemption_timeout, allow_infinite=True) or 0.0
         )
         self.autocast_dtype = arguments.autocast_dtype_of(precision)
+        self.param_dtype = arguments.param_dtype_of(precision)  # the weights' dtype under a "true" precision
         self.activation_checkpointing = arguments.check_activation_checkpointing(activation_checkpointing)
         self.compile = arguments.check_compile(compile)
         self.precision = precision
