@@ -21,6 +21,16 @@ HAS_LIGHTNING = importlib.util.find_spec("lightning") is not None
 HAS_S3 = all(importlib.util.find_spec(name) is not None for name in ("moto", "s3fs"))
 
 
+@pytest.mark.timeout(120)
+def test_quick_run_on_the_local_disk_reports_every_case(tmp_path, positive, run_script):
+    out = tmp_path / "checkpoint.json"
+    # ~1.5 s in this process: about 20 short fits, a third of them Lightning's
+    argv = ["--quick", "--storages", "local", "--json", str(out), "--root-dir", str(tmp_path)]
+    status, printed = run_script("bench_checkpoint", *argv)
+    assert status == 0, printed[-3000:]
+    check_report(json.loads(out.read_text()), printed, ["local"], positive)
+
+
 @pytest.mark.slow  # ~20 s: about 30 short fits, a third of them Lightning's, a moto server
 def test_quick_run_reports_every_case(tmp_path, positive):
     out = tmp_path / "checkpoint.json"
@@ -32,12 +42,14 @@ def test_quick_run_reports_every_case(tmp_path, positive):
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "| case | variant | value |" in result.stdout
+    check_report(json.loads(out.read_text()), result.stdout, ["local"] + (["s3"] if HAS_S3 else []), positive)
 
-    payload = json.loads(out.read_text())
+
+def check_report(payload: dict, printed: str, storages: list[str], positive) -> None:
+    """Every case of every storage in the JSON rows and the printed table, with the samples --quick asks for."""
+    assert "| case | variant | value |" in printed
     assert payload["problems"] == []
     arguments = payload["arguments"]
-    storages = ["local"] + (["s3"] if HAS_S3 else [])
     variants = ["async_save=True", "async_save=False"] + (["Lightning"] if HAS_LIGHTNING else [])
     rows = payload["rows"]
     checkpoints = arguments["saves"] * arguments["repeats"]
