@@ -107,6 +107,8 @@ HOOK_EVENTS: dict[str, HookEvent] = {
     "on_load_checkpoint": HookEvent("fit", TrainerEvents.CHECKPOINT_LOADED, _checkpoint),
     "on_exception": HookEvent("outermost", Events.EXCEPTION_RAISED, None),
 }
+"""Every hook of `LoopModule` and `Callback`, by name: the engine (stage) and event it runs on, and its arguments.
+One-to-one: each hook is exactly one event's handler, attached only when overridden."""
 for _stage, _name in (("validate", "validation"), ("test", "test"), ("predict", "predict")):
     HOOK_EVENTS.update(
         {

@@ -21,6 +21,8 @@ _BY_NAME: dict[str, type[Strategy]] = {
     "xla": XLAStrategy,
 }
 STRATEGY_NAMES = tuple(_BY_NAME)
+"""The names `Trainer(strategy=...)` takes ("auto", "single_device", "ddp", "fsdp", ...); a strategy with options is
+given as an instance instead (`FSDPStrategy(auto_wrap=[Block])`)."""
 
 
 def strategy_for(strategy: Any) -> Strategy:
