@@ -25,7 +25,7 @@ from tracktrain.ranks import global_rank
 from tracktrain.storage.check import check_writable
 from tracktrain.trainer.arguments import check_location
 from tracktrain.trainer.monitor import monitored_value
-from tracktrain.trainer.trainer_state import summarize_checkpoint
+from tracktrain.trainer.run_checkpoints import summarize
 
 if TYPE_CHECKING:
     from tracktrain.trainer.module import LoopModule
@@ -63,6 +63,11 @@ class ModelCheckpoint(Callback):
         every_n_epochs: save at the end of every n-th training epoch (after its validation) ...
         every_n_train_steps: ... or every n optimizer steps instead.
         async_save: write in the background (see above); False: the loop waits for each write.
+        save_weights_only: Lightning's: the files hold only the module's weights and what
+            `LoopModule.load_from_checkpoint` and `trainer.validate/test/predict(ckpt_path=...)` need (its class and
+            hparams, the step and epoch), still committed by a manifest. A fit does not resume from one:
+            `fit(ckpt_path=...)` naming one is an error, `resume="auto"` passes them over for the newest full
+            checkpoint. A pre-emption checkpoint (`save_now`) is full all the same: it exists to be resumed.
     """
 
     priority = 100  # after the module's and other callbacks' epoch-end hooks: they may log what is monitored
@@ -80,7 +85,11 @@ class ModelCheckpoint(Callback):
         async_save: bool = True,
         filename: str | None = None,
         auto_insert_metric_name: bool = True,
+        save_weights_only: bool = False,
     ) -> None:
+        if not isinstance(save_weights_only, bool):
+            raise TypeError(f"ModelCheckpoint(save_weights_only=...) must be True or False, got {save_weights_only!r}.")
+        self.save_weights_only = save_weights_only
         self.filename = filename
         self._template = template_of(filename, filename_prefix, auto_insert_metric_name)
         if mode not in ("min", "max"):
@@ -116,7 +125,8 @@ class ModelCheckpoint(Callback):
         return (
             f"ModelCheckpoint[monitor={self.monitor}, every_n_epochs={self.every_n_epochs}, "
             f"every_n_train_steps={self.every_n_train_steps}, prefix={self.filename_prefix!r}"
-            + (f", filename={self.filename!r}]" if self.filename is not None else "]")
+            + (f", filename={self.filename!r}" if self.filename is not None else "")
+            + (", weights_only]" if self.save_weights_only else "]")
         )
 
     # ------------------------------------------------------------------------------------------------- paths
@@ -155,10 +165,10 @@ class ModelCheckpoint(Callback):
                 if storage.is_local(self.dirpath)
                 else Spool(spool_dir_for(self.dirpath, trainer.default_root_dir), self.dirpath)
             )
-            saver = trainer.strategy.checkpoint_saver(self.dirpath, summarize_checkpoint, spool)
+            saver = trainer.strategy.checkpoint_saver(self.dirpath, summarize, spool)
             self._saver = AsyncSaver(saver) if self.async_save else saver
             self._checkpoint = top_k_handler(
-                trainer.checkpoint_objects(),
+                self._objects(trainer),
                 self._saver,
                 self._template,
                 lambda: {**trainer.callback_metrics, "epoch": trainer.current_epoch, "step": trainer.global_step},
@@ -171,7 +181,7 @@ class ModelCheckpoint(Callback):
             )
             # built even without save_last: a pre-emption checkpoint must be kept whatever its score
             self._last = Checkpoint(
-                trainer.checkpoint_objects(),
+                self._objects(trainer),
                 self._saver,
                 filename_prefix="last",
                 n_saved=max(int(self.save_last), 1),
@@ -182,7 +192,7 @@ class ModelCheckpoint(Callback):
         else:  # a later fit() of the same Trainer: the objects may be new ones
             for handler in (self._checkpoint, self._last):
                 if handler is not None:
-                    handler.to_save = trainer.checkpoint_objects()
+                    handler.to_save = self._objects(trainer)
         self._trainer = trainer
         if self._pending_state is not None:
             self.load_state_dict(self._pending_state)
@@ -202,6 +212,10 @@ class ModelCheckpoint(Callback):
             self._remove_what_killed_saves_left()
         if trainer.ckpt_path is not None:  # a new run leaves another run's checkpoints in the directory alone
             self._count_every_committed_checkpoint()
+
+    def _objects(self, trainer: Trainer) -> dict[str, Any]:
+        """What this callback's checkpoints hold: all the run's state, or with `save_weights_only` the module's."""
+        return trainer.checkpoints.objects(weights_only=self.save_weights_only)
 
     def _remove_what_killed_saves_left(self) -> None:
         assert self._saver is not None and self._checkpoint is not None and self._last is not None
@@ -287,7 +301,12 @@ class ModelCheckpoint(Callback):
         if self._last is None:
             return
         self._last_saved_step = trainer.global_step
-        self._save_with(trainer, self._last)
+        weights_only_objects = self._last.to_save
+        self._last.to_save = trainer.checkpoint_objects()  # full even with save_weights_only: a restart resumes it
+        try:
+            self._save_with(trainer, self._last)
+        finally:
+            self._last.to_save = weights_only_objects
 
     def _due_at_epoch_end(self, trainer: Trainer) -> bool:
         return (

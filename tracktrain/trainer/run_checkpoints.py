@@ -24,13 +24,14 @@ from tracktrain.handlers.checkpoint import Checkpoint
 from tracktrain.trainer.arguments import check_location
 from tracktrain.trainer.datamodule import datamodule_settings
 from tracktrain.trainer.module import LoopModule
+from tracktrain.trainer.module_loading import class_path
 from tracktrain.trainer.trainer_state import summarize_checkpoint
 
 if TYPE_CHECKING:
     from tracktrain.trainer.fit_context import FitContext
     from tracktrain.trainer.trainer import Trainer
 
-__all__ = ["Checkpointer", "RunCheckpoints"]
+__all__ = ["Checkpointer", "RunCheckpoints", "WeightsOnlyState", "is_weights_only", "summarize"]
 
 _LIMIT_SETTINGS = ("trainer/max_epochs", "trainer/max_steps", "trainer/max_time")
 
@@ -64,10 +65,14 @@ class RunCheckpoints:
         default = storage.join(self._trainer.default_root_dir, "checkpoints")
         return [checkpointer.dirpath or default for checkpointer in self.checkpointers]
 
-    def objects(self) -> dict[str, Any]:
+    def objects(self, weights_only: bool = False) -> dict[str, Any]:
         """What a checkpoint of the run holds: the module, optimizers, LR schedulers, the train engine's state, the
-        Trainer's own (global step, callbacks) and the fit's DataModule, as the strategy saves them."""
+        Trainer's own (global step, callbacks) and the fit's DataModule, as the strategy saves them. `weights_only`
+        (`ModelCheckpoint(save_weights_only=True)`): the module's weights and what `load_from_checkpoint` rebuilds it
+        from (its class and hparams, with the step and epoch), nothing a fit resumes from (see `WeightsOnlyState`)."""
         trainer = self._trainer
+        if weights_only:
+            return trainer.strategy.checkpoint_objects({"model": trainer.module, "trainer": WeightsOnlyState(trainer)})
         objects: dict[str, Any] = {
             "model": trainer.module,
             "train_engine": trainer.train_engine,
@@ -168,8 +173,25 @@ class RunCheckpoints:
             for directory in self.directories():
                 deliver_left_over(directory, trainer.default_root_dir)
         strategy.rank_zero_value(None)  # no rank lists the directory before that
-        loaded = load_newest(resume_candidates(self.directories()), load)
-        if loaded is None and target == "last":
+        candidates = resume_candidates(self.directories())
+        # a weights-only checkpoint holds nothing to resume a fit from (no optimizer, engine or callback state)
+        full = [candidate for candidate in candidates if not candidate.summary.get("weights_only")]
+        skipped = [candidate.url for candidate in candidates[: candidates.index(full[0]) if full else None]]
+        loaded = load_newest(full, load)
+        if skipped and loaded is not None:
+            get_dist_logger().info(
+                f"Resuming {loaded}, the newest full checkpoint: the newer {skipped} are weights-only "
+                "(ModelCheckpoint(save_weights_only=True)), for load_from_checkpoint, not for resuming."
+            )
+        elif skipped:
+            warnings.warn(
+                f"Starting a new run: the only complete checkpoints in {self.directories()} are weights-only "
+                f"({skipped}; ModelCheckpoint(save_weights_only=True)), which hold no optimizer, loop or callback "
+                "state to resume from. Load their weights with MyModule.load_from_checkpoint(path), or keep a full "
+                "checkpoint too (another ModelCheckpoint without save_weights_only) to resume.",
+                stacklevel=6,
+            )
+        elif loaded is None and target == "last":
             warnings.warn(
                 f'fit(ckpt_path="last") found no complete checkpoint in {self.directories()}; starting a new run.',
                 stacklevel=6,
@@ -185,6 +207,15 @@ class RunCheckpoints:
         # each rank reads its own shards (on any number of ranks), and checks its share of a sharded one's files
         share = VerifyShare(trainer.strategy.global_rank, trainer.strategy.world_size, trainer.strategy.gather)
         states = read_checkpoint(ckpt_path, lazy_shards=True, share=share)
+        if is_weights_only(states):
+            # Lightning fails here too (a KeyError: "checkpoint contains only the model"); half a resume is worse
+            raise ValueError(
+                f"fit(ckpt_path={ckpt_path!r}): that checkpoint is weights-only (ModelCheckpoint(save_weights_only="
+                "True)): it holds the module's weights, class and hparams, but no optimizer, LR scheduler, loop or "
+                "callback state to resume a fit from. To start a new fit from its weights, load them first "
+                "(module = MyModule.load_from_checkpoint(path), then trainer.fit(module, ...) without ckpt_path); to "
+                "resume, pass a full checkpoint (a ModelCheckpoint without save_weights_only)."
+            )
         saved = (states.get("trainer") or {}).get("settings") if isinstance(states, Mapping) else None
         current = _run_settings(trainer, context, module)
         if trainer.seed is None:  # the seed is the checkpoint's unless one is given
@@ -227,6 +258,59 @@ class RunCheckpoints:
             f"{limit} (now {value}) to train more."
         )
         return True
+
+
+class WeightsOnlyState:
+    """The "trainer" entry of a weights-only checkpoint: what `load_from_checkpoint` rebuilds the module from (its
+    class and the run's settings, with its hparams), the step and epoch it was taken at (for its manifest and name),
+    and `weights_only: True`, by which a fit refuses to resume from it. The module's `on_save_checkpoint` runs, as
+    Lightning runs it for such a checkpoint (the callbacks' do not: their state is not saved)."""
+
+    state_dict_has_side_effects = True  # it runs a hook: `Checkpoint.load_objects` must not call it
+
+    def __init__(self, trainer: Trainer) -> None:
+        self._trainer = trainer
+
+    def state_dict(self) -> dict[str, Any]:
+        trainer = self._trainer
+        trainer.check_finite()  # as for a full checkpoint: never the parameters of a step after a non-finite loss
+        engine = trainer.train_engine.state
+        checkpoint: dict[str, Any] = {
+            "weights_only": True,
+            "global_step": trainer.state.global_step,
+            "samples_seen": trainer.state.samples_seen,
+            "epoch": trainer.current_epoch,
+            "iteration": int(engine.iteration),
+            # completed epochs, as a full checkpoint's manifest counts them (the engine's iteration / epoch length)
+            "epochs_done": int(engine.iteration) // int(engine.epoch_length) if engine.epoch_length else engine.epoch,
+            "settings": trainer.settings,
+        }
+        module = trainer.module
+        if module is not None:
+            checkpoint["module_class"] = class_path(type(module))
+            module.on_save_checkpoint(checkpoint)
+        return checkpoint
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        raise ValueError("A weights-only checkpoint's trainer entry is not loaded into a Trainer (see RunCheckpoints).")
+
+
+def is_weights_only(states: Any) -> bool:
+    """Whether the checkpoint `states` (as read) was written by `ModelCheckpoint(save_weights_only=True)`."""
+    trainer = states.get("trainer") if isinstance(states, Mapping) else None
+    return bool(isinstance(trainer, Mapping) and trainer.get("weights_only"))
+
+
+def summarize(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest summary of a run's checkpoint (`summarize_checkpoint`); a weights-only one's says so, with its
+    epoch and iteration (it has no engine state), so that resuming passes it over without reading it."""
+    summary = summarize_checkpoint(checkpoint)
+    trainer = checkpoint.get("trainer") or {}
+    if trainer.get("weights_only"):
+        summary.update(
+            epoch=int(trainer.get("epochs_done", 0)), iteration=int(trainer.get("iteration", 0)), weights_only=True
+        )
+    return summary
 
 
 def _draw_seed() -> int:
