@@ -20,6 +20,7 @@ _LAZY = {
     "Profiler": "tracktrain.callbacks.profiler",
     "SWA": "tracktrain.callbacks.weight_averaging",
     "Timing": "tracktrain.callbacks.timing",
+    "TQDMProgressBar": "tracktrain.callbacks.progress",
     "TrainerProgressBar": "tracktrain.callbacks.progress",
     "WeightAveraging": "tracktrain.callbacks.weight_averaging",
 }
