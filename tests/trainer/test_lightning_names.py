@@ -9,6 +9,7 @@ And where the same code runs on both, the names its values get are Lightning's (
 from __future__ import annotations
 
 import inspect
+import re
 import warnings
 
 import pytest
@@ -22,6 +23,8 @@ from tracktrain.trainer.datamodule import LOADER_METHODS
 from tracktrain.trainer.hooks import HOOK_EVENTS
 from tracktrain.trainer.lightning_names import (
     CALLBACK_HOOKS_NOT_CALLED,
+    CALLBACKS_INSTEAD,
+    CALLBACKS_SAME,
     LOG_ARGUMENTS_NOT_TAKEN,
     MODULE_ATTRIBUTES_NOT_READ,
     MODULE_HOOKS_NOT_CALLED,
@@ -153,6 +156,38 @@ def test_every_public_name_of_lightnings_callback_is_ours_or_refused(L):
     lightning = public(L.Callback)
     classified(lightning, {"same": CALLBACK_SAME & lightning, "hooks not called": CALLBACK_HOOKS_NOT_CALLED})
     assert all(hasattr(Callback, name) for name in CALLBACK_SAME & lightning)
+
+
+def test_every_builtin_callback_of_lightning_is_ours_or_says_what_to_use(L):
+    """Each public class of lightning.pytorch.callbacks is ours under its name (a Callback of that name in
+    tracktrain.callbacks), or importing it from there fails saying what to use instead."""
+    import importlib
+
+    import lightning.pytorch.callbacks as theirs
+
+    import tracktrain.callbacks as ours
+
+    lightning = {name for name in theirs.__all__ if isinstance(getattr(theirs, name), type)}
+    classified(lightning, {"same": CALLBACKS_SAME, "renamed or not offered": CALLBACKS_INSTEAD})
+    assert CALLBACKS_SAME <= set(ours.__all__)
+    for name in CALLBACKS_SAME:
+        assert issubclass(getattr(ours, name), Callback), name
+    for name, instead in CALLBACKS_INSTEAD.items():
+        said = re.escape(f"tracktrain.callbacks has no {name} (Lightning's lightning.pytorch.callbacks.{name}): ")
+        with pytest.raises(ImportError, match=said + re.escape(instead)):  # the message Python would drop
+            exec(f"from tracktrain.callbacks import {name}", {})
+        with pytest.raises(AttributeError, match=said):
+            getattr(ours, name)
+        assert not hasattr(ours, name) and name not in dir(ours)
+    for text in CALLBACKS_INSTEAD.values():  # what the messages name exists
+        for path in re.findall(r"tracktrain(?:\.\w+)+", text):
+            try:
+                importlib.import_module(path)
+            except ModuleNotFoundError:
+                module, _, attribute = path.rpartition(".")
+                assert hasattr(importlib.import_module(module), attribute), path
+    with pytest.raises(ImportError, match=r"cannot import name 'Nope'"):  # any other name: Python's error
+        exec("from tracktrain.callbacks import Nope", {})
 
 
 def test_every_argument_of_lightnings_log_is_ours_or_refused(L, tmp_path):

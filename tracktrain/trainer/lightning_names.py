@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
+    "CALLBACKS_INSTEAD",
+    "CALLBACKS_SAME",
     "CALLBACK_HOOKS_NOT_CALLED",
     "LOG_ARGUMENTS_NOT_TAKEN",
     "MODULE_ATTRIBUTES_NOT_READ",
@@ -112,6 +114,62 @@ CALLBACK_HOOKS_NOT_CALLED = {
     "teardown": "on_fit_end / on_validation_end / on_test_end / on_predict_end, and on_exception for a failure",
     "on_before_zero_grad": "on_before_optimizer_step(trainer, module, optimizer) (the gradients are zeroed right "
     "after the step)",
+}
+
+# Lightning's built-in callbacks (lightning.pytorch.callbacks) that are ours under the same name, with its meaning
+# (importable from tracktrain.callbacks)
+CALLBACKS_SAME = frozenset(
+    {
+        "Callback",
+        "EarlyStopping",
+        "LearningRateMonitor",
+        "ModelCheckpoint",
+        "ModelSummary",
+        "TQDMProgressBar",
+        "WeightAveraging",  # its average stays on the module's device: no device= argument
+    }
+)
+
+# ... and the others, renamed or not offered: what to use (the message of `from tracktrain.callbacks import <name>`)
+CALLBACKS_INSTEAD = {
+    # renamed
+    "StochasticWeightAveraging": "ours is tracktrain.callbacks.SWA(swa_epoch_start=..., swa_lrs=..., "
+    "annealing_epochs=..., annealing_strategy=...)",
+    "EMAWeightAveraging": "ours is tracktrain.callbacks.EMA(decay=..., start_step=..., every_n_steps=...) (Lightning's "
+    "update_starting_at_step / update_every_n_steps)",
+    "ProgressBar": "ours is tracktrain.callbacks.TrainerProgressBar (subclass it for another bar; "
+    "Trainer(enable_progress_bar=False) turns the default one off)",
+    "Checkpoint": "subclass tracktrain.callbacks.ModelCheckpoint, or give a Callback the members of "
+    "tracktrain.trainer.run_checkpoints.Checkpointer (dirpath, last_model_path, save_now, wait), which the Trainer "
+    "discovers and resumes from",
+    "BatchSizeFinder": "ours is tracktrain.tuning.scale_batch_size(trainer, module, ...), called before fit",
+    "LearningRateFinder": "ours is tracktrain.tuning.lr_find(trainer, module, ...), called before fit",
+    "Timer": "Trainer(max_time=...) stops the fit after that long (kept over resumes); tracktrain.callbacks.Timing "
+    "reports the seconds per epoch, step and validation",
+    "ThroughputMonitor": "tracktrain.callbacks.Timing reports samples per second and the seconds per step and epoch",
+    "DeviceStatsMonitor": "tracktrain.callbacks.MemoryMonitor reports host and CUDA memory; "
+    "tracktrain.callbacks.Profiler records the rest",
+    "OnExceptionCheckpoint": "a ModelCheckpoint already saves a full checkpoint when the fit is stopped by a signal "
+    "(SIGTERM, SIGUSR1, Ctrl-C: tracktrain.preemption), and the same command resumes it; after an error, the last "
+    "committed checkpoint is the one to resume",
+    "RichModelSummary": "tracktrain.callbacks.ModelSummary (a plain-text table; rich is not a dependency)",
+    # not offered
+    "RichProgressBar": "tracktrain.callbacks.TQDMProgressBar (rich is not a dependency)",
+    "LambdaCallback": "subclass tracktrain.callbacks.Callback with those hooks as methods",
+    "BasePredictionWriter": "trainer.predict(...) returns the predictions; to write them as they come, a "
+    "tracktrain.callbacks.Callback with on_predict_batch_end(trainer, module, outputs, batch, batch_idx)",
+    "BaseFinetuning": "freeze and unfreeze in a Callback's on_train_epoch_start (requires_grad_), adding the "
+    "unfrozen parameters with optimizer.add_param_group",
+    "BackboneFinetuning": "freeze and unfreeze in a Callback's on_train_epoch_start (requires_grad_), adding the "
+    "unfrozen parameters with optimizer.add_param_group",
+    "ModelPruning": "torch.nn.utils.prune in a Callback's on_train_epoch_end (prune.remove before saving or exporting)",
+    "SpikeDetection": "Trainer(nonfinite=...) acts on non-finite losses; a rise of a finite loss is for a Callback "
+    "that watches trainer.callback_metrics",
+    "GradientAccumulationScheduler": "not offered, on purpose: Trainer(accumulate_grad_batches=N) is fixed for a run, "
+    "because a resumed run must count the same optimizer steps per epoch as an uninterrupted one (global_step, "
+    "estimated_stepping_batches, the LR schedule and where a mid-epoch resume starts all follow from it), which "
+    "a per-epoch schedule changes. To accumulate more later, fit in stages: a new fit of "
+    "MyModule.load_from_checkpoint(path) with another accumulate_grad_batches",
 }
 
 # Trainer properties and methods of Lightning's that tracktrain does not offer, with what to use
