@@ -67,6 +67,40 @@ def test_quickstart_trains_and_checkpoints(tmp_path):
     assert checkpoints[-1].startswith("last_checkpoint_") and len(checkpoints) == 3  # top-2 by val_acc, and last
 
 
+def _cli_blocks() -> tuple[str, str]:
+    """The README's command-line twin of the Quickstart (shown by docs/getting-started.md too): its config, its command."""
+    text = (ROOT / "README.md").read_text().split("[start:cli] -->", 1)[1].split("[end:cli]", 1)[0]
+    config = re.search(r"^```yaml\n(.*?)^```", text, re.S | re.M)
+    command = re.search(r"^```bash\n(.*?)^```", text, re.S | re.M)
+    assert config and command, "README's cli snippet needs a yaml block and a bash block"
+    return config.group(1), command.group(1).strip()
+
+
+def test_the_quickstart_module_fits_from_the_command_line_as_documented(tmp_path):
+    """`tracktrain fit --config` trains the Quickstart's module saved as quickstart.py (issue 35): the documented
+    config and command, run by the installed console script in the directory that holds them."""
+    import json
+
+    from tracktrain.checkpoint.discovery import committed_checkpoints
+
+    assert '--8<-- "README.md:cli"' in (ROOT / "docs" / "getting-started.md").read_text()
+    config, command = _cli_blocks()
+    (tmp_path / "quickstart.py").write_text(_quickstart())  # saved as the user would: importing it trains nothing
+    (tmp_path / "quickstart.yaml").write_text(config)
+    words = command.split()
+    assert words[:2] == ["tracktrain", "fit"] and "--config" in words
+    words[0] = str(Path(sys.executable).with_name("tracktrain"))
+    result = subprocess.run(words, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    root = tmp_path / "runs" / "cli"
+    (checkpoint,) = committed_checkpoints(root / "checkpoints")[0]  # ModelCheckpoint from the config: the best one
+    assert checkpoint.summary["global_step"] == 5 * 32 and checkpoint.summary["epoch"] == 5  # --trainer.max_epochs 5
+    params = json.loads(next((root / "logs").glob("*/hparams.json")).read_text())
+    assert params["module/lr"] == 0.003  # --model.lr reached Classifier(lr=...) and its hparams
+    assert "lr: 0.003" in (root / "config.yaml").read_text()
+    assert not (tmp_path / "runs" / "exp1").exists()  # the import did not run the Quickstart's own fit
+
+
 def _python_blocks() -> list[tuple[str, str]]:
     """(page, block) for every python block of PAGES, in order; the README's first is the Quickstart."""
     blocks = [(page, block) for page in PAGES for block in _blocks_of(page)]

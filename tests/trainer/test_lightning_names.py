@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import re
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -188,6 +189,8 @@ def test_every_builtin_callback_of_lightning_is_ours_or_says_what_to_use(L):
                 assert hasattr(importlib.import_module(module), attribute), path
     with pytest.raises(ImportError, match=r"cannot import name 'Nope'"):  # any other name: Python's error
         exec("from tracktrain.callbacks import Nope", {})
+    page = (Path(__file__).parents[2] / "docs" / "migration" / "lightning.md").read_text()
+    assert not [name for name in sorted(lightning) if f"`{name}`" not in page], "the migration page names each"
 
 
 def test_every_argument_of_lightnings_log_is_ours_or_refused(L, tmp_path):

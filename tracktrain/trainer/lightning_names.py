@@ -7,6 +7,8 @@ starts, naming ours. Names a user only calls (`self.freeze()`, `trainer.global_r
 AttributeError, and are listed here with what to use, for the migration page and the test that walks Lightning's
 names (`tests/trainer/test_lightning_names.py`: every public name of Lightning's LightningModule, Trainer and
 Callback is ours with the same meaning, renamed, or listed here; a name Lightning adds fails it until classified).
+Lightning's built-in callbacks are walked too: each is ours under its name (`CALLBACKS_SAME`), or importing it from
+`tracktrain.callbacks` fails with what to use (`CALLBACKS_INSTEAD`, read by that package's `__getattr__`).
 """
 
 from __future__ import annotations
