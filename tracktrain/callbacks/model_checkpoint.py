@@ -215,7 +215,7 @@ class ModelCheckpoint(Callback):
 
     def _objects(self, trainer: Trainer) -> dict[str, Any]:
         """What this callback's checkpoints hold: all the run's state, or with `save_weights_only` the module's."""
-        return trainer.checkpoints.objects(weights_only=self.save_weights_only)
+        return trainer.checkpoint_objects(weights_only=self.save_weights_only)
 
     def _remove_what_killed_saves_left(self) -> None:
         assert self._saver is not None and self._checkpoint is not None and self._last is not None

@@ -413,10 +413,11 @@ class Trainer:
         here); callbacks that compute their own values (timing, memory) publish them here."""
         self.metrics.publish(values)
 
-    def checkpoint_objects(self) -> dict[str, Any]:
+    def checkpoint_objects(self, weights_only: bool = False) -> dict[str, Any]:
         """What a checkpoint of this run holds: the module, optimizers, LR schedulers, the train engine's state and
-        the Trainer's own (global step, callbacks); give it to `Checkpoint(to_save=...)`."""
-        return self.checkpoints.objects()
+        the Trainer's own (global step, callbacks); give it to `Checkpoint(to_save=...)`. `weights_only`: the module's
+        weights and what `load_from_checkpoint` rebuilds it from, nothing a fit resumes from."""
+        return self.checkpoints.objects(weights_only=weights_only)
 
     def save_checkpoint(self, filepath: str | os.PathLike) -> None:
         """Lightning's: the run's checkpoint at `filepath` now, as a `ModelCheckpoint` writes one (committed, with the
