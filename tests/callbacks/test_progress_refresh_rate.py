@@ -48,9 +48,17 @@ def test_refresh_rate_zero_turns_the_bar_and_the_plain_lines_off(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     bar = TQDMProgressBar(refresh_rate=0, file=Terminal())  # a terminal: drawn unless turned off
     assert _frames(bar) == [[], []] and bar.bar.tqdm_kwargs["file"].getvalue() == ""
-    assert _frames(TQDMProgressBar(refresh_rate=0, plain_every=1e-9, file=io.StringIO())) == [[], []]
-    assert "it/s" not in capsys.readouterr().err  # no plain lines either (not a terminal: they would be every step)
+    assert _frames(TQDMProgressBar(refresh_rate=0, file=io.StringIO())) == [[], []]
+    assert "| step " not in capsys.readouterr().err  # no plain lines either (with refresh_rate=1 there are 16)
     assert _frames(TQDMProgressBar(refresh_rate=2, file=Terminal())) == [[2, 4, 6, 8]] * 2
+
+
+def test_without_a_terminal_a_plain_line_comes_every_refresh_rate_batches(tmp_path, capsys):
+    bar = TQDMProgressBar(refresh_rate=3)  # stderr under pytest is not a terminal: plain lines, not bar frames
+    trainer = Trainer(**{**quiet(tmp_path, max_epochs=2, callbacks=[bar]), "enable_progress_bar": True})
+    trainer.fit(Classifier(), make_loader())
+    lines = re.findall(r"Epoch (\d)/2 \| step (\d)/8", capsys.readouterr().err)
+    assert lines == [(epoch, step) for epoch in "12" for step in "368"]
 
 
 def test_lightnings_arguments_and_bad_values():
@@ -63,5 +71,7 @@ def test_lightnings_arguments_and_bad_values():
         TrainerProgressBar(refresh_rate=2, mininterval=1.0)
     with pytest.raises(ValueError, match=r"refresh_rate=0\) turns the bar off, and disable=False"):
         TQDMProgressBar(refresh_rate=0, disable=False)
+    with pytest.raises(TypeError, match=r"give refresh_rate=.*or plain_every=.*not both"):
+        TrainerProgressBar(refresh_rate=2, plain_every=5.0)
     with pytest.raises(TypeError, match=r"leave="):
         TQDMProgressBar(persist=True)

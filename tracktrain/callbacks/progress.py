@@ -35,13 +35,25 @@ class TrainerProgressBar(Callback):
     within the epoch (`place_in_period`) are the handler's, so the bar and the lines agree.
 
     `refresh_rate` is Lightning's (`TQDMProgressBar(refresh_rate=N)`): the bar is redrawn (count and values read)
-    every N batches of the epoch and at its end, whatever the time between; 0 turns the bar and the plain lines off
-    (as `disable=True`). None (the default here): at most every `mininterval` seconds, as said above."""
+    every N batches of the epoch and at its end, whatever the time between, and where no bar is drawn the plain line
+    comes at those batches instead of every `plain_every` seconds (so a log gets a line every N batches, as
+    Lightning's bar writes a frame there); 0 turns the bar and the plain lines off (as `disable=True`). None (the
+    default here): at most every `mininterval` seconds, as said above."""
 
     def __init__(
-        self, persist: bool = True, plain_every: float = 30.0, refresh_rate: int | None = None, **tqdm_kwargs: Any
+        self,
+        persist: bool = True,
+        plain_every: float | None = None,
+        refresh_rate: int | None = None,
+        **tqdm_kwargs: Any,
     ) -> None:
         name = type(self).__name__
+        if plain_every is not None and refresh_rate is not None:
+            raise TypeError(
+                f"{name}: give refresh_rate= (a bar redraw, or a plain line, every N batches) or plain_every= (a "
+                f"plain line every so many seconds), not both; got {refresh_rate!r} and {plain_every!r}."
+            )
+        plain_every = 30.0 if plain_every is None else plain_every
         if not isinstance(plain_every, (int, float)) or isinstance(plain_every, bool) or not plain_every > 0:
             raise ValueError(f"{name}(plain_every=...) must be a number of seconds > 0, got {plain_every!r}.")
         if refresh_rate is not None and (
@@ -98,10 +110,13 @@ class TrainerProgressBar(Callback):
 
     def _plain_line(self, trainer: Trainer) -> None:
         now = time.monotonic()
-        if now < self._next_line:  # the one check per step: a clock read
+        state = trainer.train_engine.state
+        if self.refresh_rate:
+            if not _due(trainer.train_engine, state.iteration, self.refresh_rate):
+                return
+        elif now < self._next_line:  # the one check per step: a clock read
             return
         self._next_line = now + self.plain_every
-        state = trainer.train_engine.state
         started, first = self._epoch_started
         rate = (state.iteration - first) / max(now - started, 1e-9)  # over the steps this process ran
         length = state.epoch_length
