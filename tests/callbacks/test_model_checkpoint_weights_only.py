@@ -68,6 +68,28 @@ def test_weights_only_files_hold_the_weights_class_and_hparams_and_load_back(tmp
     assert all(torch.equal(value, trained[key]) for key, value in fresh.state_dict().items())
 
 
+def test_the_best_weights_only_checkpoint_is_what_validate_best_loads(tmp_path):
+    callback = ModelCheckpoint(dirpath=tmp_path / "w", monitor="val_loss", save_weights_only=True, save_top_k=1)
+    trainer = _trainer(tmp_path, callback, max_epochs=3)
+    trainer.fit(Saved(), make_loader(), make_loader(n=16))
+    best = LoopModule.load_from_checkpoint(callback.best_model_path)
+    trainer.validate(ckpt_path="best", dataloaders=make_loader(n=16))
+    trained = trainer.module.state_dict()
+    assert all(torch.equal(value, trained[key]) for key, value in best.state_dict().items())
+
+
+def test_trainer_checkpoints_save_weights_only_writes_the_same_kind_of_file(tmp_path):
+    """What `Trainer.save_checkpoint(path, weights_only=True)` (Lightning's) will call."""
+    trainer = _trainer(tmp_path, enable_checkpointing=False)
+    trainer.fit(Saved(lr=0.2), make_loader())
+    path = trainer.checkpoints.save(trainer.context, tmp_path / "manual" / "weights.ckpt", weights_only=True)
+    assert set(read_checkpoint(path)) == {"model", "trainer"}
+    assert committed_checkpoints(tmp_path / "manual")[0][0].summary["weights_only"] is True
+    assert LoopModule.load_from_checkpoint(path).hparams == {"lr": 0.2, "width": 2}
+    with pytest.raises(TypeError, match=r"weights_only=\.\.\.\) must be True or False"):
+        trainer.checkpoints.save(trainer.context, tmp_path / "manual" / "x.ckpt", weights_only="yes")
+
+
 def test_fit_naming_a_weights_only_checkpoint_is_refused_before_anything_loads(tmp_path):
     _trainer(tmp_path, ModelCheckpoint(dirpath=tmp_path / "w", save_weights_only=True)).fit(Saved(), make_loader())
     module = Saved()

@@ -88,11 +88,14 @@ class RunCheckpoints:
             objects["datamodule"] = trainer.datamodule
         return trainer.strategy.checkpoint_objects(objects)
 
-    def save(self, context: FitContext, filepath: str | os.PathLike) -> str:
+    def save(self, context: FitContext, filepath: str | os.PathLike, weights_only: bool = False) -> str:
         """`Trainer.save_checkpoint`: the run's checkpoint written at `filepath` now, as the `Checkpointer`s write
         theirs (the strategy's saver: rank 0 writes a full one, every rank its shards of a sharded one; committed by a
         manifest, so it is complete or absent), with the `on_save_checkpoint` hooks run also outside a fit. Every rank
-        calls it (the Trainer's state gathers across ranks); returns the path written."""
+        calls it (the Trainer's state gathers across ranks); returns the path written. `weights_only`: Lightning's
+        `save_checkpoint(path, weights_only=True)`, what `ModelCheckpoint(save_weights_only=True)` writes."""
+        if not isinstance(weights_only, bool):
+            raise TypeError(f"save_checkpoint(weights_only=...) must be True or False, got {weights_only!r}.")
         trainer = self._trainer
         url = check_location("Trainer.save_checkpoint(filepath=...)", filepath, "a checkpoint file's path or URL")
         module = context.module
@@ -106,9 +109,10 @@ class RunCheckpoints:
             raise ValueError(f"Trainer.save_checkpoint(filepath=...) names a directory, not a file: {url!r}.")
         if not context.settings:  # no fit yet: what load_from_checkpoint rebuilds the module from
             context.settings = _run_settings(trainer, context, module)
-        saver = trainer.strategy.checkpoint_saver(directory, summarize_checkpoint, None)
+        saver = trainer.strategy.checkpoint_saver(directory, summarize, None)
         with trainer.session.save_hooks(module):
-            states = {key: state_of(obj, f"checkpoint_objects()[{key!r}]") for key, obj in self.objects().items()}
+            objects = self.objects(weights_only)
+            states = {key: state_of(obj, f"checkpoint_objects()[{key!r}]") for key, obj in objects.items()}
         saver(states, name)
         return url
 
