@@ -77,6 +77,23 @@ def test_a_checkpoint_saved_after_fit_loads_back_with_its_weights_hparams_and_ho
     assert all(torch.equal(value, trained[key]) for key, value in loaded.state_dict().items())
 
 
+def test_save_checkpoint_weights_only_loads_back_and_is_refused_as_a_resume_point(tmp_path):
+    """Lightning's trainer.save_checkpoint(path, weights_only=True): the weights, class and hparams; no optimizer."""
+    trainer = quiet_trainer(tmp_path, max_epochs=1)
+    module = Remembers(lr=0.2, width=5)
+    trainer.fit(module, make_loader())
+    path = tmp_path / "manual" / "weights.ckpt"
+    trainer.save_checkpoint(path, weights_only=True)
+
+    states = read_checkpoint(path)
+    assert "optimizers" not in states and states["trainer"]["weights_only"] is True
+    loaded = Remembers.load_from_checkpoint(path)
+    assert loaded.hparams == {"lr": 0.2, "width": 5}
+    assert all(torch.equal(value, _weights(module)[key]) for key, value in loaded.state_dict().items())
+    with pytest.raises(ValueError, match="weights"):
+        quiet_trainer(tmp_path / "again", max_epochs=2).fit(Remembers(lr=0.2, width=5), make_loader(), ckpt_path=path)
+
+
 def test_fit_resumes_from_a_saved_checkpoint_at_its_step_as_an_uninterrupted_fit(tmp_path):
     first = quiet_trainer(tmp_path, max_epochs=1, seed=1)
     first.fit(Classifier(), make_loader(shuffle=True))

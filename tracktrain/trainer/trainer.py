@@ -419,10 +419,11 @@ class Trainer:
         weights and what `load_from_checkpoint` rebuilds it from, nothing a fit resumes from."""
         return self.checkpoints.objects(weights_only=weights_only)
 
-    def save_checkpoint(self, filepath: str | os.PathLike) -> None:
+    def save_checkpoint(self, filepath: str | os.PathLike, weights_only: bool = False) -> None:
         """Lightning's: the run's checkpoint at `filepath` now, as a `ModelCheckpoint` writes one (committed, with the
-        `on_save_checkpoint` hooks), for `load_from_checkpoint` and `fit(ckpt_path=...)`. Call it on every rank."""
-        self.checkpoints.save(self.context, filepath)
+        `on_save_checkpoint` hooks), for `load_from_checkpoint` and `fit(ckpt_path=...)`; `weights_only`: the module's
+        weights, class and hparams only (loads back, does not resume). Call it on every rank."""
+        self.checkpoints.save(self.context, filepath, weights_only=weights_only)
 
     @property
     def checkpoint_callback(self) -> Checkpointer | None:
