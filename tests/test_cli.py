@@ -68,6 +68,27 @@ def test_inspect_says_what_a_checkpoint_holds_and_that_it_is_complete(run_root):
     assert "  model: 2 tensors, 10 values, 40 bytes" in result.stdout
 
 
+def test_runs_and_inspect_tell_weights_only_checkpoints_apart(tmp_path):
+    """ModelCheckpoint(save_weights_only=True)'s files: listed as weights only, never offered as the resume point
+    (a fit there starts a new run), and inspect says what they are for."""
+    from tracktrain.callbacks import ModelCheckpoint
+
+    root = tmp_path / "runs"
+    weights = ModelCheckpoint(dirpath=root / "checkpoints", save_weights_only=True, async_save=False)
+    Trainer(max_epochs=1, enable_progress_bar=False, logger=False, default_root_dir=root, callbacks=[weights]).fit(
+        Classifier(), make_loader()
+    )
+
+    listing = tracktrain("runs", "runs", cwd=tmp_path)
+    assert listing.returncode == 0, listing.stderr
+    assert listing.stdout.splitlines()[1].endswith("weights only")
+    assert "none complete (weights only: they load with load_from_checkpoint" in listing.stdout
+    assert 'resume="auto" continues' not in listing.stdout
+    inspected = tracktrain("inspect", str(root / "checkpoints" / "checkpoint_8.pt"), cwd=tmp_path)
+    assert inspected.returncode == 0, inspected.stderr
+    assert "weights only (ModelCheckpoint(save_weights_only=True)), step 8" in inspected.stdout
+
+
 def test_inspect_refuses_a_damaged_checkpoint_and_names_a_missing_one(run_root, tmp_path):
     damaged = tmp_path / "checkpoint_16.pt"
     data = bytearray((run_root / "checkpoints" / "checkpoint_16.pt").read_bytes())

@@ -88,18 +88,21 @@ def show_runs(root: str) -> int:
         summary = checkpoint.manifest["summary"]
         size = sum(entry["bytes"] for entry in checkpoint.manifest["files"].values())
         created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(checkpoint.manifest["created"]))
+        kind = "" if checkpoint.resumable else "  weights only"
         print(
             f"  {checkpoint.data_filename:<40} step {summary.get('global_step', '?'):>7}  epoch "
-            f"{summary.get('epoch', '?'):>4}  {_size(size):>9}  {created}"
+            f"{summary.get('epoch', '?'):>4}  {_size(size):>9}  {created}{kind}"
         )
-    if not found:
-        print("  none complete: a fit here starts a new run")
+    resumable = [checkpoint for checkpoint in found if checkpoint.resumable]
+    if not resumable:
+        weights = " (weights only: they load with load_from_checkpoint, a fit does not resume them)" if found else ""
+        print(f"  none complete{weights}: a fit here starts a new run")
     for problem in problems:
         print(f"  not complete (skipped by resume): {problem}")
-    if found:
+    if resumable:
         print(
-            f'  resume="auto" continues from {found[0].data_filename}; '
-            f"`tracktrain inspect {found[0].url}` shows what it holds"
+            f'  resume="auto" continues from {resumable[0].data_filename}; '
+            f"`tracktrain inspect {resumable[0].url}` shows what it holds"
         )
     print(f"writer: {lease.status(directory)}")
     spool = Spool(spool_dir_for(directory, root), directory)
@@ -173,7 +176,12 @@ def inspect_checkpoint(url: str) -> int:
     print(f"content: {'matches its manifest' if complete else 'read (nothing to check it against)'}")
     trainer = states.get("trainer") or {} if isinstance(states, dict) else {}
     engine = states.get("train_engine") or {} if isinstance(states, dict) else {}
-    if trainer:
+    if trainer.get("weights_only"):
+        print(
+            f"weights only (ModelCheckpoint(save_weights_only=True)), step {trainer.get('global_step')}, epoch "
+            f"{trainer.get('epoch')}: loads with load_from_checkpoint; a fit does not resume from it"
+        )
+    elif trainer:
         print(
             f"step {trainer.get('global_step')}, iteration {engine.get('iteration')}, epoch length "
             f"{engine.get('epoch_length')}, samples seen {trainer.get('samples_seen')}"

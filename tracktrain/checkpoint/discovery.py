@@ -49,6 +49,12 @@ class CommittedCheckpoint:
         return self.manifest["summary"]
 
     @property
+    def resumable(self) -> bool:
+        """Whether a fit can resume from it: not a weights-only checkpoint (`ModelCheckpoint(save_weights_only=True)`,
+        whose summary says so), which holds no optimizer, loop or callback state."""
+        return not self.summary.get("weights_only")
+
+    @property
     def order(self) -> tuple[int, int, float]:
         """Newer sorts higher: by global step, then engine iteration, then creation time."""
         summary = self.summary

@@ -179,7 +179,7 @@ class RunCheckpoints:
         strategy.rank_zero_value(None)  # no rank lists the directory before that
         candidates = resume_candidates(self.directories())
         # a weights-only checkpoint holds nothing to resume a fit from (no optimizer, engine or callback state)
-        full = [candidate for candidate in candidates if not candidate.summary.get("weights_only")]
+        full = [candidate for candidate in candidates if candidate.resumable]
         skipped = [candidate.url for candidate in candidates[: candidates.index(full[0]) if full else None]]
         loaded = load_newest(full, load)
         if skipped and loaded is not None:
