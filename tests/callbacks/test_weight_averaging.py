@@ -243,3 +243,17 @@ def test_under_ddp_every_rank_keeps_the_same_average(tmp_path):
     ranks = load_per_rank(tmp_path, "ema")
     assert ranks[0] == ranks[1]
     assert ranks[0][:2] != ranks[0][2:]  # the average, not the module's own weights
+
+
+def test_the_average_lives_on_the_device_given_as_lightnings_device_argument(tmp_path):
+    """`EMA(device="cpu")` (Lightning's `WeightAveraging(device=...)`): the average is kept there and is the same
+    average; a device torch does not know is refused when the callback is built. (On CUDA with the average on the
+    CPU: tests/cuda/test_precision.py.)"""
+    placed, default = EMA(decay=0.8, copy_at_end=False, device="cpu"), EMA(decay=0.8, copy_at_end=False)
+    for callback in (placed, default):
+        _trainer(tmp_path, [callback]).fit(Classifier(), make_loader())
+
+    assert all(p.device == torch.device("cpu") for p in _averaged(placed))
+    assert all(torch.equal(a, b) for a, b in zip(_averaged(placed), _averaged(default)))
+    with pytest.raises(RuntimeError, match="device"):
+        EMA(decay=0.8, device="nowhere")

@@ -107,3 +107,18 @@ def test_bf16_runs_the_forward_in_bfloat16_without_a_scaler_and_trains(tmp_path)
     losses = module.loss_values()
     assert len(losses) == STEPS and all(math.isfinite(loss) for loss in losses)
     assert sum(losses[-8:]) < 0.8 * sum(losses[:8]), losses
+
+
+def test_an_ema_kept_on_the_cpu_averages_a_model_trained_on_cuda(tmp_path):
+    """`EMA(device="cpu")`: the average stays in host memory, each update copies the weights there; validation
+    swaps it into the CUDA module and back; at the end the CUDA module holds it."""
+    from tracktrain.callbacks import EMA
+
+    ema = EMA(decay=0.5, device="cpu")
+    module = Net()
+    Trainer(**quiet(tmp_path, max_epochs=2, callbacks=[ema])).fit(module, make_loader(), make_loader())
+
+    averaged = [p.detach() for p in ema.averaged_model.module.parameters()]
+    assert all(p.device.type == "cpu" for p in averaged)
+    assert all(p.device.type == "cuda" for p in module.parameters())
+    assert all(torch.equal(a, p.detach().cpu()) for a, p in zip(averaged, module.parameters()))

@@ -40,7 +40,8 @@ class _Weights(nn.Module):
 
 
 class WeightAveraging(Callback):
-    """Keeps an average of the module's weights (`torch.optim.swa_utils.AveragedModel`) on the module's device,
+    """Keeps an average of the module's weights (`torch.optim.swa_utils.AveragedModel`) on the module's device (or
+    `device`),
     updated where `should_update` says: after an optimizer step (`step_idx`, from 0) or at an epoch's end
     (`epoch_idx`). Validation and test swap it into the module (and back), so logged `val_*` values are the
     average's; it rides in the Trainer's checkpoints (a resumed run ends with the same average, bit for bit); at the
@@ -53,6 +54,8 @@ class WeightAveraging(Callback):
         use_buffers: average the buffers too (BatchNorm statistics); False: the average keeps the module's own.
         evaluate_averaged: validate and test with the averaged weights.
         copy_at_end: copy the averaged weights into the module when fit ends.
+        device: where the average lives (Lightning's: `"cpu"` keeps it out of GPU memory; each update copies the
+            weights there); None: the module's device.
 
     Override `should_update` for another schedule. Refuses `strategy="fsdp"`, "tensor_parallel" and "pipeline" (a
     rank holds part of the model); under DDP every rank's average is the same. A step costs one `torch._foreach`
@@ -67,8 +70,10 @@ class WeightAveraging(Callback):
         use_buffers: bool = True,
         evaluate_averaged: bool = True,
         copy_at_end: bool = True,
+        device: torch.device | str | int | None = None,
     ) -> None:
         name = type(self).__name__
+        self.device = None if device is None else torch.device(device)  # a bad one fails here, not at fit start
         if multi_avg_fn is not None and avg_fn is not None:
             raise ValueError(f"{name}: give multi_avg_fn or avg_fn, not both (multi_avg_fn is the faster one).")
         flags = {"use_buffers": use_buffers, "evaluate_averaged": evaluate_averaged, "copy_at_end": copy_at_end}
@@ -98,7 +103,7 @@ class WeightAveraging(Callback):
                 f"{type(self).__name__} averages whole parameters, but strategy={strategy!r} leaves each rank only "
                 "a shard or a stage of the model: use strategy='ddp' or a single device."
             )
-        device = next(module.parameters(), torch.empty(0)).device
+        device = self.device or next(module.parameters(), torch.empty(0)).device
         averaged = AveragedModel(_Weights(module), device, self.avg_fn, self.multi_avg_fn, self.use_buffers)
         self.averaged_model, self._module, self._module_is_average, self._backup = averaged, module, False, None
         state, self._loaded = self._loaded or {}, None  # a checkpoint's, or a new run's: the counters start over
