@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from tracktrain import Trainer
 
@@ -114,11 +115,18 @@ def test_an_ema_kept_on_the_cpu_averages_a_model_trained_on_cuda(tmp_path):
     swaps it into the CUDA module and back; at the end the CUDA module holds it."""
     from tracktrain.callbacks import EMA
 
+    class Validated(Net):
+        def eval_step(self, batch, batch_idx):
+            x, y = batch
+            self.log("val_loss", F.cross_entropy(self(x), y))
+
     ema = EMA(decay=0.5, device="cpu")
-    module = Net()
-    Trainer(**quiet(tmp_path, max_epochs=2, callbacks=[ema])).fit(module, make_loader(), make_loader())
+    module = Validated()
+    trainer = Trainer(**quiet(tmp_path, max_epochs=2, callbacks=[ema]))
+    trainer.fit(module, make_loader(), make_loader())
 
     averaged = [p.detach() for p in ema.averaged_model.module.parameters()]
     assert all(p.device.type == "cpu" for p in averaged)
     assert all(p.device.type == "cuda" for p in module.parameters())
     assert all(torch.equal(a, p.detach().cpu()) for a, p in zip(averaged, module.parameters()))
+    assert math.isfinite(float(trainer.callback_metrics["val_loss"]))  # validated with the average swapped in
