@@ -232,8 +232,8 @@ TRAINER_ARGUMENTS_NOT_OFFERED = {
     "loggers=False)",
     "plugins": "nothing: precision and environments are Trainer(precision=...) and the launcher's",
     "sync_batchnorm": "torch.nn.SyncBatchNorm.convert_sync_batchnorm(module) before the fit",
-    "reload_dataloaders_every_n_epochs": "an iterable whose __iter__ builds the epoch's loader (the engine calls "
-    "iter() at every epoch; train_dataloader() is called once per fit)",
+    "reload_dataloaders_every_n_epochs": "an iterable with a __len__ whose __iter__ builds the epoch's loader (the "
+    "engine calls iter() at each epoch; train_dataloader() is called once per fit)",
     "enable_autolog_hparams": "nothing to turn off: the module's hparams and the Trainer's settings are always logged",
     "model_registry": "nothing: tracktrain_integrations.mlflow_model registers models with MLflow",
 }
