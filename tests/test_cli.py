@@ -68,10 +68,12 @@ def test_inspect_says_what_a_checkpoint_holds_and_that_it_is_complete(run_root):
     assert "  model: 2 tensors, 10 values, 40 bytes" in result.stdout
 
 
-def test_runs_and_inspect_tell_weights_only_checkpoints_apart(tmp_path):
+def test_runs_and_inspect_tell_weights_only_checkpoints_apart(tmp_path, capsys, monkeypatch):
     """ModelCheckpoint(save_weights_only=True)'s files: listed as weights only, never offered as the resume point
-    (a fit there starts a new run), and inspect says what they are for."""
+    (a fit there starts a new run), and inspect says what they are for. (In this process: the console script itself
+    is the other tests'.)"""
     from tracktrain.callbacks import ModelCheckpoint
+    from tracktrain_integrations.cli import main
 
     root = tmp_path / "runs"
     weights = ModelCheckpoint(dirpath=root / "checkpoints", save_weights_only=True, async_save=False)
@@ -79,14 +81,15 @@ def test_runs_and_inspect_tell_weights_only_checkpoints_apart(tmp_path):
         Classifier(), make_loader()
     )
 
-    listing = tracktrain("runs", "runs", cwd=tmp_path)
-    assert listing.returncode == 0, listing.stderr
-    assert listing.stdout.splitlines()[1].endswith("weights only")
-    assert "none complete (weights only: they load with load_from_checkpoint" in listing.stdout
-    assert 'resume="auto" continues' not in listing.stdout
-    inspected = tracktrain("inspect", str(root / "checkpoints" / "checkpoint_8.pt"), cwd=tmp_path)
-    assert inspected.returncode == 0, inspected.stderr
-    assert "weights only (ModelCheckpoint(save_weights_only=True)), step 8" in inspected.stdout
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(["runs", "runs"]) == 0
+    listing = capsys.readouterr().out
+    assert listing.splitlines()[1].endswith("weights only")
+    assert "none complete (weights only: they load with load_from_checkpoint" in listing
+    assert 'resume="auto" continues' not in listing
+    assert main(["inspect", str(root / "checkpoints" / "checkpoint_8.pt")]) == 0
+    assert "weights only (ModelCheckpoint(save_weights_only=True)), step 8" in capsys.readouterr().out
 
 
 def test_inspect_refuses_a_damaged_checkpoint_and_names_a_missing_one(run_root, tmp_path):
