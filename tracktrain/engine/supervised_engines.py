@@ -97,10 +97,10 @@ def create_supervised_trainer(
         )
     else:
         step = supervised_training_step(model, optimizer, loss_fn, **common)
-    trainer = DeterministicEngine(step) if deterministic else Engine(step)
+    engine = DeterministicEngine(step) if deterministic else Engine(step)
     if created_scaler is not None:
-        trainer.state.scaler = created_scaler
-    return trainer
+        engine.state.scaler = created_scaler
+    return engine
 
 
 def create_supervised_evaluator(

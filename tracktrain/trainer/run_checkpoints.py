@@ -150,8 +150,6 @@ class RunCheckpoints:
         context.ckpt_path = self.resume(context, target, module)
         if context.ckpt_path is None:  # a new run starts over, even after an interrupted or crashed fit of this Trainer
             trainer.state.start_new_run()
-            trainer.train_engine.state.max_epochs = None
-            trainer.train_engine.state.max_iters = None
         strategy.check_same("global step after loading the checkpoint", trainer.global_step)
         seed: int | None
         if context.ckpt_path is None:

@@ -35,10 +35,14 @@ class TrainerState:
         self.samples_seen = 0  # training samples this process has read (a tracker axis next to the step)
 
     def start_new_run(self) -> None:
-        """A new run starts over, even after an interrupted or crashed fit of this Trainer."""
+        """A new run starts over, even after an interrupted or crashed fit of this Trainer: its counters, its training
+        time, and the training engine's limits (Ignite's way to make `run()` start afresh, not continue)."""
         self.global_step = 0
         self.samples_seen = 0
         self._trainer.training_time.restart()
+        engine_state = self._trainer.train_engine.state
+        engine_state.max_epochs = None
+        engine_state.max_iters = None
 
     def state_dict(self) -> dict[str, Any]:
         trainer = self._trainer
