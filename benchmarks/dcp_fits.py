@@ -40,7 +40,7 @@ from workloads import FirstForward, bare_trainer, state_difference
 from tracktrain.callbacks import ModelCheckpoint
 from tracktrain.checkpoint.discovery import committed_checkpoints
 from tracktrain.checkpoint.state import read_checkpoint
-from tracktrain.dist_logger import get_dist_logger
+from tracktrain.distributed.logger import get_dist_logger
 from tracktrain.trainer.strategies.fsdp import FSDPStrategy
 
 # the saving variants

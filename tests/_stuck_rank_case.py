@@ -41,7 +41,7 @@ def stuck_rank() -> None:
     """One rank (tracktrain.distributed.spawn's, or torchrun's when this file is run as a script)."""
     import torch.distributed as dist
 
-    from tracktrain.distributed import init_from_env
+    from tracktrain.distributed.collectives import init_from_env
 
     init_from_env()
     rank = dist.get_rank()
@@ -70,7 +70,7 @@ def _cut_pytest_timeout_short_once_stuck(pids_before: int) -> None:
 def test_spawned_ranks_under_pytest_timeout():
     """tracktrain.distributed.spawn blocks until pytest-timeout fails the test; conftest's report hook prints
     each rank's stack (written to the test's captured stderr) and kills them."""
-    from tracktrain.distributed import spawn
+    from tracktrain.distributed.collectives import spawn
 
     _cut_pytest_timeout_short_once_stuck(len(list(OUT.glob("rank*.pid"))))
     spawn(stuck_rank, 2)

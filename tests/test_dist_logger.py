@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests import _processes
-from tracktrain.dist_logger import DistributedLogger, get_dist_logger
+from tracktrain.distributed.logger import DistributedLogger, get_dist_logger
 from tracktrain.engine import Engine
 from tracktrain_integrations.testing import free_port
 
@@ -220,7 +220,7 @@ def test_module_logs_without_torch(tmp_path):
     code = f"""
 import sys
 sys.modules["torch"] = None  # any "import torch" now fails
-from tracktrain.dist_logger import get_dist_logger
+from tracktrain.distributed.logger import get_dist_logger
 logger = get_dist_logger()
 logger.log_to_file({str(tmp_path)!r})
 logger.info("no torch here")

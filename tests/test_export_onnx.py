@@ -1,4 +1,4 @@
-"""`tracktrain.export_onnx`: a module, or a checkpoint a real fit wrote (one file, or a sharded `.dcp` directory),
+"""`tracktrain.export.onnx`: a module, or a checkpoint a real fit wrote (one file, or a sharded `.dcp` directory),
 exported to an ONNX file that onnxruntime runs and that gives the module's outputs at other batch sizes; the caller's
 module keeps its weights and mode; what cannot be exported, or gives other outputs, fails naming the fix and leaves
 no file; without the onnx extra the error says what to install. Real torch.onnx exports, real onnxruntime."""
@@ -14,7 +14,7 @@ from torch import nn
 
 from tracktrain.checkpoint.state import read_checkpoint
 from tracktrain.export import ExportError, ExportMismatch
-from tracktrain.export_onnx import export_onnx, load_onnx
+from tracktrain.export.onnx import export_onnx, load_onnx
 
 from ._export_fixtures import DataDependent, best_checkpoint_of_a_fit
 from .trainer._tasks import Classifier
@@ -189,7 +189,7 @@ def test_without_the_onnx_extra_the_error_says_what_to_install(tmp_path, monkeyp
 
 def test_importing_the_module_loads_no_onnx_package():
     code = (
-        "import sys, tracktrain.export_onnx\n"
+        "import sys, tracktrain.export.onnx\n"
         "print(sorted(m for m in ('onnx', 'onnxscript', 'onnxruntime') if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)

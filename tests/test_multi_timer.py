@@ -12,7 +12,7 @@ import tracemalloc
 import pytest
 
 from tracktrain.engine import Engine, Events
-from tracktrain.multi_timer import MultiTimer, StopWatch, _add_exactly
+from tracktrain.handlers.multi_timer import MultiTimer, StopWatch, _add_exactly
 
 NAP = 0.02  # seconds slept inside a timed interval
 
@@ -250,7 +250,7 @@ def test_module_imports_and_times_without_torch():
     code = """
 import sys
 sys.modules["torch"] = None  # any "import torch" now fails
-from tracktrain.multi_timer import MultiTimer
+from tracktrain.handlers.multi_timer import MultiTimer
 timer = MultiTimer(synchronize=True)
 timer.start("step")
 print(timer.stop("step", keep_in_history=True) >= 0.0, timer.get_timer("step").history_count)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tracktrain.distributed import spawn
+from tracktrain.distributed.collectives import spawn
 
 
 def _write_what_the_rank_sees(out: Path) -> None:

@@ -20,8 +20,8 @@ import fsspec
 import pytest
 
 from tracktrain import storage
-from tracktrain.redaction import redact
 from tracktrain.storage.check import check_writable
+from tracktrain.storage.redaction import redact
 
 
 @pytest.fixture

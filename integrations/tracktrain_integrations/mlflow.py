@@ -17,7 +17,7 @@ from typing import Any
 
 from tracktrain.loggers.base import QueuedLogger, default_run_name, flatten_params
 from tracktrain.loggers.delivery import Record
-from tracktrain.redaction import split_credentials
+from tracktrain.storage.redaction import split_credentials
 from tracktrain_integrations.mlflow_run import MlflowRun, refused, save_pytorch_model
 from tracktrain_integrations.mlflow_system_metrics import SystemMetricsSampler, mlflow_defaults
 from tracktrain_integrations.mlflow_values import (

@@ -21,7 +21,7 @@ from torch import nn
 
 from tracktrain.callbacks.model_checkpoint import ModelCheckpoint
 from tracktrain.export import detached_copy, export_module, module_from_checkpoint
-from tracktrain.export_onnx import export_onnx  # imports onnx and onnxruntime only when it is called
+from tracktrain.export.onnx import export_onnx  # imports onnx and onnxruntime only when it is called
 from tracktrain_integrations.mlflow import MLflowLogger
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def log_model(
         name: the model's name in the run (`runs:/<run_id>/<name>`).
         export: also export the model with `torch.export` (`tracktrain.export.export_module`) and log the program
             as `export/model.pt2` in the run's artifacts (`torch.export.load` reads it without the module's class).
-        onnx: also export the model to ONNX (`tracktrain.export_onnx.export_onnx`, checked by onnxruntime) and log
+        onnx: also export the model to ONNX (`tracktrain.export.onnx.export_onnx`, checked by onnxruntime) and log
             the file as `export/model.onnx` (with `model.onnx.data` beside it for weights over 2 GB); onnxruntime
             runs it without torch. Needs the ONNX extra: `pip install 'tracktrain[onnx]'`.
 

@@ -14,7 +14,7 @@ from typing import Any
 from tracktrain import storage
 from tracktrain.loggers.base import CHECKPOINT_ARTIFACTS
 from tracktrain.loggers.one_call import OneCallAtATime
-from tracktrain.redaction import split_credentials
+from tracktrain.storage.redaction import split_credentials
 
 __all__ = ["EXPERIMENT_TAGS", "MlflowRun", "refused", "save_pytorch_model"]
 

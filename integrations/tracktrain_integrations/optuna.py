@@ -38,9 +38,9 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from tracktrain.boundary import Boundary, Decision
 from tracktrain.callbacks.base import Callback
-from tracktrain.ranks import global_rank
+from tracktrain.distributed.boundary import Boundary, Decision
+from tracktrain.distributed.ranks import global_rank
 from tracktrain.trainer.monitor import monitored_value
 
 if TYPE_CHECKING:

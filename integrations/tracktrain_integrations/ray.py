@@ -33,7 +33,7 @@ from tracktrain import storage
 from tracktrain.callbacks.base import Callback
 from tracktrain.checkpoint.discovery import CommittedCheckpoint, committed_checkpoints
 from tracktrain.checkpoint.manifest import manifest_name
-from tracktrain.ranks import global_rank
+from tracktrain.distributed.ranks import global_rank
 from tracktrain.trainer.strategies import DataParallelStrategy
 
 if TYPE_CHECKING:

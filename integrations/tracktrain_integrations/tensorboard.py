@@ -12,8 +12,8 @@ from typing import Any
 
 from tracktrain import storage
 from tracktrain.callbacks.base import Callback
+from tracktrain.distributed.ranks import global_rank
 from tracktrain.loggers.base import Logger, flatten_params
-from tracktrain.ranks import global_rank
 
 __all__ = ["TensorBoardLogger", "TensorboardHook"]
 

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tracktrain.dist_logger import DistributedLogger, get_dist_logger
+from tracktrain.distributed.logger import DistributedLogger, get_dist_logger
 from tracktrain.loggers.base import Logger
 from tracktrain.trainer import LoopModule, Trainer
 

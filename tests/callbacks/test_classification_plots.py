@@ -21,8 +21,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from tests._file_tracker import FileTracker
 from tracktrain import LoopModule, Trainer
 from tracktrain.callbacks.classification_plots import ConfusionMatrixPlot, per_class_metrics
-from tracktrain.distributed import spawn
-from tracktrain.ranks import global_rank
+from tracktrain.distributed.collectives import spawn
+from tracktrain.distributed.ranks import global_rank
 
 from ..trainer._tasks import quiet
 

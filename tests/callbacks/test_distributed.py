@@ -29,7 +29,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
     from tracktrain.callbacks.early_stopping import EarlyStopping
     from tracktrain.callbacks.metric_printer import MetricPrinter
     from tracktrain.callbacks.metric_tracking import AccuracyTracker
-    from tracktrain.dist_logger import get_dist_logger
+    from tracktrain.distributed.logger import get_dist_logger
     from tracktrain.trainer import Trainer
 
     torch.set_num_threads(1)

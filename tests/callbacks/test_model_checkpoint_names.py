@@ -136,7 +136,7 @@ def _fit_on_rank(out: str) -> None:
 def test_every_rank_names_the_file_as_rank_zero_does(tmp_path):
     import json
 
-    from tracktrain.distributed import spawn
+    from tracktrain.distributed.collectives import spawn
 
     spawn(_fit_on_rank, 2, args=(str(tmp_path),))
     paths = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]

@@ -161,7 +161,7 @@ def test_fsdp_weights_only_checkpoints_are_sharded_load_back_and_are_refused_by_
     import json
 
     from tests.trainer.test_lightning_habits import Net, _outputs
-    from tracktrain.distributed import spawn
+    from tracktrain.distributed.collectives import spawn
 
     spawn(_fit_sharded_weights_only, 2, args=(str(tmp_path),))
     saved = json.loads((tmp_path / "sharded.json").read_text())

@@ -17,7 +17,7 @@ import torch
 from tests._file_tracker import FileTracker
 from tracktrain import Callback, Trainer
 from tracktrain.callbacks.profiler import Profiler
-from tracktrain.distributed import spawn
+from tracktrain.distributed.collectives import spawn
 
 from ..trainer._tasks import Classifier, make_loader, quiet
 

@@ -248,7 +248,7 @@ def test_under_ddp_every_rank_takes_the_lists_rank_zero_adopted(tmp_path):
     """Rank 0 reads the directory; rank 1 must not keep the lists of the checkpoint it loaded, or the ranks would
     take different keep-or-skip decisions at a save (which gathers from every rank)."""
     from tests.trainer._ddp import load_per_rank as _load
-    from tracktrain.distributed import spawn
+    from tracktrain.distributed.collectives import spawn
 
     spawn(_fit_with_lost_deletions_then_resume_from_an_older_one, 2, args=(str(tmp_path),))
     lists = _load(tmp_path, "lists")

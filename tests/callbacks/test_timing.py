@@ -14,7 +14,7 @@ import torch
 
 from tracktrain.callbacks.base import Callback
 from tracktrain.callbacks.timing import Timing
-from tracktrain.multi_timer import MultiTimer
+from tracktrain.handlers.multi_timer import MultiTimer
 from tracktrain.trainer.batches import batch_size_of as _batch_size
 
 from .conftest import TinyModule, batches, logged_messages
@@ -143,7 +143,7 @@ def test_batch_size_is_the_first_tensors_length():
 
 
 def test_bad_arguments_are_refused():
-    with pytest.raises(TypeError, match=r"Timing\(timer=...\) takes a tracktrain.multi_timer.MultiTimer"):
+    with pytest.raises(TypeError, match=r"Timing\(timer=...\) takes a tracktrain.handlers.multi_timer.MultiTimer"):
         Timing(timer=time.perf_counter)
     with pytest.raises(TypeError, match=r"Timing\(logger=...\) takes a DistributedLogger"):
         Timing(logger=print)

@@ -237,7 +237,7 @@ def _fit_ddp(out: str) -> None:
 @pytest.mark.distributed
 @pytest.mark.timeout(180)
 def test_under_ddp_every_rank_keeps_the_same_average(tmp_path):
-    from tracktrain.distributed import spawn
+    from tracktrain.distributed.collectives import spawn
 
     spawn(_fit_ddp, 2, args=(str(tmp_path),))
     ranks = load_per_rank(tmp_path, "ema")

@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from tracktrain.distributed import spawn
+from tracktrain.distributed.collectives import spawn
 
 from . import _fsdp_run
 

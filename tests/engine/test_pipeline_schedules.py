@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from tracktrain.distributed import init_from_env, spawn
+from tracktrain.distributed.collectives import init_from_env, spawn
 from tracktrain.engine import ModelEngine
 from tracktrain.engine.pipeline import PipelineSchedule, split_stages
 

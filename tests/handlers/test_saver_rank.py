@@ -1,4 +1,4 @@
-"""Savers ask `tracktrain.ranks` which rank they are on: before the process group exists, torchrun's RANK decides,
+"""Savers ask `tracktrain.distributed.ranks` which rank they are on: before the process group exists, torchrun's RANK decides,
 so in a starting run only the saving rank creates, checks, writes or deletes anything."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tracktrain import Trainer
-from tracktrain.distributed import spawn
+from tracktrain.distributed.collectives import spawn
 
 from ..trainer._tasks import Classifier, make_loader
 

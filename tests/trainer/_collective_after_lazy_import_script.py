@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tracktrain.distributed import init_from_env  # noqa: E402
+from tracktrain.distributed.collectives import init_from_env  # noqa: E402
 
 out = Path(sys.argv[1])
 init_from_env()

@@ -131,7 +131,7 @@ def main() -> None:
         killed_fit(root, ranks)
     else:
         from tests.trainer import _rng_resume  # by its importable name: the ranks unpickle the function from it
-        from tracktrain.distributed import spawn
+        from tracktrain.distributed.collectives import spawn
 
         spawn(_rng_resume.killed_fit, ranks, args=(root, ranks))
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from tracktrain import Trainer
-from tracktrain.distributed import spawn
+from tracktrain.distributed.collectives import spawn
 from tracktrain.trainer.model_preparation import prepare_module
 
 from ._blocks import Block, BlockNet, max_difference, state

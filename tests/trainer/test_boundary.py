@@ -1,4 +1,4 @@
-"""Decisions at the loop's boundaries (`tracktrain.boundary`): agreed by all ranks in one exchange, before anyone
+"""Decisions at the loop's boundaries (`tracktrain.distributed.boundary`): agreed by all ranks in one exchange, before anyone
 acts; a proposal that fails on one rank fails every rank, in seconds; and a 10-epoch DDP fit with validation, a
 checkpoint every epoch on a score the ranks disagree on, and early stopping that one rank asks for first, ends
 on both ranks at the same step with the same files. Real gloo processes on the CPU."""
@@ -17,10 +17,10 @@ import pytest
 import torch.distributed as dist
 
 from tracktrain import Callback, Trainer
-from tracktrain.boundary import Boundary, Decision, decide
 from tracktrain.callbacks.early_stopping import EarlyStopping
 from tracktrain.callbacks.model_checkpoint import ModelCheckpoint
-from tracktrain.distributed import collective_timeout, init_from_env, spawn
+from tracktrain.distributed.boundary import Boundary, Decision, decide
+from tracktrain.distributed.collectives import collective_timeout, init_from_env, spawn
 
 from ._tasks import Classifier, checkpoint_files, make_loader
 
@@ -179,7 +179,7 @@ def test_ranks_that_take_different_decisions_at_a_boundary_are_told_so_instead_o
 
 HANG = """
 import torch, torch.distributed as dist
-from tracktrain.distributed import init_from_env, spawn
+from tracktrain.distributed.collectives import init_from_env, spawn
 
 def mismatched():
     init_from_env()

@@ -15,7 +15,7 @@ from torch.distributed.fsdp import fully_shard
 
 from tracktrain import LoopModule, Trainer
 from tracktrain.callbacks import ModelCheckpoint
-from tracktrain.distributed import spawn
+from tracktrain.distributed.collectives import spawn
 from tracktrain.engine import ModelEngine
 from tracktrain.trainer.model_preparation import prepare_module
 

@@ -16,7 +16,7 @@ import torch
 from tracktrain import DataModule, LoopModule, Trainer
 from tracktrain.callbacks import ModelCheckpoint
 from tracktrain.checkpoint.state import read_checkpoint
-from tracktrain.distributed import spawn
+from tracktrain.distributed.collectives import spawn
 
 from ._ddp import ddp_trainer, load_per_rank
 from ._tasks import Classifier, make_loader

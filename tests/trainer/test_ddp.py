@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from tests import _processes
 from tracktrain import Callback, Trainer
-from tracktrain.distributed import spawn
+from tracktrain.distributed.collectives import spawn
 
 from ._ddp import CrashAtStep
 from ._ddp import ddp_trainer as _trainer

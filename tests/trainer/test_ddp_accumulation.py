@@ -13,7 +13,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from tracktrain import Callback, Trainer
-from tracktrain.distributed import spawn
+from tracktrain.distributed.collectives import spawn
 
 from ._tasks import Classifier, make_loader
 

@@ -20,8 +20,7 @@ EXTENSIONS = [
     ROOT / "tracktrain" / "loggers",
     ROOT / "tracktrain" / "colossal",
     ROOT / "tracktrain" / "tuning",
-    ROOT / "tracktrain" / "export.py",
-    ROOT / "tracktrain" / "export_onnx.py",
+    ROOT / "tracktrain" / "export",
     ROOT / "integrations" / "tracktrain_integrations",
 ]
 TRAINER_NAMES = {"trainer", "_trainer"}  # the names extension code gives a Trainer

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from tracktrain import LoopModule, Trainer
 from tracktrain.callbacks import ModelCheckpoint, ModelSummary
-from tracktrain.distributed import spawn
+from tracktrain.distributed.collectives import spawn
 from tracktrain.trainer.strategies import FSDPStrategy
 from tracktrain.trainer.strategies.fsdp import blocks_to_shard
 

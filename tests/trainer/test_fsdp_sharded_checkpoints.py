@@ -22,7 +22,7 @@ from tracktrain import Callback
 from tracktrain.callbacks import ModelCheckpoint
 from tracktrain.checkpoint.discovery import committed_checkpoints
 from tracktrain.checkpoint.state import read_checkpoint
-from tracktrain.distributed import spawn
+from tracktrain.distributed.collectives import spawn
 
 from ._ddp import CrashAtStep
 from ._ddp import load_per_rank as _load

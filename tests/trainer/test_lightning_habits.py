@@ -15,7 +15,7 @@ from torch import nn
 
 from tracktrain import Callback, LoopModule
 from tracktrain.callbacks import ModelCheckpoint
-from tracktrain.distributed import spawn
+from tracktrain.distributed.collectives import spawn
 
 from ._tasks import Classifier, make_loader
 

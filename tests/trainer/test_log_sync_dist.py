@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from tracktrain import Trainer
-from tracktrain.distributed import init_from_env, spawn
+from tracktrain.distributed.collectives import init_from_env, spawn
 
 from ._tasks import Classifier
 

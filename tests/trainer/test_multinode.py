@@ -18,14 +18,14 @@ import torch
 
 from tests import _processes
 from tests.trainer._resume_run import SCRIPT, STEPS, Run
-from tracktrain.distributed import restarts_share_the_rendezvous_store
+from tracktrain.distributed.collectives import restarts_share_the_rendezvous_store
 from tracktrain_integrations.testing import free_port
 
 pytestmark = pytest.mark.distributed
 
 RANK_SCRIPT = """
 import os, warnings
-from tracktrain import distributed
+from tracktrain.distributed import collectives as distributed
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     distributed.init_from_env()

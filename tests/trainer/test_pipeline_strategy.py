@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from tracktrain import Callback, Trainer
 from tracktrain.callbacks import ModelCheckpoint
 from tracktrain.checkpoint.state import read_checkpoint
-from tracktrain.distributed import spawn
+from tracktrain.distributed.collectives import spawn
 from tracktrain.engine.pipeline import split_stages
 from tracktrain.trainer import PipelineModule
 from tracktrain.trainer.strategies import PipelineStrategy

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tracktrain.checkpoint.lease import LeaseWarning
-from tracktrain.distributed import spawn
+from tracktrain.distributed.collectives import spawn
 
 from . import _rng_resume
 from ._rng_resume import HOLD_AT, SAVE_EVERY, STEPS, resume_then_uninterrupted

@@ -169,7 +169,7 @@ def _fit_and_save_on_rank(out: str) -> None:
 
 @pytest.mark.distributed
 def test_under_ddp_every_rank_saves_together_and_rank_zero_writes(tmp_path):
-    from tracktrain.distributed import spawn
+    from tracktrain.distributed.collectives import spawn
 
     spawn(_fit_and_save_on_rank, 2, args=(str(tmp_path),))
     states = read_checkpoint(tmp_path / "ddp.pt")

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from tracktrain import DataModule, LoopModule
-from tracktrain.distributed import spawn
+from tracktrain.distributed.collectives import spawn
 
 from ._tasks import Classifier, make_loader
 from .test_lightning_habits import quiet_trainer

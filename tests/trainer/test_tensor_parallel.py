@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from tracktrain import LoopModule, Trainer
 from tracktrain.callbacks import ModelCheckpoint
 from tracktrain.checkpoint.state import read_checkpoint
-from tracktrain.distributed import spawn
+from tracktrain.distributed.collectives import spawn
 from tracktrain.trainer.strategies import TensorParallelStrategy
 
 from ._ddp import load_per_rank as _load

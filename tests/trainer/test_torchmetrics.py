@@ -11,7 +11,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from tracktrain import LoopModule, Trainer
-from tracktrain.distributed import spawn
+from tracktrain.distributed.collectives import spawn
 
 from ._ddp import load_per_rank as _load
 from ._ddp import save_per_rank as _save

@@ -8,10 +8,10 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tracktrain.boundary import Boundary, Decision
 from tracktrain.callbacks.base import Callback
+from tracktrain.checks.numeric import is_integral, is_real
+from tracktrain.distributed.boundary import Boundary, Decision
 from tracktrain.handlers.patience import ScorePatience
-from tracktrain.number_checks import is_integral, is_real
 from tracktrain.trainer.monitor import monitored_value
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from tracktrain.callbacks.reporting import check_logger, log_line, report
 from tracktrain.engine.events import Events
 
 if TYPE_CHECKING:
-    from tracktrain.dist_logger import DistributedLogger
+    from tracktrain.distributed.logger import DistributedLogger
     from tracktrain.trainer.trainer import Trainer
 
 __all__ = ["MemoryMonitor", "cuda_max_allocated_mb", "rss_mb"]
@@ -50,7 +50,7 @@ class MemoryMonitor(Callback):
     Each process measures its own memory and publishes it; the line is printed by rank 0 only.
 
     Args:
-        logger: a `tracktrain.dist_logger.DistributedLogger`.
+        logger: a `tracktrain.distributed.logger.DistributedLogger`.
         logging_interval: "epoch": at the end of each training epoch; "step": every `log_every_n_steps`
             optimizer steps (the Trainer's interval for per-step values).
     """

@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 from tracktrain.callbacks.base import Callback
 from tracktrain.callbacks.reporting import check_logger, is_fitting, log_line
-from tracktrain.number_checks import is_integral
+from tracktrain.checks.numeric import is_integral
 
 if TYPE_CHECKING:
-    from tracktrain.dist_logger import DistributedLogger
+    from tracktrain.distributed.logger import DistributedLogger
     from tracktrain.trainer.module import LoopModule
     from tracktrain.trainer.trainer import Trainer
 
@@ -26,7 +26,7 @@ class MetricPrinter(Callback):
     as this one's. Lines go to `logger` (default: `get_dist_logger()`), from rank 0 only.
 
     Args:
-        logger: a `tracktrain.dist_logger.DistributedLogger` (its `log_to_file` adds a file).
+        logger: a `tracktrain.distributed.logger.DistributedLogger` (its `log_to_file` adds a file).
         every_n_epochs: print every n-th training epoch.
     """
 

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tracktrain import storage
-from tracktrain.boundary import Boundary, Decision
 from tracktrain.callbacks.base import Callback
 from tracktrain.checkpoint import lease
 from tracktrain.checkpoint.async_saver import AsyncSaver
@@ -20,8 +19,9 @@ from tracktrain.checkpoint.filename_template import check_save_top_k, template_o
 from tracktrain.checkpoint.manifest import remove_uncommitted
 from tracktrain.checkpoint.savers import FsspecSaver
 from tracktrain.checkpoint.spool import Spool, spool_dir_for
+from tracktrain.distributed.boundary import Boundary, Decision
+from tracktrain.distributed.ranks import global_rank
 from tracktrain.handlers.checkpoint import Checkpoint
-from tracktrain.ranks import global_rank
 from tracktrain.storage.check import check_writable
 from tracktrain.trainer.arguments import check_location
 from tracktrain.trainer.monitor import monitored_value

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from tracktrain.callbacks.base import Callback
-from tracktrain.dist_logger import get_dist_logger
+from tracktrain.distributed.logger import get_dist_logger
 
 __all__ = ["LayerSummary", "ModelSummary", "ModelSummaryTable", "summarize"]
 

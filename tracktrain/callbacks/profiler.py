@@ -14,11 +14,11 @@ from torch.profiler import ProfilerAction, ProfilerActivity
 from tracktrain import storage
 from tracktrain.callbacks.base import Callback
 from tracktrain.callbacks.reporting import check_logger, is_rank_zero
+from tracktrain.distributed.ranks import global_rank
 from tracktrain.engine.events import Events
-from tracktrain.ranks import global_rank
 
 if TYPE_CHECKING:
-    from tracktrain.dist_logger import DistributedLogger
+    from tracktrain.distributed.logger import DistributedLogger
     from tracktrain.trainer.module import LoopModule
     from tracktrain.trainer.trainer import Trainer
 
@@ -78,7 +78,7 @@ class Profiler(Callback):
         use_gzip: write `.pt.trace.json.gz` (traces are large; Perfetto and TensorBoard read them gzipped).
         sort_by: the column the table is sorted by, one of `SORT_KEYS`.
         row_limit: the ops shown in the table.
-        logger: a `tracktrain.dist_logger.DistributedLogger`.
+        logger: a `tracktrain.distributed.logger.DistributedLogger`.
     """
 
     # Before the LoggerBridge (-1000): a window cut short by the fit's end or an exception still reaches the
@@ -216,7 +216,7 @@ class Profiler(Callback):
             return  # every rank keeps its files; rank 0 alone talks to trackers (their rule) and prints
         logger = self.logger
         if logger is None:
-            from tracktrain.dist_logger import get_dist_logger
+            from tracktrain.distributed.logger import get_dist_logger
 
             logger = get_dist_logger()
         logger.info(f"{title}; trace: {trace}\n{table}")

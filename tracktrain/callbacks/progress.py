@@ -6,10 +6,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tracktrain.callbacks.base import Callback
-from tracktrain.dist_logger import get_dist_logger
+from tracktrain.distributed.logger import get_dist_logger
+from tracktrain.distributed.ranks import global_rank
 from tracktrain.engine.events import Events
 from tracktrain.handlers.progress import ProgressBar, place_in_period
-from tracktrain.ranks import global_rank
 from tracktrain.trainer.metric_log import to_floats
 
 if TYPE_CHECKING:

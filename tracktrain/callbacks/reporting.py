@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tracktrain.ranks import global_rank
+from tracktrain.distributed.ranks import global_rank
 from tracktrain.trainer.metric_log import to_floats
 
 if TYPE_CHECKING:
-    from tracktrain.dist_logger import DistributedLogger
+    from tracktrain.distributed.logger import DistributedLogger
     from tracktrain.trainer.trainer import Trainer
 
 __all__ = ["check_logger", "format_values", "is_fitting", "is_rank_zero", "log_line", "report"]
@@ -70,7 +70,7 @@ def check_logger(owner: str, logger: Any) -> None:
     """Refuse a `logger=` that cannot take lines, naming the callback."""
     if logger is not None and not callable(getattr(logger, "info", None)):
         raise TypeError(
-            f"{owner}(logger=...) takes a DistributedLogger (tracktrain.dist_logger.get_dist_logger()), got {logger!r}."
+            f"{owner}(logger=...) takes a DistributedLogger (tracktrain.distributed.logger.get_dist_logger()), got {logger!r}."
         )
 
 
@@ -80,7 +80,7 @@ def log_line(logger: DistributedLogger | None, title: str, values: Mapping[str, 
     if not is_rank_zero():
         return
     if logger is None:
-        from tracktrain.dist_logger import get_dist_logger
+        from tracktrain.distributed.logger import get_dist_logger
 
         logger = get_dist_logger()
     logger.info(f"{title} | {format_values(values) if values else 'no values logged'}")

@@ -1,7 +1,7 @@
 """`Timing`: seconds per epoch, per step and per validation, and samples per second (Colossal-AI's
 LogTimingByEpochHook and throughput hook).
 
-The Trainer's face of the one stopwatch, `tracktrain.multi_timer.StopWatch` (held by a `MultiTimer`); Ignite's face of
+The Trainer's face of the one stopwatch, `tracktrain.handlers.multi_timer.StopWatch` (held by a `MultiTimer`); Ignite's face of
 the same watch is `tracktrain.handlers.Timer`.
 """
 
@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from tracktrain.callbacks.base import Callback
 from tracktrain.callbacks.reporting import check_logger, log_line, report
-from tracktrain.multi_timer import MultiTimer
+from tracktrain.handlers.multi_timer import MultiTimer
 from tracktrain.trainer.batches import batch_size_of
 
 if TYPE_CHECKING:
-    from tracktrain.dist_logger import DistributedLogger
+    from tracktrain.distributed.logger import DistributedLogger
     from tracktrain.trainer.module import LoopModule
     from tracktrain.trainer.trainer import Trainer
 
@@ -37,7 +37,7 @@ class Timing(Callback):
     loggers and one line on `logger` (default `get_dist_logger()`; rank 0 only).
 
     Args:
-        logger: a `tracktrain.dist_logger.DistributedLogger`.
+        logger: a `tracktrain.distributed.logger.DistributedLogger`.
         timer: the `MultiTimer` to use (default: a new one). Its watches "train-epoch", "train-step" and
             "validation" can be read after the run. Without `synchronize=True` on CUDA, times are those of
             launching the work, not of running it.
@@ -47,7 +47,7 @@ class Timing(Callback):
 
     def __init__(self, logger: DistributedLogger | None = None, timer: MultiTimer | None = None) -> None:
         if timer is not None and not isinstance(timer, MultiTimer):
-            raise TypeError(f"Timing(timer=...) takes a tracktrain.multi_timer.MultiTimer, got {timer!r}.")
+            raise TypeError(f"Timing(timer=...) takes a tracktrain.handlers.multi_timer.MultiTimer, got {timer!r}.")
         check_logger("Timing", logger)
         self.logger = logger
         self.timer = timer if timer is not None else MultiTimer()

@@ -12,8 +12,8 @@ from torch import nn
 from torch.optim.swa_utils import SWALR, AveragedModel, get_swa_multi_avg_fn, update_bn
 
 from tracktrain.callbacks.base import Callback
+from tracktrain.checks.numeric import is_integral, is_real
 from tracktrain.engine.events import Events
-from tracktrain.number_checks import is_integral, is_real
 
 if TYPE_CHECKING:
     from tracktrain.trainer.module import LoopModule

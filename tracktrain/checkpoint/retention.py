@@ -11,8 +11,8 @@ from typing import NamedTuple
 
 from tracktrain.checkpoint.discovery import CommittedCheckpoint
 from tracktrain.checkpoint.manifest import is_plain_name
+from tracktrain.checks.numeric import is_real
 from tracktrain.engine import Engine
-from tracktrain.number_checks import is_real
 
 __all__ = ["Item", "adopted", "items_of", "makes_the_cut", "metric_score", "state_dict_of", "with_new_item"]
 

@@ -1,6 +1,6 @@
 """Where checkpoints go: save handlers over `tracktrain.storage` (one code path for every fsspec URL).
 
-Only the rank `save_on_rank` writes and deletes, as `tracktrain.ranks` tells the rank: from the process group, or
+Only the rank `save_on_rank` writes and deletes, as `tracktrain.distributed.ranks` tells the rank: from the process group, or
 before it exists from torchrun's RANK, so that no other rank of a starting run creates or checks the directory."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import torch
 from tracktrain import storage
 from tracktrain.checkpoint.manifest import is_plain_name, manifest_name, remove_checkpoint, write_manifest
 from tracktrain.checkpoint.spool import Spool, spool_dir_for
-from tracktrain.dist_logger import get_dist_logger
-from tracktrain.ranks import global_rank
+from tracktrain.distributed.logger import get_dist_logger
+from tracktrain.distributed.ranks import global_rank
 from tracktrain.storage.check import is_unreachable
 
 __all__ = [

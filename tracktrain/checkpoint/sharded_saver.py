@@ -30,11 +30,12 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
 
-from tracktrain import distributed, storage
+from tracktrain import storage
 from tracktrain.checkpoint.manifest import FileDigest, remove_checkpoint, sha256_of, write_manifest
 from tracktrain.checkpoint.savers import CheckpointSkipped, CheckpointWriteError, FsspecSaver
 from tracktrain.checkpoint.sharded import METADATA_FILE, REST_KEY, storage_writer
-from tracktrain.ranks import global_rank
+from tracktrain.distributed import collectives as distributed
+from tracktrain.distributed.ranks import global_rank
 from tracktrain.storage.check import is_unreachable
 
 __all__ = ["RankState", "ShardedSaver", "holds_shards", "write_sharded"]

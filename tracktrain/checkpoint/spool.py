@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tracktrain import storage
-from tracktrain.dist_logger import get_dist_logger
+from tracktrain.distributed.logger import get_dist_logger
 
 __all__ = ["Spool", "spool_dir_for"]
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from tracktrain.colossal import hooks
 from tracktrain.colossal.trainer import Trainer
-from tracktrain.data import get_dataloader
-from tracktrain.dist_logger import get_dist_logger
+from tracktrain.distributed.data import get_dataloader
+from tracktrain.distributed.logger import get_dist_logger
 from tracktrain.engine.model_engine import initialize
-from tracktrain.multi_timer import MultiTimer
+from tracktrain.handlers.multi_timer import MultiTimer
 
 __all__ = ["MultiTimer", "Trainer", "get_dataloader", "get_dist_logger", "hooks", "initialize"]

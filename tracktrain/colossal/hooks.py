@@ -17,9 +17,9 @@ from tracktrain.callbacks.metric_tracking import AccuracyTracker, LossTracker
 from tracktrain.callbacks.model_checkpoint import ModelCheckpoint
 from tracktrain.callbacks.reporting import report
 from tracktrain.callbacks.timing import Timing
-from tracktrain.dist_logger import DistributedLogger
+from tracktrain.distributed.logger import DistributedLogger
 from tracktrain.engine.events import Events
-from tracktrain.multi_timer import MultiTimer
+from tracktrain.handlers.multi_timer import MultiTimer
 from tracktrain.trainer.optimizers import LRSchedulerConfig
 
 __all__ = [

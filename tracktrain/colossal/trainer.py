@@ -6,9 +6,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tracktrain.callbacks.base import Callback
-from tracktrain.dist_logger import DistributedLogger
+from tracktrain.distributed.logger import DistributedLogger
 from tracktrain.engine.model_engine import ModelEngine
-from tracktrain.multi_timer import MultiTimer
+from tracktrain.handlers.multi_timer import MultiTimer
 from tracktrain.trainer.supervised_module import SupervisedModule
 from tracktrain.trainer.trainer import Trainer as LoopTrainer
 

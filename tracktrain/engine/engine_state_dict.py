@@ -10,8 +10,8 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tracktrain.checks.numeric import is_integral
 from tracktrain.engine.state import State
-from tracktrain.number_checks import is_integral
 
 __all__ = ["engine_state_dict", "load_engine_state"]
 

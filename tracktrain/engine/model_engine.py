@@ -23,10 +23,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from tracktrain.checks.numeric import is_real
 from tracktrain.engine.compiling import compile_module, compile_options
 from tracktrain.engine.events import EventEnum
 from tracktrain.engine.schedule import BaseSchedule, NonPipelineSchedule
-from tracktrain.number_checks import is_real
 
 __all__ = ["BaseOpHook", "ModelEngine", "StepEvents", "initialize"]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tracktrain.checks.numeric import is_integral
 from tracktrain.engine.state import State
-from tracktrain.number_checks import is_integral
 
 __all__ = [
     "check_and_set_limit",

@@ -16,12 +16,12 @@ from typing import Any
 
 import torch
 
+from tracktrain.checks.numeric import is_integral, is_real
+from tracktrain.distributed.xla import mark_step, xla_model
 from tracktrain.engine.batches import convert_tensor, split_batch
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.model_engine import ModelEngine
 from tracktrain.engine.training_step import IterationWindows, TrainingStep
-from tracktrain.number_checks import is_integral, is_real
-from tracktrain.xla import mark_step, xla_model
 
 __all__ = [
     "convert_tensor",

@@ -8,10 +8,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
+from tracktrain.checks.numeric import is_integral, is_real
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events
 from tracktrain.handlers.patience import ScorePatience
-from tracktrain.number_checks import is_integral, is_real
 
 __all__ = ["EarlyStopping"]
 

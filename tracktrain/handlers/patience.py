@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from tracktrain.number_checks import is_integral
+from tracktrain.checks.numeric import is_integral
 
 __all__ = ["ScorePatience"]
 

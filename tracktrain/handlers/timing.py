@@ -1,6 +1,6 @@
 """`Timer`: total or average wall-clock time between Engine events (Ignite's Timer).
 
-Ignite's face of the one stopwatch, `tracktrain.multi_timer.StopWatch`, which the Trainer's face
+Ignite's face of the one stopwatch, `tracktrain.handlers.multi_timer.StopWatch`, which the Trainer's face
 (`tracktrain.callbacks.Timing`, through a `MultiTimer`) and Colossal-AI's timing hook use too: each stretch between a
 resume and a pause is one interval of the watch, the total is the sum of its history (exact, however many intervals),
 and the Ignite habits are kept here: pausing a paused timer or resuming a running one does nothing, `step()` counts
@@ -13,7 +13,7 @@ from typing import Any
 
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events
-from tracktrain.multi_timer import StopWatch
+from tracktrain.handlers.multi_timer import StopWatch
 
 __all__ = ["Timer"]
 

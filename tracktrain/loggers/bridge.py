@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from tracktrain.distributed.preemption import Terminated
 from tracktrain.loggers.base import Logger
 from tracktrain.loggers.runs import TrackerRuns
-from tracktrain.preemption import Terminated
 from tracktrain.trainer.callback import Callback
 
 if TYPE_CHECKING:

@@ -7,11 +7,11 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tracktrain.distributed.ranks import global_rank
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events, RemovableEventHandle
 from tracktrain.loggers.base import Logger
 from tracktrain.loggers.runs import TrackerRuns
-from tracktrain.ranks import global_rank
 from tracktrain.trainer.metric_log import scalar_values, to_floats
 
 __all__ = ["attach_loggers"]

@@ -11,16 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tracktrain.distributed.preemption import Terminated
+from tracktrain.distributed.ranks import global_rank
 from tracktrain.loggers.base import CHECKPOINT_ARTIFACTS, Logger
-from tracktrain.preemption import Terminated
-from tracktrain.ranks import global_rank
 
 __all__ = ["TrackerRuns", "status_of"]
 
 
 def status_of(exception: BaseException | None) -> str:
     """How a run that ended with `exception` is marked: FINISHED without one, KILLED on pre-emption (SIGTERM /
-    SIGUSR1, see `tracktrain.preemption`) or Ctrl-C, else FAILED."""
+    SIGUSR1, see `tracktrain.distributed.preemption`) or Ctrl-C, else FAILED."""
     if exception is None:
         return "FINISHED"
     return "KILLED" if isinstance(exception, (Terminated, KeyboardInterrupt)) else "FAILED"

@@ -20,10 +20,10 @@ from typing import Any
 
 import torch
 
+from tracktrain.checks.numeric import is_integral
 from tracktrain.metrics.distributed import all_reduce_sum
 from tracktrain.metrics.inputs import identity, tensor_pair
 from tracktrain.metrics.metric import Metric, NotComputableError
-from tracktrain.number_checks import is_integral
 
 __all__ = ["Accuracy", "TopKCategoricalAccuracy"]
 

@@ -1,4 +1,4 @@
-"""The one all-reduce every metric's compute() goes through under torch.distributed (`tracktrain.distributed`'s: the
+"""The one all-reduce every metric's compute() goes through under torch.distributed (`tracktrain.distributed.collectives`'s: the
 metrics sit below the trainer, so they reduce without its Strategy)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from tracktrain.distributed import all_reduce_tensor, collective_device
+from tracktrain.distributed.collectives import all_reduce_tensor, collective_device
 
 __all__ = ["all_reduce_sum", "common_shape"]
 

@@ -25,13 +25,13 @@ from typing import Any, cast
 
 import torch
 
+from tracktrain.checks.numeric import is_real
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events
 from tracktrain.metrics.distributed import all_reduce_sum, process_count
 from tracktrain.metrics.inputs import as_device, identity
 from tracktrain.metrics.metric import Metric, NotComputableError
 from tracktrain.metrics.usage import MetricUsage, RunningBatchWise, SingleEpochRunningBatchWise, as_usage
-from tracktrain.number_checks import is_real
 
 __all__ = ["RunningAverage"]
 

@@ -10,7 +10,7 @@ Checkpoints are written through it; what makes one complete (its manifest, the l
 `tracktrain.checkpoint`. Loggers, the profiler and the plots write their files through it too.
 
 Error messages leave credentials out: URL passwords and the values of secret-named variables and options are
-replaced by `***` (`tracktrain.redaction`).
+replaced by `***` (`tracktrain.storage.redaction`).
 """
 
 from tracktrain.storage.files import (

@@ -15,7 +15,6 @@ from fsspec import AbstractFileSystem
 from fsspec.asyn import AsyncFileSystem, sync
 from fsspec.implementations.local import LocalFileSystem
 
-from tracktrain.redaction import is_secret_free, redact
 from tracktrain.storage.filesystems import (
     ATTEMPTS_VARIABLE,
     CONNECT_TIMEOUT_VARIABLE,
@@ -26,6 +25,7 @@ from tracktrain.storage.filesystems import (
     protocols_of,
     storage_timeouts,
 )
+from tracktrain.storage.redaction import is_secret_free, redact
 
 __all__ = ["PROBE_PREFIX", "check_writable", "is_unreachable", "raise_storage_failure", "storage_failure"]
 

@@ -17,8 +17,8 @@ from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.registry import known_implementations
 
-from tracktrain.env_settings import positive_setting
-from tracktrain.redaction import redact
+from tracktrain.checks.environment import positive_setting
+from tracktrain.storage.redaction import redact
 from tracktrain.storage.url import PathOrURL, is_url, url_protocols
 
 __all__ = [

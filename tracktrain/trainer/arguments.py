@@ -10,9 +10,9 @@ from typing import Any, overload
 import torch
 from torch import nn
 
+from tracktrain.checks.numeric import is_integral, is_real
+from tracktrain.distributed.ranks import rank_and_world_size
 from tracktrain.engine.compiling import compile_options
-from tracktrain.number_checks import is_integral, is_real
-from tracktrain.ranks import rank_and_world_size
 from tracktrain.trainer.batches import several_loaders
 from tracktrain.trainer.lightning_names import check_lightning_callback
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-    from tracktrain.boundary import Decision
+    from tracktrain.distributed.boundary import Decision
     from tracktrain.trainer.module import LoopModule
     from tracktrain.trainer.trainer import Trainer
 
@@ -49,7 +49,7 @@ class Callback:
 
     def decisions(self, trainer: Trainer) -> Iterable[Decision]:
         """Decisions every rank must take alike (stop, keep a checkpoint), declared here and agreed by the Trainer
-        at a boundary of the loop in one exchange, before anything acts on them (`tracktrain.boundary`). A callback
+        at a boundary of the loop in one exchange, before anything acts on them (`tracktrain.distributed.boundary`). A callback
         never issues a collective of its own to agree on something."""
         return ()
 

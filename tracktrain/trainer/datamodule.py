@@ -15,8 +15,8 @@ import warnings
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tracktrain import ranks
 from tracktrain.checkpoint.run_settings import run_settings
+from tracktrain.distributed import ranks
 from tracktrain.trainer.arguments import check_loader
 from tracktrain.trainer.batches import several_loaders
 from tracktrain.trainer.hparams import HyperparametersMixin

@@ -102,7 +102,7 @@ MODULE_NOT_OFFERED = {
     "loggers": "self.trainer.loggers",
     "on_gpu": 'self.device.type == "cuda"',
     "remove_ignored_hparams": "save_hyperparameters(ignore=[...])",
-    "to_onnx": "tracktrain.export_onnx.export_onnx(module, example_input, path)",
+    "to_onnx": "tracktrain.export.onnx.export_onnx(module, example_input, path)",
     "to_torchscript": "tracktrain.export.export_module (torch.export; TorchScript is deprecated in PyTorch)",
     "to_tensorrt": "tracktrain.export.export_module, then torch_tensorrt on the exported program",
     "toggle_optimizer": "set requires_grad on the parameters of the other optimizers yourself (manual optimization)",
@@ -152,7 +152,7 @@ CALLBACKS_INSTEAD = {
     "DeviceStatsMonitor": "tracktrain.callbacks.MemoryMonitor reports host and CUDA memory; "
     "tracktrain.callbacks.Profiler records the rest",
     "OnExceptionCheckpoint": "a ModelCheckpoint already saves a full checkpoint when the fit is stopped by a signal "
-    "(SIGTERM, SIGUSR1, Ctrl-C: tracktrain.preemption), and the same command resumes it; after an error, the last "
+    "(SIGTERM, SIGUSR1, Ctrl-C: tracktrain.distributed.preemption), and the same command resumes it; after an error, the last "
     "committed checkpoint is the one to resume",
     "RichModelSummary": "tracktrain.callbacks.ModelSummary (a plain-text table; rich is not a dependency)",
     # not offered
@@ -182,7 +182,7 @@ TRAINER_NOT_OFFERED = {
     "num_nodes": "torchrun --nnodes: processes come from the launcher",
     "node_rank": "int(os.environ['GROUP_RANK']) (torchrun's rank of this machine)",
     "global_rank": "trainer.strategy.global_rank (trainer.is_global_zero for rank 0)",
-    "local_rank": "tracktrain.ranks.local_rank()",
+    "local_rank": "tracktrain.distributed.ranks.local_rank()",
     "world_size": "trainer.strategy.world_size",
     "distributed_sampler_kwargs": "the strategy shards each DataLoader itself (trainer.loader_for(loader, ...))",
     "early_stopping_callback": "the EarlyStopping instance you passed in Trainer(callbacks=[...])",
@@ -195,8 +195,8 @@ TRAINER_NOT_OFFERED = {
     "predicting": "the predict hooks (on_predict_start / on_predict_end) mark it",
     "training": "trainer.fitting (True while fit() trains)",
     "init_module": "build the module before Trainer.fit: strategies wrap or shard it there",
-    "interrupted": "tracktrain.preemption.Terminated, raised by the fit when a signal stopped it",
-    "received_sigterm": "tracktrain.preemption.Terminated, raised by the fit when a signal stopped it",
+    "interrupted": "tracktrain.distributed.preemption.Terminated, raised by the fit when a signal stopped it",
+    "received_sigterm": "tracktrain.distributed.preemption.Terminated, raised by the fit when a signal stopped it",
     "is_last_batch": "batch_idx + 1 == trainer.train_engine.state.epoch_length",
     "lightning_module": "trainer.module (set by fit/validate/test/predict)",
     "model": "trainer.module (set by fit/validate/test/predict)",
@@ -214,7 +214,7 @@ TRAINER_NOT_OFFERED = {
     "predict_dataloaders": "the loaders you pass to predict (trainer.loader_for gives this process's shard)",
     "test_dataloaders": "the loaders you pass to test (trainer.loader_for gives this process's shard)",
     "train_dataloader": "the loader you pass to fit (trainer.loader_for gives this process's shard)",
-    "print": "module.print(...) (rank 0 only) or tracktrain.dist_logger.get_dist_logger()",
+    "print": "module.print(...) (rank 0 only) or tracktrain.distributed.logger.get_dist_logger()",
 }
 
 # Trainer(...) arguments of Lightning's that tracktrain does not take (a TypeError), with why and what to use

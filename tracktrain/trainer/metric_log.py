@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tracktrain.number_checks import is_integral, is_real
+from tracktrain.checks.numeric import is_integral, is_real
 
 if TYPE_CHECKING:
     from tracktrain.trainer.strategies import Strategy

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 from torch import nn
 
-from tracktrain import ranks
+from tracktrain.distributed import ranks
 from tracktrain.trainer.hparams import AttributeDict, HyperparametersMixin
 from tracktrain.trainer.lightning_names import reduction_of, refuse_log_arguments
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from tracktrain.number_checks import is_integral
+from tracktrain.checks.numeric import is_integral
 from tracktrain.trainer.monitor import monitored_value
 
 __all__ = ["LRSchedulerConfig", "parse_optimizers"]

@@ -1,4 +1,4 @@
-"""`PreemptionControl`: a fit's answer to SIGTERM/SIGUSR1/Ctrl-C (see `tracktrain.preemption`): after the step
+"""`PreemptionControl`: a fit's answer to SIGTERM/SIGUSR1/Ctrl-C (see `tracktrain.distributed.preemption`): after the step
 under way, a checkpoint within `preemption_timeout`, one line saying where it stopped, and `Terminated`.
 
 Without lockstep ranks the steps carry nothing until a signal comes: the signal itself attaches the check. With
@@ -11,12 +11,12 @@ from __future__ import annotations
 import signal
 from typing import TYPE_CHECKING
 
-from tracktrain.dist_logger import get_dist_logger
+from tracktrain.distributed.logger import get_dist_logger
+from tracktrain.distributed.preemption import SignalWatch, Terminated
 from tracktrain.engine.events import Events, RemovableEventHandle
-from tracktrain.preemption import SignalWatch, Terminated
 
 if TYPE_CHECKING:
-    from tracktrain.distributed import AsyncAnyRank
+    from tracktrain.distributed.collectives import AsyncAnyRank
     from tracktrain.trainer.trainer import Trainer
 
 __all__ = ["PreemptionControl"]

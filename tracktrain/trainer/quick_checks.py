@@ -11,7 +11,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Subset
 
-from tracktrain.dist_logger import get_dist_logger
+from tracktrain.distributed.logger import get_dist_logger
 from tracktrain.trainer import arguments
 from tracktrain.trainer.batches import loader_length
 from tracktrain.trainer.run_checkpoints import Checkpointer

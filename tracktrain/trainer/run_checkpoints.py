@@ -19,7 +19,7 @@ from tracktrain.checkpoint.resume import RESUME_CHOICES, load_newest
 from tracktrain.checkpoint.run_settings import changed_settings, check_resumable, describe, run_settings
 from tracktrain.checkpoint.savers import deliver_left_over
 from tracktrain.checkpoint.state import read_checkpoint, state_of
-from tracktrain.dist_logger import get_dist_logger
+from tracktrain.distributed.logger import get_dist_logger
 from tracktrain.handlers.checkpoint import Checkpoint
 from tracktrain.trainer.arguments import check_location
 from tracktrain.trainer.datamodule import datamodule_settings

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tracktrain.boundary import Boundary, Decision
+from tracktrain.distributed.boundary import Boundary, Decision
 from tracktrain.engine.events import RemovableEventHandle
 from tracktrain.engine.model_engine import ModelEngine
 from tracktrain.rng import manual_seed

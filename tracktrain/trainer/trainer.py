@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import nn
 
-from tracktrain.boundary import Decision
 from tracktrain.checkpoint.resume import check_resume
+from tracktrain.distributed.boundary import Decision
 from tracktrain.engine.deterministic import ResumableEngine
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events
@@ -84,7 +84,7 @@ class Trainer:
         enable_model_summary: log the module's layers, parameter counts and size as each fit starts (rank 0).
         default_root_dir: directory or fsspec URL for checkpoints and logs.
         preemption_timeout: on SIGTERM/SIGUSR1 or Ctrl-C the fit finishes its step, saves a checkpoint (waiting at most
-            this many seconds for the write) and raises `tracktrain.preemption.Terminated` (exit status 128 + signal).
+            this many seconds for the write) and raises `tracktrain.distributed.preemption.Terminated` (exit status 128 + signal).
         resume: "auto": each fit continues from the newest complete checkpoint of the run (its `ModelCheckpoint`
             directories), or starts fresh when there is none; a path or URL: from that checkpoint; None: only
             from `fit(ckpt_path=...)`. Exact, batch for batch. A run that already reached `max_epochs`/`max_steps`
@@ -461,7 +461,7 @@ class Trainer:
         self.nonfinite_watch.check(self.checkpoints.newest_before)
 
     def decisions(self) -> list[Decision]:
-        """The Trainer's own decisions at the boundaries (see `tracktrain.boundary`): under DDP, a stop any rank
+        """The Trainer's own decisions at the boundaries (see `tracktrain.distributed.boundary`): under DDP, a stop any rank
         asked for during the epoch is everyone's at its end."""
         return self.session.decisions()
 

@@ -6,8 +6,8 @@ import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from tracktrain.distributed.ranks import rank_and_world_size
 from tracktrain.engine.deterministic import ResumableEngine
-from tracktrain.ranks import rank_and_world_size
 from tracktrain.rng import get_rng_states, set_rng_states
 from tracktrain.trainer.hooks import TrainerEvents
 from tracktrain.trainer.module_loading import class_path

@@ -1,7 +1,7 @@
 """How long a run has trained, counted over its resumes, and `Trainer(max_time=...)` (Lightning's) on it.
 
 The time is saved with the Trainer's state in every checkpoint, so a job re-queued after 3 of its 4 hours trains one
-more. The limit is one agreed decision at each step's end (`tracktrain.boundary`), taken on rank 0's clock, so every
+more. The limit is one agreed decision at each step's end (`tracktrain.distributed.boundary`), taken on rank 0's clock, so every
 rank stops at the same step; the stop is `trainer.stop(agreed=True)`: the epoch cut short still ends as the run's
 last one (its end hooks, validation and checkpoints run).
 """
@@ -13,8 +13,8 @@ import re
 import time
 from collections.abc import Callable, Mapping
 
-from tracktrain.boundary import Boundary, Decision
-from tracktrain.dist_logger import get_dist_logger
+from tracktrain.distributed.boundary import Boundary, Decision
+from tracktrain.distributed.logger import get_dist_logger
 
 __all__ = ["Duration", "TrainingTime", "duration_of"]
 

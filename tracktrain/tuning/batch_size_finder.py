@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader
 
-from tracktrain.number_checks import is_integral
+from tracktrain.checks.numeric import is_integral
 from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.strategies.data_parallel import with_sampler
 from tracktrain.trainer.trainer import Trainer

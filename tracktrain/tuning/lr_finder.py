@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from tracktrain.checks.numeric import is_integral, is_real
 from tracktrain.loggers.base import Logger
 from tracktrain.loggers.runs import TrackerRuns
-from tracktrain.number_checks import is_integral, is_real
 from tracktrain.trainer.callback import Callback
 from tracktrain.trainer.module import LoopModule, loss_in_output
 from tracktrain.trainer.trainer import Trainer

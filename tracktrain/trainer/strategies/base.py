@@ -18,7 +18,7 @@ calls it in one fixed order (see `docs/architecture.md`):
 7. `checkpoint_objects(objects)`: what a checkpoint saves of them (full state here).
 8. `teardown()`: every rank ends the fit together.
 
-The base's defaults are one process on one device; its collectives are `tracktrain.distributed`'s, which return
+The base's defaults are one process on one device; its collectives are `tracktrain.distributed.collectives`'s, which return
 the local value when no process group is up.
 """
 
@@ -31,10 +31,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from tracktrain import distributed
 from tracktrain.checkpoint.savers import FsspecSaver, saver_for
 from tracktrain.checkpoint.spool import Spool
-from tracktrain.ranks import rank_and_world_size
+from tracktrain.distributed import collectives as distributed
+from tracktrain.distributed.ranks import rank_and_world_size
 
 __all__ = ["SingleDeviceStrategy", "Strategy"]
 
@@ -94,7 +94,7 @@ class Strategy:
         """Reduce gradients that backward left unreduced (a window whose every batch ran under `no_sync`)."""
 
     # ------------------------------------------------------------------------------------------ collectives
-    # tracktrain.distributed's, the one implementation: the local value without a process group
+    # tracktrain.distributed.collectives's, the one implementation: the local value without a process group
     def any_rank(self, flag: bool) -> bool:
         """`flag` or-ed over the ranks."""
         return distributed.any_rank(flag)

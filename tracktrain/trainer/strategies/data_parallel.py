@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sampler, SequentialSampler
 
-from tracktrain import distributed
+from tracktrain.distributed import collectives as distributed
 from tracktrain.trainer.strategies.base import Strategy
 
 __all__ = [

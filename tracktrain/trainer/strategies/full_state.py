@@ -33,9 +33,9 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from tracktrain import distributed
 from tracktrain.checkpoint.sharded import StoredShards, by_index, by_parameter_name
 from tracktrain.checkpoint.sharded_saver import ShardedSaver
+from tracktrain.distributed import collectives as distributed
 
 __all__ = [
     "FullModelState",

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
+from tracktrain.distributed.xla import device_loader, mark_step, xla_device, xla_model
 from tracktrain.trainer.strategies.base import Strategy
-from tracktrain.xla import device_loader, mark_step, xla_device, xla_model
 
 __all__ = ["XLAStrategy"]
 

@@ -202,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     alone_unless_launched(config, sys.argv[1:] if argv is None else list(argv))
     result = fit(config)
-    from tracktrain.ranks import global_rank
+    from tracktrain.distributed.ranks import global_rank
 
     if global_rank() == 0:
         if result.resumed_from:

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
 
-from tracktrain.ranks import rank_and_world_size
+from tracktrain.distributed.ranks import rank_and_world_size
 
 __all__ = ["DistributedLogger", "get_dist_logger"]
 

@@ -15,8 +15,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from tracktrain import group_exit
-from tracktrain.env_settings import positive_setting
+# not `from tracktrain.distributed import ...`: the package's __init__ re-exports this module (no import circle)
+import tracktrain.distributed.group_exit as group_exit
+from tracktrain.checks.environment import positive_setting
 
 __all__ = [
     "all_reduce_tensor",

@@ -1,0 +1,88 @@
+"""Running as several processes: the collectives, which rank this is, the decisions all ranks agree on, logging
+that knows the rank, pre-emption signals, and ending a process group with the script.
+
+- `collectives`: joining the process group torchrun describes, starting N local processes without torchrun
+  (`spawn`), and agreeing on a value across ranks; this package re-exports its names (`tracktrain.distributed.spawn`);
+- `ranks`: which process this is (the one place rank-zero-only code asks);
+- `boundary`: `Decision`s every rank takes alike, agreed at the loop's boundaries in one exchange (`decide`);
+- `logger`: `get_dist_logger`, a logger that prefixes the rank and writes one file a rank;
+- `preemption`: SIGTERM/SIGUSR1/Ctrl-C recorded, and `Terminated`, what a fit stopped by one raises;
+- `group_exit`: a process group started here ends with the script without aborting a finished process;
+- `data`: `get_dataloader`, a DataLoader that shards the dataset across processes;
+- `xla`: torch_xla (TPU devices and their replicas), imported on first use only.
+
+`import tracktrain.distributed` does not import torch (`ranks`, `logger` and `preemption` work without it); the
+collectives' names load on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tracktrain._lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from tracktrain.distributed.collectives import (
+        DEFAULT_TIMEOUT,
+        START_METHOD_VARIABLE,
+        START_METHODS,
+        TIMEOUT_VARIABLE,
+        AsyncAnyRank,
+        all_reduce_tensor,
+        any_rank,
+        check_same_on_all_ranks,
+        collective_device,
+        collective_timeout,
+        gather_floats,
+        gather_objects,
+        init_from_env,
+        is_distributed,
+        rank_zero_value,
+        restarts_share_the_rendezvous_store,
+        spawn,
+    )
+
+_LAZY = dict.fromkeys(
+    (
+        "DEFAULT_TIMEOUT",
+        "START_METHOD_VARIABLE",
+        "START_METHODS",
+        "TIMEOUT_VARIABLE",
+        "AsyncAnyRank",
+        "all_reduce_tensor",
+        "any_rank",
+        "check_same_on_all_ranks",
+        "collective_device",
+        "collective_timeout",
+        "gather_floats",
+        "gather_objects",
+        "init_from_env",
+        "is_distributed",
+        "rank_zero_value",
+        "restarts_share_the_rendezvous_store",
+        "spawn",
+    ),
+    "tracktrain.distributed.collectives",
+)
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "START_METHOD_VARIABLE",
+    "START_METHODS",
+    "TIMEOUT_VARIABLE",
+    "AsyncAnyRank",
+    "all_reduce_tensor",
+    "any_rank",
+    "check_same_on_all_ranks",
+    "collective_device",
+    "collective_timeout",
+    "gather_floats",
+    "gather_objects",
+    "init_from_env",
+    "is_distributed",
+    "rank_zero_value",
+    "restarts_share_the_rendezvous_store",
+    "spawn",
+]
+
+__getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY)
