@@ -74,9 +74,6 @@ class Settings:
         before a save that is not measured would start."""
         return (self.saves + 1) * self.every[storage] - 1
 
-    def save_steps(self, storage: str) -> list[int]:
-        return [self.every[storage] * k for k in range(1, self.saves + 1)]
-
 
 LEAD_IN_SKIP = 2  # a fit's first steps (first calls on its fresh network and optimizer) are not a baseline
 
@@ -84,11 +81,10 @@ LEAD_IN_SKIP = 2  # a fit's first steps (first calls on its fresh network and op
 @dataclass
 class Baseline:
     """The same fit's steps before its first checkpoint, the first `LEAD_IN_SKIP` left out: medians (s) of the gap
-    between two steps, of the period from one step's end to the next one's, and of a step."""
+    between two steps and of the period from one step's end to the next one's."""
 
     gap: float
     period: float
-    step: float  # forward start to optimizer step end
 
 
 def lead_in_baseline(fit: Fit, every: int) -> Baseline:
@@ -98,8 +94,7 @@ def lead_in_baseline(fit: Fit, every: int) -> Baseline:
     lead_in = range(LEAD_IN_SKIP, every - 1)  # step i+1 ends, step i+2 starts; the last one starts step `every`
     gaps = [starts[i + 1] - ends[i] for i in lead_in]
     periods = [ends[i + 1] - ends[i] for i in lead_in if i + 1 < every - 1]
-    steps = [ends[i] - starts[i] for i in lead_in]
-    return Baseline(statistics.median(gaps), statistics.median(periods), statistics.median(steps))
+    return Baseline(statistics.median(gaps), statistics.median(periods))
 
 
 @dataclass
@@ -107,7 +102,6 @@ class SaveSample:
     stall: float  # s
     added: float  # s
     committed_after: float  # s
-    waited: bool  # the save started while the previous one was still being written
 
 
 def save_samples(fit: Fit, baseline: Baseline, save_steps: list[int], every: int) -> list[SaveSample]:
@@ -120,9 +114,8 @@ def save_samples(fit: Fit, baseline: Baseline, save_steps: list[int], every: int
     for k, step in enumerate(save_steps):
         gap = starts[step] - ends[step - 1]
         window = ends[step + every - 2] - ends[step - 2]
-        waited = k > 0 and commit_times[k - 1] > ends[step - 1]
         samples.append(
-            SaveSample(gap - baseline.gap, window - every * baseline.period, commit_times[k] - ends[step - 1], waited)
+            SaveSample(gap - baseline.gap, window - every * baseline.period, commit_times[k] - ends[step - 1])
         )
     return samples
 
@@ -134,7 +127,6 @@ class Case:
     library: str
     samples: list[SaveSample] = field(default_factory=list)
     checkpoint_bytes: list[int] = field(default_factory=list)
-    server_cpu: list[float] = field(default_factory=list)  # s of the storage server's CPU per checkpoint, per fit
     error: str | None = None
 
 
@@ -163,7 +155,6 @@ class Bench:
         self.references: dict[tuple[str, int], dict[str, torch.Tensor]] = {}
         self.lightning_identical: dict[int, bool] = {}  # step -> Lightning's checkpoint is tracktrain's bit for bit
         self.kept: dict[tuple[str, str], tuple[str, str]] = {}  # (storage, library) -> (directory, newest file)
-        self.baselines: dict[str, list[Baseline]] = {}  # variant -> each timed fit's lead-in
         self.cases = {
             (storage.key, variant): Case(storage, variant, library_of(variant))
             for storage in storages
@@ -202,7 +193,6 @@ class Bench:
         directory = storage.new_dir()
         where = f"[{storage.key}] {case.variant}"
         newest = None
-        server_cpu = storage.server_cpu()
         try:
             fit = self.run(case.library, max_steps, directory, every, async_save=case.variant != TT_BLOCKING)
         except Exception as error:  # a library that cannot save there: said in the table
@@ -217,12 +207,8 @@ class Bench:
             if len(fit.commits) != saves:
                 self.problems.append(f"{where}: {len(fit.commits)} checkpoints committed, expected {saves}")
             newest = self.check_files(case, directory, save_steps, where)
-            if timed and server_cpu is not None:
-                case.server_cpu.append((storage.server_cpu() - server_cpu) / saves)
             if timed and len(fit.commits) == saves and len(fit.clock.step_ends) == max_steps:
-                baseline = lead_in_baseline(fit, every)
-                self.baselines.setdefault(case.variant, []).append(baseline)
-                case.samples += save_samples(fit, baseline, save_steps, every)
+                case.samples += save_samples(fit, lead_in_baseline(fit, every), save_steps, every)
         finally:
             if keep and newest is not None:
                 self.kept[(storage.key, case.library)] = (directory, newest)
@@ -289,66 +275,64 @@ class Bench:
 
     def measure_resume(self) -> list[dict[str, Any]]:
         """Per storage and library: fits resumed from the newest kept checkpoint (tracktrain also with "last"),
-        each next to the same fit from scratch; the clock runs from the Trainer's construction to the first
-        forward."""
-        settings = self.settings
+        each next to the same fit from scratch, interleaved on the harness without a warm-up (the saving fits were
+        one); the clock runs from the Trainer's construction to the first forward."""
         rows = []
         for storage in self.storages:
-            every = settings.every[storage.key]
-            newest = settings.save_steps(storage.key)[-1]
+            every = self.settings.every[storage.key]
+            newest = self.settings.saves * every
             variants: list[tuple[str, str, str | None]] = []  # (library, how, ckpt_path)
             for library in self.fitters:
-                kept = self.kept.get((storage.key, library))
-                if kept is None:
-                    continue
-                directory, newest_file = kept
-                variants.append((library, "from scratch", None))
-                variants.append((library, "ckpt_path=<file>", newest_file))
-                if library == TRACKTRAIN:
-                    variants.append((library, 'ckpt_path="last"', "last"))
-            samples: dict[tuple[str, str], list[float]] = {(library, how): [] for library, how, _ in variants}
-            errors: dict[tuple[str, str], str] = {}
-            for _ in range(settings.resume_repeats):
-                for _, (library, how, ckpt_path) in h.interleaved(variants, 1, self.rng):
-                    directory = self.kept[(storage.key, library)][0] if ckpt_path else storage.new_dir()
-                    max_steps = newest + 1 if ckpt_path else 1
-                    where = f"[{storage.key}] {library} resume {how}"
-                    try:
-                        fit = self.run(library, max_steps, directory, every, ckpt_path=ckpt_path)
-                    except Exception as error:  # Lightning's: said in the table; tracktrain's: also a failed check
-                        errors[(library, how)] = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:160]}"
-                        if library == TRACKTRAIN:
-                            self.problems.append(f"{where}: the fit failed: {errors[(library, how)]}")
-                        continue
-                    finally:
-                        if not ckpt_path:
-                            storage.remove(directory)
-                    if fit.global_step != max_steps or len(fit.clock.step_ends) != 1:
+                if (storage.key, library) in self.kept:
+                    newest_file = self.kept[(storage.key, library)][1]
+                    variants += [(library, "from scratch", None), (library, "ckpt_path=<file>", newest_file)]
+                    variants += [(library, 'ckpt_path="last"', "last")] if library == TRACKTRAIN else []
+            errors: dict[str, str] = {}
+
+            def resume(variant: tuple[str, str, str | None]) -> float | None:
+                library, how, ckpt_path = variant
+                directory = self.kept[(storage.key, library)][0] if ckpt_path else storage.new_dir()
+                max_steps = newest + 1 if ckpt_path else 1
+                where = f"[{storage.key}] {library} resume {how}"
+                try:
+                    fit = self.run(library, max_steps, directory, every, ckpt_path=ckpt_path)
+                except Exception as error:  # Lightning's: said in the notes; tracktrain's: also a failed check
+                    errors[f"{library} {how}"] = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:160]}"
+                    if library == TRACKTRAIN:
+                        self.problems.append(f"{where}: the fit failed: {errors[f'{library} {how}']}")
+                    return None
+                finally:
+                    if not ckpt_path:
+                        storage.remove(directory)
+                if fit.global_step != max_steps or len(fit.clock.step_ends) != 1:
+                    self.problems.append(
+                        f"{where}: ended at step {fit.global_step} after {len(fit.clock.step_ends)} step(s), "
+                        f"expected {max_steps} after 1"
+                    )
+                reference = self.references.get((library, newest))
+                if ckpt_path and reference is not None and fit.first_weights is not None:
+                    model = {name: value for name, value in reference.items() if name.startswith("model/")}
+                    weights = {f"model/net.{name}": value for name, value in fit.first_weights.items()}
+                    difference = state_difference(weights, model, exact=library == TRACKTRAIN)
+                    if difference is not None:
                         self.problems.append(
-                            f"{where}: ended at step {fit.global_step} after "
-                            f"{len(fit.clock.step_ends)} step(s), expected {max_steps} after 1"
+                            f"{where}: the first step did not start from the checkpoint's weights: {difference}"
                         )
-                    reference = self.references.get((library, newest))
-                    if ckpt_path and reference is not None and fit.first_weights is not None:
-                        model = {name: value for name, value in reference.items() if name.startswith("model/")}
-                        weights = {f"model/net.{name}": value for name, value in fit.first_weights.items()}
-                        difference = state_difference(weights, model, exact=library == TRACKTRAIN)
-                        if difference is not None:
-                            self.problems.append(
-                                f"{where}: the first step did not start from the checkpoint's weights: {difference}"
-                            )
-                    samples[(library, how)].append((fit.clock.forward_starts[0] - fit.started) * 1e3)
-            for key, error in errors.items():
-                self.notes.append(f"{storage.key}: {' '.join(key)} failed: {error}")
-            named = {f"{library} {how}": values for (library, how), values in samples.items() if values}
+                return (fit.clock.forward_starts[0] - fit.started) * 1e3
+
+            samples = h.measure(
+                variants, self.settings.resume_repeats, self.rng, resume, False, label=lambda v: f"{v[0]} {v[1]}"
+            )
+            self.notes += [f"{storage.key}: {name} failed: {error}" for name, error in errors.items()]
+            named = {name: [value for value in values if value is not None] for name, values in samples.items()}
+            named = {name: values for name, values in named.items() if values}
             bases = {name: f"{name.split()[0]} from scratch" for name in named}
             rows += h.compare(f"{storage.key}: resume, to the first step", named, bases, "ms", self.stat)
         return rows
 
     def save_rows(self) -> list[dict[str, Any]]:
         """Per storage, the stall, added time and commit per checkpoint of each variant next to Lightning's, with
-        the checkpoints' size, the async saves that found the previous write still running, and what the storage
-        server's process (moto, on the same cores) used per checkpoint."""
+        the checkpoints' size."""
         rows = []
         for storage in self.storages:
             cases = [case for case in self.cases.values() if case.storage is storage]
@@ -356,15 +340,7 @@ class Bench:
                 if case.error is not None:
                     self.notes.append(f"{storage.key}: {DESCRIPTIONS[case.variant]} cannot save there: {case.error}")
             cases = [case for case in cases if case.samples]
-            extra = {
-                "MB": {DESCRIPTIONS[c.variant]: statistics.median(c.checkpoint_bytes) / 1e6 for c in cases},
-                "waited": {
-                    DESCRIPTIONS[c.variant]: f"{sum(s.waited for s in c.samples)} of {len(c.samples)}" for c in cases
-                },
-                "server_cpu_ms": {
-                    DESCRIPTIONS[c.variant]: statistics.median(c.server_cpu) * 1e3 for c in cases if c.server_cpu
-                },
-            }
+            extra = {"MB": {DESCRIPTIONS[c.variant]: statistics.median(c.checkpoint_bytes) / 1e6 for c in cases}}
             every = self.settings.every[storage.key]
             for name in ("stall", "added", "committed_after"):
                 samples = {DESCRIPTIONS[c.variant]: [getattr(s, name) * 1e3 for s in c.samples] for c in cases}
@@ -432,13 +408,11 @@ def main(argv: list[str] | None = None) -> int:
     bench.stat, bench.notes = args.stat, notes
 
     h.freeze_garbage()
-    env = h.environment(args.threads, lightning=lightning_status)
-    h.print_heading(
+    env = h.start(
         "Checkpoint stall, commit and resume: tracktrain (async, blocking) and Lightning",
-        env,
         args,
-        f"lightning {lightning_status}",
         f"{args.repeats} interleaved repeats of {args.saves} checkpoints",
+        lightning=lightning_status,
     )
     where = {LOCAL: f"local disk under {root_dir}", S3: "S3 on a moto server (a child process on 127.0.0.1)"}
     print(
@@ -463,20 +437,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         bench.release()
         moto.stop()
-    h.report(rows, "MB", "waited", "server_cpu_ms", decimals=1)
-    lead_in = {}
-    for variant, values in bench.baselines.items():
-        lead_in.setdefault(library_of(variant), []).extend(values)
+    h.report(rows, "MB", decimals=1)
     print(
-        "stall, added, committed after: per checkpoint, over every checkpoint of every repeat. waited: async saves "
-        "that found the previous write still running. server_cpu_ms: moto's process per checkpoint (a real S3 spends "
-        "none of this machine's CPU). resume: the Trainer's construction to the first forward; − vs from scratch is "
-        "what loading costs. Before the first checkpoint: "
-        + ", ".join(
-            f"{library} {statistics.median(b.step for b in values) * 1e3:.1f} ms per step + "
-            f"{statistics.median(b.gap for b in values) * 1e3:.2f} ms between steps"
-            for library, values in lead_in.items()
-        )
+        "stall, added, committed after: per checkpoint, over every checkpoint of every repeat. resume: the Trainer's "
+        "construction to the first forward; − vs from scratch is what loading costs."
     )
     if bench.lightning_identical:
         how = "bit for bit" if all(bench.lightning_identical.values()) else "within rtol=1e-5, not all bit for bit"

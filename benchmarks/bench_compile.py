@@ -5,8 +5,8 @@ the same model, eager and through `torch.compile`, in the same run: on the mediu
 
 Every variant trains a fresh copy of the same weights on the same batches with SGD. One sample is one fit's steps
 per second from the start of its second epoch to its end: the first epoch, where torch.compile traces and builds
-its kernels, stays out and is reported apart (the first fit's first-epoch time, compile included). One untimed
-warm-up fit of each variant, then `--repeats` rounds of one fit of each, in an order shuffled per round.
+its kernels, stays out. One untimed warm-up fit of each variant, then `--repeats` rounds of one fit of each, in an
+order shuffled per round.
 
     .venv/bin/python benchmarks/bench_compile.py --quick      # smoke test
     .venv/bin/python benchmarks/bench_compile.py              # the real run, 1-4 minutes on 2 cores (4
@@ -20,7 +20,6 @@ eager twin beyond float tolerance (a compiled graph may reorder float sums) or t
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,9 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from workloads import LEARNING_RATE, bare_trainer, make_mlp, mlp_name
+from workloads import LEARNING_RATE, EngineClock, Fit, bare_trainer, make_mlp, mlp_name, timed_epochs
 
-from tracktrain import Callback, LoopModule, Trainer
+from tracktrain import LoopModule
 
 MLP_SIZES = (256, 512, 512, 10)
 SEQUENCE, WIDTH, CLASSES = 32, 128, 10
@@ -94,14 +93,6 @@ def workloads(batches: int) -> list[Workload]:
 
 
 # -------------------------------------------------------------------------------------------------- variants
-@dataclass
-class Fit:
-    steps_per_second: float
-    first_epoch_seconds: float
-    steps: int
-    net: nn.Module
-
-
 class Classifier(LoopModule):
     def __init__(self, net: nn.Module) -> None:
         super().__init__()
@@ -115,40 +106,12 @@ class Classifier(LoopModule):
         return torch.optim.SGD(self.parameters(), lr=LEARNING_RATE)
 
 
-class EpochClock(Callback):
-    """The clock at the first and second epochs' starts and at the fit's end, and the step there."""
-
-    def __init__(self) -> None:
-        self.marks: dict[str, float] = {}
-        self.steps_before_timing = 0
-
-    def on_train_epoch_start(self, trainer: Trainer, module: LoopModule) -> None:
-        if trainer.current_epoch == 0:
-            self.marks["first"] = time.perf_counter()
-        elif trainer.current_epoch == 1:
-            self.marks["second"] = time.perf_counter()
-            self.steps_before_timing = trainer.global_step
-
-    def on_train_end(self, trainer: Trainer, module: LoopModule) -> None:
-        self.marks["end"] = time.perf_counter()
-
-
 def tracktrain_fit(workload: Workload, epochs: int, compiled: bool) -> Fit:
-    clock = EpochClock()
-    trainer = bare_trainer(
-        max_epochs=epochs,
-        compile=compiled,
-        callbacks=[clock],
-    )
+    trainer = bare_trainer(max_epochs=epochs, compile=compiled)
+    clock = EngineClock(trainer)
     net = workload.fresh()
     trainer.fit(Classifier(net), workload.loader)
-    timed_steps = trainer.global_step - clock.steps_before_timing
-    return Fit(
-        timed_steps / (clock.marks["end"] - clock.marks["second"]),
-        clock.marks["second"] - clock.marks["first"],
-        trainer.global_step,
-        net,
-    )
+    return Fit.timed(clock, trainer, net)
 
 
 def hand_written_fit(workload: Workload, epochs: int, compiled: bool) -> Fit:
@@ -156,18 +119,16 @@ def hand_written_fit(workload: Workload, epochs: int, compiled: bool) -> Fit:
     net = workload.fresh()
     model = torch.compile(net) if compiled else net
     optimizer = torch.optim.SGD(net.parameters(), lr=LEARNING_RATE)
-    marks, steps, steps_before_timing = [], 0, 0
-    for epoch in range(epochs):
-        marks.append(time.perf_counter())
-        if epoch == 1:
-            steps_before_timing = steps
+
+    def epoch(_: int) -> int:
         for inputs, targets in workload.loader:
             optimizer.zero_grad()
             F.cross_entropy(model(inputs), targets).backward()
             optimizer.step()
-            steps += 1
-    end = time.perf_counter()
-    return Fit((steps - steps_before_timing) / (end - marks[1]), marks[1] - marks[0], steps, net)
+        return len(workload.loader)
+
+    seconds, cpu, timed, steps = timed_epochs(epochs, epoch)
+    return Fit(seconds, timed, steps, net, cpu_seconds=cpu)
 
 
 VARIANTS: dict[str, Callable[[Workload, int], Fit]] = {
@@ -194,19 +155,18 @@ def check(workload: Workload, key: str, fit: Fit, reference: dict[str, torch.Ten
             return
 
 
-def measure(workload: Workload, args: Any, rng: Any, problems: list[str]) -> dict[str, list[Fit]]:
+def measure(workload: Workload, args: Any, rng: Any, problems: list[str]) -> dict[str, list[float]]:
+    """On the harness (the warm-up fit compiles): each variant's steps/s from its fits' second epoch on."""
     steps = args.epochs * args.batches
     reference = VARIANTS["hand-written eager"](workload, args.epochs).net.state_dict()
 
-    def run(key: str) -> Fit:
+    def run(key: str) -> float:
         h.before_run(args.threads)
         fit = VARIANTS[key](workload, args.epochs)
         check(workload, key, fit, reference, steps, problems)
-        return fit
+        return fit.timed_steps / fit.seconds
 
-    first = [run(key) for key in VARIANTS]  # the warm-up fit: its first epoch holds the compile
-    fits = h.measure(list(VARIANTS), args.repeats, rng, run, warmup=False)
-    return {**fits, "_first": first}
+    return h.measure(list(VARIANTS), args.repeats, rng, run)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,12 +184,9 @@ def main(argv: list[str] | None = None) -> int:
         stat_of="the fits",
     )
     rng = h.prepare(args)
-    env = h.environment(args.threads)
-    h.print_heading(
+    env = h.start(
         "torch.compile: tracktrain and a hand-written loop, eager and compiled",
-        env,
         args,
-        "no peers (the hand-written loop is the reference)",
         f"{args.repeats} timed fits per variant",
     )
     problems: list[str] = []
@@ -237,16 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     cases = workloads(args.batches)
     h.freeze_garbage()
     for workload in cases:
-        fits = measure(workload, args, rng, problems)
-        first = {key: fit.first_epoch_seconds for key, fit in zip(VARIANTS, fits.pop("_first"))}
-        samples = {key: [fit.steps_per_second for fit in fits[key]] for key in VARIANTS}
-        rows += h.compare(workload.name, samples, TWINS, "steps/s", args.stat, first_epoch_seconds=first)
-    h.report(rows, "first_epoch_seconds")
+        rows += h.compare(workload.name, measure(workload, args, rng, problems), TWINS, "steps/s", args.stat)
+    h.report(rows)
     print(
         f"value: over {args.repeats} fits, steps from the 2nd epoch's start to the fit's end over that time "
-        f"({(args.epochs - 1) * args.batches} steps per fit). first_epoch_seconds: the warm-up fit's, where "
-        "torch.compile traces and builds its kernels (inductor keeps them in an on-disk cache across processes, and a "
-        "variant meets the graphs another one compiled: the full cost shows only with a cold cache)."
+        f"({(args.epochs - 1) * args.batches} steps per fit); the first epoch holds the compile, and the warm-up fit "
+        "the first compile of each variant."
     )
     return h.finish(args, {"environment": env, "arguments": vars(args), "rows": rows}, problems)
 

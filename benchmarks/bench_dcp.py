@@ -20,37 +20,9 @@ import tempfile
 import time
 from typing import Any
 
+import dcp_fits as d
 import harness as h
 import torch
-from dcp_fits import (
-    BASELINE_OF,
-    FABRIC,
-    FABRIC_NONE,
-    LOAD_FABRIC,
-    LOAD_RAW,
-    LOAD_RAW_1,
-    LOAD_READ,
-    LOAD_TT_1,
-    LOAD_TT_FULL,
-    LOAD_TT_SHARDED,
-    ONE_PROCESS_SOURCE,
-    RAW_ASYNC,
-    RAW_NONE,
-    RAW_SAVE,
-    RESHARD_WORLD_SIZE,
-    TT_ASYNC,
-    TT_BLOCKING,
-    TT_FULL_ASYNC,
-    TT_FULL_BLOCKING,
-    TT_NONE,
-    WORLD_SIZE,
-    DcpConfig,
-    dcp_process,
-    measure_loads,
-    plain_full_state,
-    quiet,
-    reshard_process,
-)
 from fsdp_fits import Shape, StackModule
 from ranks import agree, launch
 from workloads import load_peer, state_difference
@@ -59,27 +31,27 @@ from tracktrain.checkpoint.state import read_checkpoint
 
 FULL_SHAPE = Shape(width=1024, hidden=1024, blocks=4)  # 8.4 M parameters: 33.6 MB, 100.8 MB with AdamW's moments
 QUICK_SHAPE = Shape(width=256, hidden=512, blocks=2)  # 0.53 M parameters: 6.3 MB with AdamW's moments
-SAVING = [TT_ASYNC, TT_BLOCKING, TT_FULL_ASYNC, TT_FULL_BLOCKING, RAW_SAVE, RAW_ASYNC, FABRIC]
+SAVING = [d.TT_ASYNC, d.TT_BLOCKING, d.TT_FULL_ASYNC, d.TT_FULL_BLOCKING, d.RAW_SAVE, d.RAW_ASYNC, d.FABRIC]
 TITLES = {
-    TT_ASYNC: "tracktrain sharded, async (default)",
-    TT_BLOCKING: "tracktrain sharded, blocking",
-    TT_FULL_ASYNC: 'tracktrain full, async (state_dict_type="full")',
-    TT_FULL_BLOCKING: "tracktrain full, blocking",
-    RAW_SAVE: "hand-written loop, dcp.save",
-    RAW_ASYNC: "hand-written loop, dcp.async_save",
-    FABRIC: "Lightning Fabric FSDP2, fabric.save",
-    TT_NONE: "tracktrain, no checkpoints",
-    RAW_NONE: "hand-written loop, no checkpoints",
-    FABRIC_NONE: "Lightning Fabric, no checkpoints",
-    LOAD_TT_SHARDED: "tracktrain sharded: fit(ckpt_path=<dir.dcp>)",
-    LOAD_TT_FULL: "tracktrain full: fit(ckpt_path=<file.pt>)",
-    LOAD_RAW: "hand-written: dcp.load + set_*_state_dict",
-    LOAD_FABRIC: "Lightning Fabric: fabric.load",
+    d.TT_ASYNC: "tracktrain sharded, async (default)",
+    d.TT_BLOCKING: "tracktrain sharded, blocking",
+    d.TT_FULL_ASYNC: 'tracktrain full, async (state_dict_type="full")',
+    d.TT_FULL_BLOCKING: "tracktrain full, blocking",
+    d.RAW_SAVE: "hand-written loop, dcp.save",
+    d.RAW_ASYNC: "hand-written loop, dcp.async_save",
+    d.FABRIC: "Lightning Fabric FSDP2, fabric.save",
+    d.TT_NONE: "tracktrain, no checkpoints",
+    d.RAW_NONE: "hand-written loop, no checkpoints",
+    d.FABRIC_NONE: "Lightning Fabric, no checkpoints",
+    d.LOAD_TT_SHARDED: "tracktrain sharded: fit(ckpt_path=<dir.dcp>)",
+    d.LOAD_TT_FULL: "tracktrain full: fit(ckpt_path=<file.pt>)",
+    d.LOAD_RAW: "hand-written: dcp.load + set_*_state_dict",
+    d.LOAD_FABRIC: "Lightning Fabric: fabric.load",
 }
 ONE_TITLES = {
-    LOAD_READ: "tracktrain sharded: read_checkpoint(url), every shard whole",
-    LOAD_TT_1: "tracktrain sharded: single-process Trainer, fit(ckpt_path=<dir.dcp>)",
-    LOAD_RAW_1: "hand-written: dcp.load(no_dist=True) + set_*_state_dict",
+    d.LOAD_READ: "tracktrain sharded: read_checkpoint(url), every shard whole",
+    d.LOAD_TT_1: "tracktrain sharded: single-process Trainer, fit(ckpt_path=<dir.dcp>)",
+    d.LOAD_RAW_1: "hand-written: dcp.load(no_dist=True) + set_*_state_dict",
 }
 
 
@@ -101,14 +73,14 @@ def save_rows(stalls: dict[str, list[list[float]]], totals: dict[str, list[float
     checkpoints in the same round, / saves) next to dcp.save's; and each fit's time (s) next to its baseline."""
     saving = {name: [value * 1e3 for fit in fits for value in fit] for name, fits in stalls.items() if any(fits)}
     added = {
-        name: [(total - base) / saves * 1e3 for total, base in zip(totals[name], totals[BASELINE_OF[name]])]
+        name: [(total - base) / saves * 1e3 for total, base in zip(totals[name], totals[d.BASELINE_OF[name]])]
         for name in saving
     }
     fits = {TITLES[name]: values for name, values in totals.items()}
     return [
-        *h.compare("stall", {TITLES[n]: v for n, v in saving.items()}, TITLES[RAW_SAVE], "ms/save", stat),
-        *h.compare("added", {TITLES[n]: v for n, v in added.items()}, TITLES[RAW_SAVE], "ms/save", stat),
-        *h.compare("fit", fits, {TITLES[name]: TITLES[base] for name, base in BASELINE_OF.items()}, "s", stat),
+        *h.compare("stall", {TITLES[n]: v for n, v in saving.items()}, TITLES[d.RAW_SAVE], "ms/save", stat),
+        *h.compare("added", {TITLES[n]: v for n, v in added.items()}, TITLES[d.RAW_SAVE], "ms/save", stat),
+        *h.compare("fit", fits, {TITLES[name]: TITLES[base] for name, base in d.BASELINE_OF.items()}, "s", stat),
     ]
 
 
@@ -119,26 +91,28 @@ def size_mb(path: str) -> float:
 
 
 # ------------------------------------------------------------------------------------------------------ runs
-def check_sources(sources: dict[str, str], references: dict[str, Any], config: DcpConfig, problems: list[str]) -> None:
+def check_sources(
+    sources: dict[str, str], references: dict[str, Any], config: d.DcpConfig, problems: list[str]
+) -> None:
     """The sharded and the full checkpoint of the same step, read whole by one process, hold the same tensors (the
     same fit, deterministic on one thread each)."""
-    if LOAD_TT_SHARDED not in sources or LOAD_TT_FULL not in sources:
+    if d.LOAD_TT_SHARDED not in sources or d.LOAD_TT_FULL not in sources:
         return
     names = [name for name, _ in StackModule(config.shape.build(0)).named_parameters()]
-    sharded, full = read_checkpoint(sources[LOAD_TT_SHARDED]), read_checkpoint(sources[LOAD_TT_FULL])
+    sharded, full = read_checkpoint(sources[d.LOAD_TT_SHARDED]), read_checkpoint(sources[d.LOAD_TT_FULL])
     for what, states in (("sharded", sharded), ("full", full)):
         wrong = state_difference(
-            plain_full_state(states["model"], states["optimizers"][0], names), references[LOAD_TT_SHARDED]
+            d.plain_full_state(states["model"], states["optimizers"][0], names), references[d.LOAD_TT_SHARDED]
         )
         if wrong is not None:
             problems.append(f"[load] tracktrain's {what} checkpoint read whole is not the state the fit saved: {wrong}")
 
 
-def run_all(config: DcpConfig, args: Any, rng: Any, problems: list[str]) -> list[dict[str, Any]]:
-    ranks, seconds = launch(dcp_process, WORLD_SIZE, (config,), config.out_dir, "save", problems, config.threads)
+def run_all(config: d.DcpConfig, args: Any, rng: Any, problems: list[str]) -> list[dict[str, Any]]:
+    ranks, seconds = launch(d.dcp_process, d.WORLD_SIZE, (config,), config.out_dir, "save", problems, config.threads)
     if not ranks:
         return []
-    print(f"  [saves and loads on {WORLD_SIZE} ranks: {seconds:.1f} s]", flush=True)
+    print(f"  [saves and loads on {d.WORLD_SIZE} ranks: {seconds:.1f} s]", flush=True)
     for kind in ranks[0]["checksums"]:
         agree({rank: result["checksums"].get(kind) for rank, result in enumerate(ranks)}, f"[load] {kind}", problems)
     sources, references = ranks[0]["sources"], ranks[0]["references"]
@@ -153,27 +127,27 @@ def run_all(config: DcpConfig, args: Any, rng: Any, problems: list[str]) -> list
     check_sources(sources, references, config, problems)
     # the loads: on the 2 ranks next to dcp.load; on 1 process and on 4 ranks next to the same checkpoint's on 2 ranks
     loads = {TITLES[kind]: values for kind, values in slowest_rank(ranks, "loads").items()}
-    bases: dict[str, str] = dict.fromkeys(loads, TITLES[LOAD_RAW])
+    bases: dict[str, str] = dict.fromkeys(loads, TITLES[d.LOAD_RAW])
     calls = slowest_rank(ranks, "load_calls")
-    calls = {TITLES[kind]: calls[kind] for kind in (LOAD_TT_SHARDED, LOAD_TT_FULL) if kind in calls}
+    calls = {TITLES[kind]: calls[kind] for kind in (d.LOAD_TT_SHARDED, d.LOAD_TT_FULL) if kind in calls}
     if sources:
         started = time.perf_counter()
-        kinds = [kind for kind, source in ONE_PROCESS_SOURCE.items() if source in sources]
-        paths = {kind: sources[ONE_PROCESS_SOURCE[kind]] for kind in kinds}
-        states = {kind: references[ONE_PROCESS_SOURCE[kind]] for kind in kinds}
-        one, _, _ = measure_loads(config, kinds, paths, states, rng, "[reshard] on 1 process", problems)
+        kinds = [kind for kind, source in d.ONE_PROCESS_SOURCE.items() if source in sources]
+        paths = {kind: sources[d.ONE_PROCESS_SOURCE[kind]] for kind in kinds}
+        states = {kind: references[d.ONE_PROCESS_SOURCE[kind]] for kind in kinds}
+        one, _, _ = d.measure_loads(config, kinds, paths, states, rng, "[reshard] on 1 process", problems)
         loads.update({ONE_TITLES[kind]: [s * 1e3 for s in values] for kind, values in one.items()})
-        bases.update({ONE_TITLES[kind]: TITLES[ONE_PROCESS_SOURCE[kind]] for kind in one})
+        bases.update({ONE_TITLES[kind]: TITLES[d.ONE_PROCESS_SOURCE[kind]] for kind in one})
         reference_file = os.path.join(config.out_dir, "references.pt")
         torch.save(references, reference_file)
         arguments = (config, sources, reference_file)
-        four, _ = launch(reshard_process, RESHARD_WORLD_SIZE, arguments, config.out_dir, "reshard", problems)
+        four, _ = launch(d.reshard_process, d.RESHARD_WORLD_SIZE, arguments, config.out_dir, "reshard", problems)
         for kind in four[0]["checksums"] if four else []:
-            where = f"[reshard] {kind} on {RESHARD_WORLD_SIZE} ranks"
+            where = f"[reshard] {kind} on {d.RESHARD_WORLD_SIZE} ranks"
             agree({rank: result["checksums"].get(kind) for rank, result in enumerate(four)}, where, problems)
         for kind, values in slowest_rank(four, "loads").items() if four else []:
-            loads[f"{RESHARD_WORLD_SIZE} ranks: {TITLES[kind]}"] = values
-            bases[f"{RESHARD_WORLD_SIZE} ranks: {TITLES[kind]}"] = TITLES[kind]
+            loads[f"{d.RESHARD_WORLD_SIZE} ranks: {TITLES[kind]}"] = values
+            bases[f"{d.RESHARD_WORLD_SIZE} ranks: {TITLES[kind]}"] = TITLES[kind]
         print(f"  [resharding: {time.perf_counter() - started:.1f} s]", flush=True)
     sizes = {TITLES[kind]: size_mb(path) for kind, path in sources.items()}
     rows += h.compare("load", loads, bases, "ms", args.stat, MB=sizes)
@@ -199,15 +173,15 @@ def main(argv: list[str] | None = None) -> int:
         stat_of="the saves (loads: the repeats)",
     )
     rng = h.prepare(args)
-    quiet()
+    d.quiet()
     lightning, lightning_version = load_peer("lightning", "lightning.fabric.strategies", skip=args.no_lightning)
     root_dir = h.temporary_root("tracktrain-bench-dcp-", args.root_dir)
     out_dir = tempfile.mkdtemp(prefix="out-", dir=root_dir)
     shape = QUICK_SHAPE if args.quick else FULL_SHAPE
-    variants = [v for v in SAVING if lightning is not None or v != FABRIC] + [TT_NONE, RAW_NONE]
-    variants += [FABRIC_NONE] if lightning is not None else []
-    loads = [LOAD_TT_SHARDED, LOAD_TT_FULL, LOAD_RAW] + ([LOAD_FABRIC] if lightning is not None else [])
-    config = DcpConfig(
+    variants = [v for v in SAVING if lightning is not None or v != d.FABRIC] + [d.TT_NONE, d.RAW_NONE]
+    variants += [d.FABRIC_NONE] if lightning is not None else []
+    loads = [d.LOAD_TT_SHARDED, d.LOAD_TT_FULL, d.LOAD_RAW] + ([d.LOAD_FABRIC] if lightning is not None else [])
+    config = d.DcpConfig(
         shape,
         args.batch_size,
         args.every,
@@ -221,17 +195,15 @@ def main(argv: list[str] | None = None) -> int:
         tuple(variants),
         tuple(loads),
     )
-    env = h.environment(args.threads, lightning=lightning_version)
-    h.print_heading(
+    env = h.start(
         'tracktrain Trainer(strategy="fsdp") sharded checkpoints (DCP): loop stall, load, resharding',
-        env,
         args,
-        f"lightning {lightning_version}",
         f"{args.repeats} interleaved round(s) of fits, {args.load_repeats} of loads",
+        lightning=lightning_version,
     )
     state_mb = 3 * 4 * shape.parameters / 1e6
     print(
-        f"- {shape.describe()}; AdamW: {state_mb:.1f} MB of weights and moments, {state_mb / WORLD_SIZE:.1f} MB per rank",
+        f"- {shape.describe()}; AdamW: {state_mb:.1f} MB of weights and moments, {state_mb / d.WORLD_SIZE:.1f} MB per rank",
         flush=True,
     )
     problems: list[str] = []

@@ -162,13 +162,11 @@ def main(argv: list[str] | None = None) -> int:
         else load_peer("lightning", "lightning.pytorch.strategies", skip=args.no_lightning)
     )
     root_dir = h.temporary_root("tracktrain-bench-fsdp-")
-    env = h.environment(args.threads, lightning=lightning_version)
-    h.print_heading(
+    env = h.start(
         'tracktrain Trainer(strategy="fsdp"): step overhead next to hand-written FSDP2, memory next to DDP',
-        env,
         args,
-        f"lightning {lightning_version}",
         f"{args.repeats} interleaved repeats (memory: {args.memory_repeats} fit(s) per variant and malloc mode)",
+        lightning=lightning_version,
     )
     problems: list[str] = []
     rows: list[dict[str, Any]] = []

@@ -4,7 +4,7 @@ or checkpoints), with each tracker's logger next to no logger at all: tracktrain
 embedded sqlite file, and a local `mlflow server` started here) and WandbLogger (offline), each with its default
 `delivery="process"` (and with `--thread-delivery` also "thread"); and Lightning's MLFlowLogger next to Lightning
 without a logger. A sample is one fit's iterations per second from its second epoch's start to its last iteration;
-the end of the fit (queued records delivered, run closed) and the whole fit are reported apart. After the timing
+the end of the fit (queued records delivered, run closed) is reported apart. After the timing
 every run is read back: each metric must have arrived at every step. Details in benchmarks/README.md.
 
     .venv/bin/python benchmarks/bench_logging.py --quick      # smoke test, ~30 s
@@ -107,7 +107,7 @@ def measure(
 
 def summarize(variants: list[Variant], fits: dict[str, list[Fit]], arrived: dict, stat: str) -> list[dict[str, Any]]:
     """Each variant's throughput next to its framework's no-logger fits, the goal on tracktrain's loggers, the end
-    of the fit and what arrived (read back) as columns; and the whole fit's time (start-up and end included)."""
+    of the fit and what arrived (read back) as columns."""
     bases = {variant.framework: variant.key for variant in variants if variant.is_baseline}
     bases = {variant.key: bases.get(variant.framework) for variant in variants if not variant.is_baseline}
     speed = {key: [fit.iterations_per_second for fit in values] for key, values in fits.items()}
@@ -117,12 +117,7 @@ def summarize(variants: list[Variant], fits: dict[str, list[Fit]], arrived: dict
             goal["goal"] |= h.ratio_goal(speed, base, key, GOAL_RATIO, stat, least=True)["goal"]
     tails = {key: statistics.median(fit.tail_seconds * 1e3 for fit in values) for key, values in fits.items()}
     cells = {key: arrived_cell(arrived.get(key)) for key in fits}
-    return [
-        *h.compare("throughput", speed, bases, "it/s", stat, end_of_fit_ms=tails, arrived=cells, **goal),
-        *h.compare(
-            "whole fit", {key: [fit.whole_seconds for fit in values] for key, values in fits.items()}, bases, "s", stat
-        ),
-    ]
+    return h.compare("throughput", speed, bases, "it/s", stat, end_of_fit_ms=tails, arrived=cells, **goal)
 
 
 def arrived_cell(check: dict[str, Any] | None) -> str:
@@ -220,13 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     variants = select(make_variants(trackers, lightning, available, args.thread_delivery), args.variants)
     measurement = Measurement(ClassifierData(MODEL, args.batch_size, args.batches, args.seed), args.epochs)
 
-    env = h.environment(args.threads, **peers)
-    h.print_heading(
+    env = h.start(
         "tracktrain loggers: training throughput with 5 metrics logged at every step",
-        env,
         args,
-        ", ".join(f"{name} {version}" for name, version in peers.items()),
         f"{args.repeats} interleaved repeats",
+        **peers,
     )
     print(f"{measurement.workload.describe()}; fits of {args.epochs} epochs, the first not timed\n")
     problems: list[str] = []
@@ -269,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"throughput: {measurement.timed_steps} steps per fit from the 2nd epoch's start to the last iteration. "
             "end_of_fit_ms: from the last iteration to the return of fit (the logger delivers what is queued and "
-            "closes its run). whole fit: from building the logger and the Trainer to the return of fit. arrived: "
+            "closes its run). arrived: "
             "every fit's run read back (MlflowClient, the CSV file, `wandb leet inspect --json`)."
         )
         for note in notes:

@@ -145,12 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         args.threads,
         root_dir,
     )
-    env = h.environment(args.threads)
-    h.print_heading(
+    env = h.start(
         "tracktrain pipeline schedules: time per batch and bubble, next to one process",
-        env,
         args,
-        "gloo",
         f"{args.repeats} round(s) of {args.steps} steps per case",
     )
     print(

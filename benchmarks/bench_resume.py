@@ -219,23 +219,28 @@ def report(bench: Bench, rows: list[dict[str, Any]], unit_ms: float, notes: list
 
 # ------------------------------------------------------------------------------------------------------- main
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = h.make_parser(__doc__, profile_top=25, root_dir="the checkpoints")
-    add = parser.add_argument
-    add("--batches", type=int, help="batches in the epoch, a multiple of 10 (default 10000; --quick 100)")
-    add("--batch-size", type=int, default=8, help="samples per batch (default 8)")
-    add("--sample-us", type=float, default=50.0, help="CPU time to make one sample, µs (default 50)")
-    add("--repeats", type=int, help="timed resumes per framework and point (default 15; --quick 1)")
-    add("--no-ignite", action="store_true", help="leave Ignite out")
-    args = h.finish_args(
-        parser, argv, {"batches": (10_000, 100), "repeats": (15, 1)}, positive=["batch_size", "repeats", "threads"]
+    def options(add: Callable[..., Any]) -> None:
+        add("--batch-size", type=int, default=8, help="samples per batch (default 8)")
+        add("--sample-us", type=float, default=50.0, help="CPU time to make one sample, µs (default 50)")
+        add("--no-ignite", action="store_true", help="leave Ignite out")
+
+    args = h.parse(
+        __doc__,
+        argv,
+        {
+            "batches": (10_000, 100, "batches in the epoch, a multiple of 10"),
+            "repeats": (15, 1, "timed resumes per framework and point"),
+        },
+        options=options,
+        positive=["batch_size", "repeats", "threads"],
+        profile_top=25,
+        root_dir="the checkpoints",
     )
-    if args.batches < 20 or args.batches % 10:
-        parser.error(
-            "--batches must be a multiple of 10, at least 20 (checkpoints every 10 % of the epoch, and a "
-            "resumed run's one step must not be a saving one)"
+    if args.batches < 20 or args.batches % 10 or args.sample_us < 0:
+        sys.exit(
+            "--batches must be a multiple of 10, at least 20 (checkpoints every 10 % of the epoch, and a resumed "
+            f"run's one step must not be a saving one), got {args.batches}; --sample-us must not be negative"
         )
-    if args.sample_us < 0:
-        parser.error("--sample-us must not be negative")
     return args
 
 
@@ -268,13 +273,13 @@ def main(argv: list[str] | None = None) -> int:
     root_dir = h.temporary_root("tracktrain-bench-resume-", args.root_dir)
     bench = Bench(workload, frameworks, root_dir)
 
-    env = h.environment(args.threads, ignite=ignite_status, lightning=lightning_status, torchdata=torchdata_status)
-    h.print_heading(
+    env = h.start(
         "Resume time-to-first-step mid-epoch: tracktrain, Ignite DeterministicEngine, Lightning",
-        env,
         args,
-        f"ignite {ignite_status}, lightning {lightning_status}, torchdata {torchdata_status}",
         f"{args.repeats} interleaved repeats",
+        ignite=ignite_status,
+        lightning=lightning_status,
+        torchdata=torchdata_status,
     )
     print(f"{workload.describe()}; checkpoints every {bench.every:,} steps\n", flush=True)
     started = time.perf_counter()

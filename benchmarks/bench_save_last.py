@@ -70,7 +70,7 @@ def timed(callback_class: type, every: int) -> type:
     return Timed
 
 
-def variants(args, problems: list[str]) -> dict[str, Callable[[str], float]]:
+def variants(args, lightning, problems: list[str]) -> dict[str, Callable[[str], float]]:
     """name -> a fit in a new directory, returning its median stall per save in ms (and checking its files)."""
     loader = DataLoader(TensorDataset(torch.randn(8 * args.steps, args.width)), batch_size=8)
     settings = {"save_top_k": 1, "every_n_train_steps": args.every}
@@ -97,7 +97,6 @@ def variants(args, problems: list[str]) -> dict[str, Callable[[str], float]]:
         "tracktrain async, save_top_k=1": tracktrain(False),
         "tracktrain async, save_top_k=1 + save_last=True": tracktrain(True),
     }
-    lightning, _ = (None, None) if args.no_lightning else load_peer("lightning", "lightning.pytorch.callbacks")
     if lightning is not None:
         module = lightning_twin(RegressorCode, lightning)
 
@@ -129,12 +128,12 @@ def main(argv: list[str] | None = None) -> int:
         positive=["repeats", "steps", "every", "width", "step_ms"],
     )
     rng = h.prepare(args)
-    env = h.environment(args.threads)
-    h.print_heading(
-        "Checkpoint stall with save_last", env, args, "Lightning", f"{args.repeats} fits per variant, interleaved"
+    lightning, status = load_peer("lightning", "lightning.pytorch.callbacks", skip=args.no_lightning)
+    env = h.start(
+        "Checkpoint stall with save_last", args, f"{args.repeats} fits per variant, interleaved", lightning=status
     )
     problems: list[str] = []
-    fits = variants(args, problems)
+    fits = variants(args, lightning, problems)
     with tempfile.TemporaryDirectory(prefix="bench-save-last-") as root:
         samples = h.measure(list(fits), args.repeats, rng, lambda name: fits[name](tempfile.mkdtemp(dir=root)), False)
     baseline = "tracktrain async, save_top_k=1"

@@ -171,14 +171,12 @@ def main(argv: list[str] | None = None) -> int:
     root_dir = h.temporary_root("tracktrain-bench-variants-")
     h.freeze_garbage()
 
-    env = h.environment(args.threads)
-    h.print_heading(
+    env = h.start(
         "tracktrain Trainer step variants: cost per step on top of the hand-written loop",
-        env,
         args,
-        f"medium MLP {'-'.join(map(str, MEDIUM))}, batch {BATCH_SIZE}, SGD, DataLoader over a TensorDataset",
         f"{args.repeats} interleaved repeats (DDP: {args.ddp_repeats})",
     )
+    print(f"- medium MLP {'-'.join(map(str, MEDIUM))}, batch {BATCH_SIZE}, SGD, DataLoader over a TensorDataset\n")
     problems: list[str] = []
     rows: list[dict[str, Any]] = []
     for case in cases:

@@ -18,7 +18,6 @@ defaults, or a bar that should draw wrote nothing.
 from __future__ import annotations
 
 import contextlib
-import cProfile
 import io
 import os
 import shutil
@@ -210,26 +209,6 @@ def measure_case(key: str, variants: list[Variant], args: Any, rng: Any, problem
     return rows
 
 
-def profile(variants: list[Variant], args: Any) -> None:
-    """cProfile one long fit of each tracktrain variant: own time, then tracktrain's functions by cumulative time."""
-    for key in args.cases.split(","):
-        sizes, batch, batches, quick_batches = CASES[key]
-        workload = ClassifierData(sizes, batch, quick_batches if args.quick else batches, args.seed)
-        for variant in [variant for variant in variants if variant.name.startswith("tracktrain")]:
-            h.before_run(args.threads)
-            profiler = cProfile.Profile()
-            with open(os.devnull, "w", encoding="utf-8") as sink:
-                profiler.runcall(
-                    variant.fit, workload, getattr(args, f"{key}_epochs"), tempfile.mkdtemp(dir=args.root), sink
-                )
-            h.print_profile(
-                profiler, f"\n### cProfile: {key} / {variant.name}, top {args.profile_top}\n", args.profile_top
-            )
-            h.print_profile(
-                profiler, "\ntracktrain's functions:", args.profile_top, "cumulative", r"[/\\]tracktrain[/\\]"
-            )
-
-
 def main(argv: list[str] | None = None) -> int:
     args = h.parse(
         __doc__,
@@ -243,7 +222,6 @@ def main(argv: list[str] | None = None) -> int:
         positive=["repeats"],
         at_least_two=["tiny_epochs", "medium_epochs"],
         cases=list(CASES),
-        profile_top=25,
         root_dir="the fits write (checkpoints, Lightning's logs)",
         stat_of="the pairs of fits",
     )
@@ -252,13 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     variants = make_variants(lightning)
     args.root = h.temporary_root("tracktrain-bench-trainer-", args.root_dir)
     h.freeze_garbage()
-    env = h.environment(args.threads, lightning=lightning_status)
-    h.print_heading(
+    env = h.start(
         "Trainer.fit overhead per iteration",
-        env,
         args,
-        f"lightning {lightning_status}",
         f"{args.repeats} interleaved pairs of fits",
+        lightning=lightning_status,
     )
     problems: list[str] = []
     rows = [row for key in args.cases.split(",") for row in measure_case(key, variants, args, rng, problems)]
@@ -274,8 +250,6 @@ def main(argv: list[str] | None = None) -> int:
         print(h.goal_line("Goals (tracktrain's overhead over Lightning's)", verdicts))
     else:
         print(f"\nlightning: {lightning_status}; the goals cannot be checked.")
-    if args.profile:
-        profile(variants, args)
     del args.root
     return h.finish(args, {"environment": env, "arguments": vars(args), "rows": rows}, problems)
 

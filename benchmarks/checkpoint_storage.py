@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable
 
 from tracktrain_integrations.testing import free_port
 
@@ -46,17 +45,6 @@ class MotoServer:
             self.stop()
             raise RuntimeError(f"moto server did not start within {timeout} s (it printed {line!r})")
 
-    def cpu_seconds(self) -> float | None:
-        """The CPU time the server's process has used so far (Linux: /proc), None where it cannot be read."""
-        if self.process is None:
-            return None
-        try:
-            with open(f"/proc/{self.process.pid}/stat", encoding="ascii") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime, all its threads
-
     @property
     def environment(self) -> dict[str, str]:
         return {
@@ -82,13 +70,11 @@ class MotoServer:
 
 
 class Storage:
-    """Where the fits write: run directories under a local temporary directory, or under a bucket on moto.
-    `server_cpu()`: the CPU seconds the storage's server has used so far (None: no server of ours)."""
+    """Where the fits write: run directories under a local temporary directory, or under a bucket on moto."""
 
-    def __init__(self, key: str, root: str, server_cpu: Callable[[], float | None] = lambda: None) -> None:
+    def __init__(self, key: str, root: str) -> None:
         self.key = key
         self.root = root  # a local directory or "s3://bucket"
-        self.server_cpu = server_cpu
         import fsspec
 
         self.fs = fsspec.filesystem("s3") if key == S3 else fsspec.filesystem("file")
@@ -134,4 +120,4 @@ def start_s3(moto: MotoServer) -> Storage:
     S3FileSystem.clear_instance_cache()  # an instance made before would not know the endpoint
     bucket = f"tracktrain-bench-{uuid.uuid4().hex[:8]}"
     fsspec.filesystem("s3").mkdir(bucket)
-    return Storage(S3, f"s3://{bucket}", moto.cpu_seconds)
+    return Storage(S3, f"s3://{bucket}")

@@ -31,17 +31,25 @@ T = TypeVar("T")
 
 
 # ---------------------------------------------------------------------------------------------- command line
-def make_parser(
+def parse(
     doc: str,
+    argv: list[str] | None,
+    counts: dict[str, tuple[int, int, str]],
     *,
+    options: Callable[[Callable[..., Any]], None] | None = None,
+    positive: Sequence[str] = (),
+    at_least_two: Sequence[str] = (),
+    cases: Sequence[str] = (),
     lightning: bool = True,
     profile_top: int | None = None,
     root_dir: str | None = None,
     stat_of: str = "the repeats",
-) -> argparse.ArgumentParser:
-    """A parser with the options every benchmark has (--quick, --threads, --stat, --seed, --json), and on request
-    --no-lightning, --profile / --profile-top (`profile_top` rows by default) and --root-dir (`root_dir`: what goes
-    there). The script adds its own options, then calls `finish_args`."""
+) -> argparse.Namespace:
+    """The one command line: the options every benchmark has (--quick, --threads, --stat, --seed, --json); on
+    request --no-lightning, --profile / --profile-top (`profile_top` rows by default) and --root-dir (`root_dir`:
+    what goes there); an integer option per `counts` item (name -> (full default, --quick default, what it
+    counts)); the script's own `options(add)`. The options named in `positive` must be ≥ 1, those in
+    `at_least_two` ≥ 2 (their first epoch, or fit, is not timed), and with `cases` every --cases item one of them."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     add = parser.add_argument
     add("--quick", action="store_true", help="small counts: a smoke test, not a measurement")
@@ -65,58 +73,22 @@ def make_parser(
             help=f"where {root_dir} go, in a temporary directory made and removed there (default: "
             "the system's temporary directory); a tmpfs such as /dev/shm leaves the disk out",
         )
-    return parser
-
-
-def finish_args(
-    parser: argparse.ArgumentParser,
-    argv: list[str] | None,
-    defaults: dict[str, tuple[int, int]],
-    positive: Sequence[str] = (),
-    at_least_two: Sequence[str] = (),
-    cases: Sequence[str] = (),
-) -> argparse.Namespace:
-    """Parses `argv`; an option left unset takes its (full, --quick) default from `defaults`. The options named in
-    `positive` must be ≥ 1, those in `at_least_two` ≥ 2 (their first epoch, or fit, is not timed), and with `cases`
-    every --cases item must be one of them."""
+    for name, (full, quick, what) in counts.items():
+        add(f"--{name.replace('_', '-')}", type=int, help=f"{what} (default {full}; --quick {quick})")
+    if options is not None:
+        options(add)
     args = parser.parse_args(argv)
-    for name, (full, quick) in defaults.items():
+    for name, (full, quick, _) in counts.items():
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
-    for name in positive:
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    for name in at_least_two:
-        if getattr(args, name) < 2:
-            parser.error(
-                f"--{name.replace('_', '-')} must be at least 2 (the first is not timed), got {getattr(args, name)}"
-            )
+    for name, least in [(name, 1) for name in positive] + [(name, 2) for name in at_least_two]:
+        if getattr(args, name) < least:
+            why = "be positive" if least == 1 else "be at least 2 (the first is not timed)"
+            parser.error(f"--{name.replace('_', '-')} must {why}, got {getattr(args, name)}")
     unknown = set(args.cases.split(",")) - set(cases) if cases else set()
     if unknown:
         parser.error(f"--cases: unknown case(s) {sorted(unknown)}; use {', '.join(cases)}")
     return args
-
-
-def parse(
-    doc: str,
-    argv: list[str] | None,
-    counts: dict[str, tuple[int, int, str]],
-    *,
-    options: Callable[[Callable[..., Any]], None] | None = None,
-    positive: Sequence[str] = (),
-    at_least_two: Sequence[str] = (),
-    cases: Sequence[str] = (),
-    **flags: Any,
-) -> argparse.Namespace:
-    """The one command line: `make_parser`'s options (`flags`), an integer option per `counts` item (name ->
-    (full default, --quick default, what it counts)), the script's own `options(add)`, then `finish_args`."""
-    parser = make_parser(doc, **flags)
-    for name, (full, quick, what) in counts.items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=int, help=f"{what} (default {full}; --quick {quick})")
-    if options is not None:
-        options(parser.add_argument)
-    defaults = {name: (full, quick) for name, (full, quick, _) in counts.items()}
-    return finish_args(parser, argv, defaults, positive, at_least_two, cases)
 
 
 # ------------------------------------------------------------------------------------------------- the process
@@ -281,12 +253,11 @@ def overhead_goal(
     theirs: tuple[str, str],
     goal: float,
     statistic: str = "median",
-    counted: bool = True,
 ) -> dict[str, dict[str, Any]]:
     """`compare`'s extra columns for a goal on overheads: what `ours` (variant, the same without what is measured:
     e.g. the raw loop) costs, over what `theirs` costs (`overhead_ratio`, given only where theirs exceeds the noise:
-    the widest IQR of the four), and whether it is at most `goal` (`goal`: the ratio, the goal and its `verdict`;
-    "(not counted)" without `counted`). On `ours`'s rows; empty when a variant did not run."""
+    the widest IQR of the four), and whether it is at most `goal` (`goal`: the ratio, the goal and its `verdict`).
+    On `ours`'s rows; empty when a variant did not run."""
     if any(name not in samples for name in (*ours, *theirs)):
         return {"overhead_ratio": {}, "goal": {}}
     center = STATISTICS[statistic]
@@ -294,16 +265,12 @@ def overhead_goal(
     noise = max(iqr(samples[name]) for name in {*ours, *theirs})
     ratio = mine / their if their > noise else None
     text = f"{'—' if ratio is None else f'{ratio:.3f}'} ≤ {goal:.2g}: {verdict(goal * their - mine, noise)}"
-    return {"overhead_ratio": {ours[0]: ratio}, "goal": {ours[0]: text + ("" if counted else " (not counted)")}}
+    return {"overhead_ratio": {ours[0]: ratio}, "goal": {ours[0]: text}}
 
 
 def goals(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
-    """(case / variant, verdict) of every row with a counted `goal` column, once per variant, for `goal_line`."""
-    found = {
-        f"{row['case']} / {row['variant']}": row["goal"].split(": ", 1)[1]
-        for row in rows
-        if row.get("goal") and not row["goal"].endswith("(not counted)")
-    }
+    """(case / variant, verdict) of every row with a `goal` column, once per variant, for `goal_line`."""
+    found = {f"{row['case']} / {row['variant']}": row["goal"].split(": ", 1)[1] for row in rows if row.get("goal")}
     return list(found.items())
 
 
@@ -412,18 +379,13 @@ def format_cell(value: float | None, signed: bool = False, *, decimals: int) -> 
     return f"{value:+.{decimals}f}" if signed else f"{value:.{decimals}f}"
 
 
-def markdown_table(lines: list[list[str]], align: str) -> str:
-    """A markdown table: the first line is the header; `align` has one of l / r per column."""
-    rule = "|" + "|".join(":---" if side == "l" else "---:" for side in align) + "|"
-    rows = ["| " + " | ".join(line) + " |" for line in lines]
-    return "\n".join([rows[0], rule, *rows[1:]])
-
-
 def table(rows: Sequence[Any], columns: Sequence[tuple[str, str, Callable[[Any], str]]]) -> str:
     """The one table format: a markdown table of one line per row; `columns` are (header, l or r, the cell of a
     row)."""
     lines = [[header for header, _, _ in columns]] + [[cell(row) for _, _, cell in columns] for row in rows]
-    return markdown_table(lines, "".join(align for _, align, _ in columns))
+    text = ["| " + " | ".join(line) + " |" for line in lines]
+    rule = "|" + "|".join(":---" if align == "l" else "---:" for _, align, _ in columns) + "|"
+    return "\n".join([text[0], rule, *text[1:]])
 
 
 def command_line() -> str:
@@ -451,59 +413,46 @@ def environment(torch_threads: int, **peers: str) -> dict[str, Any]:
     }
 
 
-def print_heading(
-    title: str, env: dict[str, Any], args: argparse.Namespace, peers: str, repeats: str, stat: str | None = None
-) -> None:
-    """The report's title, then one line on what ran where: versions, `peers` (already worded), the machine,
-    `repeats` (already worded) and the statistic (`stat`, default --stat)."""
+def start(title: str, args: argparse.Namespace, repeats: str, **peers: str) -> dict[str, Any]:
+    """The report's title, then one line on what runs where: versions, each peer library's version or why it is
+    missing (`peers`: name -> either), the machine, `repeats` (already worded) and --stat. Returns the
+    `environment` for the JSON file."""
+    env = environment(args.threads, **peers)
     print(f"# {title}\n")
     print(
         f"python {env['python']}, torch {env['torch']} ({args.threads} thread(s)), tracktrain {env['tracktrain']}, "
-        f"{peers}; {env['processor']}, {env['cpu_count']} CPUs; {repeats}, statistic: {stat or args.stat}"
+        + (", ".join(f"{name} {status}" for name, status in peers.items()) or "no peer library")
+        + f"; {env['processor']}, {env['cpu_count']} CPUs; {repeats}, statistic: {args.stat}"
         f"{' (--quick: counts too small to trust)' if args.quick else ''}\n"
     )
+    return env
 
 
-def goal_line(
-    goal: str,
-    verdicts: list[tuple[str, str]],
-    unit: str = "",
-    unclear: str = "(within noise)",
-    unclear_label: str = "margin within noise in",
-) -> str:
-    """The goal's verdict line, `<goal>: met in M of N <unit>; NOT met in: ...; <unclear_label>: ...`, from (name,
-    verdict) pairs whose verdict starts with "yes" or "NO", or ends with `unclear`. It says that timing never fails."""
+def goal_line(goal: str, verdicts: list[tuple[str, str]], unit: str = "") -> str:
+    """The goal's verdict line, `<goal>: met in M of N <unit>; NOT met in: ...; margin within noise in: ...`, from
+    `goals`' (name, verdict) pairs. It says that timing never fails."""
     met = [name for name, verdict in verdicts if verdict.startswith("yes")]
     missed = [name for name, verdict in verdicts if verdict.startswith("NO")]
-    uncertain = [name for name, verdict in verdicts if verdict.endswith(unclear)]
+    uncertain = [name for name, verdict in verdicts if verdict.endswith("(within noise)")]
     return (
         f"\n{goal}: met in {len(met)} of {len(verdicts)}{f' {unit}' if unit else ''}"
         + (f"; NOT met in: {', '.join(missed)}" if missed else "")
-        + (f"; {unclear_label}: {', '.join(uncertain)}" if uncertain else "")
+        + (f"; margin within noise in: {', '.join(uncertain)}" if uncertain else "")
         + ". (Informational only: timing never fails this script.)"
     )
 
 
-def write_json(path: str, payload: dict[str, Any]) -> None:
-    """Writes `payload` (the results with every sample) to `path` and says so."""
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(payload, handle, indent=2)
-    print(f"\nWrote {path}")
-
-
-def exit_status(problems: list[str]) -> int:
-    """0, or 1 after listing the failed sanity checks (each once) on stderr: only correctness fails a benchmark."""
+def finish(args: argparse.Namespace, payload: dict[str, Any], problems: list[str]) -> int:
+    """The end of every benchmark: the JSON file when --json asks for it (`payload`, with every sample, and the
+    problems), then the exit status: 0, or 1 after listing the failed sanity checks (each once) on stderr: only
+    correctness fails a benchmark."""
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump({**payload, "problems": problems}, handle, indent=2)
+        print(f"\nWrote {args.json}")
     if not problems:
         return 0
     print("\nSANITY CHECKS FAILED (these are correctness problems, not timing):", file=sys.stderr)
     for problem in dict.fromkeys(problems):
         print(f"  {problem}", file=sys.stderr)
     return 1
-
-
-def finish(args: argparse.Namespace, payload: dict[str, Any], problems: list[str]) -> int:
-    """The end of every benchmark: the JSON file when --json asks for it (`payload` and the problems), then the
-    exit status."""
-    if args.json:
-        write_json(args.json, {**payload, "problems": problems})
-    return exit_status(problems)

@@ -67,12 +67,10 @@ class LoggingClassifier(LoggingCode, LoopModule):
 @dataclass
 class Fit(workloads.Fit):
     """`Fit` (timed to the last iteration) and `tail_seconds` from there to the return of `fit` (the loggers deliver
-    what is queued and close their runs); `whole_seconds` from building the logger and the Trainer to that return
-    (start-up and end included)."""
+    what is queued and close their runs)."""
 
     tail_seconds: float = 0.0
     delivery: Delivery | None = None
-    whole_seconds: float = 0.0
 
     @property
     def iterations_per_second(self) -> float:
@@ -99,7 +97,6 @@ def tracktrain_fitter(make_logger: Callable[[str], Any] | None) -> Callable[[Cla
     """A fit of the Trainer with the logger `make_logger(run_dir)` builds (none when None)."""
 
     def fit(workload: ClassifierData, epochs: int, run_dir: str) -> Fit:
-        began = time.perf_counter()
         logger = make_logger(run_dir) if make_logger is not None else None
         loggers = [logger] if logger is not None else False
         trainer = bare_trainer(max_epochs=epochs, log_every_n_steps=1, loggers=loggers, default_root_dir=run_dir)
@@ -108,9 +105,7 @@ def tracktrain_fitter(make_logger: Callable[[str], Any] | None) -> Callable[[Cla
         trainer.fit(LoggingClassifier(net), workload.loader)
         returned = time.perf_counter()
         delivery = tracktrain_delivery(logger)
-        return Fit.timed(
-            clock, trainer, net, tail_seconds=returned - clock.end, delivery=delivery, whole_seconds=returned - began
-        )
+        return Fit.timed(clock, trainer, net, tail_seconds=returned - clock.end, delivery=delivery)
 
     return fit
 
@@ -122,7 +117,6 @@ def lightning_fitter(
     module_class = lightning_twin(LoggingCode, lightning)
 
     def fit(workload: ClassifierData, epochs: int, run_dir: str) -> Fit:
-        began = time.perf_counter()
         logger = uri = None
         if tracking_uri is not None:
             from lightning.pytorch.loggers import MLFlowLogger
@@ -142,9 +136,7 @@ def lightning_fitter(
         trainer.fit(module_class(net), train_dataloaders=workload.loader)
         returned = time.perf_counter()
         delivery = Delivery("mlflow", uri, logger.run_id) if logger is not None else None
-        return Fit.timed(
-            clock, trainer, net, tail_seconds=returned - clock.end, delivery=delivery, whole_seconds=returned - began
-        )
+        return Fit.timed(clock, trainer, net, tail_seconds=returned - clock.end, delivery=delivery)
 
     return fit
 

@@ -63,8 +63,6 @@ def check_report(payload: dict, printed: str, storages: list[str], positive) -> 
                     assert all(value > 0 for value in row["samples"]), row
                 if name == "stall":  # a few MB: weights and two AdamW moments
                     assert 0.8 * payload["state_mb"] < row["MB"] < 1.2 * payload["state_mb"] + 0.5, row
-                    assert row["waited"].endswith(f" of {checkpoints}"), row
-                    assert row["server_cpu_ms"] is None if storage == "local" else True, row
     if HAS_LIGHTNING:
         assert payload["lightning_bit_identical"], "Lightning's checkpoints were never compared with tracktrain's"
 
@@ -121,9 +119,8 @@ def test_a_save_sample_is_the_gap_and_window_beyond_the_baseline(load_benchmark)
         clock.step_ends.append(moment)
         moment += 6.0 if step == 2 else 1.0
     fit = bench.Fit(clock, 5, commits=[("checkpoint_2.pt", clock.step_ends[1] + 8.0)])
-    baseline = bench.Baseline(gap=1.0, period=11.0, step=10.0)
+    baseline = bench.Baseline(gap=1.0, period=11.0)
     [sample] = bench.save_samples(fit, baseline, [2], every=3)
     assert sample.stall == pytest.approx(5.0)
     assert sample.added == pytest.approx(5.0)  # the window of 3 steps from the end of step 1 to the end of step 4
     assert sample.committed_after == pytest.approx(8.0)
-    assert not sample.waited

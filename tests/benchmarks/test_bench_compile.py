@@ -50,7 +50,7 @@ def test_quick_run_reports_every_variant_on_both_models(tmp_path, positive):
         ):
             row = rows[(workload, *key)]
             assert all(positive(sample) for sample in row["samples"]), (workload, key)
-            assert row["unit"] == "steps/s" and positive(row["first_epoch_seconds"])
+            assert row["unit"] == "steps/s"
         compiled = rows[workload, "tracktrain compile=True", "tracktrain eager"]
         eager = rows[workload, "tracktrain eager", "hand-written eager"]
         ratios = [mine / theirs for mine, theirs in zip(compiled["samples"], eager["samples"])]
@@ -63,7 +63,7 @@ def test_the_sanity_check_catches_other_weights_and_other_step_counts(bench):
     workload = bench.workloads(2)[0]
     reference = {name: value.clone() for name, value in workload.initial.items()}
     problems: list[str] = []
-    fit = bench.Fit(1.0, 0.1, 4, workload.fresh())
+    fit = bench.Fit(1.0, 2, 4, workload.fresh())
     bench.check(workload, "same", fit, reference, 4, problems)
     assert problems == []
     with torch.no_grad():

@@ -15,7 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_engine_over
 HAS_IGNITE = importlib.util.find_spec("ignite") is not None
 
 
-@pytest.mark.slow  # ~50 s: 9 cases of 3 rounds, Lightning's fits among them
+@pytest.mark.slow  # ~15 s: 7 cases of 3 rounds, Lightning's fits among them
 @pytest.mark.timeout(300)
 def test_quick_run_reports_every_case(tmp_path, positive):
     out = tmp_path / "engine.json"
@@ -28,7 +28,15 @@ def test_quick_run_reports_every_case(tmp_path, positive):
     assert payload["problems"] == []
     rows = payload["rows"]
     cases = {row["case"].split()[0] for row in rows}
-    assert {"tiny-step", "tiny-handlers", "tiny-metrics", "tiny-pbar", "medium-step", "noop"} <= cases
+    assert {
+        "tiny-step",
+        "tiny-supervised",
+        "tiny-handlers",
+        "tiny-metrics",
+        "tiny-pbar",
+        "noop",
+        "noop-handlers",
+    } == cases
     for row in rows:
         assert row["unit"] == "µs/it" and len(row["samples"]) == 3 and all(map(positive, row["samples"])), row
     if HAS_IGNITE:

@@ -61,16 +61,12 @@ def test_quick_run_reports_every_variant_reads_every_run_back_and_stops_its_serv
     assert payload["steps_per_fit"] == arguments["epochs"] * arguments["batches"]
     assert payload["timed_steps_per_fit"] == (arguments["epochs"] - 1) * arguments["batches"] > 0
     rows = {row["variant"]: row for row in payload["rows"] if row["case"] == "throughput"}
-    whole = {row["variant"]: row for row in payload["rows"] if row["case"] == "whole fit"}
-    assert list(rows) == list(whole) == _expected_keys()
+    assert list(rows) == _expected_keys()
     for key, row in rows.items():
         framework = key.split("/")[0]
         samples = row["samples"]
         assert len(samples) == arguments["repeats"] and all(positive(sample) for sample in samples), key
         assert row["end_of_fit_ms"] >= 0, key
-        # the whole fit holds its timed steps, and start-up, the first epoch and the end besides
-        timed = [payload["timed_steps_per_fit"] / sample for sample in samples]
-        assert all(w > part for w, part in zip(whole[key]["samples"], timed, strict=True)), key
         if key.endswith("/none"):
             assert row["baseline"] is None and row["goal"] is None and row["arrived"] == "— (no logger)", key
             continue
@@ -137,11 +133,7 @@ def test_the_read_back_reports_a_missing_value_and_an_unfinished_run(bench, tmp_
 
 
 def _fit(bench, it_per_s: float):
-    # the whole fit: the steady part, 0.5 s of start-up, and the tail
-    seconds = 100 / it_per_s
-    return bench.Fit(
-        seconds=seconds, timed_steps=100, steps=150, tail_seconds=0.01, net=None, whole_seconds=seconds + 0.51
-    )
+    return bench.Fit(seconds=100 / it_per_s, timed_steps=100, steps=150, tail_seconds=0.01, net=None)
 
 
 def test_ratios_and_verdicts_follow_the_throughput_and_the_noise(bench):
@@ -170,8 +162,6 @@ def test_ratios_and_verdicts_follow_the_throughput_and_the_noise(bench):
     # Lightning is compared with its own baseline, and the goal is not its to meet
     assert speed["lightning/a"]["ratio"] == pytest.approx(0.25) and speed["lightning/a"]["goal"] is None
     assert speed["tracktrain/a"]["end_of_fit_ms"] == pytest.approx(10.0)
-    # the whole fit counts start-up and end: 0.102 s of steps + 0.51 s next to the baseline's 0.1 s + 0.51 s
-    assert rows[("whole fit", "tracktrain/a")]["ratio"] == pytest.approx((0.1 / 0.98 + 0.51) / 0.61)
 
 
 def test_selecting_variants_keeps_each_frameworks_baseline(bench):
