@@ -13,8 +13,9 @@ order shuffled per round.
                                                               # compiles; inductor's disk cache may hold them)
 
 What to read: "× vs" a variant's eager twin (paired per round) says what compile buys on this CPU; "× vs" the
-hand-written loop in the same mode says what the Trainer costs around it. Timing never makes this script fail; it exits with status 1 when a fit trained other weights than its
-eager twin beyond float tolerance (a compiled graph may reorder float sums) or took the wrong number of steps.
+hand-written loop in the same mode says what the Trainer costs around it. Timing never makes this script fail; it
+exits with status 1 when a fit trained other weights than its eager twin beyond float tolerance (a compiled graph
+may reorder float sums) or took the wrong number of steps.
 """
 
 from __future__ import annotations

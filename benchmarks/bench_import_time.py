@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Import time of tracktrain next to torch, PyTorch-Ignite and Lightning, each in a fresh interpreter.
 
-Each statement runs in its own `python -c` subprocess that times only the import. Statements are interleaved and shuffled per repeat after
-one warm-up run each; the table shows medians.
+Each statement runs in its own `python -c` subprocess that times only the import. Statements are interleaved and
+shuffled per repeat after one warm-up run each; the table shows medians.
 
     .venv/bin/python benchmarks/bench_import_time.py --quick   # smoke test: 1 run each, no warm-up, no Lightning
     .venv/bin/python benchmarks/bench_import_time.py --repeats 7 --json /tmp/import_time.json
