@@ -49,8 +49,6 @@ class DigitsClassifier(LoopModule):
 class PrintEpoch(Callback):
     """One line per epoch, after validation (values are read from the device only here)."""
 
-    priority = 50
-
     def on_train_epoch_end(self, trainer, module):
         metrics = {name: float(value) for name, value in trainer.callback_metrics.items()}
         print(

@@ -197,7 +197,7 @@ KNOWN_CIRCLE = {
     "tracktrain.trainer.supervised_module",
     "tracktrain.trainer.trainer",
     "tracktrain.trainer.trainer_state",
-    "tracktrain.trainer.wiring",
+    "tracktrain.trainer.run_order",
 }
 
 

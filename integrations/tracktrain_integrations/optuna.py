@@ -38,7 +38,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from tracktrain.callbacks.base import Callback
+from tracktrain.callbacks.base import Callback, CallbackPhase
 from tracktrain.distributed.boundary import Boundary, Decision
 from tracktrain.distributed.ranks import global_rank
 from tracktrain.trainer.monitor import monitored_value
@@ -99,7 +99,7 @@ class OptunaPruning(Callback):
         monitor: the logged metric to report (e.g. "val_loss"); the study's direction says which way is better.
     """
 
-    priority = 100  # as EarlyStopping: after the other hooks of the event, which may log what is monitored
+    phase = CallbackPhase.AFTER_DECISIONS  # as EarlyStopping: after the hooks, which may log what is monitored
 
     def __init__(self, trial: Any, monitor: str = "val_loss") -> None:
         optuna = _optuna()

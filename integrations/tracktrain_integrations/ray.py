@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from tracktrain import storage
-from tracktrain.callbacks.base import Callback
+from tracktrain.callbacks.base import Callback, CallbackPhase
 from tracktrain.checkpoint.discovery import CommittedCheckpoint, committed_checkpoints
 from tracktrain.checkpoint.manifest import manifest_name
 from tracktrain.distributed.ranks import global_rank
@@ -77,7 +77,7 @@ class RayTrainReport(Callback):
         checkpoint_dir_prefix: the prefix of the name of each checkpoint in Ray's storage (`{prefix}{global step}`).
     """
 
-    priority = 200  # after the checkpointers (ModelCheckpoint: 100), so the step's checkpoint is there to report
+    phase = CallbackPhase.LAST  # after the checkpointers (AFTER_DECISIONS), so the step's checkpoint is there to report
 
     def __init__(self, checkpoint_dir_prefix: str = "tracktrain_step_") -> None:
         if not isinstance(checkpoint_dir_prefix, str) or not checkpoint_dir_prefix or "/" in checkpoint_dir_prefix:

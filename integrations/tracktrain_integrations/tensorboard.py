@@ -73,7 +73,7 @@ class TensorboardHook(Callback):
     """Colossal-AI's TensorboardHook: log the run's values to TensorBoard under `log_dir`, on the given `ranks`
     (each rank writes to `log_dir/rank_{rank}`)."""
 
-    priority = 10
+    hook_priority = 10  # Colossal-AI's default for this hook: the Colossal Trainer orders its hooks by it
 
     def __init__(self, log_dir: str | os.PathLike, ranks: Sequence[int] = (0,)) -> None:
         if isinstance(ranks, int) or not all(isinstance(rank, int) for rank in ranks):

@@ -18,7 +18,7 @@ import pytest
 from tests.trainer import _resume_run as harness
 from tests.trainer._tasks import Classifier, make_loader, quiet
 from tracktrain import Callback, Trainer, storage
-from tracktrain.callbacks import ModelCheckpoint
+from tracktrain.callbacks import CallbackPhase, ModelCheckpoint
 from tracktrain.checkpoint.discovery import committed_checkpoints
 from tracktrain.checkpoint.savers import FsspecSaver
 
@@ -61,7 +61,7 @@ class Crash(Callback):
 class AtStart(Callback):
     """Records the committed checkpoints once ModelCheckpoint's fit start is done (and its deletions with it)."""
 
-    priority = 200
+    phase = CallbackPhase.LAST  # after ModelCheckpoint (AFTER_DECISIONS)
 
     def __init__(self, checkpoint: ModelCheckpoint) -> None:
         self.checkpoint = checkpoint
@@ -215,7 +215,7 @@ def _fit_with_lost_deletions_then_resume_from_an_older_one(out: str) -> None:
         trainer.fit(Classifier(), make_loader(), **kwargs)
 
     class Lists(Callback):
-        priority = 200
+        phase = CallbackPhase.LAST  # after ModelCheckpoint (AFTER_DECISIONS)
 
         def __init__(self, checkpoint):
             self.checkpoint = checkpoint

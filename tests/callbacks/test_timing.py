@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from tracktrain.callbacks.base import Callback
+from tracktrain.callbacks.base import Callback, CallbackPhase
 from tracktrain.callbacks.timing import Timing
 from tracktrain.handlers.multi_timer import MultiTimer
 from tracktrain.trainer.batches import batch_size_of as _batch_size
@@ -34,9 +34,9 @@ class SleepyModule(TinyModule):
 
 
 class Clock:
-    """Wall time around Timing's spans: `Open` reads the clock before Timing starts an epoch or a validation, `Close`
-    after Timing stops it (Timing's priority is -250) and before the epoch's validation starts (-200). Their
-    differences are `epochs` and `validations`, the spans in which Timing's must fit."""
+    """Wall time around Timing's spans: `Open` reads the clock before Timing starts an epoch or a validation (it
+    runs FIRST), `Close` after Timing stops it (given after Timing, in Timing's METRICS phase) and before the epoch's
+    validation starts. Their differences are `epochs` and `validations`, the spans in which Timing's must fit."""
 
     def __init__(self) -> None:
         self.epochs: list[float] = []
@@ -44,7 +44,7 @@ class Clock:
         clock = self
 
         class Open(Callback):
-            priority = -10_000
+            phase = CallbackPhase.FIRST
 
             def on_train_epoch_start(self, trainer, module):
                 clock._epoch = perf_counter()
@@ -53,7 +53,7 @@ class Clock:
                 clock._validation = perf_counter()
 
         class Close(Callback):
-            priority = -240
+            phase = CallbackPhase.METRICS
 
             def on_train_epoch_end(self, trainer, module):
                 clock.epochs.append(perf_counter() - clock._epoch)

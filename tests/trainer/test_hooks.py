@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tracktrain import Callback, Events, LoopModule, Trainer
+from tracktrain.callbacks import CallbackPhase
 from tracktrain.trainer.hooks import HOOK_EVENTS
 
 from ._tasks import Classifier, make_loader, quiet
@@ -190,7 +191,7 @@ def test_only_overridden_hooks_are_attached_and_removed_after(tmp_path):
     counts = {}
 
     class Count(Callback):
-        priority = 1000
+        phase = CallbackPhase.LAST
 
         def on_train_start(self, trainer, module):
             engine = trainer.train_engine
@@ -202,25 +203,6 @@ def test_only_overridden_hooks_are_attached_and_removed_after(tmp_path):
     assert counts["EPOCH_COMPLETED"] == 20 + 2 + 1
     assert "ITERATION_COMPLETED" not in counts and "ITERATION_STARTED" not in counts
     assert all(not records for records in trainer.train_engine._event_handlers.values())
-
-
-def test_priority_orders_callbacks_stably_after_the_module(tmp_path):
-    calls: list[str] = []
-
-    class Tagged(Callback):
-        def __init__(self, tag, priority):
-            self.tag, self.priority = tag, priority
-
-        def on_train_epoch_end(self, trainer, module):
-            calls.append(self.tag)
-
-    class Module(Classifier):
-        def on_train_epoch_end(self):
-            calls.append("module")
-
-    callbacks = [Tagged("c", 5), Tagged("a", -1), Tagged("b", 5), Tagged("d", 0)]
-    Trainer(**quiet(tmp_path, max_epochs=1, limit_train_batches=1, callbacks=callbacks)).fit(Module(), make_loader())
-    assert calls == ["a", "module", "d", "c", "b"]
 
 
 def test_module_hooks_get_their_arguments(tmp_path):

@@ -10,6 +10,7 @@ from tracktrain._lazy import lazy_attributes
 
 _LAZY = {
     "Callback": "tracktrain.callbacks.base",
+    "CallbackPhase": "tracktrain.callbacks.base",
     "ConfusionMatrixPlot": "tracktrain.callbacks.classification_plots",
     "AccuracyTracker": "tracktrain.callbacks.metric_tracking",
     "EMA": "tracktrain.callbacks.weight_averaging",

@@ -8,7 +8,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tracktrain.callbacks.base import Callback
+from tracktrain.callbacks.base import Callback, CallbackPhase
 from tracktrain.checks.numeric import is_integral, is_real
 from tracktrain.distributed.boundary import Boundary, Decision
 from tracktrain.handlers.patience import ScorePatience
@@ -62,7 +62,7 @@ class EarlyStopping(Callback):
     and a NaN never improves. The thresholds and the finite check, Lightning's own, are checked here first.
     """
 
-    priority = 100  # as ModelCheckpoint: after the other hooks of the event, which may log what is monitored
+    phase = CallbackPhase.AFTER_DECISIONS  # as ModelCheckpoint: after the hooks, which may log what is monitored
 
     def __init__(
         self,

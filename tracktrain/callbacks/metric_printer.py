@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tracktrain.callbacks.base import Callback
+from tracktrain.callbacks.base import Callback, CallbackPhase
 from tracktrain.callbacks.reporting import check_logger, is_fitting, log_line
 from tracktrain.checks.numeric import is_integral
 
@@ -30,7 +30,7 @@ class MetricPrinter(Callback):
         every_n_epochs: print every n-th training epoch.
     """
 
-    priority = 600  # after everything else at an epoch's end, the Trainer's own publishing included
+    phase = CallbackPhase.LAST  # after everything else at an epoch's end, the Trainer's own publishing included
 
     def __init__(self, logger: DistributedLogger | None = None, every_n_epochs: int = 1) -> None:
         if not is_integral(every_n_epochs) or isinstance(every_n_epochs, bool) or every_n_epochs < 1:

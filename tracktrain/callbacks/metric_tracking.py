@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from tracktrain.callbacks.base import Callback
+from tracktrain.callbacks.base import Callback, CallbackPhase
 from tracktrain.engine.events import Events
 from tracktrain.metrics.accuracy import Accuracy
 from tracktrain.metrics.average import Average
@@ -64,8 +64,8 @@ class _MetricTracker(Callback):
     repeated fits never attach a metric twice.
     """
 
-    # before the Trainer reduces the epoch (-300), which copies engine.state.metrics into what validate() returns
-    priority = -350
+    # before the Trainer gathers the epoch's values, which copies engine.state.metrics into what validate() returns
+    phase = CallbackPhase.METRICS
 
     def __init__(self, names: Mapping[str, str], stages: Iterable[str]) -> None:
         stages = (stages,) if isinstance(stages, str) else tuple(stages)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tracktrain import storage
-from tracktrain.callbacks.base import Callback
+from tracktrain.callbacks.base import Callback, CallbackPhase
 from tracktrain.checkpoint import lease
 from tracktrain.checkpoint.async_saver import AsyncSaver
 from tracktrain.checkpoint.discovery import committed_checkpoints
@@ -70,7 +70,9 @@ class ModelCheckpoint(Callback):
             checkpoint. A pre-emption checkpoint (`save_now`) is full all the same: it exists to be resumed.
     """
 
-    priority = 100  # after the module's and other callbacks' epoch-end hooks: they may log what is monitored
+    phase = (
+        CallbackPhase.AFTER_DECISIONS
+    )  # after the module's and other callbacks' hooks: they may log what is monitored
 
     def __init__(
         self,

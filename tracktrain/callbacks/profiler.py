@@ -12,7 +12,7 @@ import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
 
 from tracktrain import storage
-from tracktrain.callbacks.base import Callback
+from tracktrain.callbacks.base import Callback, CallbackPhase
 from tracktrain.callbacks.reporting import check_logger, is_rank_zero
 from tracktrain.distributed.ranks import global_rank
 from tracktrain.engine.events import Events
@@ -81,9 +81,9 @@ class Profiler(Callback):
         logger: a `tracktrain.distributed.logger.DistributedLogger`.
     """
 
-    # Before the LoggerBridge (-1000): a window cut short by the fit's end or an exception still reaches the
-    # trackers, whose runs the bridge closes in its own on_fit_end / on_exception.
-    priority = -1001
+    # With the LoggerBridge, before it (the Trainer adds the bridge after the callbacks it is given): a window cut
+    # short by the fit's end or an exception still reaches the trackers, whose runs the bridge closes then.
+    phase = CallbackPhase.FIRST
 
     def __init__(
         self,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tracktrain.callbacks.base import Callback
+from tracktrain.callbacks.base import Callback, CallbackPhase
 from tracktrain.callbacks.reporting import check_logger, log_line, report
 from tracktrain.handlers.multi_timer import MultiTimer
 from tracktrain.trainer.batches import batch_size_of
@@ -43,7 +43,7 @@ class Timing(Callback):
             launching the work, not of running it.
     """
 
-    priority = -250  # after the Trainer reduces the epoch (-300), before the epoch's validation runs (-200)
+    phase = CallbackPhase.METRICS  # the epoch timed before its validation runs
 
     def __init__(self, logger: DistributedLogger | None = None, timer: MultiTimer | None = None) -> None:
         if timer is not None and not isinstance(timer, MultiTimer):

@@ -31,17 +31,33 @@ __all__ = [
     "LogTimingByEpochHook",
     "LossHook",
     "SaveCheckpointHook",
+    "in_priority_order",
 ]
 
-BaseHook = Callback
+
+class BaseHook(Callback):
+    """Colossal-AI's `BaseHook(priority)`: the Colossal `Trainer` hands its hooks to the Trainer in order of
+    `priority` (lower first, stable, as Colossal-AI's trainer sorts them), kept here as `hook_priority`; each then
+    runs at its `phase` of the run's order, in that order within the phase."""
+
+    hook_priority: int = 0
+
+    def __init__(self, priority: int = 0) -> None:
+        self.hook_priority = priority
+
+
+def in_priority_order(hooks: Iterable[Callback]) -> list[Callback]:
+    """Colossal-AI's hook order: by `priority` (a hook's `hook_priority`; 0 for a plain callback), stable."""
+    return sorted(hooks, key=lambda hook: getattr(hook, "hook_priority", 0))
 
 
 class LossHook(LossTracker):
-    """The epoch's mean training loss as `train_loss_avg`. (`priority` is accepted and ignored: a metric
-    tracker always runs before the epoch's values are collected.)"""
+    """The epoch's mean training loss as `train_loss_avg` (a metric: it runs before the epoch's values are
+    gathered, whatever its `priority` among the hooks)."""
 
     def __init__(self, priority: int = 0) -> None:
         super().__init__()
+        self.hook_priority = priority
 
 
 class AccuracyHook(AccuracyTracker):
@@ -49,9 +65,10 @@ class AccuracyHook(AccuracyTracker):
 
     def __init__(self, priority: int = 0) -> None:
         super().__init__()
+        self.hook_priority = priority
 
 
-class LRSchedulerHook(Callback):
+class LRSchedulerHook(BaseHook):
     """Step `lr_scheduler` after every training epoch (`by_epoch`) or every optimizer step; with
     `store_lr_in_state`, the first parameter group's learning rate is reported as `lr`. The scheduler's state
     rides in the Trainer's checkpoints."""
@@ -59,7 +76,7 @@ class LRSchedulerHook(Callback):
     def __init__(self, lr_scheduler: Any, by_epoch: bool, store_lr_in_state: bool = True, priority: int = 1) -> None:
         self.config = LRSchedulerConfig(lr_scheduler, interval="epoch" if by_epoch else "step")
         self.store_lr_in_state = store_lr_in_state
-        self.priority = priority
+        self.hook_priority = priority
         self._stepped_at = 0
 
     def event_handlers(self, trainer: Any) -> Iterable[tuple[str, Any, Callable]]:
@@ -88,7 +105,7 @@ class LogMetricByEpochHook(MetricPrinter):
 
     def __init__(self, logger: DistributedLogger, interval: int = 1, priority: int = 10) -> None:
         super().__init__(logger, every_n_epochs=interval)
-        self.priority = max(priority, self.priority)  # after the epoch's values are published
+        self.hook_priority = priority  # among the printers: it runs after the epoch's values are published
 
 
 class LogMemoryByEpochHook(MemoryMonitor):
@@ -97,6 +114,7 @@ class LogMemoryByEpochHook(MemoryMonitor):
     def __init__(self, logger: DistributedLogger, interval: int = 1, priority: int = 10, log_eval: bool = True) -> None:
         _only_defaults("LogMemoryByEpochHook", interval=(interval, 1), log_eval=(log_eval, True))
         super().__init__(logger)
+        self.hook_priority = priority
 
 
 class LogTimingByEpochHook(Timing):
@@ -119,6 +137,7 @@ class LogTimingByEpochHook(Timing):
             ignore_num_train_steps=(ignore_num_train_steps, 0),
         )
         super().__init__(logger, timer)
+        self.hook_priority = priority
 
 
 class SaveCheckpointHook(ModelCheckpoint):
@@ -128,7 +147,7 @@ class SaveCheckpointHook(ModelCheckpoint):
         self, interval: int = 1, checkpoint_dir: str | None = None, suffix: str = "", priority: int = 10
     ) -> None:
         super().__init__(dirpath=checkpoint_dir, filename_prefix=suffix, save_top_k=None, every_n_epochs=interval)
-        self.priority = max(priority, self.priority)
+        self.hook_priority = priority
 
 
 def _only_defaults(hook: str, **given_and_default: tuple[Any, Any]) -> None:

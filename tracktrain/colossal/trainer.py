@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tracktrain.callbacks.base import Callback
+from tracktrain.colossal.hooks import in_priority_order
 from tracktrain.distributed.logger import DistributedLogger
 from tracktrain.engine.model_engine import ModelEngine
 from tracktrain.handlers.multi_timer import MultiTimer
@@ -63,7 +64,7 @@ class Trainer:
             max_epochs=epochs,
             max_steps=max_steps,
             val_every_n_epochs=test_interval,
-            callbacks=list(hooks or ()),
+            callbacks=in_priority_order(hooks or ()),
             enable_progress_bar=display_progress,
             enable_checkpointing=False,
         )
@@ -83,7 +84,7 @@ class Trainer:
     ) -> dict[str, float]:
         """Evaluate on `test_dataloader`; returns the evaluation's values (`val_loss`, and what the hooks add)."""
         trainer = LoopTrainer(
-            callbacks=list(hooks or ()), enable_progress_bar=display_progress, enable_checkpointing=False
+            callbacks=in_priority_order(hooks or ()), enable_progress_bar=display_progress, enable_checkpointing=False
         )
         (values,) = trainer.validate(self.module, test_dataloader)
         return values

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tracktrain.distributed.preemption import Terminated
 from tracktrain.loggers.base import Logger
 from tracktrain.loggers.runs import TrackerRuns
-from tracktrain.trainer.callback import Callback
+from tracktrain.trainer.callback import Callback, CallbackPhase
 
 if TYPE_CHECKING:
     from tracktrain.trainer.module import LoopModule
@@ -29,7 +29,7 @@ class LoggerBridge(Callback):
     fit's start, forwards what the Trainer publishes, persists queued records before a checkpoint commits, and ends
     the runs with the fit's outcome. The Trainer adds it itself (`Trainer(loggers=[...])`)."""
 
-    priority = -1000  # runs start before any other hook can log
+    phase = CallbackPhase.FIRST  # runs start before any other hook can log
 
     def __init__(self, loggers: list[Logger]) -> None:
         self.loggers = loggers

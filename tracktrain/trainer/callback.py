@@ -4,6 +4,7 @@ so it lives with the Trainer (the layer that calls it); `tracktrain.callbacks` r
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -13,17 +14,37 @@ if TYPE_CHECKING:
     from tracktrain.trainer.module import LoopModule
     from tracktrain.trainer.trainer import Trainer
 
-__all__ = ["Callback", "check_state_keys", "with_module_callbacks"]
+__all__ = ["Callback", "CallbackPhase", "check_state_keys", "with_module_callbacks"]
+
+
+class CallbackPhase(Enum):
+    """Where a callback's hooks run at each event, among the Trainer's own work (the run's order:
+    `tracktrain.trainer.run_order`, docs/architecture.md). Within a phase, callbacks run in the order given to the
+    Trainer; a module's own hooks run at `HOOKS`, before the callbacks'."""
+
+    FIRST = "first"
+    """Before anything else at the event: what must frame all of it (trackers start their runs, profilers)."""
+    METRICS = "metrics"
+    """Measures of the epoch (metric trackers, timing), taken before the Trainer gathers the epoch's values and
+    before the epoch's validation runs."""
+    HOOKS = "hooks"
+    """The default: with the module's hooks, after the Trainer's own work at the event (the epoch's values
+    gathered, validation run, the epoch's schedulers stepped) — where Lightning runs its callbacks."""
+    AFTER_DECISIONS = "after_decisions"
+    """After the hooks, once every rank agreed on the event's decisions (keep a checkpoint, stop): checkpointing and
+    early stopping act here, on what the hooks logged."""
+    LAST = "last"
+    """After the Trainer published the epoch's values (what the hooks logged included): printers, reporters."""
 
 
 class Callback:
     """Override the hooks you need; each runs on one Engine event (`tracktrain.trainer.hooks.HOOK_EVENTS`).
 
-    Only overridden hooks are attached, so a callback costs nothing on events it does not use. Callbacks run
-    in order of `priority` (lower first; equal priorities in the order given to the Trainer), after the
-    module's own hook for the same event. For handlers with Ignite filters, return them from
-    `event_handlers`. A callback with state implements `state_dict`/`load_state_dict`; it is saved in the
-    Trainer's checkpoints under `state_key`.
+    Only overridden hooks are attached, so a callback costs nothing on events it does not use. Callbacks run in
+    the order given to the Trainer, after the module's own hook for the same event (as in Lightning); a callback
+    that must run elsewhere in the run's order says so with its `phase` (`CallbackPhase`: FIRST, METRICS,
+    AFTER_DECISIONS, LAST). For handlers with Ignite filters, return them from `event_handlers`. A callback with
+    state implements `state_dict`/`load_state_dict`; it is saved in the Trainer's checkpoints under `state_key`.
 
     .. code-block:: python
 
@@ -35,7 +56,8 @@ class Callback:
                 return [("fit", Events.ITERATION_COMPLETED(every=100), lambda engine: print(engine.state.iteration))]
     """
 
-    priority: int = 0
+    phase: CallbackPhase = CallbackPhase.HOOKS
+    """Where this callback's hooks run among the Trainer's own work at each event (`CallbackPhase`)."""
 
     @property
     def state_key(self) -> str:

@@ -3,7 +3,7 @@ under way, a checkpoint within `preemption_timeout`, one line saying where it st
 
 Without lockstep ranks the steps carry nothing until a signal comes: the signal itself attaches the check. With
 ranks that step in lockstep (DDP) a signal on any rank must stop every rank at the same step, so every few steps
-the ranks exchange the flag (see `wiring`), acting on the previous exchange.
+the ranks exchange the flag (see `run_order`), acting on the previous exchange.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from tracktrain.rng import manual_seed
 from tracktrain.trainer import arguments
 from tracktrain.trainer.batches import epoch_length_of
 from tracktrain.trainer.building import configure_optimizers, model_engine_for
-from tracktrain.trainer.callback import Callback
+from tracktrain.trainer.callback import Callback, CallbackPhase
 from tracktrain.trainer.datamodule import StageData
 from tracktrain.trainer.fit_context import FitContext
 from tracktrain.trainer.hooks import TrainerEvents, hook_handlers
@@ -30,10 +30,10 @@ from tracktrain.trainer.lightning_names import check_lightning_methods
 from tracktrain.trainer.model_preparation import compile_blocks, prepare_module
 from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.quick_checks import first_batches
+from tracktrain.trainer.run_order import ExceptionHooks, attach_handlers, phase_of
 from tracktrain.trainer.sanity_check import run_sanity_check
 from tracktrain.trainer.scaled_optimizer import ScaledOptimizer
 from tracktrain.trainer.stage_checkpoint import load_stage_checkpoint
-from tracktrain.trainer.wiring import ExceptionHooks, attach_handlers
 
 if TYPE_CHECKING:
     from tracktrain.trainer.trainer import Trainer
@@ -64,7 +64,7 @@ class Session:
     def fit(self, context: FitContext, module: LoopModule, data: StageData, ckpt_path: str | None) -> None:
         """`Trainer.fit` once its arguments are checked, in the order a fit runs: set up (`run`: environment, data,
         module, optimizers, handlers), resume or start the run, the sanity check, the training engine's epochs (what
-        each step, epoch end and validation does: `wiring`), then tear the strategy down. `context`: the fit's
+        each step, epoch end and validation does: `run_order`), then tear the strategy down. `context`: the fit's
         state, new for this fit."""
         trainer = self._trainer
         self._train = None
@@ -186,14 +186,18 @@ class Session:
     @contextlib.contextmanager
     def save_hooks(self, module: LoopModule) -> Iterator[None]:
         """The module's and callbacks' `on_save_checkpoint` hooks attached for one save (`Trainer.save_checkpoint`),
-        in a fit's order (the module first, then callbacks by priority), unless a fit under way attached them."""
+        in a fit's order (by phase; within one, the module first, then the callbacks in order), unless a fit under way
+        attached them."""
         trainer = self._trainer
         if "fit" in self.attached_stages:
             yield
             return
-        targets: list[tuple[Any, type, tuple, int]] = [(module, LoopModule, (), 0)]
-        targets += [(callback, Callback, (trainer, module), callback.priority) for callback in trainer.callbacks]
-        targets.sort(key=lambda target: target[3])
+        phases = list(CallbackPhase)
+        targets: list[tuple[Any, type, tuple, int]] = [(module, LoopModule, (), phases.index(CallbackPhase.HOOKS))]
+        targets += [
+            (callback, Callback, (trainer, module), phases.index(phase_of(callback))) for callback in trainer.callbacks
+        ]
+        targets.sort(key=lambda target: target[3])  # stable: the module and the callbacks' order within a phase
         handles = [
             trainer.train_engine.add_event_handler(event, handler)
             for target, base, leading, _ in targets

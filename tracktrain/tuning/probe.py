@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from tracktrain.rng import get_rng_states, set_rng_states
-from tracktrain.trainer.callback import Callback
+from tracktrain.trainer.callback import Callback, CallbackPhase
 from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.optimizers import parse_optimizers
 from tracktrain.trainer.trainer import Trainer
@@ -69,7 +69,7 @@ class OptimizerSnapshot(Callback):
     so that `restore` can put back an optimizer the module keeps between fits (one built once and returned each
     time); a fresh one per fit is rebuilt by the next fit anyway."""
 
-    priority = -10_000  # before any other hook touches the optimizers
+    phase = CallbackPhase.FIRST  # before any other hook touches the optimizers (and first among those given)
 
     def __init__(self) -> None:
         self._saved: list[tuple[Any, dict[str, Any]]] = []

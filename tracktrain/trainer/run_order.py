@@ -1,0 +1,350 @@
+"""The order of a Trainer's run: at each event of its engines, what the Trainer does and where the module's and
+the callbacks' hooks run — written once, top to bottom, as a fit goes (`RunOrder.plan`).
+
+Each entry point (fit, validate, test, predict) attaches, in this order, one handler per piece of work and per
+overridden hook; an Engine runs the handlers of one event in the order they were attached (Ignite's rule), so the
+order written here is the order that runs. Hooks run at their callback's `CallbackPhase`: with the module's own
+hooks by default (the module first, then the callbacks in the order given to the Trainer), or at the phases
+before and after the Trainer's own work that metrics, checkpoints and printers need. Everything is removed when
+the entry point returns. Ignite handlers a user attaches to an engine run with Ignite's semantics, before what
+the Trainer attaches for its run (they were attached first).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import defaultdict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tracktrain.distributed.boundary import Boundary, Decision, decide
+from tracktrain.engine.deterministic import ResumableEngine
+from tracktrain.engine.engine import Engine
+from tracktrain.engine.events import Events, RemovableEventHandle
+from tracktrain.engine.handler_registry import event_key
+from tracktrain.trainer.callback import Callback, CallbackPhase
+from tracktrain.trainer.hooks import batch_index, hook_handlers
+from tracktrain.trainer.module import LoopModule
+
+if TYPE_CHECKING:
+    from tracktrain.trainer.trainer import Trainer
+
+__all__ = ["ExceptionHooks", "attach_handlers", "phase_of"]
+
+FIRST, METRICS, HOOKS, AFTER_DECISIONS, LAST = CallbackPhase  # the callbacks' places in the order, by phase
+PREEMPTION_EXCHANGE_EVERY = 8  # steps between exchanges of the pre-emption flag under DDP
+
+# One step of the order at an event: the callbacks of a phase, a piece of the Trainer's work (a handler), the
+# same on an event with a filter (`(Events.EPOCH_COMPLETED(every=2), handler)`), or nothing (work not needed).
+Step = CallbackPhase | Callable | tuple[Any, Callable] | None
+
+
+class ExceptionHooks:
+    """The `on_exception` hooks of a run, called once per exception, which is then raised on.
+
+    Attached last to the outermost engine's EXCEPTION_RAISED, so that no other handler can swallow the error;
+    the Engine reports an exception from inside an epoch twice, and a failure outside the engine (loading a
+    checkpoint) not at all, so the entry point also calls `notify` and the identity check keeps it to once.
+    """
+
+    def __init__(self, hooks: list[Callable]) -> None:
+        self.hooks = hooks
+        self._seen: BaseException | None = None
+
+    def notify(self, engine: Engine, exception: BaseException) -> None:
+        """Call every hook. One that fails (a tracker that cannot mark its run) is reported as a warning and the
+        others still run: the exception being raised is the one the user must see, not a consequence of it."""
+        if exception is self._seen:
+            return
+        self._seen = exception
+        for hook in self.hooks:
+            try:
+                hook(engine, exception)
+            except Exception as hook_error:  # noqa: BLE001 - reported, never raised over the run's own error
+                warnings.warn(
+                    f"An on_exception hook ({getattr(hook, '__qualname__', hook)}) failed while the run was "
+                    f"stopping on {type(exception).__name__}: {type(hook_error).__name__}: {hook_error}",
+                    stacklevel=2,
+                )
+
+    def __call__(self, engine: Engine, exception: BaseException) -> None:
+        self.notify(engine, exception)
+        raise exception
+
+
+def attach_handlers(
+    trainer: Trainer, stages: set[str], outermost: str, val_loader: Any = None
+) -> tuple[list[RemovableEventHandle], ExceptionHooks]:
+    """Attach everything `stages` need, in the run's order; returns the handles (for removal) and the run's
+    exception hooks."""
+    order = RunOrder(trainer, stages)
+    order.plan(val_loader)
+    exception_hooks = ExceptionHooks(order.exception_hooks())
+    order.planned.append((outermost, Events.EXCEPTION_RAISED, exception_hooks))  # last of all: nothing swallows it
+    handles: list[RemovableEventHandle] = []
+    try:
+        for stage, event, handler in order.planned:
+            handles.append(trainer.engines[stage].add_event_handler(event, handler))
+    except BaseException:
+        for handle in handles:  # nothing of a run that could not start stays attached
+            handle.remove()
+        raise
+    return handles, exception_hooks
+
+
+class RunOrder:
+    """The handlers one entry point attaches, in the order they run (`plan` writes it)."""
+
+    def __init__(self, trainer: Trainer, stages: set[str]) -> None:
+        self._trainer, self._stages = trainer, stages
+        self.planned: list[tuple[str, Any, Callable]] = []
+        # the module's and callbacks' handlers: (phase, stage, event name) -> [(event as given, handler)], in the
+        # module-then-callbacks order; on_exception hooks by phase
+        self._hooks: dict[tuple[CallbackPhase, str, str], list[tuple[Any, Callable]]] = defaultdict(list)
+        self._on_exception: dict[CallbackPhase, list[Callable]] = defaultdict(list)
+        self._collect_hooks()
+
+    def plan(self, val_loader: Any) -> None:
+        """The run's order: the fit's events, each evaluation's, then what is left — the events where only hooks run
+        (the batch starts, backward, the optimizer step, checkpoints saved and loaded, ...), in the phases' order."""
+        fit = _FitWork(self._trainer, val_loader) if "fit" in self._stages else None
+        if fit is not None:
+            self._plan_fit(fit)
+        for stage in sorted(self._stages & {"validate", "test"}):
+            self._plan_evaluation(stage, fit)
+        if "predict" in self._stages:
+            keep = self._trainer.evaluation.keep_prediction
+            self._at("predict", Events.ITERATION_COMPLETED, FIRST, METRICS, keep, HOOKS, AFTER_DECISIONS, LAST)
+        for phase, stage, name in list(self._hooks):
+            if (phase, stage, name) in self._hooks:
+                self._at(stage, name, FIRST, METRICS, HOOKS, AFTER_DECISIONS, LAST)
+
+    def _plan_fit(self, fit: _FitWork) -> None:
+        at = self._at
+        # the fit starts: when validation within the epochs is due is known (the epoch's length is)
+        at("fit", Events.STARTED, FIRST, METRICS, HOOKS, AFTER_DECISIONS, fit.validation_in_epoch_start, LAST)
+        # an epoch starts: the sampler's shuffle for it and the epoch's logs; after its hooks, values log per step
+        at(
+            "fit", Events.EPOCH_STARTED,
+            FIRST, fit.set_sampler_epoch, fit.start_logs, METRICS, HOOKS, AFTER_DECISIONS, LAST, fit.log_per_step,
+        )  # fmt: skip
+        # a batch ends: its hooks; the ranks agree (stop, keep a checkpoint); checkpoints and early stopping act on it;
+        # validation when due; the pre-emption flag exchanged every few steps, after all of it
+        at(
+            "fit", Events.ITERATION_COMPLETED,
+            FIRST, METRICS, HOOKS, fit.decide(Boundary.TRAIN_STEP_END), AFTER_DECISIONS, fit.validate_in_epoch, LAST,
+            fit.exchange_preemption,
+        )  # fmt: skip
+        # an epoch ends: the last accumulation window stepped; the epoch's metrics and values; validation, then the
+        # epoch's LR schedulers (the monitored value known); the hooks; the ranks agree; checkpoints and early
+        # stopping act; the epoch's values published (with what the hooks logged); printers
+        at(
+            "fit", Events.EPOCH_COMPLETED,
+            FIRST, fit.flush_accumulation, METRICS, fit.reduce_epoch, fit.validate, fit.step_epoch_schedulers,
+            HOOKS, fit.decide(Boundary.TRAIN_EPOCH_END), AFTER_DECISIONS, fit.publish_epoch, LAST,
+        )  # fmt: skip
+
+    def _plan_evaluation(self, stage: str, fit: _FitWork | None) -> None:
+        """A validation or test pass (`fit`: the fit it validates, if any)."""
+        at, evaluation = self._at, _EvaluationWork(self._trainer, stage)
+        # its logs start with the pass (on_validation_start may log already); values log per step in its epoch
+        at(stage, Events.STARTED, FIRST, METRICS, evaluation.start_logs, HOOKS, AFTER_DECISIONS, LAST)
+        at(stage, Events.EPOCH_STARTED, FIRST, METRICS, HOOKS, AFTER_DECISIONS, LAST, evaluation.log_per_step)
+        # a long validation within a fit is no reason to miss a pre-emption deadline
+        exchange_preemption = fit.exchange_preemption if fit is not None else None
+        at(stage, Events.ITERATION_COMPLETED, FIRST, METRICS, HOOKS, AFTER_DECISIONS, LAST, exchange_preemption)
+        # its epoch ends: the metrics, its values gathered, the hooks, its values published (what they logged too)
+        at(
+            stage, Events.EPOCH_COMPLETED,
+            FIRST, METRICS, evaluation.reduce_epoch, HOOKS, AFTER_DECISIONS, evaluation.publish_epoch, LAST,
+        )  # fmt: skip
+        if stage == "validate" and fit is not None:  # a validation of the fit ends: the ranks agree (keep the best)
+            decide = fit.decide(Boundary.VALIDATION_END)
+            at(stage, Events.COMPLETED, FIRST, METRICS, HOOKS, decide, AFTER_DECISIONS, LAST)
+
+    def exception_hooks(self) -> list[Callable]:
+        """The run's `on_exception` hooks, by phase (within one, the module's first, then the callbacks' in order)."""
+        return [hook for phase in CallbackPhase for hook in self._on_exception[phase]]
+
+    def _at(self, stage: str, event: Any, *steps: Step) -> None:
+        """Plan `steps` at `event` of `stage`'s engine, in the order given."""
+        name = event_key(event)
+        for step in steps:
+            if step is None:
+                continue
+            if isinstance(step, CallbackPhase):
+                self.planned += [(stage, given, handler) for given, handler in self._hooks.pop((step, stage, name), ())]
+            elif isinstance(step, tuple):  # work on a filtered event
+                self.planned.append((stage, step[0], step[1]))
+            else:
+                self.planned.append((stage, event, step))
+
+    def _collect_hooks(self) -> None:
+        trainer, stages = self._trainer, self._stages
+        module = trainer.running_module
+        targets: list[tuple[Any, type, tuple, CallbackPhase]] = [(module, LoopModule, (), HOOKS)]
+        targets += [(callback, Callback, (trainer, module), phase_of(callback)) for callback in trainer.callbacks]
+        for target, base, leading, phase in targets:
+            for stage, event, handler in hook_handlers(target, base, leading, stages | {"outermost"}):
+                if stage == "outermost":
+                    self._on_exception[phase].append(handler)
+                else:
+                    self._hooks[(phase, stage, event_key(event))].append((event, handler))
+            if isinstance(target, Callback):
+                for stage, event, handler in target.event_handlers(trainer):
+                    if stage in stages and stage != "outermost":
+                        self._hooks[(phase, stage, event_key(event))].append((event, handler))
+
+
+def phase_of(callback: Callback) -> CallbackPhase:
+    """`callback.phase`, checked: the order of a run is no number, so a `priority` (how callbacks were once
+    ordered) is refused rather than ignored, and so is a phase that is not a `CallbackPhase`."""
+    name = type(callback).__name__
+    priority = getattr(callback, "priority", None)
+    if priority is not None:
+        raise TypeError(
+            f"{name}.priority = {priority!r}: callbacks are not ordered by numbers. They run in the order given to "
+            "the Trainer, after the module's own hooks; to run elsewhere in the run's order, set "
+            f"{name}.phase = CallbackPhase.FIRST, METRICS, AFTER_DECISIONS or LAST "
+            "(`from tracktrain.callbacks import CallbackPhase`; docs/architecture.md, 'The order of a run')."
+        )
+    phase = callback.phase
+    if not isinstance(phase, CallbackPhase):
+        names = ", ".join(f"CallbackPhase.{member.name}" for member in CallbackPhase)
+        raise TypeError(f"{name}.phase = {phase!r} is not a CallbackPhase: use one of {names}.")
+    return phase
+
+
+class _FitWork:
+    """The Trainer's own work in a fit, one method per piece, each named where `RunOrder.plan` places it."""
+
+    def __init__(self, trainer: Trainer, val_loader: Any) -> None:
+        self._trainer, self._val_loader = trainer, val_loader
+        self._log = trainer.logs["fit"]
+        automatic = trainer.running_module.automatic_optimization
+        self._due: ValidationInEpoch | None = None
+        if val_loader is not None and trainer.val_check_interval is not None:
+            self._due = ValidationInEpoch(trainer.val_every_n_epochs, trainer.val_check_interval)
+        self.flush_accumulation = trainer.fit_step.flush if automatic and trainer.accumulate_grad_batches > 1 else None
+        epoch_schedulers = any(config.interval == "epoch" for config in trainer.lr_scheduler_configs)
+        self.step_epoch_schedulers = trainer.fit_step.step_epoch_schedulers if automatic and epoch_schedulers else None
+        self._decisions: list[Decision] = trainer.decisions()
+        for callback in trainer.callbacks:
+            self._decisions += callback.decisions(trainer)
+
+    @property
+    def validation_in_epoch_start(self) -> Step:
+        """The fit starts: the epoch's length known, when validation within the epoch is due."""
+        return self._due.start if self._due is not None else None
+
+    def set_sampler_epoch(self, engine: Engine) -> None:
+        """A sampler with `set_epoch` (DistributedSampler) shuffles each epoch differently, the same on every rank.
+        (A ResumableEngine sets it itself, per pass over the data.)"""
+        set_epoch = getattr(getattr(engine.state.dataloader, "sampler", None), "set_epoch", None)
+        if callable(set_epoch) and not isinstance(engine, ResumableEngine):
+            set_epoch(engine.state.epoch - 1)
+
+    def start_logs(self) -> None:
+        """The epoch's logs start empty."""
+        self._trainer.metrics.enter_stage("fit")
+
+    def log_per_step(self) -> None:
+        """From here to the epoch's end, values log per step by default (Lightning's default for training)."""
+        self._log.enter_steps()
+
+    def reduce_epoch(self, engine: Engine) -> None:
+        self._trainer.reduce_epoch("fit", engine)
+
+    def publish_epoch(self) -> None:
+        self._trainer.metrics.publish_epoch("fit")
+
+    @property
+    def validate(self) -> Step:
+        """Validation at the end of every `val_every_n_epochs`-th epoch (unless it is due within the epochs)."""
+        if self._val_loader is None or self._due is not None:
+            return None
+        return Events.EPOCH_COMPLETED(every=self._trainer.val_every_n_epochs), self._run_validation
+
+    @property
+    def validate_in_epoch(self) -> Step:
+        """Validation every `val_check_interval` batches (Lightning's `val_check_interval`)."""
+        if self._due is None:
+            return None
+        return Events.ITERATION_COMPLETED(event_filter=self._due), self._run_validation
+
+    def _run_validation(self) -> None:
+        self._trainer.run_stage("validate", self._val_loader)
+
+    @property
+    def exchange_preemption(self) -> Step:
+        """Under DDP, a signal on any rank stops every rank at the same step: every few steps the ranks exchange the
+        flag and act on the previous exchange (reading it is a host sync on CUDA, hence not every step). Without
+        DDP the check is attached by the signal itself, and steps carry nothing until then."""
+        if not self._trainer.strategy.steps_in_lockstep:
+            return None
+        return Events.ITERATION_COMPLETED(every=PREEMPTION_EXCHANGE_EVERY), self._trainer.preemption.check
+
+    def decide(self, boundary: Boundary) -> Step:
+        """The decisions declared for `boundary` (the Trainer's and the callbacks'), agreed by every rank in one
+        exchange: the only place a fit's ranks agree on what to do there."""
+        decisions = [decision for decision in self._decisions if decision.boundary is boundary]
+        if not decisions:
+            return None
+        trainer = self._trainer
+
+        def decide_at_boundary() -> None:
+            if trainer.fitting:  # a validate() of its own is no boundary of a fit
+                decide(decisions, trainer.strategy.gather_floats)  # the strategy issues the exchange
+
+        return decide_at_boundary
+
+
+class _EvaluationWork:
+    """The Trainer's own work in a validation or test pass (`stage`)."""
+
+    def __init__(self, trainer: Trainer, stage: str) -> None:
+        self._trainer, self._stage = trainer, stage
+
+    def start_logs(self) -> None:
+        """An evaluation's logs start empty as the pass starts (`on_validation_start` may log already)."""
+        self._trainer.metrics.enter_stage(self._stage)
+
+    def log_per_step(self) -> None:
+        self._trainer.logs[self._stage].enter_steps()
+
+    def reduce_epoch(self, engine: Engine) -> None:
+        self._trainer.reduce_epoch(self._stage, engine)
+
+    def publish_epoch(self) -> None:
+        self._trainer.metrics.publish_epoch(self._stage)
+
+
+class ValidationInEpoch:
+    """When validation is due within the training epochs (`val_check_interval`, as Lightning counts it): after every
+    `interval` batches of the epoch (a float: that fraction of its batches), in every `every_n_epochs`-th epoch."""
+
+    def __init__(self, every_n_epochs: int, interval: int | float) -> None:
+        self.every_n_epochs, self.interval = every_n_epochs, interval
+        self.batches = 0
+
+    def start(self, engine: Engine) -> None:
+        """The fit starts: its epoch length is known. An interval the epoch never reaches is an error, not a fit that
+        never validates."""
+        length, interval = engine.state.epoch_length, self.interval
+        if isinstance(interval, float):
+            if length is None:
+                raise ValueError(
+                    f"Trainer(val_check_interval={interval}) is a fraction of the epoch, but the training loader has no "
+                    "length: give a number of batches (an int)."
+                )
+            self.batches = max(1, int(length * interval))
+        elif length is not None and interval > length:
+            raise ValueError(
+                f"Trainer(val_check_interval={interval}) is more than the {length} training batches of an epoch, so no "
+                "validation would ever run: give at most that many, or a fraction of the epoch (a float such as 0.5)."
+            )
+        else:
+            self.batches = interval
+
+    def __call__(self, engine: Engine, event: Any) -> bool:
+        return engine.state.epoch % self.every_n_epochs == 0 and (batch_index(engine) + 1) % self.batches == 0
