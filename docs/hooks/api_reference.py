@@ -2,9 +2,10 @@
 
 An API page holds one line `<!-- api: PACKAGE -->`; at build time MkDocs calls `on_page_markdown`, which replaces it
 with one mkdocstrings entry (`::: path`) per public name, at the module that defines it, so a name moved to another
-module (or a new export) needs no edit here. A name exported by several of the documented packages is rendered once,
-on the page of the most specific package (`tracktrain.Trainer` on `tracktrain.trainer`'s page); the others link to
-it. `tests/test_docs.py` reads the same lists to check that every public name has a docstring.
+module (or a new export) needs no edit here. A package of `SHARED_PAGES` and those of its modules listed here share one
+page, a marker each. A name exported by several of the documented packages is rendered once, on the page of the most
+specific package (`tracktrain.Trainer` on `tracktrain.trainer`'s page); the others link to it. `tests/test_docs.py`
+reads the same lists to check that every public name has a docstring.
 """
 
 from __future__ import annotations
@@ -27,6 +28,16 @@ PACKAGES = (
     "tracktrain.engine",
     "tracktrain.handlers",
     "tracktrain.metrics",
+    "tracktrain.distributed",
+    "tracktrain.distributed.ranks",
+    "tracktrain.distributed.boundary",
+    "tracktrain.distributed.preemption",
+    "tracktrain.distributed.logger",
+    "tracktrain.distributed.data",
+    "tracktrain.export",
+    "tracktrain.export.onnx",
+    "tracktrain.tuning",
+    "tracktrain.colossal",
     "tracktrain_integrations.mlflow",
     "tracktrain_integrations.mlflow_model",
     "tracktrain_integrations.wandb",
@@ -35,6 +46,9 @@ PACKAGES = (
     "tracktrain_integrations.optuna",
     "tracktrain_integrations.cli",
 )
+
+# packages whose modules share one page, each module a section of it (`## module`, its names one level below)
+SHARED_PAGES = ("tracktrain.distributed", "tracktrain.export", "tracktrain_integrations")
 
 MARKER = re.compile(r"^<!-- api: ([\w.]+) -->$", re.M)
 
@@ -70,15 +84,20 @@ def home_pages() -> dict[str, str]:
     return homes
 
 
+def shared_page(package: str) -> str | None:
+    """The package of `SHARED_PAGES` whose page `package` (that package or one of its modules) is a section of."""
+    return next((top for top in SHARED_PAGES if package == top or package.startswith(f"{top}.")), None)
+
+
 def page_of(package: str) -> str:
-    """The API page of `package`, relative to docs/: the integrations' modules share one page."""
-    return f"api/{package.split('.')[0] if package.startswith('tracktrain_integrations') else package}.md"
+    """The API page of `package`, relative to docs/: a module of a `SHARED_PAGES` package is on that package's."""
+    return f"api/{shared_page(package) or package}.md"
 
 
 def entries(package: str) -> str:
     """The Markdown replacing `<!-- api: package -->`: the names this page renders, then those it links to."""
     rendered, linked = [], []
-    level = 3 if package.startswith("tracktrain_integrations") else 2  # under the module's own heading there
+    level = 3 if shared_page(package) else 2  # on a shared page, under the module's own heading
     for name in public_names(package):
         path = reference_path(package, name)
         home = home_pages()[path]
@@ -88,7 +107,8 @@ def entries(package: str) -> str:
             linked.append(f"| [`{name}`][{path}] | [`{home}`]({Path(page_of(home)).name}) |")
     text = "\n".join(rendered)
     if linked:
-        text += "\n## Also exported here\n\n| name | documented on |\n|---|---|\n" + "\n".join(linked) + "\n"
+        table = "| name | documented on |\n|---|---|\n" + "\n".join(linked)
+        text += f"\n{'#' * level} Also exported here\n\n{table}\n"
     return text
 
 

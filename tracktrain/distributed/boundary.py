@@ -51,6 +51,8 @@ AGREEMENTS: dict[str, Callable[[Sequence[float]], float]] = {
     "max": max,
     "rank_zero": lambda values: values[0],
 }
+"""How a `Decision`'s `agree` combines the ranks' proposals into the value every rank acts on: "any" (1.0 when a
+rank proposed a non-zero value, else 0.0), "max" (the largest) or "rank_zero" (rank 0's)."""
 
 
 @dataclass(frozen=True)

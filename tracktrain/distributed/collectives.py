@@ -39,7 +39,10 @@ def is_distributed() -> bool:
 
 
 TIMEOUT_VARIABLE = "TRACKTRAIN_DIST_TIMEOUT"
+"""The environment variable that sets `collective_timeout`'s default, in seconds (tests set a few, so that a hang
+fails fast)."""
 DEFAULT_TIMEOUT = timedelta(minutes=30)
+"""How long a collective waits for the other ranks when neither `timeout=` nor `TRACKTRAIN_DIST_TIMEOUT` says."""
 
 
 def collective_timeout(timeout: timedelta | None = None) -> timedelta:
@@ -120,6 +123,8 @@ class AsyncAnyRank:
         self._work: Any = None
 
     def exchange(self, value: int) -> int:
+        """Send this rank's `value` (every rank must call it at the same step) and return the maximum over ranks of
+        the values of the previous call (0 at the first), waiting only for that earlier exchange."""
         agreed = self.finish()
         if self._buffer is None:  # one buffer for the whole run: no allocation per step
             self._buffer = torch.zeros(1, dtype=torch.int64, device=collective_device())
@@ -197,7 +202,10 @@ def check_same_on_all_ranks(what: str, value: int) -> None:
 
 
 START_METHOD_VARIABLE = "TRACKTRAIN_START_METHOD"
+"""The environment variable that sets `spawn`'s default `start_method` ("spawn" when it is not set)."""
 START_METHODS = ("spawn", "forkserver")
+"""The start methods `spawn` takes: "spawn" (each process from scratch) or "forkserver" (forked from a server
+process that imported torch once)."""
 
 
 def spawn(

@@ -114,6 +114,7 @@ class DistributedLogger:
 
     @property
     def name(self) -> str:
+        """The name `get_dist_logger` shares this logger under."""
         return self._name
 
     @property

@@ -23,6 +23,8 @@ PREEMPTION_SIGNALS = tuple(
     for name in ("SIGINT", "SIGTERM", "SIGUSR1")
     if hasattr(signal, name)  # no SIGUSR1 on Windows
 )
+"""The signals a `SignalWatch` records by default: SIGINT (Ctrl-C), SIGTERM and SIGUSR1 (what schedulers and spot
+instances send before a kill; Windows has no SIGUSR1)."""
 
 
 class Terminated(SystemExit):
@@ -50,6 +52,8 @@ class SignalWatch:
         self._previous: dict[int, Any] = {}
 
     def install(self) -> None:
+        """Forget any earlier signal and record the next one of `signals`, keeping their previous handlers for
+        `restore` (nothing is installed outside the main thread, or twice)."""
         self.received = None
         if self._previous or threading.current_thread() is not threading.main_thread():
             return
@@ -57,6 +61,7 @@ class SignalWatch:
             self._previous[signum] = signal.signal(signum, self._on_signal)
 
     def restore(self) -> None:
+        """Put back the handlers `install` replaced."""
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
         self._previous = {}

@@ -32,6 +32,7 @@ def rank_and_world_size() -> tuple[int, int]:
 
 
 def global_rank() -> int:
+    """This process's rank among all the job's processes (0 in a single process): `rank_and_world_size()[0]`."""
     return rank_and_world_size()[0]
 
 
