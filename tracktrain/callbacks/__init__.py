@@ -1,4 +1,6 @@
-"""Callbacks for the Trainer: each hook is an Engine event; each built-in callback lives in its own module."""
+"""The Trainer's built-in callbacks (checkpoints, early stopping, progress, model summary, metric, LR, memory and
+timing monitors, plots, weight averaging, profiling), each in its own module, and the `Callback` base they share
+(defined with the Trainer that calls it, `tracktrain.trainer.callback`)."""
 
 from __future__ import annotations
 

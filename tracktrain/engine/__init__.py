@@ -1,4 +1,5 @@
-"""The event Engine (PyTorch-Ignite semantics) and supervised step factories.
+"""The event Engine with PyTorch-Ignite's semantics and how one step runs on it: the supervised step factories, the
+schedule (plain or pipelined) and Colossal-AI's `ModelEngine`.
 
 `Engine`, `Events` and friends import without torch; the names that need torch (`DeterministicEngine`, the
 supervised steps) are loaded on first use, so `import tracktrain` stays fast.

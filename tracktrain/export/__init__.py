@@ -1,5 +1,9 @@
-"""Export a trained module with `torch.export`: one `.pt2` file that holds the graph and the weights, loadable
-without the module's Python class (`torch.export.load`), for serving, AOTInductor or ExecuTorch.
+"""Export a trained module for serving, checked against the module's outputs before it is saved: with
+`torch.export` to one `.pt2` file (this module), or to an ONNX file that onnxruntime runs (`tracktrain.export.onnx`:
+`export_onnx`, `load_onnx`; `pip install 'tracktrain[onnx]'`).
+
+A `.pt2` file holds the graph and the weights, loadable without the module's Python class (`torch.export.load`),
+for serving, AOTInductor or ExecuTorch.
 
 `export_module` exports a module as it is, or with a checkpoint's "model" state loaded first (a single file or a
 sharded `.dcp` directory, as the Trainer's `ModelCheckpoint` writes them: `best_model_path`), in eval mode, and

@@ -1,4 +1,5 @@
-"""Handlers for the Engine: checkpoints, early stopping, NaN guard, timers, progress bar, LR scheduling.
+"""PyTorch-Ignite's handlers for the Engine: checkpoints (`tracktrain.checkpoint`'s, re-exported), early stopping,
+NaN guard, timers, progress bar, LR scheduling.
 
 Each handler lives in its own module; names are loaded on first use.
 """
