@@ -21,6 +21,9 @@ os.environ.setdefault("PYTHONFAULTHANDLER", "1")
 # tracktrain.distributed.spawn forks the tests' ranks from a server that imported torch once per pytest process,
 # instead of starting each from scratch (tests/test_spawn.py runs both ways).
 os.environ.setdefault("TRACKTRAIN_START_METHOD", "forkserver")
+# The tests' models are tiny and pytest-xdist already runs one worker per core: one intra-op thread per process
+# (this one and every child it starts) instead of each one's OpenMP threads spinning against the others'.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 # ------------------------------------------------------------------------- no test waits for a hang, none leaves one
