@@ -19,14 +19,23 @@ import torch.distributed as dist
 import tracktrain.distributed.group_exit as group_exit
 from tracktrain.checks.environment import positive_setting
 
-__all__ = [
+__all__ = [  # all public: `tracktrain.distributed` re-exports each of them
+    "DEFAULT_TIMEOUT",
+    "START_METHODS",
+    "START_METHOD_VARIABLE",
+    "TIMEOUT_VARIABLE",
+    "AsyncAnyRank",
     "all_reduce_tensor",
     "any_rank",
+    "check_same_on_all_ranks",
     "collective_device",
     "collective_timeout",
     "gather_floats",
+    "gather_objects",
     "init_from_env",
     "is_distributed",
+    "rank_zero_value",
+    "restarts_share_the_rendezvous_store",
     "spawn",
 ]
 
