@@ -120,3 +120,27 @@ def test_unsupported_hook_arguments_are_refused_not_ignored():
 
     with pytest.raises(ValueError, match=r"LogTimingByEpochHook\(interval=2\) is not supported"):
         hooks.LogTimingByEpochHook(MultiTimer(), get_dist_logger(), interval=2)
+
+
+def test_hooks_run_in_order_of_their_priority_as_colossal_ai_sorts_them(tmp_path, monkeypatch):
+    """Colossal-AI's trainer sorts its hooks by `priority` (lower first, stable); the facade hands them to the
+    Trainer in that order, and within a phase the Trainer runs them in the order given."""
+    from tracktrain.colossal import Trainer, hooks, initialize
+
+    monkeypatch.chdir(tmp_path)
+    calls: list[str] = []
+
+    class Tagged(hooks.BaseHook):
+        def __init__(self, tag: str, priority: int) -> None:
+            super().__init__(priority)
+            self.tag = tag
+
+        def on_train_epoch_end(self, trainer, module):
+            calls.append(self.tag)
+
+    model = nn.Linear(4, 2)
+    engine, *_ = initialize(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss())
+    data = [(torch.randn(8, 4), torch.randint(0, 2, (8,)))]
+    given = [Tagged("ten", 10), Tagged("one", 1), Tagged("default", 0), Tagged("one-again", 1)]
+    Trainer(engine).fit(data, epochs=1, hooks=given)
+    assert calls == ["default", "one", "one-again", "ten"]
