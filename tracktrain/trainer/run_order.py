@@ -29,7 +29,7 @@ from tracktrain.trainer.module import LoopModule
 if TYPE_CHECKING:
     from tracktrain.trainer.trainer import Trainer
 
-__all__ = ["ExceptionHooks", "attach_handlers", "phase_of"]
+__all__ = ["ExceptionHooks", "attach_handlers", "hook_targets", "phase_of"]
 
 FIRST, METRICS, HOOKS, AFTER_DECISIONS, LAST = CallbackPhase  # the callbacks' places in the order, by phase
 PREEMPTION_EXCHANGE_EVERY = 8  # steps between exchanges of the pre-emption flag under DDP
@@ -181,10 +181,7 @@ class RunOrder:
 
     def _collect_hooks(self) -> None:
         trainer, stages = self._trainer, self._stages
-        module = trainer.running_module
-        targets: list[tuple[Any, type, tuple, CallbackPhase]] = [(module, LoopModule, (), HOOKS)]
-        targets += [(callback, Callback, (trainer, module), phase_of(callback)) for callback in trainer.callbacks]
-        for target, base, leading, phase in targets:
+        for target, base, leading, phase in hook_targets(trainer, trainer.running_module):
             for stage, event, handler in hook_handlers(target, base, leading, stages | {"outermost"}):
                 if stage == "outermost":
                     self._on_exception[phase].append(handler)
@@ -192,8 +189,15 @@ class RunOrder:
                     self._hooks[(phase, stage, event_key(event))].append((event, handler))
             if isinstance(target, Callback):
                 for stage, event, handler in target.event_handlers(trainer):
-                    if stage in stages and stage != "outermost":
+                    if stage in stages:
                         self._hooks[(phase, stage, event_key(event))].append((event, handler))
+
+
+def hook_targets(trainer: Trainer, module: LoopModule) -> list[tuple[Any, type, tuple, CallbackPhase]]:
+    """Whose hooks a run calls, in the order given: `(target, its base class, the hooks' leading arguments, its
+    phase)` — the module (its hooks at HOOKS, before the callbacks'), then each callback with its checked phase."""
+    targets: list[tuple[Any, type, tuple, CallbackPhase]] = [(module, LoopModule, (), HOOKS)]
+    return targets + [(callback, Callback, (trainer, module), phase_of(callback)) for callback in trainer.callbacks]
 
 
 def phase_of(callback: Callback) -> CallbackPhase:

@@ -22,7 +22,7 @@ from tracktrain.rng import manual_seed
 from tracktrain.trainer import arguments
 from tracktrain.trainer.batches import epoch_length_of
 from tracktrain.trainer.building import configure_optimizers, model_engine_for
-from tracktrain.trainer.callback import Callback, CallbackPhase
+from tracktrain.trainer.callback import CallbackPhase
 from tracktrain.trainer.datamodule import StageData
 from tracktrain.trainer.fit_context import FitContext
 from tracktrain.trainer.hooks import TrainerEvents, hook_handlers
@@ -30,7 +30,7 @@ from tracktrain.trainer.lightning_names import check_lightning_methods
 from tracktrain.trainer.model_preparation import compile_blocks, prepare_module
 from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.quick_checks import first_batches
-from tracktrain.trainer.run_order import ExceptionHooks, attach_handlers, phase_of
+from tracktrain.trainer.run_order import ExceptionHooks, attach_handlers, hook_targets
 from tracktrain.trainer.sanity_check import run_sanity_check
 from tracktrain.trainer.scaled_optimizer import ScaledOptimizer
 from tracktrain.trainer.stage_checkpoint import load_stage_checkpoint
@@ -193,11 +193,8 @@ class Session:
             yield
             return
         phases = list(CallbackPhase)
-        targets: list[tuple[Any, type, tuple, int]] = [(module, LoopModule, (), phases.index(CallbackPhase.HOOKS))]
-        targets += [
-            (callback, Callback, (trainer, module), phases.index(phase_of(callback))) for callback in trainer.callbacks
-        ]
-        targets.sort(key=lambda target: target[3])  # stable: the module and the callbacks' order within a phase
+        # stable: within a phase, the module first, then the callbacks in their order
+        targets = sorted(hook_targets(trainer, module), key=lambda target: phases.index(target[3]))
         handles = [
             trainer.train_engine.add_event_handler(event, handler)
             for target, base, leading, _ in targets
