@@ -45,7 +45,7 @@ from tracktrain.trainer.monitor import monitored_value
 
 if TYPE_CHECKING:
     from tracktrain.trainer.module import LoopModule
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.surface import TrainerSurface
     from tracktrain_integrations.mlflow import MLflowLogger
 
 __all__ = ["OptunaPruning", "study_run", "trial_logger", "trial_root_dir"]
@@ -118,7 +118,7 @@ class OptunaPruning(Callback):
         return f"OptunaPruning{{'monitor': {self.monitor!r}}}"
 
     # ------------------------------------------------------------------------------------------- the check
-    def decisions(self, trainer: Trainer) -> Iterable[Decision]:
+    def decisions(self, trainer: TrainerSurface) -> Iterable[Decision]:
         """One check per validation of fit (per training epoch without validation); rank 0's answer is everyone's."""
         at_epoch_end = trainer.val_dataloaders is None
         return [
@@ -131,7 +131,7 @@ class OptunaPruning(Callback):
             )
         ]
 
-    def _propose(self, trainer: Trainer) -> bool:
+    def _propose(self, trainer: TrainerSurface) -> bool:
         """Report this check's value to the trial (rank 0); whether to prune."""
         value = monitored_value(trainer.callback_metrics, self.monitor, "OptunaPruning")  # the check's one sync
         step = trainer.global_step if trainer.val_check_interval else trainer.current_epoch
@@ -139,7 +139,7 @@ class OptunaPruning(Callback):
         self.last_report = (step, value)
         return not math.isfinite(value) or self.trial.should_prune()
 
-    def _act(self, trainer: Trainer, agreed: float) -> None:
+    def _act(self, trainer: TrainerSurface, agreed: float) -> None:
         if not agreed:
             return
         self.pruned = True
@@ -148,7 +148,7 @@ class OptunaPruning(Callback):
         trainer.stop(agreed=True)  # agreed on by every rank at the boundary
 
     # ----------------------------------------------------------------------------------------- the runs
-    def on_fit_start(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_fit_start(self, trainer: TrainerSurface, module: LoopModule) -> None:
         self.pruned, self.last_report = False, None
         if global_rank() != 0:  # the tracker runs live on rank 0
             return
@@ -156,7 +156,7 @@ class OptunaPruning(Callback):
             logger.log_hyperparams(self.trial.params)
         _tag_runs(trainer, {STUDY_TAG: self.trial.study.study_name, TRIAL_TAG: self.trial.number})
 
-    def on_train_end(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_train_end(self, trainer: TrainerSurface, module: LoopModule) -> None:
         if global_rank() == 0 and not self.pruned:
             _tag_runs(trainer, {STATE_TAG: "COMPLETE"})
 
@@ -182,7 +182,7 @@ def _check_trial(trial: Any, optuna: Any) -> None:
         )
 
 
-def _tag_runs(trainer: Trainer, tags: dict[str, Any]) -> None:
+def _tag_runs(trainer: TrainerSurface, tags: dict[str, Any]) -> None:
     for logger in trainer.loggers:
         logger.set_tags({key: str(value) for key, value in tags.items()})
 

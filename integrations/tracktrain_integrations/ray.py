@@ -38,7 +38,7 @@ from tracktrain.trainer.strategies import DataParallelStrategy
 
 if TYPE_CHECKING:
     from tracktrain.trainer.module import LoopModule
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.surface import TrainerSurface
 
 __all__ = ["RayTrainReport", "checkpoint_path", "fit"]
 
@@ -89,7 +89,7 @@ class RayTrainReport(Callback):
         self._reported_step = -1
         self._step_intervals: list[int] = []
 
-    def on_fit_start(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_fit_start(self, trainer: TrainerSurface, module: LoopModule) -> None:
         _worker_context("RayTrainReport")
         self._reported_step = -1
         self._step_intervals = [
@@ -99,16 +99,16 @@ class RayTrainReport(Callback):
         ]
 
     def on_train_batch_end(
-        self, trainer: Trainer, module: LoopModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: TrainerSurface, module: LoopModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         step = trainer.global_step  # the same on every rank: every rank reports at the same steps
         if step > 0 and any(step % interval == 0 for interval in self._step_intervals) and not _ends_epoch(trainer):
             self._report(trainer)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_train_epoch_end(self, trainer: TrainerSurface, module: LoopModule) -> None:
         self._report(trainer)
 
-    def _report(self, trainer: Trainer) -> None:
+    def _report(self, trainer: TrainerSurface) -> None:
         step = trainer.global_step
         if step == self._reported_step:  # one report per step (a step save at an epoch's end, accumulation)
             return
@@ -138,7 +138,7 @@ class RayTrainReport(Callback):
             raise
 
 
-def _ends_epoch(trainer: Trainer) -> bool:
+def _ends_epoch(trainer: TrainerSurface) -> bool:
     """Whether the batch just trained is the epoch's last (or the run's): its step is reported at the epoch's end,
     after the validation and the epoch's checkpoints."""
     state = trainer.train_engine.state
@@ -208,7 +208,7 @@ def checkpoint_path(checkpoint: Any = None) -> Iterator[str | None]:
 
 
 def fit(
-    trainer: Trainer,
+    trainer: TrainerSurface,
     module: Any,
     train_dataloaders: Iterable[Any] | None = None,
     val_dataloaders: Iterable[Any] | None = None,

@@ -79,15 +79,16 @@ def test_the_best_weights_only_checkpoint_is_what_validate_best_loads(tmp_path):
 
 
 def test_trainer_checkpoints_save_weights_only_writes_the_same_kind_of_file(tmp_path):
-    """What `Trainer.save_checkpoint(path, weights_only=True)` (Lightning's) will call."""
+    """`Trainer.save_checkpoint(path, weights_only=True)`, Lightning's."""
     trainer = _trainer(tmp_path, enable_checkpointing=False)
     trainer.fit(Saved(lr=0.2), make_loader())
-    path = trainer.checkpoints.save(trainer.context, tmp_path / "manual" / "weights.ckpt", weights_only=True)
+    path = str(tmp_path / "manual" / "weights.ckpt")
+    trainer.save_checkpoint(path, weights_only=True)
     assert set(read_checkpoint(path)) == {"model", "trainer"}
     assert committed_checkpoints(tmp_path / "manual")[0][0].summary["weights_only"] is True
     assert LoopModule.load_from_checkpoint(path).hparams == {"lr": 0.2, "width": 2}
     with pytest.raises(TypeError, match=r"weights_only=\.\.\.\) must be True or False"):
-        trainer.checkpoints.save(trainer.context, tmp_path / "manual" / "x.ckpt", weights_only="yes")
+        trainer.save_checkpoint(tmp_path / "manual" / "x.ckpt", weights_only="yes")
 
 
 def test_fit_naming_a_weights_only_checkpoint_is_refused_before_anything_loads(tmp_path):

@@ -1,7 +1,8 @@
 """The Trainer's extension surface, listed in docs/architecture.md, is all that code outside `tracktrain/trainer/`
 uses of a Trainer: a callback, logger or integration reaching for another attribute (a part such as `session` or
-`checkpoints`) fails here, and so does a listed name the Trainer lost. The list is read from the page, so the page
-and the code cannot drift apart."""
+`checkpoints`) fails here, and so does a listed name the Trainer lost. The list is read from the page and compared
+with the `TrainerSurface` Protocol the hooks are typed by (mypy checks the Trainer against it), so the page, the
+types and the code cannot drift apart."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from tracktrain import Trainer
 from tracktrain.trainer.attributes import TRAINER_ATTRIBUTES
+from tracktrain.trainer.surface import TrainerSurface
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "architecture.md"
@@ -73,6 +75,11 @@ def test_every_listed_name_is_the_trainers():
     missing = {name for name in listed_surface() if not hasattr(Trainer, name) and name not in TRAINER_ATTRIBUTES}
     assert missing == set()
     assert len(listed_surface()) > 40  # the section was read (a renamed heading would leave nothing to check)
+
+
+def test_the_typed_surface_is_the_listed_one():
+    typed = {name for name in vars(TrainerSurface) if not name.startswith("_")}
+    assert typed == listed_surface(), "docs/architecture.md and tracktrain.trainer.surface.TrainerSurface differ"
 
 
 def test_the_scan_sees_reads_through_each_kind_of_name():

@@ -28,6 +28,7 @@ _LAZY = {
     "SWA": "tracktrain.callbacks.weight_averaging",
     "Timing": "tracktrain.callbacks.timing",
     "TQDMProgressBar": "tracktrain.callbacks.progress",
+    "TrainerSurface": "tracktrain.callbacks.base",
     "TrainerProgressBar": "tracktrain.callbacks.progress",
     "WeightAveraging": "tracktrain.callbacks.weight_averaging",
 }

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from tracktrain.trainer.module import LoopModule
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.surface import TrainerSurface
 
 __all__ = ["PLOTS_ARTIFACTS", "ConfusionMatrixPlot", "per_class_metrics"]
 
@@ -101,7 +101,7 @@ class ConfusionMatrixPlot(Callback):
         self._active = False
 
     # ------------------------------------------------------------------------------------------------- hooks
-    def on_validation_start(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_validation_start(self, trainer: TrainerSurface, module: LoopModule) -> None:
         # every rank decides alike (the same epoch): the collective at the end is issued by all or by none; the
         # sanity check's batches are no epoch's
         at_epoch = not trainer.fitting or (trainer.current_epoch + 1) % self.every_n_epochs == 0
@@ -110,7 +110,7 @@ class ConfusionMatrixPlot(Callback):
 
     def on_validation_batch_end(
         self,
-        trainer: Trainer,
+        trainer: TrainerSurface,
         module: LoopModule,
         outputs: Any,
         batch: Any,
@@ -127,7 +127,7 @@ class ConfusionMatrixPlot(Callback):
             self._counts = torch.zeros(classes * classes + 1, dtype=torch.int64, device=cells.device)
         self._counts.index_add_(0, cells.to(self._counts.device), torch.ones_like(cells, device=self._counts.device))
 
-    def on_validation_end(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_validation_end(self, trainer: TrainerSurface, module: LoopModule) -> None:
         if not self._active:
             return
         self._active = False
@@ -153,7 +153,7 @@ class ConfusionMatrixPlot(Callback):
         if is_rank_zero():  # one set of images per run, and rank 0 alone talks to trackers
             self._draw(trainer, self.matrix, precision, recall, f1)
 
-    def on_exception(self, trainer: Trainer, module: LoopModule, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerSurface, module: LoopModule, exception: BaseException) -> None:
         self._counts, self._active = None, False
 
     # ------------------------------------------------------------------------------------------------ inputs
@@ -200,7 +200,12 @@ class ConfusionMatrixPlot(Callback):
 
     # ---------------------------------------------------------------------------------------------- drawing
     def _draw(
-        self, trainer: Trainer, matrix: torch.Tensor, precision: torch.Tensor, recall: torch.Tensor, f1: torch.Tensor
+        self,
+        trainer: TrainerSurface,
+        matrix: torch.Tensor,
+        precision: torch.Tensor,
+        recall: torch.Tensor,
+        f1: torch.Tensor,
     ) -> None:
         directory = self.dirpath or os.path.join(storage.local_dir(trainer.default_root_dir), "plots")
         os.makedirs(directory, exist_ok=True)

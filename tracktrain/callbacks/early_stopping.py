@@ -15,7 +15,7 @@ from tracktrain.handlers.patience import ScorePatience
 from tracktrain.trainer.monitor import monitored_value
 
 if TYPE_CHECKING:
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.surface import TrainerSurface
 
 __all__ = ["EarlyStopping", "EarlyStoppingReason"]
 
@@ -153,7 +153,7 @@ class EarlyStopping(Callback):
         self.patience_counter.best_score = float(value)
 
     # ------------------------------------------------------------------------------------------------ checks
-    def decisions(self, trainer: Trainer) -> Iterable[Decision]:
+    def decisions(self, trainer: TrainerSurface) -> Iterable[Decision]:
         """One check per validation or per training epoch of fit, agreed by all ranks: any rank's stop stops all."""
         at_epoch_end = self.check_on_train_epoch_end
         if at_epoch_end is None:
@@ -169,12 +169,12 @@ class EarlyStopping(Callback):
             )
         ]
 
-    def _propose(self, trainer: Trainer) -> bool:
+    def _propose(self, trainer: TrainerSurface) -> bool:
         current = monitored_value(trainer.callback_metrics, self.monitor, "EarlyStopping")  # the check's one sync
         should_stop, self._message = self._evaluate(current)
         return should_stop
 
-    def _act(self, trainer: Trainer, agreed: float) -> None:
+    def _act(self, trainer: TrainerSurface, agreed: float) -> None:
         if not agreed:
             return
         self.stopped_epoch = trainer.current_epoch

@@ -16,7 +16,7 @@ from tracktrain.trainer.metric_log import to_floats
 
 if TYPE_CHECKING:
     from tracktrain.trainer.optimizers import LRSchedulerConfig
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.surface import TrainerSurface
 
 __all__ = ["LearningRateMonitor"]
 
@@ -50,7 +50,7 @@ class LearningRateMonitor(Callback):
         self.lrs: dict[str, list[float]] = {}
         self._logged_intervals = 0
 
-    def event_handlers(self, trainer: Trainer) -> Iterable[tuple[str, Any, Callable]]:
+    def event_handlers(self, trainer: TrainerSurface) -> Iterable[tuple[str, Any, Callable]]:
         """The step and/or epoch handler this configuration needs (all on the train engine: nothing is attached
         for validate(), test() or predict())."""
         configs = trainer.lr_scheduler_configs
@@ -65,7 +65,7 @@ class LearningRateMonitor(Callback):
             handlers.append(("fit", Events.EPOCH_STARTED, lambda: self._log(trainer, "epoch")))
         return handlers
 
-    def _on_train_start(self, trainer: Trainer) -> None:
+    def _on_train_start(self, trainer: TrainerSurface) -> None:
         groups = self._named_optimizers(trainer)  # refuses duplicate group names before the first step
         if self.log_momentum:
             without = [type(optimizer).__name__ for _, optimizer, _ in groups if not _has_momentum(optimizer)]
@@ -78,7 +78,7 @@ class LearningRateMonitor(Callback):
         # counted from the global step after a checkpoint was loaded: a resumed run keeps its cadence
         self._logged_intervals = trainer.global_step // trainer.log_every_n_steps
 
-    def _on_batch_start(self, trainer: Trainer) -> None:
+    def _on_batch_start(self, trainer: TrainerSurface) -> None:
         # Once every log_every_n_steps optimizer steps, at the start of the step that ends an interval: the step
         # whose values the Trainer publishes. Counting whole intervals logs once per optimizer step under gradient
         # accumulation, and keeps the pace when one batch takes several steps (manual optimization).
@@ -87,7 +87,7 @@ class LearningRateMonitor(Callback):
             self._logged_intervals = intervals
             self._log(trainer, "step")
 
-    def _log(self, trainer: Trainer, interval: str) -> None:
+    def _log(self, trainer: TrainerSurface, interval: str) -> None:
         values: dict[str, Any] = {}
         for names, optimizer, config in self._named_optimizers(trainer):
             if self.logging_interval is None and config is not None and config.interval != interval:
@@ -104,7 +104,9 @@ class LearningRateMonitor(Callback):
         report(trainer, floats)
 
     @staticmethod
-    def _named_optimizers(trainer: Trainer) -> list[tuple[list[str], torch.optim.Optimizer, LRSchedulerConfig | None]]:
+    def _named_optimizers(
+        trainer: TrainerSurface,
+    ) -> list[tuple[list[str], torch.optim.Optimizer, LRSchedulerConfig | None]]:
         """`(names of its groups, optimizer, its scheduler config or None)`: scheduled optimizers first, in the
         order of `configure_optimizers`, then the optimizers without a scheduler."""
         entries: list[tuple[str, torch.optim.Optimizer, LRSchedulerConfig | None, bool]] = []

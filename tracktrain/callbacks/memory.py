@@ -13,7 +13,7 @@ from tracktrain.engine.events import Events
 
 if TYPE_CHECKING:
     from tracktrain.distributed.logger import DistributedLogger
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.surface import TrainerSurface
 
 __all__ = ["MemoryMonitor", "cuda_max_allocated_mb", "rss_mb"]
 
@@ -65,7 +65,7 @@ class MemoryMonitor(Callback):
         self.logging_interval = logging_interval
         self._logged_intervals = 0
 
-    def event_handlers(self, trainer: Trainer) -> Iterable[tuple[str, Any, Callable]]:
+    def event_handlers(self, trainer: TrainerSurface) -> Iterable[tuple[str, Any, Callable]]:
         """The one handler the interval needs."""
         if self.logging_interval == "epoch":
             return [
@@ -76,11 +76,11 @@ class MemoryMonitor(Callback):
             ("fit", Events.ITERATION_COMPLETED, lambda: self._on_batch_end(trainer)),
         ]
 
-    def _start_counting(self, trainer: Trainer) -> None:
+    def _start_counting(self, trainer: TrainerSurface) -> None:
         # after a checkpoint was loaded: a resumed run goes on counting from its global step
         self._logged_intervals = trainer.global_step // trainer.log_every_n_steps
 
-    def _on_batch_end(self, trainer: Trainer) -> None:
+    def _on_batch_end(self, trainer: TrainerSurface) -> None:
         # once per log_every_n_steps optimizer steps, counted in whole intervals: once per step under gradient
         # accumulation, and at the same pace when one batch takes several steps (manual optimization)
         intervals = trainer.global_step // trainer.log_every_n_steps
@@ -88,7 +88,7 @@ class MemoryMonitor(Callback):
             self._logged_intervals = intervals
             self._measure(trainer, f"Step {trainer.global_step}")
 
-    def _measure(self, trainer: Trainer, title: str) -> None:
+    def _measure(self, trainer: TrainerSurface, title: str) -> None:
         values = {"memory/rss_mb": rss_mb()}
         cuda = cuda_max_allocated_mb()
         if cuda is not None:

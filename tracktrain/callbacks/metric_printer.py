@@ -11,7 +11,7 @@ from tracktrain.checks.numeric import is_integral
 if TYPE_CHECKING:
     from tracktrain.distributed.logger import DistributedLogger
     from tracktrain.trainer.module import LoopModule
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.surface import TrainerSurface
 
 __all__ = ["MetricPrinter"]
 
@@ -41,19 +41,19 @@ class MetricPrinter(Callback):
         self._before: dict[str, Any] = {}
 
     # a period's values are the entries replaced since its start: every write stores a new object
-    def _start_period(self, trainer: Trainer) -> None:
+    def _start_period(self, trainer: TrainerSurface) -> None:
         self._before = dict(trainer.callback_metrics)
 
-    def _written_since_start(self, trainer: Trainer) -> dict[str, Any]:
+    def _written_since_start(self, trainer: TrainerSurface) -> dict[str, Any]:
         before = self._before
         self._before = {}
         return {name: value for name, value in trainer.callback_metrics.items() if before.get(name) is not value}
 
     # --------------------------------------------------------------------------------------------- hooks
-    def on_train_epoch_start(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_train_epoch_start(self, trainer: TrainerSurface, module: LoopModule) -> None:
         self._start_period(trainer)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_train_epoch_end(self, trainer: TrainerSurface, module: LoopModule) -> None:
         values = self._written_since_start(trainer)
         epoch = trainer.current_epoch + 1
         if epoch % self.every_n_epochs:
@@ -61,16 +61,16 @@ class MetricPrinter(Callback):
         total = f"/{trainer.max_epochs}" if trainer.max_epochs is not None else ""
         log_line(self.logger, f"Epoch {epoch}{total}", values)
 
-    def on_validation_start(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_validation_start(self, trainer: TrainerSurface, module: LoopModule) -> None:
         if not is_fitting(trainer):  # during fit, validation values go into the epoch's line
             self._start_period(trainer)
 
-    def on_validation_end(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_validation_end(self, trainer: TrainerSurface, module: LoopModule) -> None:
         if not is_fitting(trainer):
             log_line(self.logger, "Validation", self._written_since_start(trainer))
 
-    def on_test_start(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_test_start(self, trainer: TrainerSurface, module: LoopModule) -> None:
         self._start_period(trainer)
 
-    def on_test_end(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_test_end(self, trainer: TrainerSurface, module: LoopModule) -> None:
         log_line(self.logger, "Test", self._written_since_start(trainer))

@@ -18,7 +18,7 @@ from tracktrain.trainer.module import loss_in_output
 
 if TYPE_CHECKING:
     from tracktrain.engine.engine import Engine
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.surface import TrainerSurface
 
 __all__ = ["AccuracyTracker", "LossTracker", "loss_of_output", "prediction_and_target"]
 
@@ -80,7 +80,7 @@ class _MetricTracker(Callback):
     def _new_metric(self, stage: str) -> Metric:
         raise NotImplementedError
 
-    def event_handlers(self, trainer: Trainer) -> Iterable[tuple[str, Any, Callable]]:
+    def event_handlers(self, trainer: TrainerSurface) -> Iterable[tuple[str, Any, Callable]]:
         handlers: list[tuple[str, Any, Callable]] = []
         for stage, metric in self.metrics.items():
             name = self.names[stage]
@@ -92,7 +92,7 @@ class _MetricTracker(Callback):
         return handlers
 
 
-def _completion(trainer: Trainer, metric: Metric, name: str) -> Callable[[Engine], None]:
+def _completion(trainer: TrainerSurface, metric: Metric, name: str) -> Callable[[Engine], None]:
     def complete(engine: Engine) -> None:
         try:
             metric.completed(engine, name)  # compute(): the all-reduce and the one host sync of the epoch

@@ -29,7 +29,7 @@ from tracktrain.trainer.run_checkpoints import summarize
 
 if TYPE_CHECKING:
     from tracktrain.trainer.module import LoopModule
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.surface import TrainerSurface
 
 __all__ = ["ModelCheckpoint"]
 
@@ -118,7 +118,7 @@ class ModelCheckpoint(Callback):
         self._checkpoint: Checkpoint | None = None
         self._last: Checkpoint | None = None
         self._pending_state: Mapping[str, Any] | None = None
-        self._trainer: Trainer | None = None
+        self._trainer: TrainerSurface | None = None
         self._last_saved_step = -1
         self._agreed_score: float | None = None  # the score of the save being taken, agreed by every rank
 
@@ -155,7 +155,7 @@ class ModelCheckpoint(Callback):
         return self.dirpath
 
     # ------------------------------------------------------------------------------------------------- hooks
-    def on_fit_start(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_fit_start(self, trainer: TrainerSurface, module: LoopModule) -> None:
         if self._checkpoint is None:
             self.dirpath = self.dirpath or storage.join(trainer.default_root_dir, "checkpoints")
             if global_rank() == 0:
@@ -215,7 +215,7 @@ class ModelCheckpoint(Callback):
         if trainer.ckpt_path is not None:  # a new run leaves another run's checkpoints in the directory alone
             self._count_every_committed_checkpoint()
 
-    def _objects(self, trainer: Trainer) -> dict[str, Any]:
+    def _objects(self, trainer: TrainerSurface) -> dict[str, Any]:
         """What this callback's checkpoints hold: all the run's state, or with `save_weights_only` the module's."""
         return trainer.checkpoint_objects(weights_only=self.save_weights_only)
 
@@ -261,11 +261,11 @@ class ModelCheckpoint(Callback):
         if directory.rstrip("/\\") == self._directory.rstrip("/\\"):
             self._saver.protected.add(name)
 
-    def on_train_end(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_train_end(self, trainer: TrainerSurface, module: LoopModule) -> None:
         # before on_fit_end, where the loggers end their runs: the last checkpoint reaches them first
         self.wait()
 
-    def on_fit_end(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_fit_end(self, trainer: TrainerSurface, module: LoopModule) -> None:
         try:
             self.wait()
             self._deliver_what_waits()
@@ -286,7 +286,7 @@ class ModelCheckpoint(Callback):
                 stacklevel=2,
             )
 
-    def on_exception(self, trainer: Trainer, module: LoopModule, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerSurface, module: LoopModule, exception: BaseException) -> None:
         # the last checkpoint being written is the one a restart resumes from: let it commit (its own error, if
         # any, is secondary to the one being raised)
         with contextlib.suppress(Exception):
@@ -298,7 +298,7 @@ class ModelCheckpoint(Callback):
         """Wait for background writes (at most `timeout` seconds); whether they are all committed."""
         return self._saver.wait(timeout) if isinstance(self._saver, AsyncSaver) else True
 
-    def save_now(self, trainer: Trainer) -> None:
+    def save_now(self, trainer: TrainerSurface) -> None:
         """Save a checkpoint now into the latest-checkpoints set (what pre-emption does), whatever the score."""
         if self._last is None:
             return
@@ -310,14 +310,14 @@ class ModelCheckpoint(Callback):
         finally:
             self._last.to_save = weights_only_objects
 
-    def _due_at_epoch_end(self, trainer: Trainer) -> bool:
+    def _due_at_epoch_end(self, trainer: TrainerSurface) -> bool:
         return (
             self.every_n_epochs is not None
             and (trainer.current_epoch + 1) % self.every_n_epochs == 0
             and trainer.global_step != self._last_saved_step
         )
 
-    def _due_at_step_end(self, trainer: Trainer) -> bool:
+    def _due_at_step_end(self, trainer: TrainerSurface) -> bool:
         step = trainer.global_step
         return (
             self.every_n_train_steps is not None
@@ -326,7 +326,7 @@ class ModelCheckpoint(Callback):
             and step != self._last_saved_step
         )
 
-    def decisions(self, trainer: Trainer) -> Iterable[Decision]:
+    def decisions(self, trainer: TrainerSurface) -> Iterable[Decision]:
         """With a monitor, every rank must take the same keep-or-skip decision (a save gathers every rank's RNG
         state: a rank that skipped it would leave the others waiting in that collective forever), but a value
         logged without sync_dist differs between ranks: rank 0's score is everyone's."""
@@ -352,17 +352,17 @@ class ModelCheckpoint(Callback):
     def _take_score(self, agreed: float) -> None:
         self._agreed_score = agreed
 
-    def on_train_epoch_end(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_train_epoch_end(self, trainer: TrainerSurface, module: LoopModule) -> None:
         if self._due_at_epoch_end(trainer):
             self._save(trainer)
 
     def on_train_batch_end(
-        self, trainer: Trainer, module: LoopModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: TrainerSurface, module: LoopModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if self._due_at_step_end(trainer):
             self._save(trainer)
 
-    def _save(self, trainer: Trainer) -> None:
+    def _save(self, trainer: TrainerSurface) -> None:
         # (not due without an optimizer step since the last save, under gradient accumulation: nothing new to save)
         self._last_saved_step = trainer.global_step
         assert self._checkpoint is not None and self._last is not None
@@ -374,7 +374,7 @@ class ModelCheckpoint(Callback):
             if self.save_last:
                 self._save_with(trainer, self._last)
 
-    def _save_with(self, trainer: Trainer, handler: Checkpoint) -> None:
+    def _save_with(self, trainer: TrainerSurface, handler: Checkpoint) -> None:
         trainer.persist_logs()  # what was logged up to here outlives a kill after this commit
         assert self._saver is not None
         # the resumed-from checkpoint's protection ends here (see _protect_resumed_from): if this save pushes it out,
@@ -387,7 +387,7 @@ class ModelCheckpoint(Callback):
         for path in set(handler.saved_paths) - kept_before:  # the file this save wrote, if it made the cut
             self._after_commit(trainer, os.fspath(path))
 
-    def _after_commit(self, trainer: Trainer, path: str) -> None:
+    def _after_commit(self, trainer: TrainerSurface, path: str) -> None:
         """Tell the loggers that keep checkpoints about the new file once it is committed (not before: an upload
         of a file still being written would fail or, worse, take a part of it). After a background write that is
         the writer thread, right after the commit, so the trackers file it at the step it was taken."""

@@ -20,7 +20,7 @@ from tracktrain.engine.events import Events
 if TYPE_CHECKING:
     from tracktrain.distributed.logger import DistributedLogger
     from tracktrain.trainer.module import LoopModule
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.surface import TrainerSurface
 
 __all__ = ["PROFILER_ARTIFACTS", "Profiler"]
 
@@ -120,13 +120,13 @@ class Profiler(Callback):
         self.trace_paths: list[str] = []
         self.table_paths: list[str] = []
         self._profile: torch.profiler.profile | None = None
-        self._trainer: Trainer | None = None  # while a fit is profiled
+        self._trainer: TrainerSurface | None = None  # while a fit is profiled
         self._step_handler: Callable[[], None] | None = None
         self._window: list[int] = []  # the batches recorded in the current window
         self._windows = 0  # windows written in this fit
         self._batches = 0  # batches profiled (stepped) in this fit
 
-    def event_handlers(self, trainer: Trainer) -> Iterable[tuple[str, Any, Callable]]:
+    def event_handlers(self, trainer: TrainerSurface) -> Iterable[tuple[str, Any, Callable]]:
         """Start at the start of training; step after every training batch until the last window is written."""
         self._step_handler = lambda: self._step(trainer)
         return [
@@ -134,16 +134,16 @@ class Profiler(Callback):
             ("fit", Events.ITERATION_COMPLETED, self._step_handler),
         ]
 
-    def on_fit_end(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_fit_end(self, trainer: TrainerSurface, module: LoopModule) -> None:
         self._stop(warn_if_empty=True)
         self._step_handler = None  # it holds the trainer: this callback may outlive it (to read `trace_paths`)
 
-    def on_exception(self, trainer: Trainer, module: LoopModule, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerSurface, module: LoopModule, exception: BaseException) -> None:
         self._stop(warn_if_empty=False)
         self._step_handler = None
 
     # ------------------------------------------------------------------------------------------------ the window
-    def _start(self, trainer: Trainer) -> None:
+    def _start(self, trainer: TrainerSurface) -> None:
         self._stop(warn_if_empty=False)  # nothing, unless a previous fit of this callback never reached its end
         activities = [ProfilerActivity.CPU]
         if trainer.device.type == "cuda":
@@ -162,7 +162,7 @@ class Profiler(Callback):
         )
         self._profile.start()
 
-    def _step(self, trainer: Trainer) -> None:
+    def _step(self, trainer: TrainerSurface) -> None:
         profile = self._profile
         if profile is None:
             return

@@ -15,7 +15,7 @@ from tracktrain.trainer.metric_log import to_floats
 if TYPE_CHECKING:
     from tracktrain.engine.engine import Engine
     from tracktrain.trainer.module import LoopModule
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.surface import TrainerSurface
 
 __all__ = ["BAR_FORMAT", "TQDMProgressBar", "TrainerProgressBar"]
 
@@ -81,7 +81,7 @@ class TrainerProgressBar(Callback):
         self._epoch_started = (0.0, 0)  # time and iteration when the current epoch started
         self._next_line = 0.0
 
-    def on_fit_start(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_fit_start(self, trainer: TrainerSurface, module: LoopModule) -> None:
         if global_rank() != 0 or self._attached_to is trainer.train_engine:
             return
         # attached once for the lifetime of the engine: ProgressBar closes its own bars at the end of each run
@@ -108,7 +108,7 @@ class TrainerProgressBar(Callback):
         self._epoch_started = (now, engine.state.iteration)
         self._next_line = max(self._next_line, now + self.plain_every)
 
-    def _plain_line(self, trainer: Trainer) -> None:
+    def _plain_line(self, trainer: TrainerSurface) -> None:
         now = time.monotonic()
         state = trainer.train_engine.state
         if self.refresh_rate:

@@ -14,7 +14,7 @@ from tracktrain.trainer.metric_log import to_floats
 
 if TYPE_CHECKING:
     from tracktrain.distributed.logger import DistributedLogger
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.surface import TrainerSurface
 
 __all__ = ["check_logger", "format_values", "is_fitting", "is_rank_zero", "log_line", "report"]
 
@@ -24,13 +24,13 @@ def is_rank_zero() -> bool:
     return global_rank() == 0
 
 
-def is_fitting(trainer: Trainer) -> bool:
+def is_fitting(trainer: TrainerSurface) -> bool:
     """Whether `trainer.fit()` is running (its sanity check included), as opposed to a `validate()` or `test()` call
     of its own."""
     return trainer.fitting or trainer.sanity_checking
 
 
-def report(trainer: Trainer, values: Mapping[str, torch.Tensor | float]) -> None:
+def report(trainer: TrainerSurface, values: Mapping[str, torch.Tensor | float]) -> None:
     """Put `values` into `trainer.callback_metrics` (as tensors, as the Trainer keeps them) and send them to the
     loggers through the Trainer's one publishing path, which reads them from the device once."""
     if not values:

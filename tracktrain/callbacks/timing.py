@@ -18,7 +18,7 @@ from tracktrain.trainer.batches import batch_size_of
 if TYPE_CHECKING:
     from tracktrain.distributed.logger import DistributedLogger
     from tracktrain.trainer.module import LoopModule
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.surface import TrainerSurface
 
 __all__ = ["Timing"]
 
@@ -57,7 +57,7 @@ class Timing(Callback):
         self._step_sum_at_start = 0.0
 
     # --------------------------------------------------------------------------------------------- training
-    def on_train_epoch_start(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_train_epoch_start(self, trainer: TrainerSurface, module: LoopModule) -> None:
         self._restart(EPOCH)
         self._samples = 0
         self._validation_seconds = 0.0
@@ -65,16 +65,16 @@ class Timing(Callback):
             watch = self.timer.get_timer(STEP)
             self._step_count_at_start, self._step_sum_at_start = watch.history_count, watch.get_history_sum()
 
-    def on_train_batch_start(self, trainer: Trainer, module: LoopModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: TrainerSurface, module: LoopModule, batch: Any, batch_idx: int) -> None:
         self._restart(STEP)
         self._samples += batch_size_of(batch)
 
     def on_train_batch_end(
-        self, trainer: Trainer, module: LoopModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: TrainerSurface, module: LoopModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         self.timer.stop(STEP, keep_in_history=True)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_train_epoch_end(self, trainer: TrainerSurface, module: LoopModule) -> None:
         if not self.timer.is_on():
             return
         seconds = self.timer.stop(EPOCH, keep_in_history=True) - self._validation_seconds
@@ -89,10 +89,10 @@ class Timing(Callback):
         self._report(trainer, f"Epoch {trainer.current_epoch + 1}", values)
 
     # ------------------------------------------------------------------------------------------- validation
-    def on_validation_start(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_validation_start(self, trainer: TrainerSurface, module: LoopModule) -> None:
         self._restart(VALIDATION)
 
-    def on_validation_end(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_validation_end(self, trainer: TrainerSurface, module: LoopModule) -> None:
         if not self.timer.is_on() or trainer.sanity_checking:  # the sanity check's batches are not a validation
             return
         seconds = self.timer.stop(VALIDATION, keep_in_history=True)
@@ -108,6 +108,6 @@ class Timing(Callback):
             self.timer.stop(name)
         self.timer.start(name)
 
-    def _report(self, trainer: Trainer, title: str, values: Mapping[str, float]) -> None:
+    def _report(self, trainer: TrainerSurface, title: str, values: Mapping[str, float]) -> None:
         report(trainer, values)
         log_line(self.logger, title, values)

@@ -17,7 +17,7 @@ from tracktrain.engine.events import Events
 
 if TYPE_CHECKING:
     from tracktrain.trainer.module import LoopModule
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.surface import TrainerSurface
 
 __all__ = ["EMA", "SWA", "WeightAveraging"]
 
@@ -96,7 +96,7 @@ class WeightAveraging(Callback):
         return step_idx is not None
 
     # --------------------------------------------------------------------------------------------- the fit
-    def on_fit_start(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_fit_start(self, trainer: TrainerSurface, module: LoopModule) -> None:
         strategy = trainer.strategy.name
         if strategy in _UNSUPPORTED_STRATEGIES:
             raise ValueError(
@@ -119,35 +119,35 @@ class WeightAveraging(Callback):
                 ) from error
 
     def on_train_batch_end(
-        self, trainer: Trainer, module: LoopModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: TrainerSurface, module: LoopModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         step = trainer.global_step  # one int compare per batch: accumulation windows and manual steps alike
         if step > self._latest_step:
             self._catch_up(trainer, module)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_train_epoch_end(self, trainer: TrainerSurface, module: LoopModule) -> None:
         self._catch_up(trainer, module)
 
-    def on_validation_start(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_validation_start(self, trainer: TrainerSurface, module: LoopModule) -> None:
         if trainer.fitting:  # the step an epoch's end flushed, and the epoch's own update, before validating
             self._catch_up(trainer, module)
         if self.evaluate_averaged:
             self._swap_in(module)
 
-    def on_validation_end(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_validation_end(self, trainer: TrainerSurface, module: LoopModule) -> None:
         self._swap_out(module)
 
-    def on_test_start(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_test_start(self, trainer: TrainerSurface, module: LoopModule) -> None:
         if self.evaluate_averaged:
             self._swap_in(module)
 
-    def on_test_end(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_test_end(self, trainer: TrainerSurface, module: LoopModule) -> None:
         self._swap_out(module)
 
-    def on_exception(self, trainer: Trainer, module: LoopModule, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerSurface, module: LoopModule, exception: BaseException) -> None:
         self._swap_out(module)  # a failed validation leaves the module with its own weights
 
-    def on_fit_end(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_fit_end(self, trainer: TrainerSurface, module: LoopModule) -> None:
         # after the engine's end, where the last checkpoints were taken of the module's own (resumable) weights
         self._swap_out(module)
         if self.copy_at_end and self._has_average(module):
@@ -156,10 +156,10 @@ class WeightAveraging(Callback):
                 torch._foreach_copy_(self._tensors(module), self._averaged_tensors())
             self._module_is_average = True
 
-    def finalize(self, trainer: Trainer, module: LoopModule) -> None:
+    def finalize(self, trainer: TrainerSurface, module: LoopModule) -> None:
         """Before the average is copied into the module at the end of fit (`SWA` recomputes BatchNorm here)."""
 
-    def _catch_up(self, trainer: Trainer, module: LoopModule) -> None:
+    def _catch_up(self, trainer: TrainerSurface, module: LoopModule) -> None:
         step = trainer.global_step
         if step > self._latest_step:
             self._latest_step = step
@@ -321,7 +321,7 @@ class SWA(WeightAveraging):
     def should_update(self, step_idx: int | None = None, epoch_idx: int | None = None) -> bool:
         return epoch_idx is not None and epoch_idx >= self._start_epoch
 
-    def on_fit_start(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_fit_start(self, trainer: TrainerSurface, module: LoopModule) -> None:
         start = self.swa_epoch_start
         if isinstance(start, float):
             if trainer.max_epochs is None:
@@ -337,16 +337,16 @@ class SWA(WeightAveraging):
             self._start_scheduler(trainer, self._loaded_scheduler)
             self._loaded_scheduler = None
 
-    def on_train_epoch_start(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_train_epoch_start(self, trainer: TrainerSurface, module: LoopModule) -> None:
         if self.swa_lrs is not None and self.scheduler is None and trainer.current_epoch >= self._start_epoch:
             self._start_scheduler(trainer, None)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_train_epoch_end(self, trainer: TrainerSurface, module: LoopModule) -> None:
         super().on_train_epoch_end(trainer, module)
         if self.scheduler is not None:
             self.scheduler.step()
 
-    def _start_scheduler(self, trainer: Trainer, state: Mapping[str, Any] | None) -> None:
+    def _start_scheduler(self, trainer: TrainerSurface, state: Mapping[str, Any] | None) -> None:
         lrs, optimizers = self.swa_lrs or [], trainer.optimizers
         groups = [len(optimizer.param_groups) for optimizer in optimizers]
         if len(optimizers) != 1 or len(lrs) not in (1, groups[0]):
@@ -363,7 +363,7 @@ class SWA(WeightAveraging):
         if state is not None:  # its first step kept the resumed optimizer's rates (or set swa_lrs, as they are)
             self.scheduler.load_state_dict(dict(state))
 
-    def finalize(self, trainer: Trainer, module: LoopModule) -> None:
+    def finalize(self, trainer: TrainerSurface, module: LoopModule) -> None:
         if not self.update_bn or not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules()):
             return
         averaged_buffers = [buffer.detach() for buffer in self.averaged_model.module.buffers()]  # type: ignore[union-attr]

@@ -19,7 +19,7 @@ from tracktrain.trainer.callback import Callback, CallbackPhase
 
 if TYPE_CHECKING:
     from tracktrain.trainer.module import LoopModule
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.surface import TrainerSurface
 
 __all__ = ["LoggerBridge", "Terminated"]
 
@@ -45,7 +45,7 @@ class LoggerBridge(Callback):
         return "LoggerBridge"
 
     # ----------------------------------------------------------------------------------------------- hooks
-    def on_fit_start(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_fit_start(self, trainer: TrainerSurface, module: LoopModule) -> None:
         changes = trainer.resume_changes
         self.runs.start(
             trainer.default_root_dir,
@@ -66,13 +66,13 @@ class LoggerBridge(Callback):
     def log_artifact(self, path: str, artifact_path: str | None, step: int | None = None) -> None:
         self.runs.log_artifact(path, artifact_path, step)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_train_epoch_end(self, trainer: TrainerSurface, module: LoopModule) -> None:
         self.runs.flush()
 
-    def on_fit_end(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_fit_end(self, trainer: TrainerSurface, module: LoopModule) -> None:
         self.runs.finish(module=module)
 
-    def on_exception(self, trainer: Trainer, module: LoopModule, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerSurface, module: LoopModule, exception: BaseException) -> None:
         self.runs.finish(exception)
 
     # ----------------------------------------------------------------------------------------------- state

@@ -9,6 +9,7 @@ _LAZY = {
     "DataModule": "tracktrain.trainer.datamodule",
     "LoopModule": "tracktrain.trainer.module",
     "Trainer": "tracktrain.trainer.trainer",
+    "TrainerSurface": "tracktrain.trainer.surface",
     "SupervisedModule": "tracktrain.trainer.supervised_module",
     "PipelineModule": "tracktrain.trainer.pipeline_module",
     "LRSchedulerConfig": "tracktrain.trainer.optimizers",

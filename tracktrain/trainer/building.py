@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
@@ -13,7 +13,7 @@ from tracktrain.trainer.optimizers import parse_optimizers
 from tracktrain.trainer.supervised_module import SupervisedModule
 
 if TYPE_CHECKING:
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.strategies.base import Strategy
 
 __all__ = ["as_loop_module", "configure_optimizers", "model_engine_for"]
 
@@ -47,7 +47,26 @@ def configure_optimizers(module: LoopModule) -> tuple[list, list]:
     return optimizers, schedulers
 
 
-def model_engine_for(trainer: Trainer, module: LoopModule) -> ModelEngine:
+class TrainerForBuilding(Protocol):
+    """What a model engine is built from: the Trainer's precision, clipping, device, strategy and optimizers."""
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None: ...
+    @property
+    def param_dtype(self) -> torch.dtype | None: ...
+    @property
+    def gradient_clip_val(self) -> float | None: ...
+    @property
+    def gradient_clip_algorithm(self) -> str: ...
+    @property
+    def device(self) -> torch.device: ...
+    @property
+    def strategy(self) -> Strategy: ...
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]: ...
+
+
+def model_engine_for(trainer: TrainerForBuilding, module: LoopModule) -> ModelEngine:
     """The ModelEngine that runs `module`'s steps under the Trainer's precision and clipping."""
     if not module.automatic_optimization:
         if trainer.gradient_clip_val is not None:
@@ -85,5 +104,5 @@ def model_engine_for(trainer: Trainer, module: LoopModule) -> ModelEngine:
     )
 
 
-def _grad_scaler(trainer: Trainer) -> torch.amp.GradScaler | None:
+def _grad_scaler(trainer: TrainerForBuilding) -> torch.amp.GradScaler | None:
     return torch.amp.GradScaler(trainer.device.type) if trainer.autocast_dtype == torch.float16 else None

@@ -23,7 +23,7 @@ from tracktrain.trainer.hparams import HyperparametersMixin
 from tracktrain.trainer.module import LoopModule
 
 if TYPE_CHECKING:
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.surface import TrainerSurface
 
 __all__ = ["LOADER_METHODS", "DataModule", "StageData", "datamodule_settings"]
 
@@ -67,7 +67,7 @@ class DataModule(HyperparametersMixin):
     prepare_data_per_node: bool = True
 
     def __init__(self) -> None:
-        self.trainer: Trainer | None = None  # the Trainer of the entry point under way (or last run)
+        self.trainer: TrainerSurface | None = None  # the Trainer of the entry point under way (or last run)
 
     def prepare_data(self) -> None:
         """Download or write the data, once per machine (the process of LOCAL_RANK 0; the others wait for it).
@@ -200,7 +200,7 @@ class StageData:
             )
         return message
 
-    def setup(self, trainer: Trainer) -> None:
+    def setup(self, trainer: TrainerSurface) -> None:
         """`prepare_data()` on one process per machine (agreed: a failure there fails every rank, none waits for
         it), then `setup(stage)` on every process, datamodule before module (Lightning's order); then the loaders."""
         owners = [owner for owner in (self.datamodule, self.module) if owner is not None]

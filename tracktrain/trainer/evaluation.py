@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -25,9 +25,13 @@ from tracktrain.trainer.batches import SequentialLoaders, epoch_length_of, loade
 from tracktrain.trainer.hooks import batch_index
 from tracktrain.trainer.metric_log import DATALOADER_SUFFIX, to_floats
 from tracktrain.trainer.module import LoopModule
+from tracktrain.trainer.surface import ModuleHost  # the base of the Protocol below: needed at run time
 
 if TYPE_CHECKING:
-    from tracktrain.trainer.trainer import Trainer
+    from collections.abc import Iterable
+
+    from tracktrain.trainer.metric_log import MetricLog
+    from tracktrain.trainer.metrics_hub import MetricsHub
 
 __all__ = ["EvaluationStages"]
 
@@ -35,10 +39,27 @@ _LIMIT_NAMES = {"fit": "train", "validate": "val", "test": "test", "predict": "p
 _STAGE_LOADERS = {"validate": "validation", "test": "test", "predict": "prediction"}
 
 
+class _Trainer(ModuleHost, Protocol):
+    """What an evaluation reads of its Trainer: what the module's own methods use, and its engines, loaders, logs
+    and the weights' dtype."""
+
+    @property
+    def running_module(self) -> LoopModule: ...
+    @property
+    def engines(self) -> dict[str, Engine]: ...
+    @property
+    def logs(self) -> dict[str, MetricLog]: ...
+    @property
+    def metrics(self) -> MetricsHub: ...
+    @property
+    def param_dtype(self) -> torch.dtype | None: ...
+    def loader_for(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]: ...
+
+
 class EvaluationStages:
     """The process functions of the evaluation engines, and one pass of a stage (`run`)."""
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: _Trainer) -> None:
         self._trainer = trainer
         self.predictions: list[Any] = []
         self.loader_count = 1  # the loaders of the last pass that ran (what `results` splits its values into)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -15,11 +15,31 @@ from tracktrain.engine.training_step import EpochWindows, TrainingStep
 from tracktrain.trainer.batches import batch_size_of
 from tracktrain.trainer.hooks import batch_index
 from tracktrain.trainer.module import LoopModule, checked_loss
+from tracktrain.trainer.surface import ModuleHost  # the base of the Protocol below: needed at run time
 
 if TYPE_CHECKING:
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.metrics_hub import MetricsHub
+    from tracktrain.trainer.nonfinite import NonFiniteWatch
+    from tracktrain.trainer.trainer_state import TrainerState
 
 __all__ = ["FitStep"]
+
+
+class _Trainer(ModuleHost, Protocol):
+    """What a training step reads of its Trainer: what the module's own methods use, and the values' hub, the
+    non-finite watch, the weights' dtype and the step counters."""
+
+    @property
+    def running_module(self) -> LoopModule: ...
+    @property
+    def metrics(self) -> MetricsHub: ...
+    @property
+    def nonfinite_watch(self) -> NonFiniteWatch: ...
+    @property
+    def param_dtype(self) -> torch.dtype | None: ...
+    @property
+    def state(self) -> TrainerState: ...
+    def check_finite(self) -> None: ...
 
 
 class FitStep:
@@ -31,7 +51,7 @@ class FitStep:
     followed through the optimizers' step hooks, so that they count the same.
     """
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: _Trainer) -> None:
         self._trainer = trainer
         self._step_hooks: list[Any] = []
         # set by `setup` for each fit

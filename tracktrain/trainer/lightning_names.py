@@ -142,7 +142,7 @@ CALLBACKS_INSTEAD = {
     "ProgressBar": "ours is tracktrain.callbacks.TrainerProgressBar (subclass it for another bar; "
     "Trainer(enable_progress_bar=False) turns the default one off)",
     "Checkpoint": "subclass tracktrain.callbacks.ModelCheckpoint, or give a Callback the members of "
-    "tracktrain.trainer.run_checkpoints.Checkpointer (dirpath, last_model_path, save_now, wait), which the Trainer "
+    "tracktrain.trainer.surface.Checkpointer (dirpath, last_model_path, save_now, wait), which the Trainer "
     "discovers and resumes from",
     "BatchSizeFinder": "ours is tracktrain.tuning.scale_batch_size(trainer, module, ...), called before fit",
     "LearningRateFinder": "ours is tracktrain.tuning.lr_find(trainer, module, ...), called before fit",

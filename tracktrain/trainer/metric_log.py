@@ -15,7 +15,7 @@ import torch
 from tracktrain.checks.numeric import is_integral, is_real
 
 if TYPE_CHECKING:
-    from tracktrain.trainer.strategies import Strategy
+    from tracktrain.trainer.strategies.base import Strategy
 
 __all__ = ["DATALOADER_SUFFIX", "MetricLog", "is_torchmetrics_metric", "scalar_values", "to_floats"]
 

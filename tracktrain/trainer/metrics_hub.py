@@ -4,16 +4,33 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tracktrain.engine.engine import Engine
 from tracktrain.trainer.batches import batch_size_of
 from tracktrain.trainer.metric_log import MetricLog, scalar_values, to_floats
 
 if TYPE_CHECKING:
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.module import LoopModule
+    from tracktrain.trainer.strategies.base import Strategy
+    from tracktrain.trainer.trainer_state import TrainerState
 
 __all__ = ["MetricsHub"]
+
+
+class _Trainer(Protocol):
+    """What the values' hub reads of its Trainer: the logged axes, the strategy that reduces values across ranks."""
+
+    @property
+    def strategy(self) -> Strategy: ...
+    @property
+    def running_module(self) -> LoopModule: ...
+    @property
+    def fitting(self) -> bool: ...
+    @property
+    def current_epoch(self) -> int: ...
+    @property
+    def state(self) -> TrainerState: ...
 
 
 class MetricsHub:
@@ -25,7 +42,7 @@ class MetricsHub:
         send: `send(values, step)` hands published values to the loggers.
     """
 
-    def __init__(self, trainer: Trainer, send: Callable[[Mapping[str, float], int], None]) -> None:
+    def __init__(self, trainer: _Trainer, send: Callable[[Mapping[str, float], int], None]) -> None:
         self._trainer = trainer
         self._send = send
         self.callback_metrics: dict[str, Any] = {}

@@ -15,8 +15,7 @@ from tracktrain.trainer.hparams import AttributeDict, HyperparametersMixin
 from tracktrain.trainer.lightning_names import reduction_of, refuse_log_arguments
 
 if TYPE_CHECKING:
-    from tracktrain.trainer.callback import Callback
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.surface import ModuleHost
 
 __all__ = ["LoopModule", "checked_loss", "loss_in_output"]
 
@@ -91,7 +90,7 @@ class LoopModule(HyperparametersMixin, nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self._trainer: Trainer | None = None
+        self._trainer: ModuleHost | None = None
         self._hparams = AttributeDict()  # save_hyperparameters() / hparams: HyperparametersMixin's
 
     # ----------------------------------------------------------------------------------- the steps (override)
@@ -120,9 +119,10 @@ class LoopModule(HyperparametersMixin, nn.Module):
         "frequency": n, "monitor": "val_loss"}}`."""
         raise NotImplementedError(f"{type(self).__name__} must define configure_optimizers(self).")
 
-    def configure_callbacks(self) -> Sequence[Callback] | Callback:
-        """Callbacks this module needs, added by each `fit`/`validate`/`test`/`predict`: one replaces a callback of
-        the same type given to the Trainer; checkpointing ones (`ModelCheckpoint`) run after the others."""
+    def configure_callbacks(self) -> Sequence[Any] | Any:
+        """`Callback`s this module needs (one, or a list), added by each `fit`/`validate`/`test`/`predict`: one
+        replaces a callback of the same type given to the Trainer; checkpointing ones (`ModelCheckpoint`) run after
+        the others. (Typed `Any` as `Callback`'s module imports this one; the Trainer checks each is a Callback.)"""
         return []
 
     @classmethod
@@ -143,13 +143,15 @@ class LoopModule(HyperparametersMixin, nn.Module):
 
     # --------------------------------------------------------------------------------------- the trainer side
     @property
-    def trainer(self) -> Trainer:
+    def trainer(self) -> ModuleHost:
+        """The Trainer running this module: its extension surface, and what the module's own methods call on it
+        (`tracktrain.trainer.surface`)."""
         if self._trainer is None:
             raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer; pass it to Trainer.fit() first.")
         return self._trainer
 
     @trainer.setter
-    def trainer(self, trainer: Trainer | None) -> None:
+    def trainer(self, trainer: ModuleHost | None) -> None:
         """Attach the module to `trainer` (each of its entry points does), or detach it (None)."""
         self._trainer = trainer
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from tracktrain.trainer.strategies import Strategy
+    from tracktrain.trainer.strategies.base import Strategy
 
 __all__ = ["NONFINITE_POLICIES", "NonFiniteLoss", "NonFiniteWatch"]
 

@@ -9,7 +9,7 @@ the ranks exchange the flag (see `run_order`), acting on the previous exchange.
 from __future__ import annotations
 
 import signal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tracktrain.distributed.logger import get_dist_logger
 from tracktrain.distributed.preemption import SignalWatch, Terminated
@@ -17,13 +17,30 @@ from tracktrain.engine.events import Events, RemovableEventHandle
 
 if TYPE_CHECKING:
     from tracktrain.distributed.collectives import AsyncAnyRank
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.engine.engine import Engine
+    from tracktrain.trainer.run_checkpoints import RunCheckpoints
+    from tracktrain.trainer.strategies.base import Strategy
 
 __all__ = ["PreemptionControl"]
 
 
+class _Trainer(Protocol):
+    """What the answer to a signal reads of its Trainer."""
+
+    @property
+    def strategy(self) -> Strategy: ...
+    @property
+    def engines(self) -> dict[str, Engine]: ...
+    @property
+    def checkpoints(self) -> RunCheckpoints: ...
+    @property
+    def preemption_timeout(self) -> float: ...
+    @property
+    def global_step(self) -> int: ...
+
+
 class PreemptionControl:
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: _Trainer) -> None:
         self._trainer = trainer
         self._signals = SignalWatch(on_signal=self._arm)
         self._checks: list[RemovableEventHandle] = []

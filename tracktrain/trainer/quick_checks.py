@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Subset
 from tracktrain.distributed.logger import get_dist_logger
 from tracktrain.trainer import arguments
 from tracktrain.trainer.batches import loader_length
-from tracktrain.trainer.run_checkpoints import Checkpointer
+from tracktrain.trainer.surface import Checkpointer
 
 __all__ = ["FastDevRun", "check_fast_dev_run", "first_batches"]
 

@@ -1,7 +1,7 @@
 """A run's checkpoints, as the Trainer sees them: what they hold, which one a fit resumes from, and what the
 `Checkpointer`s among its callbacks (`ModelCheckpoint`) do when the run must save now.
 
-`Checkpointer` is the seam: any callback with these members takes part — saving when asked (pre-emption),
+`Checkpointer` (`tracktrain.trainer.surface`) is the seam: any callback with these members takes part — saving when asked (pre-emption),
 waiting for its writes, naming its directory (discovery looks there) and its newest file. The Trainer never
 names a callback class.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tracktrain import storage
 from tracktrain.checkpoint.discovery import committed_checkpoints, resume_candidates
@@ -25,41 +25,59 @@ from tracktrain.trainer.arguments import check_location
 from tracktrain.trainer.datamodule import datamodule_settings
 from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.module_loading import class_path
+from tracktrain.trainer.surface import Checkpointer, TrainerSurface
 from tracktrain.trainer.trainer_state import summarize_checkpoint
 
 if TYPE_CHECKING:
-    from tracktrain.trainer.fit_context import FitContext
-    from tracktrain.trainer.trainer import Trainer
+    import datetime
+    from collections.abc import Callable
+    from contextlib import AbstractContextManager
 
-__all__ = ["Checkpointer", "RunCheckpoints", "WeightsOnlyState", "is_weights_only", "summarize"]
+    from tracktrain.engine.model_engine import ModelEngine
+    from tracktrain.trainer.fit_context import FitContext
+    from tracktrain.trainer.trainer_state import TrainerState
+
+__all__ = ["RunCheckpoints", "WeightsOnlyState", "is_weights_only", "summarize"]
 
 _LIMIT_SETTINGS = ("trainer/max_epochs", "trainer/max_steps", "trainer/max_time")
 
 
-@runtime_checkable
-class Checkpointer(Protocol):
-    """A callback that keeps a run's checkpoints: saves (on its schedule, and when asked), retains, and says where
-    they are, so that the Trainer can discover the newest complete one and load it."""
-
-    dirpath: str | None  # where its checkpoints live (None: the Trainer's `default_root_dir/checkpoints`)
+class _Trainer(TrainerSurface, Protocol):
+    """What a run's checkpoints read of its Trainer: its extension surface (handed on to the checkpointers) and the
+    run's limits, seed, state and model engine."""
 
     @property
-    def last_model_path(self) -> str | None: ...
-
-    def save_now(self, trainer: Trainer) -> None: ...
-
-    def wait(self, timeout: float | None = None) -> bool: ...
+    def module(self) -> LoopModule | None: ...
+    @property
+    def model_engine(self) -> ModelEngine | None: ...
+    @property
+    def max_time(self) -> datetime.timedelta | None: ...
+    @property
+    def run_seed(self) -> int | None: ...
+    @property
+    def resume_with_changes(self) -> bool: ...
+    @property
+    def state(self) -> TrainerState: ...
+    @property
+    def strategy_name(self) -> str: ...
+    def check_finite(self) -> None: ...
 
 
 class RunCheckpoints:
     """The checkpoints of one Trainer's runs (see the module's description)."""
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: _Trainer) -> None:
         self._trainer = trainer
 
     @property
     def checkpointers(self) -> list[Checkpointer]:
+        """The checkpointing callbacks (`ModelCheckpoint`s), in the order they save."""
         return [callback for callback in self._trainer.callbacks if isinstance(callback, Checkpointer)]
+
+    @property
+    def first(self) -> Checkpointer | None:
+        """The first checkpointing callback (Lightning's `trainer.checkpoint_callback`: where "best" is kept)."""
+        return next(iter(self.checkpointers), None)
 
     def directories(self) -> list[str]:
         default = storage.join(self._trainer.default_root_dir, "checkpoints")
@@ -88,7 +106,13 @@ class RunCheckpoints:
             objects["datamodule"] = trainer.datamodule
         return trainer.strategy.checkpoint_objects(objects)
 
-    def save(self, context: FitContext, filepath: str | os.PathLike, weights_only: bool = False) -> str:
+    def save(
+        self,
+        context: FitContext,
+        filepath: str | os.PathLike,
+        save_hooks: Callable[[LoopModule], AbstractContextManager[None]],
+        weights_only: bool = False,
+    ) -> str:
         """`Trainer.save_checkpoint`: the run's checkpoint written at `filepath` now, as the `Checkpointer`s write
         theirs (the strategy's saver: rank 0 writes a full one, every rank its shards of a sharded one; committed by a
         manifest, so it is complete or absent), with the `on_save_checkpoint` hooks run also outside a fit. Every rank
@@ -110,7 +134,7 @@ class RunCheckpoints:
         if not context.settings:  # no fit yet: what load_from_checkpoint rebuilds the module from
             context.settings = _run_settings(trainer, context, module)
         saver = trainer.strategy.checkpoint_saver(directory, summarize, None)
-        with trainer.session.save_hooks(module):
+        with save_hooks(module):  # the on_save_checkpoint hooks, in a fit's order (`Session.save_hooks`)
             objects = self.objects(weights_only)
             states = {key: state_of(obj, f"checkpoint_objects()[{key!r}]") for key, obj in objects.items()}
         saver(states, name)
@@ -270,7 +294,7 @@ class WeightsOnlyState:
 
     state_dict_has_side_effects = True  # it runs a hook: `Checkpoint.load_objects` must not call it
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: _Trainer) -> None:
         self._trainer = trainer
 
     def state_dict(self) -> dict[str, Any]:
@@ -320,13 +344,13 @@ def _draw_seed() -> int:
     return int.from_bytes(os.urandom(4), "little") >> 1
 
 
-def _run_settings(trainer: Trainer, context: FitContext, module: LoopModule) -> dict[str, Any]:
+def _run_settings(trainer: _Trainer, context: FitContext, module: LoopModule) -> dict[str, Any]:
     """What the run's checkpoints save of its settings and the loggers record: the module's class and hparams, the
     datamodule's (if the fit has one), and the Trainer's."""
     return run_settings(module, _trainer_settings(trainer)) | datamodule_settings(context.datamodule)
 
 
-def _trainer_settings(trainer: Trainer) -> dict[str, Any]:
+def _trainer_settings(trainer: _Trainer) -> dict[str, Any]:
     """The Trainer's part of the run's settings: what changes the run's result, compared when a fit resumes."""
     return {
         "max_epochs": trainer.max_epochs,

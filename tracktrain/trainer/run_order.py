@@ -15,7 +15,7 @@ from __future__ import annotations
 import warnings
 from collections import defaultdict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tracktrain.distributed.boundary import Boundary, Decision, decide
 from tracktrain.engine.deterministic import ResumableEngine
@@ -25,9 +25,14 @@ from tracktrain.engine.handler_registry import event_key
 from tracktrain.trainer.callback import Callback, CallbackPhase
 from tracktrain.trainer.hooks import batch_index, hook_handlers
 from tracktrain.trainer.module import LoopModule
+from tracktrain.trainer.surface import TrainerSurface  # the base of the Protocol below: needed at run time
 
 if TYPE_CHECKING:
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.evaluation import EvaluationStages
+    from tracktrain.trainer.fit_step import FitStep
+    from tracktrain.trainer.metric_log import MetricLog
+    from tracktrain.trainer.metrics_hub import MetricsHub
+    from tracktrain.trainer.preemption_control import PreemptionControl
 
 __all__ = ["ExceptionHooks", "attach_handlers", "hook_targets", "phase_of"]
 
@@ -37,6 +42,33 @@ PREEMPTION_EXCHANGE_EVERY = 8  # steps between exchanges of the pre-emption flag
 # One step of the order at an event: the callbacks of a phase, a piece of the Trainer's work (a handler), the
 # same on an event with a filter (`(Events.EPOCH_COMPLETED(every=2), handler)`), or nothing (work not needed).
 Step = CallbackPhase | Callable | tuple[Any, Callable] | None
+
+
+class TrainerForRunOrder(TrainerSurface, Protocol):
+    """What the run's order reads of its Trainer: its extension surface (handed to the hooks), and the parts whose
+    work it orders — the step, the evaluations, the values' hub, the pre-emption control, the decisions."""
+
+    @property
+    def callbacks(self) -> list[Callback]: ...
+    @property
+    def running_module(self) -> LoopModule: ...
+    @property
+    def val_every_n_epochs(self) -> int: ...
+    @property
+    def engines(self) -> dict[str, Engine]: ...
+    @property
+    def logs(self) -> dict[str, MetricLog]: ...
+    @property
+    def metrics(self) -> MetricsHub: ...
+    @property
+    def fit_step(self) -> FitStep: ...
+    @property
+    def evaluation(self) -> EvaluationStages: ...
+    @property
+    def preemption(self) -> PreemptionControl: ...
+    def decisions(self) -> list[Decision]: ...
+    def run_stage(self, stage: str, loader: Any) -> dict[str, Any]: ...
+    def reduce_epoch(self, stage: str, engine: Engine) -> None: ...
 
 
 class ExceptionHooks:
@@ -73,7 +105,7 @@ class ExceptionHooks:
 
 
 def attach_handlers(
-    trainer: Trainer, stages: set[str], outermost: str, val_loader: Any = None
+    trainer: TrainerForRunOrder, stages: set[str], outermost: str, val_loader: Any = None
 ) -> tuple[list[RemovableEventHandle], ExceptionHooks]:
     """Attach everything `stages` need, in the run's order; returns the handles (for removal) and the run's
     exception hooks."""
@@ -95,7 +127,7 @@ def attach_handlers(
 class RunOrder:
     """The handlers one entry point attaches, in the order they run (`plan` writes it)."""
 
-    def __init__(self, trainer: Trainer, stages: set[str]) -> None:
+    def __init__(self, trainer: TrainerForRunOrder, stages: set[str]) -> None:
         self._trainer, self._stages = trainer, stages
         self.planned: list[tuple[str, Any, Callable]] = []
         # the module's and callbacks' handlers: (phase, stage, event name) -> [(event as given, handler)], in the
@@ -193,7 +225,7 @@ class RunOrder:
                         self._hooks[(phase, stage, event_key(event))].append((event, handler))
 
 
-def hook_targets(trainer: Trainer, module: LoopModule) -> list[tuple[Any, type, tuple, CallbackPhase]]:
+def hook_targets(trainer: TrainerForRunOrder, module: LoopModule) -> list[tuple[Any, type, tuple, CallbackPhase]]:
     """Whose hooks a run calls, in the order given: `(target, its base class, the hooks' leading arguments, its
     phase)` — the module (its hooks at HOOKS, before the callbacks'), then each callback with its checked phase."""
     targets: list[tuple[Any, type, tuple, CallbackPhase]] = [(module, LoopModule, (), HOOKS)]
@@ -222,7 +254,7 @@ def phase_of(callback: Callback) -> CallbackPhase:
 class _FitWork:
     """The Trainer's own work in a fit, one method per piece, each named where `RunOrder.plan` places it."""
 
-    def __init__(self, trainer: Trainer, val_loader: Any) -> None:
+    def __init__(self, trainer: TrainerForRunOrder, val_loader: Any) -> None:
         self._trainer, self._val_loader = trainer, val_loader
         self._log = trainer.logs["fit"]
         automatic = trainer.running_module.automatic_optimization
@@ -306,7 +338,7 @@ class _FitWork:
 class _EvaluationWork:
     """The Trainer's own work in a validation or test pass (`stage`)."""
 
-    def __init__(self, trainer: Trainer, stage: str) -> None:
+    def __init__(self, trainer: TrainerForRunOrder, stage: str) -> None:
         self._trainer, self._stage = trainer, stage
 
     def start_logs(self) -> None:

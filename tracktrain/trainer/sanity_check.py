@@ -12,14 +12,16 @@ checks `trainer.sanity_checking`, as in Lightning.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tracktrain.rng import get_rng_states, set_rng_states
 from tracktrain.trainer.hooks import TrainerEvents
 
 if TYPE_CHECKING:
+    from tracktrain.engine.engine import Engine
+    from tracktrain.trainer.evaluation import EvaluationStages
     from tracktrain.trainer.fit_context import FitContext
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.metrics_hub import MetricsHub
 
 __all__ = ["run_sanity_check", "sanity_steps"]
 
@@ -35,7 +37,20 @@ def sanity_steps(value: Any, fast_dev_run: int) -> int:
     return 0 if fast_dev_run else value
 
 
-def run_sanity_check(trainer: Trainer, context: FitContext, val_loader: Any) -> None:
+class TrainerForSanityCheck(Protocol):
+    """What the sanity check reads of its Trainer."""
+
+    @property
+    def num_sanity_val_steps(self) -> int: ...
+    @property
+    def train_engine(self) -> Engine: ...
+    @property
+    def metrics(self) -> MetricsHub: ...
+    @property
+    def evaluation(self) -> EvaluationStages: ...
+
+
+def run_sanity_check(trainer: TrainerForSanityCheck, context: FitContext, val_loader: Any) -> None:
     """Run `trainer.num_sanity_val_steps` batches of `val_loader` through validation, leaving nothing behind."""
     steps = trainer.num_sanity_val_steps
     if val_loader is None or steps == 0:

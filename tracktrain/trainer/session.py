@@ -11,7 +11,7 @@ import contextlib
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -21,7 +21,7 @@ from tracktrain.engine.model_engine import ModelEngine
 from tracktrain.rng import manual_seed
 from tracktrain.trainer import arguments
 from tracktrain.trainer.batches import epoch_length_of
-from tracktrain.trainer.building import configure_optimizers, model_engine_for
+from tracktrain.trainer.building import TrainerForBuilding, configure_optimizers, model_engine_for
 from tracktrain.trainer.callback import CallbackPhase
 from tracktrain.trainer.datamodule import StageData
 from tracktrain.trainer.fit_context import FitContext
@@ -30,13 +30,16 @@ from tracktrain.trainer.lightning_names import check_lightning_methods
 from tracktrain.trainer.model_preparation import compile_blocks, prepare_module
 from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.quick_checks import first_batches
-from tracktrain.trainer.run_order import ExceptionHooks, attach_handlers, hook_targets
-from tracktrain.trainer.sanity_check import run_sanity_check
+from tracktrain.trainer.run_order import ExceptionHooks, TrainerForRunOrder, attach_handlers, hook_targets
+from tracktrain.trainer.sanity_check import TrainerForSanityCheck, run_sanity_check
 from tracktrain.trainer.scaled_optimizer import ScaledOptimizer
 from tracktrain.trainer.stage_checkpoint import load_stage_checkpoint
+from tracktrain.trainer.surface import ModuleHost  # the base of the Protocol below: needed at run time
 
 if TYPE_CHECKING:
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.nonfinite import NonFiniteWatch
+    from tracktrain.trainer.run_checkpoints import RunCheckpoints
+    from tracktrain.trainer.training_time import TrainingTime
 
 __all__ = ["Ckpt", "Data", "Session"]
 
@@ -47,11 +50,34 @@ Ckpt = (
 )  # ckpt_path: "best", "last", a checkpoint's path or URL, or None (the weights as they are)
 
 
+class _Trainer(TrainerForRunOrder, TrainerForSanityCheck, TrainerForBuilding, ModuleHost, Protocol):
+    """What the entry points read of their Trainer: what the run's order, the sanity check, the model engine's
+    building and the module (attached to it) read, and the fit's context, checkpoints, limits and watches."""
+
+    @property
+    def module(self) -> LoopModule | None: ...
+    @property
+    def context(self) -> FitContext: ...
+    @property
+    def checkpoints(self) -> RunCheckpoints: ...
+    @property
+    def model_engine(self) -> ModelEngine | None: ...
+    @property
+    def nonfinite_watch(self) -> NonFiniteWatch: ...
+    @property
+    def training_time(self) -> TrainingTime: ...
+    @property
+    def overfit_batches(self) -> int | float | None: ...
+    @property
+    def resume(self) -> str | None: ...
+    def merge_module_callbacks(self, module: LoopModule) -> None: ...
+
+
 class Session:
     """The entry points of `trainer`, and what lasts one entry point: the loaders as the strategy reads them (made
     once each) and whether a stop was asked for (under DDP, agreed at the epoch's end: `Trainer.stop`)."""
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: _Trainer) -> None:
         self._trainer = trainer
         self._distributed_loaders: dict[tuple[int, int], Iterable[Any]] = {}
         self.stop_requested = False
@@ -131,7 +157,7 @@ class Session:
         """`Trainer.validate` or `Trainer.test`: the weights of `ckpt_path` loaded (`stage_checkpoint`), then one pass
         of `stage` over its loader; its epoch's values."""
         module = self._module_for(stage, module)
-        load_stage_checkpoint(self._trainer, stage, module, ckpt_path)
+        load_stage_checkpoint(self._trainer.checkpoints, stage, module, ckpt_path)
         data = StageData(stage, module, datamodule, {stage: loader})
         if not (stage == "test" and type(module).test_step is not LoopModule.test_step):
             arguments.require_override(module, "eval_step", stage)
@@ -148,7 +174,7 @@ class Session:
         batch."""
         trainer = self._trainer
         module = self._module_for("predict", module)
-        load_stage_checkpoint(trainer, "predict", module, ckpt_path)
+        load_stage_checkpoint(trainer.checkpoints, "predict", module, ckpt_path)
         data = StageData("predict", module, datamodule, {"predict": loader})
         evaluation = trainer.evaluation
         evaluation.predictions = []

@@ -17,22 +17,22 @@ from tracktrain.trainer.module_loading import load_weights
 
 if TYPE_CHECKING:
     from tracktrain.trainer.module import LoopModule
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.trainer.run_checkpoints import RunCheckpoints
 
 __all__ = ["load_stage_checkpoint"]
 
 
-def load_stage_checkpoint(trainer: Trainer, stage: str, module: LoopModule, ckpt_path: Any) -> str | None:
+def load_stage_checkpoint(checkpoints: RunCheckpoints, stage: str, module: LoopModule, ckpt_path: Any) -> str | None:
     """Load the weights `ckpt_path` names into `module` for `Trainer.<stage>`; returns the checkpoint loaded (None
     for `ckpt_path=None`). Errors name the argument and the fix."""
     if ckpt_path is None:
         return None
     owner = f"Trainer.{stage}(ckpt_path=...)"
     target = check_location(owner, ckpt_path, 'a checkpoint file\'s path or URL, "best" or "last"')
-    for checkpointer in trainer.checkpoints.checkpointers:
+    for checkpointer in checkpoints.checkpointers:
         checkpointer.wait()  # a save still in flight may be the one asked for
     if target == "last":
-        directories = trainer.checkpoints.directories()
+        directories = checkpoints.directories()
         loaded = load_newest(resume_candidates(directories), lambda url: _load(module, url, owner))
         if loaded is None:
             raise FileNotFoundError(
@@ -40,13 +40,13 @@ def load_stage_checkpoint(trainer: Trainer, stage: str, module: LoopModule, ckpt
                 "or pass a checkpoint's path."
             )
         return loaded
-    url = _best_path(trainer, owner) if target == "best" else target
+    url = _best_path(checkpoints, owner) if target == "best" else target
     _load(module, url, owner)
     return url
 
 
-def _best_path(trainer: Trainer, owner: str) -> str:
-    callback = trainer.checkpoint_callback
+def _best_path(checkpoints: RunCheckpoints, owner: str) -> str:
+    callback = checkpoints.first
     if callback is None:
         raise ValueError(
             f'{owner}: "best" needs a ModelCheckpoint among the callbacks, and this Trainer has none. Give '

@@ -34,10 +34,11 @@ from tracktrain.trainer.nonfinite import NonFiniteWatch
 from tracktrain.trainer.optimizers import LRSchedulerConfig
 from tracktrain.trainer.preemption_control import PreemptionControl
 from tracktrain.trainer.quick_checks import FastDevRun, check_fast_dev_run
-from tracktrain.trainer.run_checkpoints import Checkpointer, RunCheckpoints
+from tracktrain.trainer.run_checkpoints import RunCheckpoints
 from tracktrain.trainer.sanity_check import sanity_steps
 from tracktrain.trainer.session import Ckpt, Data, Session
 from tracktrain.trainer.strategies import Strategy, strategy_for
+from tracktrain.trainer.surface import Checkpointer, ModuleHost
 from tracktrain.trainer.trainer_state import TrainerState
 from tracktrain.trainer.training_time import TrainingTime
 
@@ -423,12 +424,12 @@ class Trainer:
         """Lightning's: the run's checkpoint at `filepath` now, as a `ModelCheckpoint` writes one (committed, with the
         `on_save_checkpoint` hooks), for `load_from_checkpoint` and `fit(ckpt_path=...)`; `weights_only`: the module's
         weights, class and hparams only (loads back, does not resume). Call it on every rank."""
-        self.checkpoints.save(self.context, filepath, weights_only=weights_only)
+        self.checkpoints.save(self.context, filepath, self.session.save_hooks, weights_only=weights_only)
 
     @property
     def checkpoint_callback(self) -> Checkpointer | None:
         """Lightning's: the first checkpointing callback (`ModelCheckpoint`: `best_model_path`, ...), or None."""
-        return next(iter(self.checkpoints.checkpointers), None)
+        return self.checkpoints.first
 
     @property
     def checkpoint_callbacks(self) -> list[Checkpointer]:
@@ -536,3 +537,7 @@ class Trainer:
             if model_engine.scaler is not None:  # steps skipped for inf/NaN gradients, so far (on the device)
                 extra["amp/skipped_steps"] = model_engine.skipped_steps_on_device
         self.metrics.reduce_epoch(stage, engine, extra)
+
+
+if TYPE_CHECKING:  # what extensions and modules are typed against is the Trainer's: mypy checks it here
+    _CONFORMS: type[ModuleHost] = Trainer

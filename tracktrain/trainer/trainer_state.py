@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tracktrain.distributed.ranks import rank_and_world_size
 from tracktrain.engine.deterministic import ResumableEngine
@@ -13,9 +13,31 @@ from tracktrain.trainer.hooks import TrainerEvents
 from tracktrain.trainer.module_loading import class_path
 
 if TYPE_CHECKING:
-    from tracktrain.trainer.trainer import Trainer
+    from tracktrain.engine.engine import Engine
+    from tracktrain.trainer.callback import Callback
+    from tracktrain.trainer.module import LoopModule
+    from tracktrain.trainer.strategies.base import Strategy
+    from tracktrain.trainer.training_time import TrainingTime
 
 __all__ = ["TrainerState", "summarize_checkpoint"]
+
+
+class _Trainer(Protocol):
+    """What the Trainer's checkpoint entry reads of its Trainer."""
+
+    @property
+    def callbacks(self) -> list[Callback]: ...
+    @property
+    def strategy(self) -> Strategy: ...
+    @property
+    def settings(self) -> dict[str, Any]: ...
+    @property
+    def module(self) -> LoopModule | None: ...
+    @property
+    def training_time(self) -> TrainingTime: ...
+    @property
+    def train_engine(self) -> Engine: ...
+    def check_finite(self) -> None: ...
 
 
 class TrainerState:
@@ -29,7 +51,7 @@ class TrainerState:
     # call it to keep a copy, and loads this entry after the objects it can restore
     state_dict_has_side_effects = True
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: _Trainer) -> None:
         self._trainer = trainer
         self.global_step = 0
         self.samples_seen = 0  # training samples this process has read (a tracker axis next to the step)

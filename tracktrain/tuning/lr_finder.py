@@ -30,6 +30,8 @@ from tracktrain.tuning.probe import OptimizerSnapshot, check_trainer_and_module,
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from tracktrain.trainer.surface import TrainerSurface
+
 __all__ = ["LRFinderResult", "lr_find"]
 
 MODES = ("exponential", "linear")
@@ -115,12 +117,16 @@ class _Sweep(Callback):
         self._average = 0.0
         self._best = math.inf
 
-    def on_before_optimizer_step(self, trainer: Trainer, module: LoopModule, optimizer: torch.optim.Optimizer) -> None:
+    def on_before_optimizer_step(
+        self, trainer: TrainerSurface, module: LoopModule, optimizer: torch.optim.Optimizer
+    ) -> None:
         lr = self.schedule[trainer.global_step]  # the step about to be taken: the LR only acts in optimizer.step()
         for group in optimizer.param_groups:
             group["lr"] = lr
 
-    def on_train_batch_end(self, trainer: Trainer, module: LoopModule, outputs: Any, batch: Any, idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: TrainerSurface, module: LoopModule, outputs: Any, batch: Any, idx: int
+    ) -> None:
         loss, _ = loss_in_output(outputs)
         assert loss is not None  # the Trainer's step already refused a train_step without a loss
         self._window.append(loss.detach())

@@ -14,6 +14,7 @@ from tracktrain.rng import get_rng_states, set_rng_states
 from tracktrain.trainer.callback import Callback, CallbackPhase
 from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.optimizers import parse_optimizers
+from tracktrain.trainer.surface import ModuleHost, TrainerSurface
 from tracktrain.trainer.trainer import Trainer
 
 __all__ = ["OptimizerSnapshot", "check_trainer_and_module", "probe_trainer", "restored"]
@@ -74,7 +75,7 @@ class OptimizerSnapshot(Callback):
     def __init__(self) -> None:
         self._saved: list[tuple[Any, dict[str, Any]]] = []
 
-    def on_fit_start(self, trainer: Trainer, module: LoopModule) -> None:
+    def on_fit_start(self, trainer: TrainerSurface, module: LoopModule) -> None:
         if self._saved:  # several fits (the batch-size trials): the state before the first one counts
             return
         objects: list[Any] = list(trainer.optimizers)
@@ -96,7 +97,7 @@ def restored(module: LoopModule, snapshot: OptimizerSnapshot) -> Iterator[None]:
     training = module.training
     rng_states = get_rng_states()
     try:
-        attached: Trainer | None = module.trainer
+        attached: ModuleHost | None = module.trainer
     except RuntimeError:  # not attached to any Trainer yet
         attached = None
     own = module.__dict__.get("configure_optimizers")  # one set on the instance, to put back
