@@ -18,26 +18,12 @@ from torch.utils.checkpoint import checkpoint
 
 from tracktrain.engine.compiling import compile_module
 from tracktrain.trainer.arguments import check_activation_checkpointing
-from tracktrain.trainer.strategies import Strategy
-from tracktrain.trainer.strategies.fsdp import FSDPStrategy, blocks_to_shard
 from tracktrain.trainer.supervised_module import SupervisedModule
 
-__all__ = ["ActivationCheckpointing", "compile_blocks", "prepare_module"]
+__all__ = ["ActivationCheckpointing", "prepare_module"]
 
 #: the submodules whose activations are recomputed in backward: a class, classes, or a predicate over submodules
 ActivationCheckpointing = type[nn.Module] | Iterable[type[nn.Module]] | Callable[[nn.Module], bool] | None
-
-
-def compile_blocks(strategy: Strategy, module: nn.Module) -> list[nn.Module] | None:
-    """What `compile=` compiles one by one: under FSDP2, the blocks it shards; otherwise None (the module whole).
-
-    FSDP2's hooks around each sharded block run outside torch.compile (`torch._dynamo.disable`), so a compiled
-    module whose forward calls sharded blocks breaks its graph at each of them, and fails outright with
-    `fullgraph=True`; each block compiled on its own is one whole graph, with the hooks outside it (torchtitan's
-    choice; `tests/trainer/test_compile.py` shows both)."""
-    if not isinstance(strategy, FSDPStrategy):
-        return None
-    return blocks_to_shard(module, strategy.auto_wrap) or None
 
 
 def prepare_module(
@@ -46,10 +32,10 @@ def prepare_module(
     compile: Mapping[str, Any] | None = None,  # torch.compile's options (the Trainer's argument, checked)
     blocks: list[nn.Module] | None = None,
 ) -> None:
-    """Checkpoint the activations of the submodules `activation_checkpointing` picks, then compile `blocks` one by
-    one with `torch.compile(**compile)` — or, without blocks, the module's forward (a plain model's, for
-    `fit(model, optimizer=..., criterion=...)`). Preparing the same module again (a second fit) checkpoints nothing
-    twice and traces nothing again."""
+    """Checkpoint the activations of the submodules `activation_checkpointing` picks, then compile `blocks` (the
+    strategy's `compile_blocks`) one by one with `torch.compile(**compile)` — or, without blocks, the module's forward
+    (a plain model's, for `fit(model, optimizer=..., criterion=...)`). Preparing the same module again (a second fit)
+    checkpoints nothing twice and traces nothing again."""
     spec = check_activation_checkpointing(activation_checkpointing)
     if spec is not None:
         picked = _picked(module, spec)

@@ -27,7 +27,7 @@ from tracktrain.trainer.datamodule import StageData
 from tracktrain.trainer.fit_context import FitContext
 from tracktrain.trainer.hooks import TrainerEvents, hook_handlers
 from tracktrain.trainer.lightning_names import check_lightning_methods
-from tracktrain.trainer.model_preparation import compile_blocks, prepare_module
+from tracktrain.trainer.model_preparation import prepare_module
 from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.quick_checks import first_batches
 from tracktrain.trainer.run_order import ExceptionHooks, TrainerForRunOrder, attach_handlers, hook_targets
@@ -317,7 +317,7 @@ class Session:
         module.to(context.device)
         if trainer.param_dtype is not None:  # a "true" precision: the weights in its dtype, before the optimizers
             module.to(dtype=trainer.param_dtype)
-        prepare_module(module, trainer.activation_checkpointing, trainer.compile, compile_blocks(strategy, module))
+        prepare_module(module, trainer.activation_checkpointing, trainer.compile, strategy.compile_blocks(module))
         if training:
             train_forward = strategy.setup_module(module, trainer.autocast_dtype)
             context.optimizers, context.lr_scheduler_configs = configure_optimizers(module)

@@ -72,6 +72,11 @@ class Strategy:
         it gathers to."""
         return module.train_step  # type: ignore[return-value]
 
+    def compile_blocks(self, module: nn.Module) -> list[nn.Module] | None:
+        """What `Trainer(compile=...)` compiles one by one before `setup_module` wraps `module`: None, the module
+        whole (a sharding strategy names the blocks it shards)."""
+        return None
+
     def evaluation_forward(self, step: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
         """`step` (the module's `eval_step`, `test_step` or `predict_step`) as it runs under this strategy."""
         return step

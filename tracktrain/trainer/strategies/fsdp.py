@@ -124,6 +124,13 @@ class FSDPStrategy(DataParallelStrategy):
         self._module: nn.Module | None = None
 
     # ---------------------------------------------------------------------------------------------- the model
+    def compile_blocks(self, module: nn.Module) -> list[nn.Module] | None:
+        """The blocks it shards, each compiled on its own. FSDP2's hooks around each sharded block run outside
+        torch.compile (`torch._dynamo.disable`), so a compiled module whose forward calls sharded blocks breaks its
+        graph at each of them, and fails outright with `fullgraph=True`; each block compiled on its own is one whole
+        graph, with the hooks outside it (torchtitan's choice; `tests/trainer/test_compile.py` shows both)."""
+        return blocks_to_shard(module, self.auto_wrap) or None
+
     def setup_module(self, module: nn.Module, autocast_dtype: torch.dtype | None = None) -> Callable[[Any, int], Any]:
         """Shard each block, then the rest with the root: a `StepModule` around `module`, whose forward (the
         step) gathers what the blocks do not hold and sets up the gradients' reduction for each backward."""
