@@ -215,6 +215,7 @@ START_METHOD_VARIABLE = "TRACKTRAIN_START_METHOD"
 START_METHODS = ("spawn", "forkserver")
 """The start methods `spawn` takes: "spawn" (each process from scratch) or "forkserver" (forked from a server
 process that imported torch once)."""
+_FAILURE_GRACE_SECONDS = 10.0  # how long the other ranks may take to fail on their own once one has
 
 
 def spawn(
@@ -251,9 +252,14 @@ def spawn(
     if start_method == "forkserver":  # what the server imports once (read when it starts: the first call's)
         multiprocessing.set_forkserver_preload(["torch", "tracktrain.trainer", fn.__module__])
     environment = dict(os.environ)  # a forked process has the server's, from its start: it gets this one's instead
-    start_processes(
-        _run_as_rank, args=(nprocs, port, fn, args, environment), nprocs=nprocs, join=True, start_method=start_method
+    ranks = start_processes(
+        _run_as_rank, args=(nprocs, port, fn, args, environment), nprocs=nprocs, join=False, start_method=start_method
     )
+    assert ranks is not None  # join=False returns the processes' context
+    # after a rank fails, the others get a moment before they are stopped: a hang times out on every rank at about the
+    # same time (the process group's timeout), and each one's stack, printed as it fails, shows where it waited
+    while not ranks.join(grace_period=_FAILURE_GRACE_SECONDS):
+        pass
 
 
 def _run_as_rank(
