@@ -131,6 +131,31 @@ def test_each_window_of_a_repeated_schedule_is_a_trace_of_its_own(tmp_path):
     ]
 
 
+class ProfiledClassifier(Classifier):
+    """A module that brings its own profiler (`configure_callbacks`): it joins the callbacks after those given."""
+
+    def __init__(self, profiler: Profiler) -> None:
+        super().__init__()
+        self.profiler = profiler
+
+    def configure_callbacks(self):
+        return [self.profiler]
+
+
+def test_a_window_open_at_the_fits_end_reaches_the_trackers_also_from_the_modules_own_profiler(tmp_path):
+    """The trackers' runs close after every callback's `on_fit_end`: the Trainer's own work, last, whatever the
+    callbacks' order (a module's callbacks come after the Trainer's)."""
+    profiler = Profiler(wait=1, warmup=1, active=50)  # still recording when the fit ends: written at its end
+    tracker = FileTracker(str(tmp_path / "tracker.jsonl"), linger=0.0)
+    trainer = Trainer(**quiet(tmp_path / "root", max_epochs=1, loggers=[tracker]))
+    trainer.fit(ProfiledClassifier(profiler), make_loader(n=64, batch_size=8))
+    assert artifacts(tmp_path / "tracker.jsonl") == [
+        ("rank0.8.pt.trace.json", "profiler", 8),
+        ("rank0.8.ops.txt", "profiler", 8),
+    ]
+    assert (tmp_path / "tracker.status").read_text() == "FINISHED"
+
+
 def test_an_exception_inside_the_window_stops_the_profiler_and_keeps_what_it_recorded(tmp_path):
     profiler = Profiler(wait=1, warmup=1, active=3)
     with pytest.raises(RuntimeError, match="failed on purpose"):
@@ -140,7 +165,7 @@ def test_an_exception_inside_the_window_stops_the_profiler_and_keeps_what_it_rec
     (trace,) = profiler.trace_paths
     assert os.path.basename(trace) == "rank0.4.pt.trace.json"
     assert names(trace_events(trace)).count("aten::addmm") == 2  # batches 3 and 4
-    # handed over before the run was marked failed (the Profiler's on_exception runs before the LoggerBridge's)
+    # handed over before the run was marked failed (the runs end after every on_exception hook)
     assert artifacts(tmp_path / "tracker.jsonl") == [
         ("rank0.4.pt.trace.json", "profiler", 4),
         ("rank0.4.ops.txt", "profiler", 4),

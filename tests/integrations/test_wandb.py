@@ -294,7 +294,7 @@ def test_long_tags_are_shortened_to_what_w_and_b_takes(tmp_path, caplog):
 
 # ------------------------------------------------------------------------------------------- with the Trainer
 class WatchAtFitStart(Callback):
-    """Hands the module to the logger's `watch_module` (after the LoggerBridge, a FIRST-phase callback, started it)."""
+    """Hands the module to the logger's `watch_module` (the Trainer started its run before any hook)."""
 
     def __init__(self, logger: WandbLogger) -> None:
         self.logger = logger

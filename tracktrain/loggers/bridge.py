@@ -1,10 +1,12 @@
-"""`LoggerBridge`: the one callback between a Trainer and its loggers, over their `TrackerRuns`.
+"""`LoggerBridge`: the one link between a Trainer and its loggers, over their `TrackerRuns`.
 
-It starts (or resumes) the runs when fit starts, with the Trainer's settings as hyperparameters, forwards what the
-Trainer publishes (`log_metrics`), asks for delivery at each epoch's end, makes the queued records durable before a
-checkpoint commits (`persist`), announces saved checkpoints (`checkpoint_saved`), and ends the runs: FINISHED,
-FAILED on an exception, KILLED on pre-emption or Ctrl-C (see `runs.status_of`). The run ids are saved in
-checkpoints, so a resumed fit continues the same runs.
+The Trainer starts (or resumes) the runs first thing when a fit starts, with its settings as hyperparameters, asks
+for delivery last thing at each epoch's end, and ends the runs last thing when the fit ends — FINISHED, FAILED on an
+exception, KILLED on pre-emption or Ctrl-C (see `runs.status_of`): its own work in the run's order
+(`tracktrain.trainer.run_order`), so whatever a callback hands the trackers, at any phase and in any order, reaches
+open runs. In between the bridge forwards what the Trainer publishes (`log_metrics`), makes the queued records durable
+before a checkpoint commits (`persist`) and announces saved checkpoints (`checkpoint_saved`). The run ids are saved in
+checkpoints with the callbacks' states, so a resumed fit continues the same runs.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from tracktrain.distributed.preemption import Terminated
 from tracktrain.loggers.base import Logger
 from tracktrain.loggers.runs import TrackerRuns
-from tracktrain.trainer.callback import Callback, CallbackPhase
+from tracktrain.trainer.callback import Callback
 
 if TYPE_CHECKING:
     from tracktrain.trainer.module import LoopModule
@@ -25,11 +27,9 @@ __all__ = ["LoggerBridge", "Terminated"]
 
 
 class LoggerBridge(Callback):
-    """The callback that drives a Trainer's `loggers` through one `TrackerRuns`: starts or resumes the runs at the
-    fit's start, forwards what the Trainer publishes, persists queued records before a checkpoint commits, and ends
-    the runs with the fit's outcome. The Trainer adds it itself (`Trainer(loggers=[...])`)."""
-
-    phase = CallbackPhase.FIRST  # runs start before any other hook can log
+    """Drives a Trainer's `loggers` through one `TrackerRuns` (see the module's description). The Trainer makes it
+    (`Trainer(loggers=[...])`) and calls it; it is among the callbacks for its state only (the runs' ids, saved in
+    checkpoints under "LoggerBridge"), with no hooks of its own."""
 
     def __init__(self, loggers: list[Logger]) -> None:
         self.loggers = loggers
@@ -44,8 +44,9 @@ class LoggerBridge(Callback):
     def state_key(self) -> str:
         return "LoggerBridge"
 
-    # ----------------------------------------------------------------------------------------------- hooks
-    def on_fit_start(self, trainer: TrainerSurface, module: LoopModule) -> None:
+    # ---------------------------------------------------------------- the runs' lifecycle (the Trainer's own work)
+    def start_runs(self, trainer: TrainerSurface, module: LoopModule) -> None:
+        """A fit starts: start the runs, or resume those of the checkpoint resumed."""
         changes = trainer.resume_changes
         self.runs.start(
             trainer.default_root_dir,
@@ -66,13 +67,16 @@ class LoggerBridge(Callback):
     def log_artifact(self, path: str, artifact_path: str | None, step: int | None = None) -> None:
         self.runs.log_artifact(path, artifact_path, step)
 
-    def on_train_epoch_end(self, trainer: TrainerSurface, module: LoopModule) -> None:
+    def flush(self) -> None:
+        """An epoch ended: ask for delivery of what is queued."""
         self.runs.flush()
 
-    def on_fit_end(self, trainer: TrainerSurface, module: LoopModule) -> None:
+    def finish_runs(self, module: LoopModule) -> None:
+        """The fit ended: the runs are FINISHED (trackers that keep the trained model get `module` first)."""
         self.runs.finish(module=module)
 
-    def on_exception(self, trainer: TrainerSurface, module: LoopModule, exception: BaseException) -> None:
+    def fail_runs(self, exception: BaseException) -> None:
+        """The fit stopped on `exception`: the runs are FAILED, or KILLED on pre-emption or Ctrl-C."""
         self.runs.finish(exception)
 
     # ----------------------------------------------------------------------------------------------- state

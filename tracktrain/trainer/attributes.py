@@ -31,7 +31,7 @@ TRAINER_ATTRIBUTES = frozenset(
         "val_check_interval", "val_every_n_epochs", "callbacks", "loggers",
         # the Trainer's parts
         "checkpoints", "engines", "eval_engine", "evaluation", "fit_step", "metrics", "nonfinite_watch",
-        "predict_engine", "preemption", "session", "state", "test_engine", "train_engine", "_logger_bridge",
+        "predict_engine", "preemption", "session", "state", "test_engine", "train_engine", "logger_bridge",
         # what a fit creates (module, optimizers, the resumed checkpoint, ...): read through the Trainer's read-only
         # properties of the same names
         "context",

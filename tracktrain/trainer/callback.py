@@ -25,7 +25,8 @@ class CallbackPhase(Enum):
     Trainer; a module's own hooks run at `HOOKS`, before the callbacks'."""
 
     FIRST = "first"
-    """Before anything else at the event: what must frame all of it (trackers start their runs, profilers)."""
+    """Before the rest at the event: what must frame all of it (profilers). (The trackers' runs are the Trainer's:
+    started before any hook, ended after all of them.)"""
     METRICS = "metrics"
     """Measures of the epoch (metric trackers, timing), taken before the Trainer gathers the epoch's values and
     before the epoch's validation runs."""

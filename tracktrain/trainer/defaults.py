@@ -39,7 +39,7 @@ def default_callbacks(
 
 
 def logger_bridge(loggers: list[Logger]) -> LoggerBridge:
-    """The callback that carries a fit's values, params and checkpoints to `loggers`."""
+    """What carries a fit's runs, values, params and checkpoints to `loggers` (the Trainer starts and ends the runs)."""
     return LoggerBridge(loggers)
 
 

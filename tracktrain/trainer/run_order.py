@@ -23,11 +23,12 @@ from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events, RemovableEventHandle
 from tracktrain.engine.handler_registry import event_key
 from tracktrain.trainer.callback import Callback, CallbackPhase
-from tracktrain.trainer.hooks import batch_index, hook_handlers
+from tracktrain.trainer.hooks import TrainerEvents, batch_index, hook_handlers
 from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.surface import TrainerSurface  # the base of the Protocol below: needed at run time
 
 if TYPE_CHECKING:
+    from tracktrain.loggers.bridge import LoggerBridge
     from tracktrain.trainer.evaluation import EvaluationStages
     from tracktrain.trainer.fit_step import FitStep
     from tracktrain.trainer.metric_log import MetricLog
@@ -46,7 +47,8 @@ Step = CallbackPhase | Callable | tuple[Any, Callable] | None
 
 class TrainerForRunOrder(TrainerSurface, Protocol):
     """What the run's order reads of its Trainer: its extension surface (handed to the hooks), and the parts whose
-    work it orders — the step, the evaluations, the values' hub, the pre-emption control, the decisions."""
+    work it orders — the step, the evaluations, the values' hub, the pre-emption control, the decisions, the
+    trackers' runs."""
 
     @property
     def callbacks(self) -> list[Callback]: ...
@@ -66,6 +68,8 @@ class TrainerForRunOrder(TrainerSurface, Protocol):
     def evaluation(self) -> EvaluationStages: ...
     @property
     def preemption(self) -> PreemptionControl: ...
+    @property
+    def logger_bridge(self) -> LoggerBridge: ...
     def decisions(self) -> list[Decision]: ...
     def run_stage(self, stage: str, loader: Any) -> dict[str, Any]: ...
     def reduce_epoch(self, stage: str, engine: Engine) -> None: ...
@@ -134,12 +138,14 @@ class RunOrder:
         # module-then-callbacks order; on_exception hooks by phase
         self._hooks: dict[tuple[CallbackPhase, str, str], list[tuple[Any, Callable]]] = defaultdict(list)
         self._on_exception: dict[CallbackPhase, list[Callable]] = defaultdict(list)
+        self._fit: _FitWork | None = None  # the fit's own work, once planned
         self._collect_hooks()
 
     def plan(self, val_loader: Any) -> None:
         """The run's order: the fit's events, each evaluation's, then what is left — the events where only hooks run
         (the batch starts, backward, the optimizer step, checkpoints saved and loaded, ...), in the phases' order."""
         fit = _FitWork(self._trainer, val_loader) if "fit" in self._stages else None
+        self._fit = fit
         if fit is not None:
             self._plan_fit(fit)
         for stage in sorted(self._stages & {"validate", "test"}):
@@ -153,6 +159,8 @@ class RunOrder:
 
     def _plan_fit(self, fit: _FitWork) -> None:
         at = self._at
+        # before anything else, the trackers' runs start (or resume): every hook of the fit may log to them
+        at("fit", TrainerEvents.FIT_STARTED, fit.start_trackers, FIRST, METRICS, HOOKS, AFTER_DECISIONS, LAST)
         # the fit starts: when validation within the epochs is due is known (the epoch's length is)
         at("fit", Events.STARTED, FIRST, METRICS, HOOKS, AFTER_DECISIONS, fit.validation_in_epoch_start, LAST)
         # an epoch starts: the sampler's shuffle for it and the epoch's logs; after its hooks, values log per step
@@ -169,12 +177,14 @@ class RunOrder:
         )  # fmt: skip
         # an epoch ends: the last accumulation window stepped; the epoch's metrics and values; validation, then the
         # epoch's LR schedulers (the monitored value known); the hooks; the ranks agree; checkpoints and early
-        # stopping act; the epoch's values published (with what the hooks logged); printers
+        # stopping act; the epoch's values published (with what the hooks logged); printers; the trackers deliver
         at(
             "fit", Events.EPOCH_COMPLETED,
             FIRST, fit.flush_accumulation, METRICS, fit.reduce_epoch, fit.validate, fit.step_epoch_schedulers,
-            HOOKS, fit.decide(Boundary.TRAIN_EPOCH_END), AFTER_DECISIONS, fit.publish_epoch, LAST,
+            HOOKS, fit.decide(Boundary.TRAIN_EPOCH_END), AFTER_DECISIONS, fit.publish_epoch, LAST, fit.flush_trackers,
         )  # fmt: skip
+        # after every hook of the fit's end (what they hand the trackers included), the runs end
+        at("fit", TrainerEvents.FIT_COMPLETED, FIRST, METRICS, HOOKS, AFTER_DECISIONS, LAST, fit.finish_trackers)
 
     def _plan_evaluation(self, stage: str, fit: _FitWork | None) -> None:
         """A validation or test pass (`fit`: the fit it validates, if any)."""
@@ -195,8 +205,10 @@ class RunOrder:
             at(stage, Events.COMPLETED, FIRST, METRICS, HOOKS, decide, AFTER_DECISIONS, LAST)
 
     def exception_hooks(self) -> list[Callable]:
-        """The run's `on_exception` hooks, by phase (within one, the module's first, then the callbacks' in order)."""
-        return [hook for phase in CallbackPhase for hook in self._on_exception[phase]]
+        """The run's `on_exception` hooks, by phase (within one, the module's first, then the callbacks' in order);
+        then, in a fit, the trackers' runs end, FAILED or KILLED (after what the hooks handed them)."""
+        hooks = [hook for phase in CallbackPhase for hook in self._on_exception[phase]]
+        return hooks + ([self._fit.fail_trackers] if self._fit is not None else [])
 
     def _at(self, stage: str, event: Any, *steps: Step) -> None:
         """Plan `steps` at `event` of `stage`'s engine, in the order given."""
@@ -267,6 +279,20 @@ class _FitWork:
         self._decisions: list[Decision] = trainer.decisions()
         for callback in trainer.callbacks:
             self._decisions += callback.decisions(trainer)
+
+    def start_trackers(self) -> None:
+        """The trackers' runs start, or resume those of the checkpoint the fit resumed."""
+        self._trainer.logger_bridge.start_runs(self._trainer, self._trainer.running_module)
+
+    def flush_trackers(self) -> None:
+        """The epoch's records are handed over for delivery."""
+        self._trainer.logger_bridge.flush()
+
+    def finish_trackers(self) -> None:
+        self._trainer.logger_bridge.finish_runs(self._trainer.running_module)
+
+    def fail_trackers(self, engine: Engine, exception: BaseException) -> None:
+        self._trainer.logger_bridge.fail_runs(exception)
 
     @property
     def validation_in_epoch_start(self) -> Step:

@@ -205,11 +205,11 @@ class Trainer:
         # what a fit creates (module, model engine, optimizers, the resumed checkpoint, the run's seed), one object
         self.context = FitContext(device=arguments.device_of(accelerator), run_seed=seed)
         self.loggers: list[Logger] = defaults.loggers_from(loggers, logger)
-        self._logger_bridge = defaults.logger_bridge(self.loggers)
+        self.logger_bridge = defaults.logger_bridge(self.loggers)
         self.callbacks = callbacks + defaults.default_callbacks(
             callbacks, self.default_root_dir, enable_progress_bar, enable_checkpointing, bool(enable_model_summary)
         )
-        self.callbacks.append(self._logger_bridge)
+        self.callbacks.append(self.logger_bridge)  # for its state (the runs' ids); the run's order calls it itself
         check_state_keys(self.callbacks)
 
         self.fit_step = FitStep(self)
@@ -226,7 +226,7 @@ class Trainer:
             "predict": self.predict_engine,
         }
 
-        self.metrics = MetricsHub(self, self._logger_bridge.log_metrics)
+        self.metrics = MetricsHub(self, self.logger_bridge.log_metrics)
         self.checkpoints = RunCheckpoints(self)
         self.preemption = PreemptionControl(self)
         self.state = TrainerState(self)
@@ -445,16 +445,16 @@ class Trainer:
     def checkpoint_committed(self, path: str, step: int | None = None) -> None:
         """A checkpoint callback committed `path`, taken at global step `step`: loggers that keep checkpoints
         upload it."""
-        self._logger_bridge.checkpoint_saved(path, step)
+        self.logger_bridge.checkpoint_saved(path, step)
 
     def log_artifact(self, path: str, artifact_path: str | None = None) -> None:
         """Send the file `path` to every tracker of the fit's runs, under `artifact_path` (rank 0, runs open)."""
-        self._logger_bridge.log_artifact(path, artifact_path, self.global_step)
+        self.logger_bridge.log_artifact(path, artifact_path, self.global_step)
 
     def persist_logs(self) -> None:
         """Make what the loggers hold durable before a checkpoint commits (see `LoggerBridge.persist`): a run
         killed after that commit resumes past these steps and would never log them again."""
-        self._logger_bridge.persist()
+        self.logger_bridge.persist()
 
     def check_finite(self) -> None:
         """Act on the losses seen since the last check as `Trainer(nonfinite=...)` says (a host-device sync; every
