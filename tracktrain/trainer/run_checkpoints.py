@@ -189,11 +189,10 @@ class RunCheckpoints:
         None for a new run."""
         trainer = self._trainer
         strategy = trainer.strategy
-        load = lambda url: self.load(context, url, module)  # noqa: E731
         if target is None:
             return None
         if os.fspath(target) not in RESUME_CHOICES:
-            load(os.fspath(target))
+            self.load(context, os.fspath(target), module)
             return os.fspath(target)
         if strategy.global_rank == 0:  # rank 0's spool: what an earlier run could not write goes first
             for directory in self.directories():
@@ -203,7 +202,7 @@ class RunCheckpoints:
         # a weights-only checkpoint holds nothing to resume a fit from (no optimizer, engine or callback state)
         full = [candidate for candidate in candidates if candidate.resumable]
         skipped = [candidate.url for candidate in candidates[: candidates.index(full[0]) if full else None]]
-        loaded = load_newest(full, load)
+        loaded = load_newest(full, lambda url: self.load(context, url, module))
         if skipped and loaded is not None:
             get_dist_logger().info(
                 f"Resuming {loaded}, the newest full checkpoint: the newer {skipped} are weights-only "
