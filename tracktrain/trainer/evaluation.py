@@ -39,7 +39,7 @@ _LIMIT_NAMES = {"fit": "train", "validate": "val", "test": "test", "predict": "p
 _STAGE_LOADERS = {"validate": "validation", "test": "test", "predict": "prediction"}
 
 
-class _Trainer(ModuleHost, Protocol):
+class TrainerForEvaluation(ModuleHost, Protocol):
     """What an evaluation reads of its Trainer: what the module's own methods use, and its engines, loaders, logs
     and the weights' dtype."""
 
@@ -59,7 +59,7 @@ class _Trainer(ModuleHost, Protocol):
 class EvaluationStages:
     """The process functions of the evaluation engines, and one pass of a stage (`run`)."""
 
-    def __init__(self, trainer: _Trainer) -> None:
+    def __init__(self, trainer: TrainerForEvaluation) -> None:
         self._trainer = trainer
         self.predictions: list[Any] = []
         self.loader_count = 1  # the loaders of the last pass that ran (what `results` splits its values into)

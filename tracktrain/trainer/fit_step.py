@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["FitStep"]
 
 
-class _Trainer(ModuleHost, Protocol):
+class TrainerForStep(ModuleHost, Protocol):
     """What a training step reads of its Trainer: what the module's own methods use, and the values' hub, the
     non-finite watch, the weights' dtype and the step counters."""
 
@@ -51,7 +51,7 @@ class FitStep:
     followed through the optimizers' step hooks, so that they count the same.
     """
 
-    def __init__(self, trainer: _Trainer) -> None:
+    def __init__(self, trainer: TrainerForStep) -> None:
         self._trainer = trainer
         self._step_hooks: list[Any] = []
         # set by `setup` for each fit

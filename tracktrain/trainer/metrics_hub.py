@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["MetricsHub"]
 
 
-class _Trainer(Protocol):
+class TrainerForMetrics(Protocol):
     """What the values' hub reads of its Trainer: the logged axes, the strategy that reduces values across ranks."""
 
     @property
@@ -42,7 +42,7 @@ class MetricsHub:
         send: `send(values, step)` hands published values to the loggers.
     """
 
-    def __init__(self, trainer: _Trainer, send: Callable[[Mapping[str, float], int], None]) -> None:
+    def __init__(self, trainer: TrainerForMetrics, send: Callable[[Mapping[str, float], int], None]) -> None:
         self._trainer = trainer
         self._send = send
         self.callback_metrics: dict[str, Any] = {}

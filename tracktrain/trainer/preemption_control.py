@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["PreemptionControl"]
 
 
-class _Trainer(Protocol):
+class TrainerForPreemption(Protocol):
     """What the answer to a signal reads of its Trainer."""
 
     @property
@@ -40,7 +40,7 @@ class _Trainer(Protocol):
 
 
 class PreemptionControl:
-    def __init__(self, trainer: _Trainer) -> None:
+    def __init__(self, trainer: TrainerForPreemption) -> None:
         self._trainer = trainer
         self._signals = SignalWatch(on_signal=self._arm)
         self._checks: list[RemovableEventHandle] = []

@@ -42,7 +42,7 @@ __all__ = ["RunCheckpoints", "WeightsOnlyState", "is_weights_only", "summarize"]
 _LIMIT_SETTINGS = ("trainer/max_epochs", "trainer/max_steps", "trainer/max_time")
 
 
-class _Trainer(TrainerSurface, Protocol):
+class TrainerForCheckpoints(TrainerSurface, Protocol):
     """What a run's checkpoints read of its Trainer: its extension surface (handed on to the checkpointers) and the
     run's limits, seed, state and model engine."""
 
@@ -66,7 +66,7 @@ class _Trainer(TrainerSurface, Protocol):
 class RunCheckpoints:
     """The checkpoints of one Trainer's runs (see the module's description)."""
 
-    def __init__(self, trainer: _Trainer) -> None:
+    def __init__(self, trainer: TrainerForCheckpoints) -> None:
         self._trainer = trainer
 
     @property
@@ -293,7 +293,7 @@ class WeightsOnlyState:
 
     state_dict_has_side_effects = True  # it runs a hook: `Checkpoint.load_objects` must not call it
 
-    def __init__(self, trainer: _Trainer) -> None:
+    def __init__(self, trainer: TrainerForCheckpoints) -> None:
         self._trainer = trainer
 
     def state_dict(self) -> dict[str, Any]:
@@ -343,13 +343,13 @@ def _draw_seed() -> int:
     return int.from_bytes(os.urandom(4), "little") >> 1
 
 
-def _run_settings(trainer: _Trainer, context: FitContext, module: LoopModule) -> dict[str, Any]:
+def _run_settings(trainer: TrainerForCheckpoints, context: FitContext, module: LoopModule) -> dict[str, Any]:
     """What the run's checkpoints save of its settings and the loggers record: the module's class and hparams, the
     datamodule's (if the fit has one), and the Trainer's."""
     return run_settings(module, _trainer_settings(trainer)) | datamodule_settings(context.datamodule)
 
 
-def _trainer_settings(trainer: _Trainer) -> dict[str, Any]:
+def _trainer_settings(trainer: TrainerForCheckpoints) -> dict[str, Any]:
     """The Trainer's part of the run's settings: what changes the run's result, compared when a fit resumes."""
     return {
         "max_epochs": trainer.max_epochs,

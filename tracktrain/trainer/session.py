@@ -50,7 +50,7 @@ Ckpt = (
 )  # ckpt_path: "best", "last", a checkpoint's path or URL, or None (the weights as they are)
 
 
-class _Trainer(TrainerForRunOrder, TrainerForSanityCheck, TrainerForBuilding, ModuleHost, Protocol):
+class TrainerForSession(TrainerForRunOrder, TrainerForSanityCheck, TrainerForBuilding, ModuleHost, Protocol):
     """What the entry points read of their Trainer: what the run's order, the sanity check, the model engine's
     building and the module (attached to it) read, and the fit's context, checkpoints, limits and watches."""
 
@@ -77,7 +77,7 @@ class Session:
     """The entry points of `trainer`, and what lasts one entry point: the loaders as the strategy reads them (made
     once each) and whether a stop was asked for (under DDP, agreed at the epoch's end: `Trainer.stop`)."""
 
-    def __init__(self, trainer: _Trainer) -> None:
+    def __init__(self, trainer: TrainerForSession) -> None:
         self._trainer = trainer
         self._distributed_loaders: dict[tuple[int, int], Iterable[Any]] = {}
         self.stop_requested = False

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["TrainerState", "summarize_checkpoint"]
 
 
-class _Trainer(Protocol):
+class TrainerForState(Protocol):
     """What the Trainer's checkpoint entry reads of its Trainer."""
 
     @property
@@ -51,7 +51,7 @@ class TrainerState:
     # call it to keep a copy, and loads this entry after the objects it can restore
     state_dict_has_side_effects = True
 
-    def __init__(self, trainer: _Trainer) -> None:
+    def __init__(self, trainer: TrainerForState) -> None:
         self._trainer = trainer
         self.global_step = 0
         self.samples_seen = 0  # training samples this process has read (a tracker axis next to the step)
