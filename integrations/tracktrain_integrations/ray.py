@@ -39,6 +39,7 @@ from tracktrain.trainer.strategies import DataParallelStrategy
 if TYPE_CHECKING:
     from tracktrain.trainer.module import LoopModule
     from tracktrain.trainer.surface import TrainerSurface
+    from tracktrain.trainer.trainer import Trainer
 
 __all__ = ["RayTrainReport", "checkpoint_path", "fit"]
 
@@ -208,7 +209,7 @@ def checkpoint_path(checkpoint: Any = None) -> Iterator[str | None]:
 
 
 def fit(
-    trainer: TrainerSurface,
+    trainer: Trainer,
     module: Any,
     train_dataloaders: Iterable[Any] | None = None,
     val_dataloaders: Iterable[Any] | None = None,

@@ -108,3 +108,20 @@ def test_a_phase_that_is_not_a_callback_phase_is_refused(tmp_path):
     trainer = Trainer(**quiet(tmp_path, max_epochs=1, callbacks=[callback]))
     with pytest.raises(TypeError, match=r"phase = 'last'.*CallbackPhase.LAST"):
         trainer.fit(Classifier(), make_loader())
+
+
+def test_the_trackers_runs_end_even_when_an_on_exception_hook_is_interrupted():
+    """A second Ctrl-C while a checkpoint commits in an `on_exception` hook: the runs still end (FAILED/KILLED), and
+    the interruption is what is raised."""
+    from tracktrain.trainer.run_order import ExceptionHooks
+
+    ended = []
+
+    def interrupted(engine, exception):
+        raise KeyboardInterrupt
+
+    hooks = ExceptionHooks([interrupted], last=lambda engine, exception: ended.append(exception))
+    error = RuntimeError("the run's own error")
+    with pytest.raises(KeyboardInterrupt):
+        hooks.notify(None, error)
+    assert ended == [error]

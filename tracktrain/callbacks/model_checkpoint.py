@@ -262,7 +262,7 @@ class ModelCheckpoint(Callback):
             self._saver.protected.add(name)
 
     def on_train_end(self, trainer: TrainerSurface, module: LoopModule) -> None:
-        # before on_fit_end, where the loggers end their runs: the last checkpoint reaches them first
+        # the last checkpoint committed before the fit's end hooks run (one may read best_model_path's file)
         self.wait()
 
     def on_fit_end(self, trainer: TrainerSurface, module: LoopModule) -> None:

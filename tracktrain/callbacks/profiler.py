@@ -81,8 +81,8 @@ class Profiler(Callback):
         logger: a `tracktrain.distributed.logger.DistributedLogger`.
     """
 
-    # With the LoggerBridge, before it (the Trainer adds the bridge after the callbacks it is given): a window cut
-    # short by the fit's end or an exception still reaches the trackers, whose runs the bridge closes then.
+    # it frames the rest: what other callbacks do at an event is inside the window (the trackers' runs end after every
+    # hook, so a window cut short by the fit's end or an exception still reaches them)
     phase = CallbackPhase.FIRST
 
     def __init__(

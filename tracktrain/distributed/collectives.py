@@ -227,8 +227,9 @@ def spawn(
 ) -> None:
     """Run `fn(*args)` in `nprocs` local processes set up as torchrun would (RANK, LOCAL_RANK, WORLD_SIZE,
     MASTER_ADDR=127.0.0.1, a free MASTER_PORT), so `Trainer(strategy="ddp")` works inside without torchrun.
-    An exception in any process stops the others and is raised here. `fn` must be importable (defined at a
-    module's top level).
+    An exception in any process stops the others (after 10 s in which they may fail on their own, each printing its
+    stack: a hang times out on every rank; then SIGTERM, and SIGKILL 10 s later) and is raised here. `fn` must be
+    importable (defined at a module's top level).
 
     `start_method` (default: $TRACKTRAIN_START_METHOD, else "spawn"): "spawn" starts each process from scratch, so
     each imports torch again (~1-2 s of CPU per rank); "forkserver" forks them from a server process started once,

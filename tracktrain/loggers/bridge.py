@@ -67,7 +67,7 @@ class LoggerBridge(Callback):
     def log_artifact(self, path: str, artifact_path: str | None, step: int | None = None) -> None:
         self.runs.log_artifact(path, artifact_path, step)
 
-    def flush(self) -> None:
+    def flush_runs(self) -> None:
         """An epoch ended: ask for delivery of what is queued."""
         self.runs.flush()
 

@@ -28,7 +28,6 @@ from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.surface import TrainerSurface  # the base of the Protocol below: needed at run time
 
 if TYPE_CHECKING:
-    from tracktrain.loggers.bridge import LoggerBridge
     from tracktrain.trainer.evaluation import EvaluationStages
     from tracktrain.trainer.fit_step import FitStep
     from tracktrain.trainer.metric_log import MetricLog
@@ -43,6 +42,15 @@ PREEMPTION_EXCHANGE_EVERY = 8  # steps between exchanges of the pre-emption flag
 # One step of the order at an event: the callbacks of a phase, a piece of the Trainer's work (a handler), the
 # same on an event with a filter (`(Events.EPOCH_COMPLETED(every=2), handler)`), or nothing (work not needed).
 Step = CallbackPhase | Callable | tuple[Any, Callable] | None
+
+
+class TrackerRuns(Protocol):
+    """The trackers' runs, as the run's order starts and ends them (`tracktrain.loggers.bridge.LoggerBridge`)."""
+
+    def start_runs(self, trainer: TrainerSurface, module: LoopModule) -> None: ...
+    def flush_runs(self) -> None: ...
+    def finish_runs(self, module: LoopModule) -> None: ...
+    def fail_runs(self, exception: BaseException) -> None: ...
 
 
 class TrainerForRunOrder(TrainerSurface, Protocol):
@@ -69,39 +77,49 @@ class TrainerForRunOrder(TrainerSurface, Protocol):
     @property
     def preemption(self) -> PreemptionControl: ...
     @property
-    def logger_bridge(self) -> LoggerBridge: ...
+    def logger_bridge(self) -> TrackerRuns: ...
     def decisions(self) -> list[Decision]: ...
     def run_stage(self, stage: str, loader: Any) -> dict[str, Any]: ...
     def reduce_epoch(self, stage: str, engine: Engine) -> None: ...
 
 
 class ExceptionHooks:
-    """The `on_exception` hooks of a run, called once per exception, which is then raised on.
+    """The `on_exception` hooks of a run, called once per exception, which is then raised on; then, in a fit, the
+    trackers' runs end (`last`), whatever the hooks did.
 
     Attached last to the outermost engine's EXCEPTION_RAISED, so that no other handler can swallow the error;
     the Engine reports an exception from inside an epoch twice, and a failure outside the engine (loading a
     checkpoint) not at all, so the entry point also calls `notify` and the identity check keeps it to once.
     """
 
-    def __init__(self, hooks: list[Callable]) -> None:
-        self.hooks = hooks
+    def __init__(self, hooks: list[Callable], last: Callable | None = None) -> None:
+        self.hooks, self.last = hooks, last
         self._seen: BaseException | None = None
 
     def notify(self, engine: Engine, exception: BaseException) -> None:
         """Call every hook. One that fails (a tracker that cannot mark its run) is reported as a warning and the
-        others still run: the exception being raised is the one the user must see, not a consequence of it."""
+        others still run: the exception being raised is the one the user must see, not a consequence of it. `last`
+        runs even when a hook is interrupted (a second Ctrl-C while a checkpoint commits): no run is left open."""
         if exception is self._seen:
             return
         self._seen = exception
-        for hook in self.hooks:
-            try:
-                hook(engine, exception)
-            except Exception as hook_error:  # noqa: BLE001 - reported, never raised over the run's own error
-                warnings.warn(
-                    f"An on_exception hook ({getattr(hook, '__qualname__', hook)}) failed while the run was "
-                    f"stopping on {type(exception).__name__}: {type(hook_error).__name__}: {hook_error}",
-                    stacklevel=2,
-                )
+        try:
+            for hook in self.hooks:
+                self._call(hook, engine, exception)
+        finally:
+            if self.last is not None:
+                self._call(self.last, engine, exception)
+
+    @staticmethod
+    def _call(hook: Callable, engine: Engine, exception: BaseException) -> None:
+        try:
+            hook(engine, exception)
+        except Exception as hook_error:  # noqa: BLE001 - reported, never raised over the run's own error
+            warnings.warn(
+                f"An on_exception hook ({getattr(hook, '__qualname__', hook)}) failed while the run was "
+                f"stopping on {type(exception).__name__}: {type(hook_error).__name__}: {hook_error}",
+                stacklevel=3,
+            )
 
     def __call__(self, engine: Engine, exception: BaseException) -> None:
         self.notify(engine, exception)
@@ -113,9 +131,9 @@ def attach_handlers(
 ) -> tuple[list[RemovableEventHandle], ExceptionHooks]:
     """Attach everything `stages` need, in the run's order; returns the handles (for removal) and the run's
     exception hooks."""
-    order = RunOrder(trainer, stages)
-    order.plan(val_loader)
-    exception_hooks = ExceptionHooks(order.exception_hooks())
+    order = RunOrder(trainer, stages, val_loader)
+    order.plan()
+    exception_hooks = order.exception_hooks()
     order.planned.append((outermost, Events.EXCEPTION_RAISED, exception_hooks))  # last of all: nothing swallows it
     handles: list[RemovableEventHandle] = []
     try:
@@ -131,21 +149,21 @@ def attach_handlers(
 class RunOrder:
     """The handlers one entry point attaches, in the order they run (`plan` writes it)."""
 
-    def __init__(self, trainer: TrainerForRunOrder, stages: set[str]) -> None:
+    def __init__(self, trainer: TrainerForRunOrder, stages: set[str], val_loader: Any = None) -> None:
         self._trainer, self._stages = trainer, stages
         self.planned: list[tuple[str, Any, Callable]] = []
         # the module's and callbacks' handlers: (phase, stage, event name) -> [(event as given, handler)], in the
         # module-then-callbacks order; on_exception hooks by phase
         self._hooks: dict[tuple[CallbackPhase, str, str], list[tuple[Any, Callable]]] = defaultdict(list)
         self._on_exception: dict[CallbackPhase, list[Callable]] = defaultdict(list)
-        self._fit: _FitWork | None = None  # the fit's own work, once planned
+        # the fit's own work (its validation on `val_loader`)
+        self._fit = _FitWork(trainer, val_loader) if "fit" in stages else None
         self._collect_hooks()
 
-    def plan(self, val_loader: Any) -> None:
+    def plan(self) -> None:
         """The run's order: the fit's events, each evaluation's, then what is left — the events where only hooks run
         (the batch starts, backward, the optimizer step, checkpoints saved and loaded, ...), in the phases' order."""
-        fit = _FitWork(self._trainer, val_loader) if "fit" in self._stages else None
-        self._fit = fit
+        fit = self._fit
         if fit is not None:
             self._plan_fit(fit)
         for stage in sorted(self._stages & {"validate", "test"}):
@@ -160,7 +178,7 @@ class RunOrder:
     def _plan_fit(self, fit: _FitWork) -> None:
         at = self._at
         # before anything else, the trackers' runs start (or resume): every hook of the fit may log to them
-        at("fit", TrainerEvents.FIT_STARTED, fit.start_trackers, FIRST, METRICS, HOOKS, AFTER_DECISIONS, LAST)
+        at("fit", TrainerEvents.FIT_STARTED, fit.start_tracker_runs, FIRST, METRICS, HOOKS, AFTER_DECISIONS, LAST)
         # the fit starts: when validation within the epochs is due is known (the epoch's length is)
         at("fit", Events.STARTED, FIRST, METRICS, HOOKS, AFTER_DECISIONS, fit.validation_in_epoch_start, LAST)
         # an epoch starts: the sampler's shuffle for it and the epoch's logs; after its hooks, values log per step
@@ -181,10 +199,10 @@ class RunOrder:
         at(
             "fit", Events.EPOCH_COMPLETED,
             FIRST, fit.flush_accumulation, METRICS, fit.reduce_epoch, fit.validate, fit.step_epoch_schedulers,
-            HOOKS, fit.decide(Boundary.TRAIN_EPOCH_END), AFTER_DECISIONS, fit.publish_epoch, LAST, fit.flush_trackers,
+            HOOKS, fit.decide(Boundary.TRAIN_EPOCH_END), AFTER_DECISIONS, fit.publish_epoch, LAST, fit.flush_tracker_runs,
         )  # fmt: skip
         # after every hook of the fit's end (what they hand the trackers included), the runs end
-        at("fit", TrainerEvents.FIT_COMPLETED, FIRST, METRICS, HOOKS, AFTER_DECISIONS, LAST, fit.finish_trackers)
+        at("fit", TrainerEvents.FIT_COMPLETED, FIRST, METRICS, HOOKS, AFTER_DECISIONS, LAST, fit.finish_tracker_runs)
 
     def _plan_evaluation(self, stage: str, fit: _FitWork | None) -> None:
         """A validation or test pass (`fit`: the fit it validates, if any)."""
@@ -204,11 +222,11 @@ class RunOrder:
             decide = fit.decide(Boundary.VALIDATION_END)
             at(stage, Events.COMPLETED, FIRST, METRICS, HOOKS, decide, AFTER_DECISIONS, LAST)
 
-    def exception_hooks(self) -> list[Callable]:
+    def exception_hooks(self) -> ExceptionHooks:
         """The run's `on_exception` hooks, by phase (within one, the module's first, then the callbacks' in order);
         then, in a fit, the trackers' runs end, FAILED or KILLED (after what the hooks handed them)."""
         hooks = [hook for phase in CallbackPhase for hook in self._on_exception[phase]]
-        return hooks + ([self._fit.fail_trackers] if self._fit is not None else [])
+        return ExceptionHooks(hooks, last=self._fit.fail_tracker_runs if self._fit is not None else None)
 
     def _at(self, stage: str, event: Any, *steps: Step) -> None:
         """Plan `steps` at `event` of `stage`'s engine, in the order given."""
@@ -280,18 +298,20 @@ class _FitWork:
         for callback in trainer.callbacks:
             self._decisions += callback.decisions(trainer)
 
-    def start_trackers(self) -> None:
+    def start_tracker_runs(self) -> None:
         """The trackers' runs start, or resume those of the checkpoint the fit resumed."""
         self._trainer.logger_bridge.start_runs(self._trainer, self._trainer.running_module)
 
-    def flush_trackers(self) -> None:
+    def flush_tracker_runs(self) -> None:
         """The epoch's records are handed over for delivery."""
-        self._trainer.logger_bridge.flush()
+        self._trainer.logger_bridge.flush_runs()
 
-    def finish_trackers(self) -> None:
+    def finish_tracker_runs(self) -> None:
+        """The fit ended: its runs are FINISHED."""
         self._trainer.logger_bridge.finish_runs(self._trainer.running_module)
 
-    def fail_trackers(self, engine: Engine, exception: BaseException) -> None:
+    def fail_tracker_runs(self, engine: Engine, exception: BaseException) -> None:
+        """The fit stopped on `exception`: its runs are FAILED (KILLED on pre-emption or Ctrl-C)."""
         self._trainer.logger_bridge.fail_runs(exception)
 
     @property

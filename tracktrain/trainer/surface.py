@@ -6,7 +6,8 @@ meaning in docs/architecture.md; `tests/trainer/test_extension_surface.py` keeps
 They live here, below the `Trainer`, its `LoopModule` and its `Callback`, so that each of those can name the others'
 types without the modules importing each other: the module's `trainer` and the callbacks' hooks are typed by this
 surface, and a callback type-checked against it can only use what the page documents. Three members are typed loosely
-for the same reason (the module, its DataModule and the callbacks: their classes import this module).
+for the same reason (the module, its DataModule and the callbacks: their classes import this module), and the
+entry points take any arguments here (their signatures are the Trainer's).
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ class TrainerSurface(Protocol):
     @property
     def activation_checkpointing(self) -> Callable[[nn.Module], bool] | tuple[type[nn.Module], ...] | None: ...
     @property
-    def callbacks(self) -> list[Any]: ...  # the `Callback`s, in the order they run within a phase
+    def callbacks(self) -> list[Any]: ...  # the `Callback`s, in the order given (and the hookless LoggerBridge)
     @property
     def compile(self) -> dict[str, Any] | None: ...
     @property

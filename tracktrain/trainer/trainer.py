@@ -70,7 +70,9 @@ class Trainer:
         limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches: batches per epoch
             (int) or fraction of the loader (float); None: all.
         log_every_n_steps: publish per-step logged values every n optimizer steps.
-        callbacks: `Callback`s, run in order of their `priority`.
+        callbacks: `Callback`s, run in the order given, after the module's own hooks (a callback's `phase` places it
+            elsewhere in the run's order). `trainer.callbacks` holds them with the defaults, and the `LoggerBridge`
+            whose state (the trackers' run ids) rides in checkpoints with theirs.
         loggers: trackers (`tracktrain_integrations.mlflow.MLflowLogger`, `...wandb.WandbLogger`, ...); None: a
             `CSVLogger` under `default_root_dir/logs`; False: none. Rank 0 only; runs resume with checkpoints.
         logger: Lightning's name for `loggers` (one logger, a list, True or False); give one of the two.
