@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from tracktrain.trainer.lightning_names import check_lightning_callback
 from tracktrain.trainer.surface import Checkpointer  # the seam checkpointing callbacks implement
 
 if TYPE_CHECKING:
@@ -210,8 +211,6 @@ def with_module_callbacks(callbacks: list[Callback], module: LoopModule) -> list
     """`callbacks` with those of `module.configure_callbacks()`, by Lightning's rule: a module's callback replaces the
     given ones of its exact type, and checkpointing callbacks (`Checkpointer`s: `ModelCheckpoint`) go last, so they
     save what the others did. Each entry point applies it (the Trainer's list keeps the result, as Lightning's)."""
-    from tracktrain.trainer.lightning_names import check_lightning_callback
-
     returned = module.configure_callbacks()
     added = [returned] if isinstance(returned, Callback) else returned
     if added is None or isinstance(added, (str, bytes)) or not isinstance(added, Iterable):
