@@ -18,7 +18,7 @@ from tracktrain.checkpoint.discovery import committed_checkpoints, resume_candid
 from tracktrain.checkpoint.resume import RESUME_CHOICES, load_newest
 from tracktrain.checkpoint.run_settings import changed_settings, check_resumable, describe, run_settings
 from tracktrain.checkpoint.savers import deliver_left_over
-from tracktrain.checkpoint.state import read_checkpoint, state_of
+from tracktrain.checkpoint.state import check_summary, read_checkpoint, state_of
 from tracktrain.distributed.logger import get_dist_logger
 from tracktrain.handlers.checkpoint import Checkpoint
 from tracktrain.trainer.arguments import check_location
@@ -232,6 +232,7 @@ class RunCheckpoints:
         # each rank reads its own shards (on any number of ranks), and checks its share of a sharded one's files
         share = VerifyShare(trainer.strategy.global_rank, trainer.strategy.world_size, trainer.strategy.gather)
         states = read_checkpoint(ckpt_path, lazy_shards=True, share=share)
+        check_summary(states, summarize)  # before it is trusted as the step it claims (resume="auto" ranks by it)
         if is_weights_only(states):
             # Lightning fails here too (a KeyError: "checkpoint contains only the model"); half a resume is worse
             raise ValueError(
