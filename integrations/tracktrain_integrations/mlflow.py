@@ -15,9 +15,8 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from tracktrain.loggers.base import QueuedLogger, default_run_name, flatten_params
+from tracktrain.loggers.base import CLOSE_TIMEOUT, QueuedLogger, default_run_name, flatten_params
 from tracktrain.loggers.delivery import Record
-from tracktrain.storage.redaction import split_credentials
 from tracktrain_integrations.mlflow_run import MlflowRun, refused, save_pytorch_model
 from tracktrain_integrations.mlflow_system_metrics import SystemMetricsSampler, mlflow_defaults
 from tracktrain_integrations.mlflow_values import (
@@ -108,7 +107,7 @@ class MLflowLogger(QueuedLogger):
         on_unreachable: str = "raise",
         request_timeout: float = 10.0,
         flush_timeout: float = 0.0,
-        close_timeout: float = 30.0,
+        close_timeout: float = CLOSE_TIMEOUT,
         max_pending: int = 10_000,
         delivery: str = "process",
         log_system_metrics: bool | None = None,
@@ -168,7 +167,8 @@ class MLflowLogger(QueuedLogger):
 
     @property
     def tracking_uri(self) -> str | None:
-        """The tracking URI given, or the embedded sqlite file's once `start` chose it."""
+        """The tracking URI given (without the credentials written in it, which MLflow's client gets apart), or the
+        embedded sqlite file's once `start` chose it."""
         return self._mlflow.tracking_uri
 
     def resume(self, run_id: str) -> None:
@@ -313,6 +313,8 @@ class MLflowLogger(QueuedLogger):
             self._mlflow.upload(artifact["local_path"], artifact["artifact_path"])
 
     def _close(self, status: str) -> None:
+        if self.undelivered:  # the tracker did not take the records: the run's end is in the spill file, with them
+            return
         self._mlflow.terminate(status)
 
     def _spill_header(self) -> dict[str, Any]:
@@ -353,13 +355,7 @@ class MLflowLogger(QueuedLogger):
 
     # ---------------------------------------------------------------------------- delivery="process"
     def _sender_environment(self) -> dict[str, str]:
-        _, username, password = split_credentials(str(self.tracking_uri))
-        credentials = {}
-        if username is not None:
-            credentials["MLFLOW_TRACKING_USERNAME"] = username
-        if password is not None:
-            credentials["MLFLOW_TRACKING_PASSWORD"] = password
-        return credentials
+        return dict(self._mlflow.credentials)
 
     def _sender_report(self) -> dict[str, Any]:
         new = {value: what for value, what in self._mlflow.refusals.items() if value not in self._reported}

@@ -39,7 +39,16 @@ class MlflowRun:
         request_timeout: float,
         on_late_success: Callable[[], None],
     ) -> None:
-        self.tracking_uri = tracking_uri
+        # the URI every client, message and spill file gets has no credentials: those written in it are handed to
+        # MLflow's client the way it reads them (`export_credentials`), so MLflow never prints them ("View run at")
+        self.tracking_uri, username, password = (
+            (None, None, None) if tracking_uri is None else split_credentials(tracking_uri)
+        )
+        self.credentials = {
+            variable: value
+            for variable, value in (("MLFLOW_TRACKING_USERNAME", username), ("MLFLOW_TRACKING_PASSWORD", password))
+            if value is not None
+        }
         self.experiment_name = experiment_name
         self.run_name = run_name
         self.tags = dict(tags)
@@ -57,8 +66,8 @@ class MlflowRun:
 
     @property
     def uri(self) -> str:
-        """The tracking URI as messages and spill files show it: without credentials."""
-        return split_credentials(str(self.tracking_uri))[0]
+        """The tracking URI as messages and spill files show it (without credentials, as it is kept)."""
+        return str(self.tracking_uri)
 
     def connect(self, root_dir: str | None) -> None:
         from mlflow.tracking import MlflowClient
@@ -68,7 +77,22 @@ class MlflowRun:
             os.makedirs(directory, exist_ok=True)
             self.tracking_uri = f"sqlite:///{os.path.join(directory, 'mlflow.db')}"
             self.artifact_location = os.path.join(directory, "mlartifacts")
+        self.export_credentials()
         self.client = MlflowClient(self.tracking_uri)  # a sqlite URI creates (or migrates) its database here
+
+    def export_credentials(self) -> None:
+        """The credentials written in the tracking URI, as MLflow's client reads them on each request (its
+        MLFLOW_TRACKING_USERNAME / _PASSWORD, in this process's environment; a sender child gets them the same way).
+        Different values already there are an error: this process would send one or the other to both servers."""
+        for variable, value in self.credentials.items():
+            present = os.environ.get(variable)
+            if present is not None and present != value:
+                raise ValueError(
+                    f"MLflowLogger(tracking_uri={self.uri!r} with credentials in it): {variable} is set in the "
+                    "environment to another value, and MLflow's client sends one of them for every request of this "
+                    "process. Give the credentials one way: in the URI, or in the environment (not both)."
+                )
+            os.environ[variable] = value
 
     def call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return self._requests.call(self.request_timeout, function, *args, **kwargs)

@@ -39,10 +39,12 @@ def init_arguments(
     `__init__` calling its base's: the subclass's values win), `**kwargs` spread; only `names` when given, less
     `ignore`. Raises when `frame` is not inside an `__init__` of `instance`."""
     collected: dict[str, Any] = {}
+    inside = False  # whether `frame` is an `__init__` of `instance` (one without arguments collects none)
     while frame is not None and frame.f_code.co_name == "__init__":
         info = inspect.getargvalues(frame)
         if not info.args or info.locals.get(info.args[0]) is not instance:
             break
+        inside = True
         found = {name: info.locals[name] for name in info.args[1:] if name in info.locals}
         if info.varargs and info.locals.get(info.varargs):
             found[info.varargs] = info.locals[info.varargs]
@@ -50,7 +52,7 @@ def init_arguments(
             found.update(info.locals.get(info.keywords) or {})
         collected = {**found, **collected}  # outer frames are the subclasses: theirs win
         frame = frame.f_back
-    if not collected and frame is not None and frame.f_code.co_name != "__init__":
+    if not inside:
         raise RuntimeError(
             f"save_hyperparameters() captures the arguments of {type(instance).__name__}.__init__, so call it there "
             "(it was called from elsewhere); to set hparams by hand, assign a dict: self.hparams = {...}."
