@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tracktrain import storage
-from tracktrain.loggers.base import CHECKPOINT_ARTIFACTS, QueuedLogger, default_run_name, flatten_params
+from tracktrain.loggers.base import CHECKPOINT_ARTIFACTS, CLOSE_TIMEOUT, QueuedLogger, default_run_name, flatten_params
 from tracktrain.loggers.delivery import Record
 from tracktrain_integrations.wandb_values import MAX_TAG_LENGTH as MAX_TAG_LENGTH  # importable from here, as before
 from tracktrain_integrations.wandb_values import (
@@ -104,7 +104,7 @@ class WandbLogger(QueuedLogger):
         save_dir: str | os.PathLike | None = None,
         entity: str | None = None,
         flush_timeout: float = 0.0,
-        close_timeout: float = 30.0,
+        close_timeout: float = CLOSE_TIMEOUT,
         max_pending: int = 10_000,
         delivery: str | None = None,
         **init_kwargs: Any,

@@ -20,13 +20,16 @@ from tracktrain.params import flatten_params  # part of this module's interface 
 if TYPE_CHECKING:
     from tracktrain.loggers.sender_process import SenderProcess
 
-__all__ = ["CHECKPOINT_ARTIFACTS", "Logger", "QueuedLogger", "default_run_name", "flatten_params"]
+__all__ = ["CHECKPOINT_ARTIFACTS", "CLOSE_TIMEOUT", "Logger", "QueuedLogger", "default_run_name", "flatten_params"]
 
 # The artifact path of the checkpoints a run announces (`log_checkpoints`). One retention deleted before its upload
 # is skipped without a word: retention decided it was not worth keeping.
 CHECKPOINT_ARTIFACTS = "checkpoints"
 
 STATUSES = ("FINISHED", "FAILED", "KILLED")
+#: how long, at most, the end of a run waits for a tracker to take what is still queued (`close_timeout`); what it has
+#: not taken by then stays in the spill file, for `python -m tracktrain.loggers.replay` when the tracker is back
+CLOSE_TIMEOUT = 10.0
 DELIVERIES = ("thread", "process")
 
 
@@ -97,8 +100,9 @@ class QueuedLogger(Logger):
     Args:
         flush_timeout: how long `flush` (at every log interval and epoch end) may wait for the tracker; it never
             waits longer, whatever the tracker does.
-        close_timeout: how long the end of the run waits for the remaining records before they stay in the spill
-            file.
+        close_timeout: the longest the end of the run (`finalize`) waits for the tracker to take the records still
+            queued (default `CLOSE_TIMEOUT`, 10 s); the rest stay in the spill file, with the run's end status, and
+            are sent by `python -m tracktrain.loggers.replay SPILL_FILE` (the warning names it).
         max_pending: records kept in memory while the tracker is unreachable before spilling to disk.
         linger: how long records may gather into one batch before they are sent (see `DeliveryQueue`). What is
             still gathering when the run ends is sent then, and `finalize` waits for it: a shorter linger makes the
@@ -115,7 +119,7 @@ class QueuedLogger(Logger):
     def __init__(
         self,
         flush_timeout: float = 0.0,
-        close_timeout: float = 30.0,
+        close_timeout: float = CLOSE_TIMEOUT,
         max_pending: int = 10_000,
         linger: float = 0.2,
         delivery: str = "thread",
@@ -210,8 +214,9 @@ class QueuedLogger(Logger):
             self._sender.close()
         if self.undelivered:
             warnings.warn(
-                f"{self.undelivered} records for {self.name} run {self._run_id} could not be delivered; they are kept "
-                f"in {self.spill_path}. Send them when the tracker is back with: python -m tracktrain.loggers.replay "
+                f"{self.undelivered} records for {self.name} run {self._run_id} could not be delivered within "
+                f"close_timeout ({self.close_timeout:g} s); they are kept in {self.spill_path}, with the run's end "
+                f"({status}). Send them when the tracker is back with: python -m tracktrain.loggers.replay "
                 f"{self.spill_path}",
                 stacklevel=2,
             )

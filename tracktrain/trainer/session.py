@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from tracktrain.distributed.boundary import Boundary, Decision
+from tracktrain.distributed.logger import get_dist_logger
+from tracktrain.distributed.lost_ranks import lost_peers_line
 from tracktrain.engine.events import RemovableEventHandle
 from tracktrain.engine.model_engine import ModelEngine
 from tracktrain.rng import manual_seed
@@ -199,6 +201,10 @@ class Session:
             self.attached_stages = outer_stages | stages
             body()
         except BaseException as exception:
+            lost = lost_peers_line(exception, trainer.strategy.global_rank) if trainer.strategy.is_distributed else None
+            if lost is not None:  # before any hook: the one line a survivor's log must have, then the traceback
+                get_dist_logger().error(lost)
+                exception.add_note(lost)
             if exception_hooks is not None:
                 exception_hooks.notify(trainer.engines[outermost], exception)
             raise

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from tracktrain.checkpoint.resume import check_resume
+from tracktrain.checks.refusal import show_refusals_plainly
 from tracktrain.distributed.boundary import Decision
 from tracktrain.engine.deterministic import ResumableEngine
 from tracktrain.engine.engine import Engine
@@ -157,6 +158,7 @@ class Trainer:
         devices: int | str = "auto",
         max_time: str | datetime.timedelta | Mapping[str, float] | None = None,
     ) -> None:
+        show_refusals_plainly()  # a lease held elsewhere, a checkpoint refused: the message, not our frames
         self.fast_dev_run = check_fast_dev_run(fast_dev_run)
         limits = arguments.check_limits(
             limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches
