@@ -21,6 +21,7 @@ from tracktrain.checkpoint.savers import deliver_left_over
 from tracktrain.checkpoint.state import check_summary, read_checkpoint, state_of
 from tracktrain.distributed.logger import get_dist_logger
 from tracktrain.handlers.checkpoint import Checkpoint
+from tracktrain.rng import global_seed
 from tracktrain.trainer.arguments import check_location
 from tracktrain.trainer.datamodule import datamodule_settings
 from tracktrain.trainer.module import LoopModule
@@ -176,8 +177,9 @@ class RunCheckpoints:
             trainer.state.start_new_run()
         strategy.check_same("global step after loading the checkpoint", trainer.global_step)
         seed: int | None
-        if context.ckpt_path is None:
-            seed = trainer.seed if trainer.seed is not None else _draw_seed()
+        if context.ckpt_path is None:  # the Trainer's seed, else seed_everything's (Lightning's), else a drawn one
+            seed = next((value for value in (trainer.seed, global_seed()) if value is not None), None)
+            seed = _draw_seed() if seed is None else seed
         else:
             seed = trainer.train_engine.state.seed  # the data order of the run being continued
         # rank 0's, on every rank (the same collective on all of them): the DistributedSampler shuffles alike
