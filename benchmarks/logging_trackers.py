@@ -63,11 +63,11 @@ def tracktrain_delivery(logger: Any) -> Delivery | None:
     if logger is None:
         return None
     undelivered = getattr(logger, "undelivered", 0)
-    if logger.name == "csv":
+    if logger.tracker == "csv":
         return Delivery("csv", os.path.join(logger.run_dir, "metrics.csv"), logger.run_id)
-    if logger.name == "mlflow":
+    if logger.tracker == "mlflow":
         return Delivery("mlflow", logger.tracking_uri, logger.run_id, undelivered)
-    if logger.name == "wandb":
+    if logger.tracker == "wandb":
         return Delivery("wandb", logger.run_dir, logger.run_id, undelivered)
     raise ValueError(f"no read-back for logger {logger.name!r}")
 

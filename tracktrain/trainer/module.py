@@ -172,6 +172,17 @@ class LoopModule(HyperparametersMixin, nn.Module):
         """This process's rank on its machine (torchrun's LOCAL_RANK; 0 without it)."""
         return ranks.local_rank()
 
+    @property
+    def logger(self) -> Any:
+        """Lightning's `self.logger`: the Trainer's first logger (`self.logger.experiment.add_image(...)`,
+        `self.logger.log_hyperparams(...)`), None outside a Trainer or without loggers."""
+        return self._trainer.logger if self._trainer is not None else None
+
+    @property
+    def loggers(self) -> list[Any]:
+        """Lightning's `self.loggers`: the Trainer's loggers (none outside a Trainer)."""
+        return list(self._trainer.loggers) if self._trainer is not None else []
+
     def print(self, *args: Any, **kwargs: Any) -> None:
         """`print`, on the process of global rank 0 only (the others would print the same lines again)."""
         if ranks.global_rank() == 0:

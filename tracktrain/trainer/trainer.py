@@ -12,6 +12,7 @@ from torch import nn
 
 from tracktrain.checkpoint.resume import check_resume
 from tracktrain.checks.refusal import show_refusals_plainly
+from tracktrain.distributed import ranks
 from tracktrain.distributed.boundary import Decision
 from tracktrain.engine.deterministic import ResumableEngine
 from tracktrain.engine.engine import Engine
@@ -217,7 +218,7 @@ class Trainer:
         check_state_keys(self.callbacks)
 
         self.fit_step = FitStep(self)
-        self.train_engine: Engine = ResumableEngine(self.fit_step)
+        self.train_engine: Engine = ResumableEngine(self.fit_step, restart_data_each_epoch=True)  # as Lightning
         self.evaluation = EvaluationStages(self)
         self.eval_engine = Engine(self.evaluation.evaluate_batch)
         self.test_engine = Engine(self.evaluation.evaluate_batch)
@@ -340,6 +341,61 @@ class Trainer:
     def is_global_zero(self) -> bool:
         """Whether this is the process of global rank 0 (the one that writes files and talks to trackers)."""
         return self.strategy.global_rank == 0
+
+    @property
+    def global_rank(self) -> int:
+        """This process's rank among all (0 without DDP/FSDP)."""
+        return self.strategy.global_rank
+
+    @property
+    def local_rank(self) -> int:
+        """This process's rank on its machine (torchrun's LOCAL_RANK)."""
+        return ranks.local_rank()
+
+    @property
+    def node_rank(self) -> int:
+        """This machine's rank among the machines (torchrun's GROUP_RANK)."""
+        return ranks.node_rank()
+
+    @property
+    def world_size(self) -> int:
+        """The number of processes training together."""
+        return self.strategy.world_size
+
+    @property
+    def num_devices(self) -> int:
+        """The processes on this machine (torchrun's LOCAL_WORLD_SIZE; Lightning's devices per node)."""
+        return ranks.local_world_size()
+
+    @property
+    def num_nodes(self) -> int:
+        """The machines training together (torchrun's --nnodes)."""
+        return max(1, self.world_size // max(1, self.num_devices))
+
+    # -------------------------------------------------------------------------------------------- trackers
+    @property
+    def logger(self) -> Logger | None:
+        """Lightning's `trainer.logger`: the first of `loggers` (None without any), with Lightning's logger surface
+        (`experiment`, `log_hyperparams`, `log_metrics`, `log_dir`, ...)."""
+        return self.loggers[0] if self.loggers else None
+
+    @logger.setter
+    def logger(self, logger: Logger | None) -> None:
+        """`trainer.logger = X` (Lightning's): X is the Trainer's one logger from now on (None: no logger). Between
+        fits only: the runs of a fit are open while it trains."""
+        if self.logger_bridge.active:
+            raise RuntimeError("trainer.logger = ... while a fit trains: its runs are open. Set it before fit().")
+        self.loggers[:] = defaults.loggers_from([] if logger is None else [logger])  # the bridge keeps this list
+
+    @property
+    def log_dir(self) -> str:
+        """Lightning's `trainer.log_dir`: the first logger's folder for this run (its `log_dir`, else its
+        `save_dir`), else `default_root_dir`."""
+        for logger in self.loggers[:1]:
+            folder = logger.log_dir or logger.save_dir
+            if folder is not None:
+                return os.fspath(folder)
+        return self.default_root_dir
 
     @property
     def running_module(self) -> LoopModule:
