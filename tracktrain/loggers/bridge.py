@@ -48,9 +48,14 @@ class LoggerBridge(Callback):
     def start_runs(self, trainer: TrainerSurface, module: LoopModule) -> None:
         """A fit starts: start the runs, or resume those of the checkpoint resumed."""
         changes = trainer.resume_changes
+        hidden = {  # save_hyperparameters(logger=False): checkpointed, not sent to the trackers
+            part
+            for part, owner in (("module", module), ("datamodule", trainer.datamodule))
+            if not getattr(owner, "hparams_to_loggers", True)
+        }
         self.runs.start(
             trainer.default_root_dir,
-            params=trainer.settings,
+            params={key: value for key, value in trainer.settings.items() if key not in hidden},
             module=module,
             changed_tags=_change_tags(changes, trainer.global_step) if changes else None,
         )

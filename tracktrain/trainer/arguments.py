@@ -266,7 +266,15 @@ def require_override(module: Any, method: str, purpose: str) -> None:
         )
 
 
+def check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} is True or False, got {value!r}.")
+    return value
+
+
 def check_callbacks(callbacks: Any, callback_type: type) -> list[Any]:
+    if isinstance(callbacks, callback_type):  # Lightning's Trainer(callbacks=one_callback)
+        callbacks = [callbacks]
     callbacks = as_list("Trainer(callbacks=...)", callbacks, "tracktrain.callbacks.Callback instances")
     for callback in callbacks:
         if not isinstance(callback, callback_type):

@@ -45,7 +45,6 @@ _LIGHTNING_NAMES = {
     "limit_val_batches": 'Trainer(limit_val_batches=...) or trainer.limits["validate"]',
     "limit_test_batches": 'Trainer(limit_test_batches=...) or trainer.limits["test"]',
     "limit_predict_batches": 'Trainer(limit_predict_batches=...) or trainer.limits["predict"]',
-    "logger": "Trainer(loggers=[...]) (Lightning's logger= is accepted there too) or trainer.loggers",
     "lightning_module": "trainer.module (set by fit/validate/test/predict)",
     "model": "trainer.module (set by fit/validate/test/predict)",
     "min_epochs": "nothing: tracktrain has no min_epochs/min_steps; stop with EarlyStopping or trainer.should_stop",

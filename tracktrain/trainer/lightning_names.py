@@ -80,8 +80,6 @@ MODULE_HOOKS_NOT_CALLED = {
 
 # LightningModule attributes Lightning reads when a module sets them; nothing reads them here, so setting one is refused
 MODULE_ATTRIBUTES_NOT_READ = {
-    "example_input_array": "nothing: the model summary (Trainer(enable_model_summary=True)) counts parameters without "
-    "running the model; keep the example under another name (tracktrain.export takes it as an argument)",
     "strict_loading": "Module.load_from_checkpoint(path, strict=...) and Trainer(resume_with_changes=...)",
 }
 
@@ -98,16 +96,11 @@ MODULE_NOT_OFFERED = {
     "freeze": "self.requires_grad_(False); self.eval()",
     "unfreeze": "self.requires_grad_(True); self.train()",
     "hparams_initial": "copy.deepcopy(self.hparams) right after save_hyperparameters()",
-    "logger": "self.trainer.loggers[0] (the Trainer holds the loggers)",
-    "loggers": "self.trainer.loggers",
     "on_gpu": 'self.device.type == "cuda"',
     "remove_ignored_hparams": "save_hyperparameters(ignore=[...])",
     "to_onnx": "tracktrain.export.onnx.export_onnx(module, example_input, path)",
     "to_torchscript": "tracktrain.export.export_module (torch.export; TorchScript is deprecated in PyTorch)",
     "to_tensorrt": "tracktrain.export.export_module, then torch_tensorrt on the exported program",
-    "toggle_optimizer": "set requires_grad on the parameters of the other optimizers yourself (manual optimization)",
-    "untoggle_optimizer": "set requires_grad on the parameters of the other optimizers yourself (manual optimization)",
-    "toggled_optimizer": "set requires_grad on the parameters of the other optimizers yourself (manual optimization)",
 }
 
 # Callback hooks the Trainer does not call: a callback defining one is refused
@@ -178,12 +171,6 @@ CALLBACKS_INSTEAD = {
 TRAINER_NOT_OFFERED = {
     "accelerator": "trainer.device (the torch.device this process trains on)",
     "device_ids": "trainer.device: one device per process, the launcher starts the processes",
-    "num_devices": "the processes torchrun starts (WORLD_SIZE, LOCAL_WORLD_SIZE)",
-    "num_nodes": "torchrun --nnodes: processes come from the launcher",
-    "node_rank": "int(os.environ['GROUP_RANK']) (torchrun's rank of this machine)",
-    "global_rank": "trainer.strategy.global_rank (trainer.is_global_zero for rank 0)",
-    "local_rank": "tracktrain.distributed.ranks.local_rank()",
-    "world_size": "trainer.strategy.world_size",
     "distributed_sampler_kwargs": "the strategy shards each DataLoader itself (trainer.loader_for(loader, ...))",
     "early_stopping_callback": "the EarlyStopping instance you passed in Trainer(callbacks=[...])",
     "early_stopping_callbacks": "the EarlyStopping instances you passed in Trainer(callbacks=[...])",
@@ -200,8 +187,6 @@ TRAINER_NOT_OFFERED = {
     "is_last_batch": "batch_idx + 1 == trainer.train_engine.state.epoch_length",
     "lightning_module": "trainer.module (set by fit/validate/test/predict)",
     "model": "trainer.module (set by fit/validate/test/predict)",
-    "log_dir": "trainer.default_root_dir (the CSVLogger writes under its logs/)",
-    "logger": "trainer.loggers (a list; Trainer(logger=...) is accepted)",
     "min_epochs": "nothing: tracktrain has no min_epochs/min_steps; stop with EarlyStopping or trainer.should_stop",
     "min_steps": "nothing: tracktrain has no min_epochs/min_steps; stop with EarlyStopping or trainer.should_stop",
     "num_training_batches": "trainer.train_engine.state.epoch_length (during a fit)",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -24,7 +25,7 @@ from tracktrain.trainer.attributes import TRAINER_ATTRIBUTES, refuse_attribute, 
 from tracktrain.trainer.building import as_loop_module
 from tracktrain.trainer.callback import Callback, check_state_keys, with_module_callbacks
 from tracktrain.trainer.datamodule import DataModule, StageData
-from tracktrain.trainer.evaluation import EvaluationStages
+from tracktrain.trainer.evaluation import EvaluationStages, print_results
 from tracktrain.trainer.fit_context import FitContext
 from tracktrain.trainer.fit_step import FitStep
 from tracktrain.trainer.hooks import TrainerEvents
@@ -529,7 +530,7 @@ class Trainer:
     # ------------------------------------------------------------------------------------------ entry points
     def fit(
         self,
-        module: LoopModule | nn.Module | ModelEngine,
+        model: LoopModule | nn.Module | ModelEngine,
         train_dataloaders: Iterable[Any] | None = None,
         val_dataloaders: Iterable[Any] | None = None,
         ckpt_path: str | os.PathLike | None = None,
@@ -539,45 +540,78 @@ class Trainer:
         criterion: Callable | None = None,
         lr_scheduler: Any = None,
     ) -> None:
-        """Train `module` on `train_dataloaders`, validating on `val_dataloaders` (or on a `datamodule`'s loaders, or
-        on the module's own `train_dataloader()`/`val_dataloader()`); resume from `ckpt_path`: a path or URL, or
-        "last" (the newest complete checkpoint of the run). Without it, `Trainer(resume=...)` decides; with
-        neither, a fit is a new run: step and epoch counters start at 0.
+        """Train `model` (a `LoopModule`) on `train_dataloaders`, validating on `val_dataloaders` (or on a
+        `datamodule`'s loaders, or on the module's own `train_dataloader()`/`val_dataloader()`); resume from
+        `ckpt_path`: a path or URL, or "last" (the newest complete checkpoint of the run). Without it,
+        `Trainer(resume=...)` decides; with neither, a fit is a new run: step and epoch counters start at 0.
+        Lightning's names: `fit(model=..., train_dataloaders=..., datamodule=..., ckpt_path=...)`.
 
-        `module` may also be a plain `nn.Module` (with `optimizer=` and `criterion=`) or a `ModelEngine` from
+        `model` may also be a plain `nn.Module` (with `optimizer=` and `criterion=`) or a `ModelEngine` from
         `tracktrain.initialize`: it is then trained as a `SupervisedModule` on `(inputs, targets)` batches.
         """
-        module = as_loop_module(module, optimizer, criterion, lr_scheduler)
+        module = as_loop_module(model, optimizer, criterion, lr_scheduler)
         if ckpt_path is not None:
             ckpt_path = arguments.check_location(
                 "Trainer.fit(ckpt_path=...)", ckpt_path, 'a checkpoint file\'s path or URL, or "last"'
             )
+        if val_dataloaders is not None and type(module).eval_step is LoopModule.eval_step:
+            warnings.warn(  # as Lightning: "You passed in a val_dataloader but have no validation_step"
+                f"fit() got val_dataloaders, but {type(module).__name__} defines no eval_step(self, batch, batch_idx): "
+                "the fit trains without validating. Define eval_step to validate.",
+                stacklevel=2,
+            )
+            val_dataloaders = None
         data = StageData("fit", module, datamodule, {"fit": train_dataloaders, "validate": val_dataloaders})
-        if val_dataloaders is not None:
-            arguments.require_override(module, "eval_step", "validate with val_dataloaders")
         self.context = self.context.next_fit()
         self.session.fit(self.context, module, data, ckpt_path)
 
     def validate(
-        self, module: LoopModule | None = None, dataloaders: Data = None, ckpt_path: Ckpt = None, datamodule: Any = None
+        self,
+        model: LoopModule | None = None,
+        dataloaders: Data = None,
+        ckpt_path: Ckpt = None,
+        verbose: bool = True,
+        datamodule: Any = None,
     ) -> list[dict[str, float]]:
         """Run `eval_step` over `dataloaders` (or `datamodule`'s, or the module's `val_dataloader()`) with the weights
-        of `ckpt_path`: "best", "last", a path or URL; None: as they are. Returns `[{metric: value}]`."""
-        return self.session.evaluate("validate", module, dataloaders, datamodule, ckpt_path)
+        of `ckpt_path`: "best", "last", a path or URL; None: as they are. Returns `[{metric: value}]`, one dict per
+        loader; `verbose`: also printed as a table (Lightning's arguments, in its order)."""
+        results = self.session.evaluate("validate", model, dataloaders, datamodule, ckpt_path)
+        if arguments.check_bool("validate(verbose=...)", verbose):
+            print_results("validate", results)
+        return results
 
     def test(
-        self, module: LoopModule | None = None, dataloaders: Data = None, ckpt_path: Ckpt = None, datamodule: Any = None
+        self,
+        model: LoopModule | None = None,
+        dataloaders: Data = None,
+        ckpt_path: Ckpt = None,
+        verbose: bool = True,
+        datamodule: Any = None,
     ) -> list[dict[str, float]]:
         """Run `test_step` over `dataloaders` (or `datamodule`'s, or the module's `test_dataloader()`) with the weights
-        of `ckpt_path` (as `validate`'s); returns `[{metric: value}]` (also in `callback_metrics`)."""
-        return self.session.evaluate("test", module, dataloaders, datamodule, ckpt_path)
+        of `ckpt_path` (as `validate`'s); returns `[{metric: value}]` (also in `callback_metrics`), and with `verbose`
+        prints them."""
+        results = self.session.evaluate("test", model, dataloaders, datamodule, ckpt_path)
+        if arguments.check_bool("test(verbose=...)", verbose):
+            print_results("test", results)
+        return results
 
     def predict(
-        self, module: LoopModule | None = None, dataloaders: Data = None, ckpt_path: Ckpt = None, datamodule: Any = None
-    ) -> list[Any]:
+        self,
+        model: LoopModule | None = None,
+        dataloaders: Data = None,
+        datamodule: Any = None,
+        return_predictions: bool | None = None,
+        ckpt_path: Ckpt = None,
+    ) -> list[Any] | None:
         """Run `predict_step` over `dataloaders` (or `datamodule`'s, or the module's `predict_dataloader()`) with the
-        weights of `ckpt_path` (as `validate`'s); returns the outputs, one per batch."""
-        return self.session.predict(module, dataloaders, datamodule, ckpt_path)
+        weights of `ckpt_path` (as `validate`'s); returns the outputs, one per batch (Lightning's arguments, in its
+        order; `return_predictions=False`: None, the outputs not kept)."""
+        if return_predictions is not None:
+            arguments.check_bool("predict(return_predictions=...)", return_predictions)
+        predictions = self.session.predict(model, dataloaders, datamodule, ckpt_path)
+        return None if return_predictions is False else predictions
 
     def loader_for(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
         """`loader` as the strategy reads it (this process's shard under DDP), made once per entry point."""
