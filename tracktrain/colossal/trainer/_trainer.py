@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tracktrain.callbacks.base import Callback
-from tracktrain.colossal.hooks import in_priority_order
+from tracktrain.colossal.trainer.hooks import in_priority_order
 from tracktrain.distributed.logger import DistributedLogger
 from tracktrain.engine.model_engine import ModelEngine
 from tracktrain.handlers.multi_timer import MultiTimer
