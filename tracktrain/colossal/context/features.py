@@ -202,10 +202,14 @@ def _fp16(fp16: Any) -> tuple[bool, dict[str, Any]]:
             raise ConfigException(f"fp16 = {dict(fp16)!r} sets options without a mode; add mode=AMP_TYPE.TORCH.")
         return False, {}
     if mode in (AMP_TYPE.NAIVE, AMP_TYPE.APEX):
+        how = (
+            "keeps the model in fp16 with fp32 master weights in Colossal-AI's own optimizer wrapper"
+            if mode is AMP_TYPE.NAIVE
+            else "runs NVIDIA apex's amp"
+        )
         raise ConfigException(
-            f"fp16 = dict(mode={mode}) is not supported: {mode.name} AMP keeps fp16 weights with fp32 master "
-            "copies in Colossal-AI's own optimizer wrapper (naive) or in NVIDIA apex, neither of which tracktrain has. "
-            "Use mode=AMP_TYPE.TORCH: torch's autocast and GradScaler."
+            f"fp16 = dict(mode={mode}) is not supported: {mode.name.lower()} AMP {how}, which tracktrain does not "
+            "have. Use mode=AMP_TYPE.TORCH: torch's autocast and GradScaler, the mixed precision tracktrain runs."
         )
     if mode is not AMP_TYPE.TORCH:
         raise ConfigException(

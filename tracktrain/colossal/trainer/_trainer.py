@@ -59,7 +59,8 @@ class Trainer:
         self.engine = engine
         self.timer = timer
         self.logger = logger
-        self.trainer_options = trainer_options
+        # Colossal-AI's Trainer runs no sanity validation and prints no model summary (a script may still ask)
+        self.trainer_options = {"num_sanity_val_steps": 0, "enable_model_summary": False, **trainer_options}
         self.module = _EngineModule(engine)
         self.trainer: LoopTrainer | None = None
         self.states: dict[str, Any] = {}  # hooks keep what they share here (Colossal-AI's trainer.states)

@@ -43,7 +43,6 @@ __all__ = [
     "LossHook",
     "MetricHook",
     "SaveCheckpointHook",
-    "TensorboardHook",
     "ThroughputHook",
     "in_priority_order",
 ]
