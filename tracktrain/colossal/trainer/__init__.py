@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 from tracktrain.colossal.trainer import hooks
-from tracktrain.colossal.trainer._trainer import Trainer
+from tracktrain.colossal.trainer.trainer import Trainer
 
 __all__ = ["Trainer", "hooks"]

@@ -85,7 +85,8 @@ class BaseHook:
 
     def init_runner_states(self, trainer: Any, key: str, val: Any) -> None:
         """Set `trainer.states[key]` to `val` unless a hook set it already."""
-        trainer.states.setdefault(key, val)
+        runner = trainer  # the Colossal Trainer (Colossal-AI's "runner"), not tracktrain's: its own `states` dict
+        runner.states.setdefault(key, val)
 
 
 class MetricHook(BaseHook):

@@ -9,7 +9,7 @@ run through `_HookCallback`, at the points of the run its overridden methods nam
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence, Sized
 from typing import Any
 
 import torch
@@ -110,7 +110,7 @@ class Trainer:
     ) -> None:
         """Train for `epochs` (or `max_steps` iterations), evaluating on `test_dataloader` every `test_interval`
         epochs; `hooks` run in order of priority; `display_progress` shows a bar on a terminal."""
-        self._steps_per_epoch = len(train_dataloader) if hasattr(train_dataloader, "__len__") else 0
+        self._steps_per_epoch = len(train_dataloader) if isinstance(train_dataloader, Sized) else 0
         self._max_epochs, self._max_steps = epochs, max_steps
         callbacks = self._attach(hooks)
         self.trainer = LoopTrainer(
@@ -186,7 +186,7 @@ class _EngineModule(SupervisedModule):
     """The engine's model, trained as `SupervisedModule` does, each step's output carrying the model's output and
     the label with the loss, which Colossal-AI's hooks receive after each iteration."""
 
-    def train_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
+    def train_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:  # type: ignore[override]  # the loss, with more
         inputs, targets = split_batch(batch, "Colossal-AI's Trainer", "Give it (inputs, label) batches.")
         output = self.model(inputs)
         loss = self.criterion(output, targets)
