@@ -92,7 +92,8 @@ def launch(
         )
 
 
-def _environment(names: Mapping[str, str], launcher: str) -> dict[str, str]:
+def _environment(names: Mapping[str, str], launcher: str) -> dict[str, Any]:
+    """`launch`'s arguments named by `names` (argument -> environment variable), read from the environment."""
     missing = [variable for variable in names.values() if variable not in os.environ]
     if missing:
         raise RuntimeError(
@@ -100,33 +101,17 @@ def _environment(names: Mapping[str, str], launcher: str) -> dict[str, str]:
             f"start the script with {'torchrun --nproc_per_node N train.py' if launcher == 'torch' else launcher}, "
             "or call launch(config, rank, world_size, host, port) with them."
         )
-    return {key: os.environ[variable] for key, variable in names.items()}
+    return {
+        key: os.environ[variable] if key == "host" else int(os.environ[variable]) for key, variable in names.items()
+    }
 
 
 def launch_from_torch(config: ConfigArgument, backend: str = "nccl", seed: int = 1024, verbose: bool = True) -> None:
     """`launch` with the rank, local rank, world size, host and port torchrun sets (RANK, LOCAL_RANK, WORLD_SIZE,
     MASTER_ADDR, MASTER_PORT)."""
-    found = _environment(
-        {
-            "rank": "RANK",
-            "local_rank": "LOCAL_RANK",
-            "world_size": "WORLD_SIZE",
-            "host": "MASTER_ADDR",
-            "port": "MASTER_PORT",
-        },
-        "torch",
-    )
-    launch(
-        config,
-        rank=int(found["rank"]),
-        world_size=int(found["world_size"]),
-        host=found["host"],
-        port=int(found["port"]),
-        backend=backend,
-        local_rank=int(found["local_rank"]),
-        seed=seed,
-        verbose=verbose,
-    )
+    names = {"rank": "RANK", "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE"}
+    found = _environment({**names, "host": "MASTER_ADDR", "port": "MASTER_PORT"}, "torch")
+    launch(config, backend=backend, seed=seed, verbose=verbose, **found)
 
 
 def launch_from_slurm(
@@ -134,16 +119,7 @@ def launch_from_slurm(
 ) -> None:
     """`launch` with the rank and world size SLURM sets (SLURM_PROCID, SLURM_NPROCS)."""
     found = _environment({"rank": "SLURM_PROCID", "world_size": "SLURM_NPROCS"}, "slurm")
-    launch(
-        config,
-        rank=int(found["rank"]),
-        world_size=int(found["world_size"]),
-        host=host,
-        port=port,
-        backend=backend,
-        seed=seed,
-        verbose=verbose,
-    )
+    launch(config, host=host, port=port, backend=backend, seed=seed, verbose=verbose, **found)
 
 
 def launch_from_openmpi(
@@ -151,25 +127,13 @@ def launch_from_openmpi(
 ) -> None:
     """`launch` with the rank, local rank and world size OpenMPI sets (OMPI_COMM_WORLD_RANK, ..._LOCAL_RANK,
     ..._SIZE)."""
-    found = _environment(
-        {
-            "rank": "OMPI_COMM_WORLD_RANK",
-            "local_rank": "OMPI_COMM_WORLD_LOCAL_RANK",
-            "world_size": "OMPI_COMM_WORLD_SIZE",
-        },
-        "openmpi",
-    )
-    launch(
-        config,
-        rank=int(found["rank"]),
-        world_size=int(found["world_size"]),
-        host=host,
-        port=port,
-        backend=backend,
-        local_rank=int(found["local_rank"]),
-        seed=seed,
-        verbose=verbose,
-    )
+    names = {
+        "rank": "OMPI_COMM_WORLD_RANK",
+        "local_rank": "OMPI_COMM_WORLD_LOCAL_RANK",
+        "world_size": "OMPI_COMM_WORLD_SIZE",
+    }
+    found = _environment(names, "openmpi")
+    launch(config, host=host, port=port, backend=backend, seed=seed, verbose=verbose, **found)
 
 
 def initialize(
