@@ -4,8 +4,7 @@ accumulation) and the schedules, `NonPipelineSchedule` and `PipelineSchedule` (t
 from __future__ import annotations
 
 from tracktrain.colossal.engine.gradient_accumulation import Engine
+from tracktrain.colossal.engine.schedule import BaseSchedule, NonPipelineSchedule, PipelineSchedule
 from tracktrain.engine.model_engine import BaseOpHook
-from tracktrain.engine.pipeline import PipelineSchedule
-from tracktrain.engine.schedule import BaseSchedule, NonPipelineSchedule
 
 __all__ = ["BaseOpHook", "BaseSchedule", "Engine", "NonPipelineSchedule", "PipelineSchedule"]

@@ -37,8 +37,6 @@ def _steps(name: str, total_steps: Any, warmup_steps: Any = 0) -> None:
     for what, value in (("total_steps", total_steps), ("warmup_steps", warmup_steps)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{name}({what}=...) must be a whole number of steps >= 0, got {value!r}.")
-    if warmup_steps > total_steps:
-        raise ValueError(f"{name}(warmup_steps={warmup_steps}) is longer than total_steps={total_steps}.")
 
 
 def _warmup(optimizer: Optimizer, warmup_steps: int) -> torch_schedulers.LRScheduler:
@@ -148,7 +146,8 @@ def _linear_warmup_factor(total_steps: int, warmup_steps: int) -> Callable[[int]
     def factor(step: int) -> float:
         if step < warmup_steps:
             return (step + 1) / (warmup_steps + 1)
-        return (total_steps - step) / (total_steps - warmup_steps)
+        # a warm-up as long as the schedule (or longer, as Colossal-AI allows) leaves nothing to decay over
+        return (total_steps - step) / (total_steps - warmup_steps) if total_steps > warmup_steps else 0.0
 
     return factor
 
@@ -159,8 +158,6 @@ class LinearWarmupLR(torch_schedulers.LambdaLR):
 
     def __init__(self, optimizer: Optimizer, total_steps: int, warmup_steps: int = 0, last_epoch: int = -1) -> None:
         _steps("LinearWarmupLR", total_steps, warmup_steps)
-        if total_steps == warmup_steps:
-            raise ValueError(f"LinearWarmupLR(total_steps={total_steps}) must be longer than warmup_steps.")
         self.total_steps, self.warmup_steps = total_steps, warmup_steps
         super().__init__(optimizer, _linear_warmup_factor(total_steps, warmup_steps), last_epoch=last_epoch)
 

@@ -183,22 +183,44 @@ _SET_BY_FIT = {
 
 
 class _EngineModule(SupervisedModule):
-    """The engine's model, trained as `SupervisedModule` does, each step's output carrying the model's output and
-    the label with the loss, which Colossal-AI's hooks receive after each iteration."""
+    """The engine's model, trained as `SupervisedModule` does, called as Colossal-AI's schedule calls it (inputs: a
+    tensor, or a tuple or dict of arguments; the criterion given the outputs, then the labels), each step's output
+    carrying the model's output and the label with the loss, which Colossal-AI's hooks receive after an iteration."""
 
     def train_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:  # type: ignore[override]  # the loss, with more
-        inputs, targets = split_batch(batch, "Colossal-AI's Trainer", "Give it (inputs, label) batches.")
-        output = self.model(inputs)
-        loss = self.criterion(output, targets)
-        self.log("train_loss", loss, prog_bar=True)
-        return {"loss": loss, "output": output, "target": targets}
+        return self._step(batch, "train_loss")
 
     def eval_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
+        return self._step(batch, "val_loss")
+
+    def _step(self, batch: Any, name: str) -> dict[str, Any]:
         inputs, targets = split_batch(batch, "Colossal-AI's Trainer", "Give it (inputs, label) batches.")
-        output = self.model(inputs)
-        loss = self.criterion(output, targets)
-        self.log("val_loss", loss, prog_bar=True)
+        output = _call(self.model, inputs)
+        loss = _call_criterion(self.criterion, output, targets)
+        self.log(name, loss, prog_bar=True)
         return {"loss": loss, "output": output, "target": targets}
+
+
+def _call(model: Callable[..., Any], inputs: Any) -> Any:
+    if isinstance(inputs, (list, tuple)):
+        return model(*inputs)
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    return model(inputs)
+
+
+def _call_criterion(criterion: Callable[..., Any], outputs: Any, labels: Any) -> Any:
+    outputs = (outputs,) if isinstance(outputs, torch.Tensor) else outputs
+    labels = (labels,) if isinstance(labels, torch.Tensor) else labels
+    if isinstance(outputs, dict):
+        if not isinstance(labels, dict):
+            raise ValueError(
+                f"The model's outputs are a dict, so the labels must be one too; got {type(labels).__name__}."
+            )
+        return criterion(**outputs, **labels)
+    if isinstance(labels, dict):
+        return criterion(*outputs, **labels)
+    return criterion(*outputs, *labels)
 
 
 # Colossal-AI's hook methods -> (stage, event) of the run, and whether the step's (output, label, loss) go with it
