@@ -80,14 +80,16 @@ def test_optimizers_take_torchs_update_and_refuse_what_torch_has_not():
         return weight.detach()
 
     torch.testing.assert_close(
-        updated(lambda p: col_nn.FusedAdam(p, lr=0.1, weight_decay=0.1)), updated(lambda p: torch.optim.AdamW(p, lr=0.1, weight_decay=0.1))
+        updated(lambda p: col_nn.FusedAdam(p, lr=0.1, weight_decay=0.1)),
+        updated(lambda p: torch.optim.AdamW(p, lr=0.1, weight_decay=0.1)),
     )
     torch.testing.assert_close(
         updated(lambda p: col_nn.HybridAdam(p, lr=0.1, weight_decay=0.1, adamw_mode=False)),
         updated(lambda p: torch.optim.Adam(p, lr=0.1, weight_decay=0.1)),
     )
     torch.testing.assert_close(
-        updated(lambda p: col_nn.FusedSGD(p, lr=0.1, momentum=0.9)), updated(lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9))
+        updated(lambda p: col_nn.FusedSGD(p, lr=0.1, momentum=0.9)),
+        updated(lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)),
     )
     with pytest.raises(ImportError, match="torch has no LAMB optimizer"):
         from tracktrain.colossal.nn import Lamb  # noqa: F401
