@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # The files whose python blocks run, in this order, in one session: the README's Quickstart makes the data and the
 # `Classifier` the pages use, and a page may use what an earlier one made (export.md exports tools.md's averaged
-# model; colossal-ai.md's ModelEngine loop steps the model, criterion and loader of its Colossal-AI block).
+# model; colossal-ai.md's Trainer block trains the engine its launch block built).
 PAGES = (
     "README.md",
     "docs/migration/lightning.md",

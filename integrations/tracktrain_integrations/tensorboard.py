@@ -13,7 +13,7 @@ from typing import Any
 
 from tracktrain import storage
 from tracktrain.callbacks.base import Callback
-from tracktrain.distributed.ranks import global_rank
+from tracktrain.distributed.ranks import global_rank, rank_and_world_size
 from tracktrain.loggers.base import Logger, flatten_params
 from tracktrain.loggers.csv_logger import next_version, write_yaml
 
@@ -182,9 +182,17 @@ class TensorboardHook(Callback):
     """Colossal-AI's TensorboardHook: log the run's values to TensorBoard under `log_dir`, on the given `ranks`
     (each rank writes to `log_dir/rank_{rank}`)."""
 
-    hook_priority = 10  # Colossal-AI's default for this hook: the Colossal Trainer orders its hooks by it
-
-    def __init__(self, log_dir: str | os.PathLike, ranks: Sequence[int] = (0,)) -> None:
+    def __init__(
+        self,
+        log_dir: str | os.PathLike,
+        ranks: Sequence[int] | None = None,
+        parallel_mode: Any = None,
+        priority: int = 10,
+    ) -> None:
+        """Colossal-AI's arguments: `ranks` None (every rank) or a list; `parallel_mode` the group `ranks` count
+        in (Colossal-AI's `ParallelMode.GLOBAL` by default); `priority` the order among the Colossal Trainer's hooks."""
+        if ranks is None:
+            ranks = list(range(rank_and_world_size()[1]))
         if isinstance(ranks, int) or not all(isinstance(rank, int) for rank in ranks):
             raise TypeError(f"TensorboardHook(ranks=...) must be a list of ranks, e.g. [0], got {ranks!r}.")
         if list(ranks) != [0]:
@@ -192,6 +200,12 @@ class TensorboardHook(Callback):
                 f"TensorboardHook(ranks={list(ranks)}): values reach loggers on rank 0 only (one run per training "
                 "job), so only ranks=[0] writes anything. Use ranks=[0]."
             )
+        if parallel_mode is not None and getattr(parallel_mode, "value", None) != "global":
+            raise ValueError(
+                f"TensorboardHook(parallel_mode={parallel_mode}): ranks count among all processes here "
+                "(ParallelMode.GLOBAL); leave parallel_mode out."
+            )
+        self.hook_priority = priority  # the order the Colossal Trainer hands its hooks over
         _summary_writer()  # fail now, not at the first epoch, when tensorboard is missing
         self.log_dir = os.fspath(log_dir)
         self.ranks = list(ranks)
