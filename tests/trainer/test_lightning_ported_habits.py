@@ -22,6 +22,15 @@ from tracktrain.callbacks import EarlyStopping, ModelCheckpoint, ModelSummary
 from ._tasks import GAN, Classifier, make_loader, quiet
 
 
+class CrashAt(Callback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            raise RuntimeError("crash")
+
+
 def test_fit_validate_test_predict_take_lightnings_keyword_names(tmp_path, capsys):
     trainer = Trainer(**quiet(tmp_path, max_epochs=1))
     module = Classifier()
@@ -199,4 +208,183 @@ def test_early_stopping_strict_false_skips_a_check_without_the_metric(tmp_path):
     with pytest.raises(Exception, match="never_logged"):  # strict (the default): the missing metric is an error
         Trainer(**{**quiet(tmp_path / "b", max_epochs=2), "callbacks": [EarlyStopping("never_logged")]}).fit(
             Classifier(), make_loader(), make_loader(seed=1)
+        )
+
+
+def test_on_step_in_validation_logs_each_batch_at_lightnings_step(tmp_path):
+    L = pytest.importorskip("lightning.pytorch")
+
+    def values_logged(module, trainer_class, **options):
+        recorded = []
+
+        def record(metrics, step=None):
+            recorded.append((step, {key: round(float(value), 4) for key, value in metrics.items() if "val_x" in key}))
+
+        trainer = trainer_class(max_epochs=1, enable_progress_bar=False, enable_checkpointing=False,
+                                enable_model_summary=False, default_root_dir=tmp_path, **options)  # fmt: skip
+        logger = trainer.loggers[0]
+        logger.log_metrics = record
+        trainer.validate(module, make_loader(n=24), verbose=False)
+        return [entry for entry in recorded if entry[1]], dict(trainer.callback_metrics)
+
+    class Ours(Classifier):
+        def eval_step(self, batch, batch_idx):
+            self.log("val_x", float(batch_idx), on_step=True, on_epoch=True)
+
+    class Theirs(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Linear(4, 2)
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val_x", float(batch_idx), on_step=True, on_epoch=True)
+
+    ours, our_metrics = values_logged(Ours(), Trainer)
+    theirs, their_metrics = values_logged(Theirs(), L.Trainer, logger=L.loggers.CSVLogger(tmp_path))
+    assert ours == theirs  # [(1, {"val_x_step": 0}), (2, ...), (3, ...), (epoch value)]
+    assert {key for key in our_metrics if "val_x" in key} == {key for key in their_metrics if "val_x" in key}
+
+
+@pytest.mark.parametrize("minimum", [{"min_epochs": 3}, {"min_steps": 20}])
+def test_a_stop_asked_before_min_epochs_or_min_steps_waits_for_them_as_in_lightning(tmp_path, minimum):
+    L = pytest.importorskip("lightning.pytorch")
+
+    class StopAtOnce(Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            trainer.should_stop = True
+
+    class LightningStopAtOnce(L.Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            trainer.should_stop = True
+
+    class LightningClassifier(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Linear(4, 2)
+
+        def training_step(self, batch, batch_idx):
+            return F.cross_entropy(self.net(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    ours = Trainer(**{**quiet(tmp_path, max_epochs=10, **minimum), "callbacks": [StopAtOnce()]})
+    ours.fit(Classifier(), make_loader())
+    theirs = L.Trainer(
+        max_epochs=10, callbacks=[LightningStopAtOnce()], logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path, **minimum,
+    )  # fmt: skip
+    theirs.fit(LightningClassifier(), make_loader())
+    assert ours.global_step == theirs.global_step  # 3 epochs of 8 steps; or the first step past 20
+    assert ours.current_epoch == theirs.current_epoch
+
+
+def test_detect_anomaly_names_the_backward_op_that_made_a_nan(tmp_path):
+    class NaNGradient(Classifier):
+        def train_step(self, batch, batch_idx):
+            return torch.sqrt(self.net(batch[0]).sum() * 0 - 1)  # sqrt(-1): NaN, and so its gradient
+
+    trainer = Trainer(**quiet(tmp_path, max_epochs=1, detect_anomaly=True, nonfinite="warn"))
+    with pytest.raises(RuntimeError, match="SqrtBackward0"), pytest.warns(UserWarning, match="Anomaly Detection"):
+        trainer.fit(NaNGradient(), make_loader())
+
+
+def test_reload_dataloaders_every_n_epochs_asks_the_module_again_as_lightning(tmp_path):
+    L = pytest.importorskip("lightning.pytorch")
+
+    def reloading(base):
+        class Reloading(base):
+            def __init__(self) -> None:
+                super().__init__()
+                self.net = nn.Linear(4, 2)
+                self.asked, self.sizes = [], []
+
+            def train_dataloader(self):
+                self.asked.append(self.trainer.current_epoch)
+                return make_loader(n=32, batch_size=4 + 4 * len(self.asked))  # a curriculum: larger each time
+
+            def on_train_batch_start(self, batch, batch_idx):
+                if batch_idx == 0:
+                    self.sizes.append(batch[0].shape[0])
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        return Reloading
+
+    class Ours(reloading(LoopModule)):
+        def train_step(self, batch, batch_idx):
+            return F.cross_entropy(self.net(batch[0]), batch[1])
+
+    class Theirs(reloading(L.LightningModule)):
+        def training_step(self, batch, batch_idx):
+            return F.cross_entropy(self.net(batch[0]), batch[1])
+
+    ours = Ours()
+    Trainer(**quiet(tmp_path, max_epochs=5, reload_dataloaders_every_n_epochs=2)).fit(ours)
+    theirs = Theirs()
+    L.Trainer(
+        max_epochs=5, reload_dataloaders_every_n_epochs=2, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+    ).fit(theirs)  # fmt: skip
+    assert ours.asked == theirs.asked == [0, 2, 4]
+    assert ours.sizes == theirs.sizes == [8, 8, 12, 12, 16]
+
+
+def test_gradient_accumulation_scheduler_trains_as_lightnings_and_resumes_exactly(tmp_path):
+    L = pytest.importorskip("lightning.pytorch")
+    from tracktrain.callbacks import GradientAccumulationScheduler
+
+    scheduling = {0: 1, 1: 3, 2: 2}
+
+    class LightningClassifier(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.net = nn.Linear(4, 2)
+
+        def training_step(self, batch, batch_idx):
+            return F.cross_entropy(self.net(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            self.total = self.trainer.estimated_stepping_batches
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    class Ours(Classifier):
+        def configure_optimizers(self):
+            self.total = self.trainer.estimated_stepping_batches
+            return super().configure_optimizers()
+
+    theirs = LightningClassifier()
+    L.Trainer(
+        max_epochs=3, callbacks=[L.callbacks.GradientAccumulationScheduler(scheduling)], logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+    ).fit(theirs, make_loader())  # fmt: skip
+    ours = Ours()
+    trainer = Trainer(**quiet(tmp_path, max_epochs=3, callbacks=[GradientAccumulationScheduler(scheduling)]))
+    trainer.fit(ours, make_loader())
+    # 8 batches an epoch: 8, 3, 4 steps. Lightning's estimate counts the epochs at the factor of the first (24)
+    assert trainer.global_step == 8 + 3 + 4 == ours.total and theirs.total == 24
+    assert torch.allclose(ours.net.weight, theirs.net.weight, atol=1e-6)
+
+    def resumable(root, crash_at=None):
+        callbacks = [
+            GradientAccumulationScheduler(scheduling),
+            ModelCheckpoint(dirpath=root / "ckpt", every_n_train_steps=2),
+        ]
+        callbacks += [CrashAt(crash_at)] if crash_at else []
+        module = Classifier()
+        Trainer(**quiet(root, max_epochs=3, seed=1, resume="auto", callbacks=callbacks)).fit(
+            module, make_loader(shuffle=True)
+        )
+        return module
+
+    whole = resumable(tmp_path / "whole")
+    with pytest.raises(RuntimeError, match="crash"):
+        resumable(tmp_path / "cut", crash_at=11)  # in the second epoch's windows of 3: resumed from step 10
+    resumed = resumable(tmp_path / "cut")
+    assert torch.equal(whole.net.weight, resumed.net.weight)
+    with pytest.raises(ValueError, match="accumulate_grad_batches=2\\) and a GradientAccumulationScheduler"):
+        Trainer(**quiet(tmp_path, accumulate_grad_batches=2, callbacks=[GradientAccumulationScheduler({0: 2})])).fit(
+            Classifier(), make_loader()
         )

@@ -18,6 +18,7 @@ _LAZY = {
     "EMA": "tracktrain.callbacks.weight_averaging",
     "EarlyStopping": "tracktrain.callbacks.early_stopping",
     "EarlyStoppingReason": "tracktrain.callbacks.early_stopping",
+    "GradientAccumulationScheduler": "tracktrain.callbacks.gradient_accumulation",
     "LearningRateMonitor": "tracktrain.callbacks.lr_monitor",
     "LossTracker": "tracktrain.callbacks.metric_tracking",
     "MemoryMonitor": "tracktrain.callbacks.memory",

@@ -269,6 +269,13 @@ class ResumableEngine(Engine):
             set_rng_states(rng_states)
         self.state.rng_states = None
 
+    def replace_data(self, data: Any, epoch_length: int | None) -> None:
+        """Between epochs (Lightning's `reload_dataloaders_every_n_epochs`): the next epoch reads `data`, a new pass
+        reseeded as every pass is, for `epoch_length` batches (None: its length)."""
+        self.state.dataloader = make_reproducible(data) if isinstance(data, DataLoader) else data
+        self.state.epoch_length = epoch_length or self._get_data_length(data) or self.state.epoch_length
+        self._setup_dataloader_iter()
+
     def _run_once_on_dataset_as_gen(self) -> Generator[State, None, float]:
         starts_an_epoch = not self._init_iter  # not a resume in the middle of one
         if self.restart_data_each_epoch and starts_an_epoch and self.state.iteration > self._pass_start:

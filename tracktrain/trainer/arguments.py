@@ -67,6 +67,12 @@ def check_positive_int(name: str, value: Any, allow_none: bool = False) -> int |
     return int(value)
 
 
+def check_non_negative_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not is_integral(value) or value < 0:
+        raise ValueError(f"Trainer({name}=...) must be an integer >= 0, got {value!r}.")
+    return int(value)
+
+
 def check_non_negative_number(name: str, value: Any, allow_infinite: bool = False) -> float | None:
     """A number >= 0 (NaN never: every comparison with it is false, so it would pass any check later), 0 as None."""
     if value is None:

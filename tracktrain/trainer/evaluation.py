@@ -129,6 +129,7 @@ class EvaluationStages:
         batch = self._to_device(batch)
         log = trainer.metric_log
         log.batch = batch
+        log.count_batch()
         several = self._several
         if several is not None:
             step = trainer.strategy.evaluation_forward(self._indexed_steps[several.dataloader_idx])

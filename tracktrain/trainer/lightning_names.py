@@ -122,6 +122,7 @@ CALLBACKS_SAME = frozenset(
         "ModelSummary",
         "TQDMProgressBar",
         "WeightAveraging",  # its average stays on the module's device: no device= argument
+        "GradientAccumulationScheduler",
     }
 )
 
@@ -160,11 +161,6 @@ CALLBACKS_INSTEAD = {
     "ModelPruning": "torch.nn.utils.prune in a Callback's on_train_epoch_end (prune.remove before saving or exporting)",
     "SpikeDetection": "Trainer(nonfinite=...) acts on non-finite losses; a rise of a finite loss is for a Callback "
     "that watches trainer.callback_metrics",
-    "GradientAccumulationScheduler": "not offered, on purpose: Trainer(accumulate_grad_batches=N) is fixed for a run, "
-    "because a resumed run must count the same optimizer steps per epoch as an uninterrupted one (global_step, "
-    "estimated_stepping_batches, the LR schedule and where a mid-epoch resume starts all follow from it), which "
-    "a per-epoch schedule changes. To accumulate more later, fit in stages: a new fit of "
-    "MyModule.load_from_checkpoint(path) with another accumulate_grad_batches",
 }
 
 # Trainer properties and methods of Lightning's that tracktrain does not offer, with what to use
@@ -187,8 +183,6 @@ TRAINER_NOT_OFFERED = {
     "is_last_batch": "batch_idx + 1 == trainer.train_engine.state.epoch_length",
     "lightning_module": "trainer.module (set by fit/validate/test/predict)",
     "model": "trainer.module (set by fit/validate/test/predict)",
-    "min_epochs": "nothing: tracktrain has no min_epochs/min_steps; stop with EarlyStopping or trainer.should_stop",
-    "min_steps": "nothing: tracktrain has no min_epochs/min_steps; stop with EarlyStopping or trainer.should_stop",
     "num_training_batches": "trainer.train_engine.state.epoch_length (during a fit)",
     "num_val_batches": "len(loader) under Trainer(limit_val_batches=...)",
     "num_test_batches": "len(loader) under Trainer(limit_test_batches=...)",
@@ -205,20 +199,15 @@ TRAINER_NOT_OFFERED = {
 # Trainer(...) arguments of Lightning's that tracktrain does not take (a TypeError), with why and what to use
 TRAINER_ARGUMENTS_NOT_OFFERED = {
     "num_nodes": "torchrun --nnodes: processes come from the launcher",
-    "min_epochs": "nothing: stop with EarlyStopping or trainer.should_stop",
-    "min_steps": "nothing: stop with EarlyStopping or trainer.should_stop",
     "benchmark": "torch.backends.cudnn.benchmark = True before the fit",
     "inference_mode": "evaluation runs under torch.no_grad() (tensors usable in autograd later)",
     "use_distributed_sampler": "the strategy replaces a DataLoader's sampler only when it is a plain Random/"
     "SequentialSampler; give a DistributedSampler yourself to keep your own",
     "profiler": "tracktrain.callbacks.Profiler (a callback)",
-    "detect_anomaly": "torch.autograd.set_detect_anomaly(True) before the fit",
     "barebones": "Trainer(enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False, "
     "loggers=False)",
     "plugins": "nothing: precision and environments are Trainer(precision=...) and the launcher's",
     "sync_batchnorm": "torch.nn.SyncBatchNorm.convert_sync_batchnorm(module) before the fit",
-    "reload_dataloaders_every_n_epochs": "an iterable with a __len__ whose __iter__ builds the epoch's loader (the "
-    "engine calls iter() at each epoch; train_dataloader() is called once per fit)",
     "enable_autolog_hparams": "nothing to turn off: the module's hparams and the Trainer's settings are always logged",
     "model_registry": "nothing: tracktrain_integrations.mlflow_model registers models with MLflow",
 }

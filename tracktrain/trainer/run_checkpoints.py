@@ -349,16 +349,18 @@ def _draw_seed() -> int:
 def _run_settings(trainer: TrainerForCheckpoints, context: FitContext, module: LoopModule) -> dict[str, Any]:
     """What the run's checkpoints save of its settings and the loggers record: the module's class and hparams, the
     datamodule's (if the fit has one), and the Trainer's."""
-    return run_settings(module, _trainer_settings(trainer)) | datamodule_settings(context.datamodule)
+    return run_settings(module, _trainer_settings(trainer, context)) | datamodule_settings(context.datamodule)
 
 
-def _trainer_settings(trainer: TrainerForCheckpoints) -> dict[str, Any]:
+def _trainer_settings(trainer: TrainerForCheckpoints, context: FitContext) -> dict[str, Any]:
     """The Trainer's part of the run's settings: what changes the run's result, compared when a fit resumes."""
     return {
         "max_epochs": trainer.max_epochs,
         "max_steps": trainer.max_steps,
         "max_time": None if trainer.max_time is None else str(trainer.max_time),
-        "accumulate_grad_batches": trainer.accumulate_grad_batches,
+        "accumulate_grad_batches": (
+            context.accumulation.setting() if context.accumulation is not None else trainer.accumulate_grad_batches
+        ),
         "gradient_clip_val": trainer.gradient_clip_val,
         "precision": trainer.precision,
         "strategy": trainer.strategy_name,

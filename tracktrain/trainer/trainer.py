@@ -15,6 +15,7 @@ from tracktrain.checkpoint.resume import check_resume
 from tracktrain.checks.refusal import show_refusals_plainly
 from tracktrain.distributed import ranks
 from tracktrain.distributed.boundary import Decision
+from tracktrain.distributed.logger import get_dist_logger
 from tracktrain.engine.deterministic import ResumableEngine
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events
@@ -159,6 +160,10 @@ class Trainer:
         check_val_every_n_epoch: int | None = None,
         devices: int | str = "auto",
         max_time: str | datetime.timedelta | Mapping[str, float] | None = None,
+        min_epochs: int | None = None,
+        min_steps: int | None = None,
+        detect_anomaly: bool = False,
+        reload_dataloaders_every_n_epochs: int = 0,
     ) -> None:
         show_refusals_plainly()  # a lease held elsewhere, a checkpoint refused: the message, not our frames
         self.fast_dev_run = check_fast_dev_run(fast_dev_run)
@@ -176,6 +181,12 @@ class Trainer:
             max_epochs, max_steps, limits, val_check_interval, val_every_n_epochs = quick.schedule
             loggers, logger, resume, enable_checkpointing, callbacks = False, None, None, False, quick.callbacks
         self.max_steps = arguments.check_positive_int("max_steps", max_steps, allow_none=True)
+        self.min_epochs = arguments.check_positive_int("min_epochs", min_epochs, allow_none=True)
+        self.min_steps = arguments.check_positive_int("min_steps", min_steps, allow_none=True)
+        self.detect_anomaly = arguments.check_bool("Trainer(detect_anomaly=...)", detect_anomaly)
+        self.reload_dataloaders_every_n_epochs = arguments.check_non_negative_int(
+            "reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs
+        )
         self.max_epochs = arguments.check_positive_int("max_epochs", max_epochs, allow_none=True)
         self.training_time = TrainingTime(max_time)  # the run's, over its resumes; stops the fit at max_time
         self.max_time: datetime.timedelta | None = self.training_time.limit
@@ -437,13 +448,17 @@ class Trainer:
         return self.metrics.progress_bar_metrics()
 
     # ------------------------------------------------------------------- the surface callbacks and hooks use
-    def stop(self, *, agreed: bool = False) -> None:
+    def stop(self, *, agreed: bool = False, limit: bool = False) -> None:
         """End training after the current iteration. An epoch cut short still ends as the run's last one: its
         end hooks, validation, schedulers and checkpoints run. Callable from any hook or handler of the run.
 
         Under DDP a request from any one rank is agreed on by all at the end of the epoch, so no rank stops
         alone and leaves the others waiting. `agreed=True`: every rank takes this decision at this same step
-        (max_steps, an early-stopping check all-reduced across ranks): stop now, without that agreement."""
+        (max_steps, an early-stopping check all-reduced across ranks): stop now, without that agreement.
+        Before `min_epochs` / `min_steps` are done a request waits for them, as Lightning's; `limit=True` (the
+        run's own limits: max_steps, max_time) does not wait."""
+        if not limit and self._stop_waits_for_the_minimum():
+            return
         if self.strategy.is_distributed and not agreed:
             self.session.stop_requested = True
             return
@@ -453,6 +468,33 @@ class Trainer:
             return
         engine.state.max_epochs = engine.state.epoch
         engine.terminate_epoch()
+
+    def _stop_waits_for_the_minimum(self) -> bool:
+        """Whether a stop asked for now waits until `min_epochs` epochs and `min_steps` steps are done (it is then
+        taken as soon as they are: `take_a_stop_that_waited`)."""
+        if self._minimum_done():
+            return False
+        if not self.context.stop_waits:
+            self.context.stop_waits = True
+            get_dist_logger().info(
+                f"The fit was asked to stop at epoch {self.current_epoch}, step {self.global_step}, before "
+                f"min_epochs={self.min_epochs} / min_steps={self.min_steps}: it stops once they are done."
+            )
+        return True
+
+    def _minimum_done(self) -> bool:
+        engine = self.train_engine
+        epochs_done = engine.state.epoch - (0 if engine.last_event_name is Events.EPOCH_COMPLETED else 1)
+        return (self.min_steps is None or self.global_step >= self.min_steps) and (
+            self.min_epochs is None or epochs_done >= self.min_epochs
+        )
+
+    def take_a_stop_that_waited(self) -> None:
+        """At a step's or an epoch's end: a stop that waited for `min_epochs` / `min_steps` is taken once they are
+        done (every rank alike: the stop was agreed, the counts are the same on every rank)."""
+        if self.context.stop_waits and self._minimum_done():
+            self.context.stop_waits = False
+            self.stop(agreed=True, limit=True)
 
     @property
     def should_stop(self) -> bool:
@@ -612,6 +654,10 @@ class Trainer:
             arguments.check_bool("predict(return_predictions=...)", return_predictions)
         predictions = self.session.predict(model, dataloaders, datamodule, ckpt_path)
         return None if return_predictions is False else predictions
+
+    def reload_loaders(self) -> None:
+        """An epoch starts: the loaders reloaded when `reload_dataloaders_every_n_epochs` says."""
+        self.session.reload_loaders()
 
     def loader_for(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
         """`loader` as the strategy reads it (this process's shard under DDP), made once per entry point."""
