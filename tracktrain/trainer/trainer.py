@@ -655,6 +655,10 @@ class Trainer:
         predictions = self.session.predict(model, dataloaders, datamodule, ckpt_path)
         return None if return_predictions is False else predictions
 
+    def train_epoch_length(self) -> int | None:
+        """The batches of one training epoch of the fit under way (None: its loader has no length)."""
+        return self.session.train_loader()[1]
+
     def reload_loaders(self) -> None:
         """An epoch starts: the loaders reloaded when `reload_dataloaders_every_n_epochs` says."""
         self.session.reload_loaders()
