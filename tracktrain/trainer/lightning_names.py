@@ -123,6 +123,8 @@ CALLBACKS_SAME = frozenset(
         "TQDMProgressBar",
         "WeightAveraging",  # its average stays on the module's device: no device= argument
         "GradientAccumulationScheduler",
+        "RichModelSummary",
+        "RichProgressBar",
     }
 )
 
@@ -148,9 +150,7 @@ CALLBACKS_INSTEAD = {
     "OnExceptionCheckpoint": "a ModelCheckpoint already saves a full checkpoint when the fit is stopped by a signal "
     "(SIGTERM, SIGUSR1, Ctrl-C: tracktrain.distributed.preemption), and the same command resumes it; after an error, the last "
     "committed checkpoint is the one to resume",
-    "RichModelSummary": "tracktrain.callbacks.ModelSummary (a plain-text table; rich is not a dependency)",
     # not offered
-    "RichProgressBar": "tracktrain.callbacks.TQDMProgressBar (rich is not a dependency)",
     "LambdaCallback": "subclass tracktrain.callbacks.Callback with those hooks as methods",
     "BasePredictionWriter": "trainer.predict(...) returns the predictions; to write them as they come, a "
     "tracktrain.callbacks.Callback with on_predict_batch_end(trainer, module, outputs, batch, batch_idx)",
