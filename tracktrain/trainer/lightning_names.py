@@ -125,16 +125,16 @@ CALLBACKS_SAME = frozenset(
         "GradientAccumulationScheduler",
         "RichModelSummary",
         "RichProgressBar",
+        "StochasticWeightAveraging",
+        "EMAWeightAveraging",
+        "LambdaCallback",
+        "BasePredictionWriter",
     }
 )
 
 # ... and the others, renamed or not offered: what to use (the message of `from tracktrain.callbacks import <name>`)
 CALLBACKS_INSTEAD = {
     # renamed
-    "StochasticWeightAveraging": "ours is tracktrain.callbacks.SWA(swa_epoch_start=..., swa_lrs=..., "
-    "annealing_epochs=..., annealing_strategy=...)",
-    "EMAWeightAveraging": "ours is tracktrain.callbacks.EMA(decay=..., start_step=..., every_n_steps=...) (Lightning's "
-    "update_starting_at_step / update_every_n_steps)",
     "ProgressBar": "ours is tracktrain.callbacks.TrainerProgressBar (subclass it for another bar; "
     "Trainer(enable_progress_bar=False) turns the default one off)",
     "Checkpoint": "subclass tracktrain.callbacks.ModelCheckpoint, or give a Callback the members of "
@@ -151,9 +151,6 @@ CALLBACKS_INSTEAD = {
     "(SIGTERM, SIGUSR1, Ctrl-C: tracktrain.distributed.preemption), and the same command resumes it; after an error, the last "
     "committed checkpoint is the one to resume",
     # not offered
-    "LambdaCallback": "subclass tracktrain.callbacks.Callback with those hooks as methods",
-    "BasePredictionWriter": "trainer.predict(...) returns the predictions; to write them as they come, a "
-    "tracktrain.callbacks.Callback with on_predict_batch_end(trainer, module, outputs, batch, batch_idx)",
     "BaseFinetuning": "freeze and unfreeze in a Callback's on_train_epoch_start (requires_grad_), adding the "
     "unfrozen parameters with optimizer.add_param_group",
     "BackboneFinetuning": "freeze and unfreeze in a Callback's on_train_epoch_start (requires_grad_), adding the "
