@@ -222,3 +222,75 @@ def test_no_module_imports_another_modules_private_names():
     assert reaches == {}, "make the name public where it lives (one job, used by others) or keep the use inside"
     assert _private_imports("from tracktrain.metrics.metric import Metric, _identity") == ["_identity"]
     assert _private_imports("import tracktrain.engine._signature\nfrom tracktrain import __version__") == ["_signature"]
+
+
+# Classes that keep the Trainer given to them (issue 47: a part is built with what it uses). Kept by design, as the
+# APIs they reproduce keep theirs: Lightning's `module.trainer`, Lightning's `Tuner(trainer)`, Ignite's EarlyStopping
+# (its trainer Engine) and the Colossal-AI hook adapter (Colossal-AI's Trainer, not ours).
+KEEPS_A_TRAINER_BY_DESIGN = {
+    "tracktrain/trainer/module.py:LoopModule",
+    "tracktrain/tuning/tuner.py:Tuner",
+    "tracktrain/handlers/early_stopping.py:EarlyStopping",
+    "tracktrain/colossal/trainer/trainer.py:_HookCallback",
+}
+# the Trainer's own parts that still keep it: to be built with what they use instead, so this list only shrinks
+KEEPS_A_TRAINER_TO_REMOVE = {
+    "tracktrain/trainer/metrics_hub.py:MetricsHub",
+    "tracktrain/trainer/evaluation.py:EvaluationStages",
+    "tracktrain/trainer/fit_step.py:FitStep",
+    "tracktrain/trainer/preemption_control.py:PreemptionControl",
+    "tracktrain/trainer/run_checkpoints.py:RunCheckpoints",
+    "tracktrain/trainer/run_checkpoints.py:WeightsOnlyState",
+    "tracktrain/trainer/session.py:Session",
+    "tracktrain/trainer/run_order.py:RunOrder",
+    "tracktrain/trainer/run_order.py:_FitWork",
+    "tracktrain/trainer/run_order.py:_EvaluationWork",
+    "tracktrain/trainer/trainer_state.py:TrainerState",
+}
+
+
+def _classes_keeping_a_trainer(source: str, filename: str = "<text>") -> set[str]:
+    """The classes with a method that stores its `trainer` argument on `self` (`self.x = trainer`, or in a tuple)."""
+    keeping = set()
+    for cls in ast.walk(ast.parse(source, filename)):
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        for node in ast.walk(cls):
+            if isinstance(node, ast.Assign):
+                targets, value = node.targets, node.value
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                targets, value = [node.target], node.value
+            else:
+                continue
+            pairs = (
+                zip(targets[0].elts, value.elts)
+                if len(targets) == 1 and isinstance(targets[0], ast.Tuple) and isinstance(value, ast.Tuple)
+                else ((target, value) for target in targets)
+            )
+            for target, stored in pairs:
+                on_self = (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id == "self"
+                )
+                if on_self and isinstance(stored, ast.Name) and stored.id == "trainer":
+                    keeping.add(cls.name)
+    return keeping
+
+
+def test_no_part_keeps_the_trainer():
+    keeping = {
+        f"{_relative(path)}:{name}"
+        for path in _modules(PACKAGE) + _modules(INTEGRATIONS)
+        for name in _classes_keeping_a_trainer(path.read_text(), str(path))
+    }
+    assert keeping - KEEPS_A_TRAINER_BY_DESIGN - KEEPS_A_TRAINER_TO_REMOVE == set(), (
+        "a part keeps the Trainer: give it what it uses when it is built or called (a value, the strategy, a logger)"
+    )
+    assert KEEPS_A_TRAINER_TO_REMOVE - keeping == set(), "a part no longer keeps the Trainer: take it off the list"
+    example = "class Part:\n    def __init__(self, trainer):\n        self.strategy, self._trainer = trainer.strategy, trainer\n"
+    assert _classes_keeping_a_trainer(example) == {"Part"}
+    assert (
+        _classes_keeping_a_trainer("class Part:\n    def f(self, trainer):\n        self.step = trainer.step\n")
+        == set()
+    )

@@ -8,7 +8,7 @@ import math
 import os
 import time
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -156,7 +156,9 @@ class ModelCheckpoint(Callback):
         self._checkpoint: Checkpoint | None = None
         self._last: Checkpoint | None = None
         self._pending_state: Mapping[str, Any] | None = None
-        self._trainer: TrainerSurface | None = None
+        # what the save being taken is named and numbered by, set by `_save_with` (the handlers read it)
+        self._values_at_save: Mapping[str, Any] = {}
+        self._step_at_save = 0
         self._last_saved_step = -1
         self._agreed_score: float | None = None  # the score of the save being taken, agreed by every rank
 
@@ -211,13 +213,13 @@ class ModelCheckpoint(Callback):
                 self._objects(trainer),
                 self._saver,
                 self._template,
-                lambda: {**trainer.callback_metrics, "epoch": trainer.current_epoch, "step": trainer.global_step},
+                lambda: self._values_at_save,
                 trainer.strategy.rank_zero_value,
                 filename_prefix=self.filename_prefix,
                 score_function=self._score if self.monitor else None,
                 score_name=self.monitor,
                 n_saved=self.save_top_k or (None if self.save_top_k is None else 1),
-                global_step_transform=lambda engine, event: trainer.global_step,
+                global_step_transform=self._global_step_at_save,
             )
             # built even without save_last: a pre-emption checkpoint must be kept whatever its score
             self._last = Checkpoint(
@@ -225,7 +227,7 @@ class ModelCheckpoint(Callback):
                 self._saver,
                 filename_prefix="last",
                 n_saved=max(int(self.save_last), 1),
-                global_step_transform=lambda engine, event: trainer.global_step,
+                global_step_transform=self._global_step_at_save,
             )
             extension = getattr(saver, "extension", "pt")  # a sharded checkpoint is a directory "<name>.dcp"
             self._checkpoint.ext = self._last.ext = extension
@@ -233,7 +235,6 @@ class ModelCheckpoint(Callback):
             for handler in (self._checkpoint, self._last):
                 if handler is not None:
                     handler.to_save = self._objects(trainer)
-        self._trainer = trainer
         if self._pending_state is not None:
             self.load_state_dict(self._pending_state)
         self._protect_resumed_from(trainer.ckpt_path)
@@ -251,7 +252,10 @@ class ModelCheckpoint(Callback):
         if global_rank() == 0:
             self._remove_what_killed_saves_left()
         if trainer.ckpt_path is not None:  # a new run leaves another run's checkpoints in the directory alone
-            self._count_every_committed_checkpoint()
+            self._count_every_committed_checkpoint(trainer.strategy.rank_zero_value)
+
+    def _global_step_at_save(self, engine: Any, event: Any) -> int:
+        return self._step_at_save
 
     def _objects(self, trainer: TrainerSurface) -> dict[str, Any]:
         """What this callback's checkpoints hold: all the run's state, or with `save_weights_only` the module's."""
@@ -273,7 +277,7 @@ class ModelCheckpoint(Callback):
                 stacklevel=2,
             )
 
-    def _count_every_committed_checkpoint(self) -> None:
+    def _count_every_committed_checkpoint(self, rank_zero_value: Callable[[Any], Any]) -> None:
         """Retention counts every committed checkpoint of the directory that a handler names, not only those in the
         lists the resumed checkpoint recorded: a kill after a newer checkpoint's commit and before the older one's
         deletion leaves one that no list knows, which would otherwise stay forever (see `Checkpoint.adopt`). Rank 0
@@ -285,8 +289,7 @@ class ModelCheckpoint(Callback):
             committed, _ = committed_checkpoints(self._directory)  # those that are not were reported when resuming
             for handler in handlers:
                 handler.adopt(committed, keep=self._saver.protected)
-        assert self._trainer is not None
-        states = self._trainer.strategy.rank_zero_value([handler.state_dict() for handler in handlers])
+        states = rank_zero_value([handler.state_dict() for handler in handlers])
         for handler, state in zip(handlers, states):
             handler.load_state_dict(state)
 
@@ -473,6 +476,12 @@ class ModelCheckpoint(Callback):
         )
         kept_before = set(handler.saved_paths)
         score = self._agreed_score
+        self._step_at_save = trainer.global_step
+        self._values_at_save = {
+            **trainer.callback_metrics,
+            "epoch": trainer.current_epoch,
+            "step": trainer.global_step,
+        }
         handler(trainer.train_engine)
         for path in set(handler.saved_paths) - kept_before:  # the file this save wrote, if it made the cut
             self._after_commit(trainer, os.fspath(path))

@@ -120,7 +120,9 @@ class Profiler(Callback):
         self.trace_paths: list[str] = []
         self.table_paths: list[str] = []
         self._profile: torch.profiler.profile | None = None
-        self._trainer: TrainerSurface | None = None  # while a fit is profiled
+        self._directory: str | None = None  # where this fit's windows go (chosen when it starts)
+        self._global_step = 0  # the fit's global step at the batch being profiled (the windows' titles)
+        self._written: list[tuple[str, str, str, str]] = []  # (title, table, trace, table file) not yet published
         self._step_handler: Callable[[], None] | None = None
         self._window: list[int] = []  # the batches recorded in the current window
         self._windows = 0  # windows written in this fit
@@ -135,20 +137,20 @@ class Profiler(Callback):
         ]
 
     def on_fit_end(self, trainer: TrainerSurface, module: LoopModule) -> None:
-        self._stop(warn_if_empty=True)
+        self._stop(trainer, warn_if_empty=True)
         self._step_handler = None  # it holds the trainer: this callback may outlive it (to read `trace_paths`)
 
     def on_exception(self, trainer: TrainerSurface, module: LoopModule, exception: BaseException) -> None:
-        self._stop(warn_if_empty=False)
+        self._stop(trainer, warn_if_empty=False)
         self._step_handler = None
 
     # ------------------------------------------------------------------------------------------------ the window
     def _start(self, trainer: TrainerSurface) -> None:
-        self._stop(warn_if_empty=False)  # nothing, unless a previous fit of this callback never reached its end
+        self._stop(trainer, warn_if_empty=False)  # nothing, unless a previous fit of this callback never ended
         activities = [ProfilerActivity.CPU]
         if trainer.device.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
-        self._trainer = trainer
+        self._directory = self.dirpath or os.path.join(storage.local_dir(trainer.default_root_dir), "profiler")
         self._window, self._windows, self._batches = [], 0, 0
         self._profile = torch.profiler.profile(
             activities=activities,
@@ -169,14 +171,16 @@ class Profiler(Callback):
         self._batches += 1
         if profile.current_action in _RECORDING:
             self._window.append(trainer.train_engine.state.iteration)
+        self._global_step = trainer.global_step
         profile.step()  # may end a window: `_trace_ready` runs inside
+        self._publish(trainer)
         if self._windows == self.repeat:  # the last window is written: later batches carry nothing of the profiler
             handler, self._step_handler = self._step_handler, None
             if handler is not None and trainer.train_engine.has_event_handler(handler, Events.ITERATION_COMPLETED):
                 trainer.train_engine.remove_event_handler(handler, Events.ITERATION_COMPLETED)
-            self._stop(warn_if_empty=False)
+            self._stop(trainer, warn_if_empty=False)
 
-    def _stop(self, warn_if_empty: bool) -> None:
+    def _stop(self, trainer: TrainerSurface, warn_if_empty: bool) -> None:
         """Stop the profiler if it runs (a window under way is written with what it recorded)."""
         profile, self._profile = self._profile, None
         if profile is None:
@@ -184,7 +188,8 @@ class Profiler(Callback):
         try:
             profile.stop()
         finally:
-            self._trainer = None
+            self._directory = None
+        self._publish(trainer)
         if warn_if_empty and self._windows == 0:
             warnings.warn(
                 f"Profiler recorded nothing: the fit ran {self._batches} training batches, and the first recorded "
@@ -195,33 +200,41 @@ class Profiler(Callback):
             )
 
     def _trace_ready(self, profile: torch.profiler.profile) -> None:
-        trainer = self._trainer
+        """torch.profiler's callback at a window's end (inside `profile.step()` or `stop()`): the window's files are
+        written now, and published by the step or stop that called it (`_publish`)."""
+        directory = self._directory
         window, self._window = self._window, []
-        if trainer is None or not window:
+        if directory is None or not window:
             return  # stopped right after a step began a window: no batch of it was recorded
         self._windows += 1
-        directory = self.dirpath or os.path.join(storage.local_dir(trainer.default_root_dir), "profiler")
         os.makedirs(directory, exist_ok=True)
         rank = global_rank()
         base = os.path.join(directory, f"rank{rank}.{window[-1]}")
         trace = f"{base}.pt.trace.json{'.gz' if self.use_gzip else ''}"
         profile.export_chrome_trace(trace)
-        title = f"Profiler: rank {rank}, training batches {window[0]}-{window[-1]} (global step {trainer.global_step})"
+        title = f"Profiler: rank {rank}, training batches {window[0]}-{window[-1]} (global step {self._global_step})"
         table = profile.key_averages().table(sort_by=self.sort_by, row_limit=self.row_limit)
         with open(f"{base}.ops.txt", "w") as out:
             out.write(f"{title}, sorted by {self.sort_by}\n{table}\n")
         self.trace_paths.append(trace)
         self.table_paths.append(f"{base}.ops.txt")
-        if not is_rank_zero():
-            return  # every rank keeps its files; rank 0 alone talks to trackers (their rule) and prints
+        self._written.append((title, table, trace, f"{base}.ops.txt"))
+
+    def _publish(self, trainer: TrainerSurface) -> None:
+        """The windows written since the last call printed and sent to the trackers as artifacts (rank 0's alone:
+        every rank keeps its files, rank 0 alone talks to trackers, their rule, and prints)."""
+        written, self._written = self._written, []
+        if not written or not is_rank_zero():
+            return
         logger = self.logger
         if logger is None:
             from tracktrain.distributed.logger import get_dist_logger
 
             logger = get_dist_logger()
-        logger.info(f"{title}; trace: {trace}\n{table}")
-        trainer.log_artifact(trace, PROFILER_ARTIFACTS)
-        trainer.log_artifact(f"{base}.ops.txt", PROFILER_ARTIFACTS)
+        for title, table, trace, table_file in written:
+            logger.info(f"{title}; trace: {trace}\n{table}")
+            trainer.log_artifact(trace, PROFILER_ARTIFACTS)
+            trainer.log_artifact(table_file, PROFILER_ARTIFACTS)
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
