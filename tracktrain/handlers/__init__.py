@@ -18,7 +18,23 @@ _LAZY = {
     "TerminateOnNan": "tracktrain.handlers.terminate_on_nan",
     "Timer": "tracktrain.handlers.timing",
     "ProgressBar": "tracktrain.handlers.progress",
-    "LRScheduler": "tracktrain.handlers.lr_scheduler",
+    **dict.fromkeys(
+        (
+            "BaseParamScheduler",
+            "BatchSizeScheduler",
+            "ConcatScheduler",
+            "CosineAnnealingScheduler",
+            "CyclicalScheduler",
+            "LRScheduler",
+            "LinearCyclicalScheduler",
+            "ParamGroupScheduler",
+            "ParamScheduler",
+            "PiecewiseLinear",
+            "ReduceLROnPlateauScheduler",
+            "create_lr_scheduler_with_warmup",
+        ),
+        "tracktrain.handlers.param_scheduler",
+    ),
     "global_step_from_engine": "tracktrain.handlers.global_step",
 }
 
