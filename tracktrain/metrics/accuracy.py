@@ -59,6 +59,14 @@ class Accuracy(Metric):
     after `reset()`; a later batch of another kind is an error. `compute()` returns a float.
     """
 
+    _state_dict_all_req_keys = (
+        "_num_correct",
+        "_num_examples",
+        "_non_binary_y_pred",
+        "_non_binary_y",
+        "_kind",
+        "_num_classes",
+    )
     _num_correct: torch.Tensor
     _num_examples: int
     _non_binary_y_pred: torch.Tensor
@@ -171,6 +179,7 @@ class Accuracy(Metric):
 class TopKCategoricalAccuracy(Metric):
     """Fraction of samples whose true class is among the `k` highest scores of `y_pred` (N, C); `y` is (N,)."""
 
+    _state_dict_all_req_keys = ("_num_correct", "_num_examples")
     _num_correct: torch.Tensor
     _num_examples: int
 

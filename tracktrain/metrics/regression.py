@@ -22,6 +22,7 @@ __all__ = ["MeanAbsoluteError", "MeanSquaredError"]
 class _MeanError(Metric):
     """Sum of an elementwise error over all samples, divided by the number of samples."""
 
+    _state_dict_all_req_keys = ("_sum_of_errors", "_num_examples")
     _sum_of_errors: torch.Tensor
     _num_examples: int
 
