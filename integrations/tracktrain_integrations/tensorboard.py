@@ -6,6 +6,7 @@ Needs the `tensorboard` package: `pip install 'tracktrain[tensorboard]'`.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -32,14 +33,29 @@ class TensorBoardLogger(Logger):
     """Writes each value the Trainer publishes as a TensorBoard scalar at its global step, under `log_dir`
     (default `{default_root_dir}/tensorboard`, or `./.tracktrain/tensorboard` when the root dir is a remote URL;
     an explicit `log_dir` may be any location TensorBoard writes to). Writing event files is local and buffered by TensorBoard's own
-    writer thread, so it needs no delivery queue."""
+    writer thread, so it needs no delivery queue. `writer_kwargs` go to torch's `SummaryWriter` (`flush_secs`,
+    `max_queue`, `purge_step`, `filename_suffix`, ...)."""
 
     name = "tensorboard"
 
-    def __init__(self, log_dir: str | os.PathLike | None = None) -> None:
-        _summary_writer()  # fail now, not when fit starts, when tensorboard is missing
+    def __init__(self, log_dir: str | os.PathLike | None = None, **writer_kwargs: Any) -> None:
+        writer_class = _summary_writer()  # fail now, not when fit starts, when tensorboard is missing
+        unknown = sorted(set(writer_kwargs) - set(inspect.signature(writer_class).parameters))
+        if unknown:
+            raise TypeError(
+                f"TensorBoardLogger got arguments SummaryWriter does not take: {unknown}; see "
+                "help(torch.utils.tensorboard.SummaryWriter) for the ones it does."
+            )
         self.log_dir = os.fspath(log_dir) if log_dir is not None else None
+        self.writer_kwargs = writer_kwargs
         self._writer: Any = None
+
+    @property
+    def writer(self) -> Any:
+        """The `SummaryWriter` (after `start`), for what this logger does not write itself (images, graphs...)."""
+        if self._writer is None:
+            raise RuntimeError("TensorBoardLogger has no writer before start(): the Trainer starts it when fit begins.")
+        return self._writer
 
     @property
     def run_id(self) -> str | None:
@@ -48,7 +64,7 @@ class TensorBoardLogger(Logger):
     def start(self, root_dir: str) -> None:
         if self._writer is None:
             self.log_dir = self.log_dir or os.path.join(storage.local_dir(root_dir), "tensorboard")
-            self._writer = _summary_writer()(log_dir=self.log_dir)
+            self._writer = _summary_writer()(log_dir=self.log_dir, **self.writer_kwargs)
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         text = "\n".join(f"{name}: {value}" for name, value in flatten_params(params).items())

@@ -1,5 +1,6 @@
 """PyTorch-Ignite's handlers for the Engine: checkpoints (`tracktrain.checkpoint`'s, re-exported), early stopping,
-NaN guard, timers, progress bar, LR scheduling.
+NaN guard, timers, progress bar, parameter schedulers, Ignite's logger API (`base_logger`; the trackers' loggers
+are faces over tracktrain's, kept with the integrations and imported when first read).
 
 Each handler lives in its own module; names are loaded on first use.
 """
@@ -36,6 +37,10 @@ _LAZY = {
         "tracktrain.handlers.param_scheduler",
     ),
     "global_step_from_engine": "tracktrain.handlers.global_step",
+    # faces over tracktrain's loggers, with the integrations (they need their tracker's package): see base_logger
+    "TensorboardLogger": "tracktrain_integrations.ignite_loggers.tensorboard",
+    "MLflowLogger": "tracktrain_integrations.ignite_loggers.mlflow",
+    "WandBLogger": "tracktrain_integrations.ignite_loggers.wandb",
 }
 
 __all__ = sorted(_LAZY)
