@@ -6,7 +6,8 @@ order, and the metrics at each COMPLETED and EPOCH_COMPLETED (issue 48).
 
 EXAMPLE is a .py file (its folder is copied, for its own modules) or an .ipynb (its code cells, without the `!`
 and `%` lines, become main.py). `--then` in ARGS starts the arguments of a second run of the program in the same
-folder (a resume after a crash), `{dir}` in them is that folder. Each copy runs outside the repository, in WORK/ignite and WORK/tracktrain, with
+folder (a resume after a crash), `{dir}` in them is that folder. IGNITE_PORT_PATH adds folders to both runs' path
+(packages an example needs that the project does not, e.g. pynvml for Ignite's GpuInfo). Each copy runs outside the repository, in WORK/ignite and WORK/tracktrain, with
 `site/` on PYTHONPATH: a torchvision stand-in of synthetic data of the real shapes (IGNITE_PORT_SAMPLES images per
 training set) and the recorder (`site/sitecustomize.py`). Prints one line: the result, the events compared, the
 largest metric difference, and each run's time; exits 1 when the runs differ.
@@ -72,7 +73,7 @@ def run(
     record.unlink(missing_ok=True)
     env = dict(os.environ)
     env.update(
-        PYTHONPATH=os.pathsep.join([str(SITE), str(folder)]),
+        PYTHONPATH=os.pathsep.join([str(SITE), str(folder), *os.environ.get("IGNITE_PORT_PATH", "").split(os.pathsep)]),
         IGNITE_PORT_LIB=lib,
         IGNITE_PORT_RECORD=str(record),
         IGNITE_PORT_SAMPLES=str(samples),

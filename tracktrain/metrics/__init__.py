@@ -25,6 +25,7 @@ _LAZY = {
     "RunningAverage": "tracktrain.metrics.running_average",
     "MeanSquaredError": "tracktrain.metrics.regression",
     "MeanAbsoluteError": "tracktrain.metrics.regression",
+    "GpuInfo": "tracktrain.metrics.gpu_info",
 }
 
 __all__ = sorted(_LAZY)
