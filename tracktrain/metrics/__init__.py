@@ -26,6 +26,16 @@ _LAZY = {
     "MeanSquaredError": "tracktrain.metrics.regression",
     "MeanAbsoluteError": "tracktrain.metrics.regression",
     "GpuInfo": "tracktrain.metrics.gpu_info",
+    "ClassificationMetric": "tracktrain.metrics.accuracy",
+    "Precision": "tracktrain.metrics.precision",
+    "Recall": "tracktrain.metrics.recall",
+    "Fbeta": "tracktrain.metrics.fbeta",
+    "PSNR": "tracktrain.metrics.psnr",
+    "SSIM": "tracktrain.metrics.ssim",
+    **dict.fromkeys(
+        ("ConfusionMatrix", "DiceCoefficient", "IoU", "JaccardIndex", "cmAccuracy", "cmPrecision", "cmRecall", "mIoU"),
+        "tracktrain.metrics.confusion_matrix",
+    ),
 }
 
 __all__ = sorted(_LAZY)

@@ -61,6 +61,6 @@ class GpuInfo(Metric):
             for key, value in device.items():
                 engine.state.metrics[f"{name}:{index} {key}"] = value
 
-    def attach(self, engine: Engine, name: str = "gpu", event_name: Any = Events.ITERATION_COMPLETED) -> None:  # type: ignore[override]
+    def attach(self, engine: Engine, name: str = "gpu", event_name: Any = Events.ITERATION_COMPLETED) -> None:
         """Write the devices' values into `engine.state.metrics` at each `event_name`."""
         engine.add_event_handler(event_name, self.completed, name)

@@ -339,6 +339,24 @@ class Metric(ABC):
         raise TypeError(f"{type(self).__name__} is not iterable; index its value with metric[i] instead.")
 
 
+# Ignite's Metric turns any attribute it does not have into the MetricsLambda calling that tensor method on its value
+# (`precision.mean()`, `cm.diag()`, `iou.to(torch.double)`); here, these tensor methods, by name, and no other
+TENSOR_METHODS = (
+    "abs", "argmax", "argmin", "clamp", "cpu", "diag", "double", "exp", "flatten", "float", "item", "log", "max",
+    "mean", "min", "norm", "prod", "reshape", "sqrt", "squeeze", "std", "sum", "t", "to", "tolist", "trace",
+    "unsqueeze", "var", "view",
+)  # fmt: skip
+
+
+def _tensor_method(name: str) -> Callable[..., MetricsLambda]:
+    def method(self: Metric, *args: Any, **kwargs: Any) -> MetricsLambda:
+        return MetricsLambda(lambda value, *a, **k: getattr(value, name)(*a, **k), self, *args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = f"The MetricsLambda of this metric's value `.{name}(...)` (Ignite's tensor-method arithmetic)."
+    return method
+
+
 def _resumes_where_it_stopped(engine: Engine) -> bool:
     """Whether the event being fired starts where a run stopped: the STARTED of a run resumed from a state
     (iteration > 0), or the EPOCH_STARTED of an epoch resumed in its middle."""
@@ -497,3 +515,7 @@ class MetricsLambda(Metric):
             and engine.has_event_handler(leaf.iteration_completed, usage.ITERATION_COMPLETED)
             for leaf in self._leaves()
         )
+
+
+for _name in TENSOR_METHODS:
+    setattr(Metric, _name, _tensor_method(_name))
