@@ -18,6 +18,8 @@ _LAZY = {
     "EarlyStopping": "tracktrain.handlers.early_stopping",
     "TerminateOnNan": "tracktrain.handlers.terminate_on_nan",
     "Timer": "tracktrain.handlers.timing",
+    "BasicTimeProfiler": "tracktrain.handlers.time_profilers",
+    "HandlersTimeProfiler": "tracktrain.handlers.time_profilers",
     "ProgressBar": "tracktrain.handlers.progress",
     **dict.fromkeys(
         (
