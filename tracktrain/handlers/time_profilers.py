@@ -233,7 +233,9 @@ class BasicTimeProfiler(_Profiler):
         `event_handlers_names`, as Ignite's."""
         events = list(self.event_handlers_times)
         total = sum(self.event_handlers_times[event].sum() for event in events)
-        handlers_stats = {event.name: self._compute_basic_stats(self.event_handlers_times[event]) for event in events}
+        handlers_stats: dict[str, Any] = {
+            e.name: self._compute_basic_stats(self.event_handlers_times[e]) for e in events
+        }
         handlers_stats["total_time"] = total
         return OrderedDict(
             [
