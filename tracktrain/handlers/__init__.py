@@ -18,6 +18,7 @@ _LAZY = {
     "EarlyStopping": "tracktrain.handlers.early_stopping",
     "TerminateOnNan": "tracktrain.handlers.terminate_on_nan",
     "Timer": "tracktrain.handlers.timing",
+    "FastaiLRFinder": "tracktrain.handlers.lr_finder",
     "BasicTimeProfiler": "tracktrain.handlers.time_profilers",
     "HandlersTimeProfiler": "tracktrain.handlers.time_profilers",
     "ProgressBar": "tracktrain.handlers.progress",
