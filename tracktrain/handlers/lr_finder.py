@@ -26,11 +26,10 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
+from tracktrain.distributed.collectives import all_reduce_tensor, is_distributed
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events
 from tracktrain.handlers.param_scheduler import ParamGroupScheduler, ParamScheduler, PiecewiseLinear
-from tracktrain.metrics.distributed import all_reduce_sum
-from tracktrain.metrics.inputs import identity
 
 __all__ = ["FastaiLRFinder", "NoDescentError", "steepest_descent"]
 
@@ -108,7 +107,7 @@ class FastaiLRFinder:
         self,
         trainer: Engine,
         to_save: Mapping[str, Any],
-        output_transform: Callable[[Any], Any] = identity,
+        output_transform: Callable[[Any], Any] = lambda output: output,
         num_iter: int | None = None,
         start_lr: float | list[float] | None = None,
         end_lr: float | list[float] | None = 10.0,
@@ -233,7 +232,8 @@ class FastaiLRFinder:
                 f"but got output of type {type(loss).__name__}: pass output_transform to pick the loss, e.g. "
                 "lr_finder.attach(trainer, to_save, output_transform=lambda out: out['train_loss'])."
             )
-        (loss,) = all_reduce_sum(loss)  # as Ignite: summed over processes
+        if is_distributed():  # as Ignite: summed over the processes
+            loss = all_reduce_tensor(torch.tensor(loss, dtype=torch.float64), "sum").item()
         assert self._schedule is not None
         self._history["lr"].append(self._schedule.get_param())
         if trainer.state.iteration != 1 and smooth_f > 0:
