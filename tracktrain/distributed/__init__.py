@@ -9,7 +9,9 @@ that knows the rank, pre-emption signals, and ending a process group with the sc
 - `preemption`: SIGTERM/SIGUSR1/Ctrl-C recorded, and `Terminated`, what a fit stopped by one raises;
 - `group_exit`: a process group started here ends with the script without aborting a finished process;
 - `data`: `get_dataloader`, a DataLoader that shards the dataset across processes;
-- `xla`: torch_xla (TPU devices and their replicas), imported on first use only.
+- `xla`: torch_xla (TPU devices and their replicas), imported on first use only;
+- `ignite_api`: Ignite's `ignite.distributed` (`idist`): `get_rank`, `device`, `Parallel`, `auto_model`,
+  `auto_dataloader`, `all_reduce`, ...; `import tracktrain.distributed as idist` is Ignite's `idist`.
 
 `import tracktrain.distributed` does not import torch (`ranks`, `logger` and `preemption` work without it); the
 collectives' names load on first use.
@@ -64,6 +66,41 @@ _LAZY = dict.fromkeys(
     ),
     "tracktrain.distributed.collectives",
 )
+# Ignite's idist names (its spawn is the collectives', which also takes Ignite's form)
+IGNITE_NAMES = (
+    "DistributedProxySampler",
+    "Parallel",
+    "all_gather",
+    "all_reduce",
+    "auto_dataloader",
+    "auto_model",
+    "auto_optim",
+    "available_backends",
+    "backend",
+    "barrier",
+    "broadcast",
+    "device",
+    "finalize",
+    "get_local_rank",
+    "get_nnodes",
+    "get_node_rank",
+    "get_nproc_per_node",
+    "get_rank",
+    "get_world_size",
+    "has_hvd_support",
+    "has_native_dist_support",
+    "has_xla_support",
+    "hostname",
+    "initialize",
+    "model_name",
+    "new_group",
+    "one_rank_first",
+    "one_rank_only",
+    "set_local_rank",
+    "show_config",
+    "sync",
+)
+_LAZY.update(dict.fromkeys(IGNITE_NAMES, "tracktrain.distributed.ignite_api"))
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -83,6 +120,37 @@ __all__ = [
     "rank_zero_value",
     "restarts_share_the_rendezvous_store",
     "spawn",
+    "DistributedProxySampler",
+    "Parallel",
+    "all_gather",
+    "all_reduce",
+    "auto_dataloader",
+    "auto_model",
+    "auto_optim",
+    "available_backends",
+    "backend",
+    "barrier",
+    "broadcast",
+    "device",
+    "finalize",
+    "get_local_rank",
+    "get_nnodes",
+    "get_node_rank",
+    "get_nproc_per_node",
+    "get_rank",
+    "get_world_size",
+    "has_hvd_support",
+    "has_native_dist_support",
+    "has_xla_support",
+    "hostname",
+    "initialize",
+    "model_name",
+    "new_group",
+    "one_rank_first",
+    "one_rank_only",
+    "set_local_rank",
+    "show_config",
+    "sync",
 ]
 
 __getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY)
