@@ -51,6 +51,7 @@ class BaseLogger(ABC):
     """
 
     histograms = False  # whether the tracker takes histograms (`writer.add_histogram`): TensorBoard only
+    steps_only_grow = False  # whether a value at a step older than one logged is dropped (W&B)
 
     def attach(
         self, engine: Engine, log_handler: Callable, event_name: Any, *args: Any, **kwargs: Any

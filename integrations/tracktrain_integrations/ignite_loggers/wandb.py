@@ -29,6 +29,8 @@ class WandBLogger(TrackerFace):
     Ignite's logger hands any other attribute to the `wandb` module; this one offers `log`, `watch`, `config`,
     `save` and `run` (the `wandb.Run`) by name."""
 
+    steps_only_grow = True
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         if args:
             raise TypeError(
