@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tracktrain._lazy import lazy_attributes
+from tracktrain.ignite_names import refusal
 
 if TYPE_CHECKING:
     from tracktrain.distributed.collectives import (
@@ -153,4 +154,4 @@ __all__ = [
     "sync",
 ]
 
-__getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY)
+__getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY, refused=refusal(__name__, "ignite.distributed"))

@@ -73,6 +73,7 @@ __all__ = [
 
 NATIVE_BACKENDS = ("nccl", "gloo", "mpi")
 has_native_dist_support = dist.is_available()
+"""Whether this torch build has torch.distributed."""
 
 
 def _installed(package: str) -> bool:
@@ -83,7 +84,9 @@ def _installed(package: str) -> bool:
 
 
 has_xla_support = _installed("torch_xla")
-has_hvd_support = False  # Horovod is not offered: torch.distributed's backends cover it
+"""Whether torch_xla is installed (XLA runs through the Trainer's strategy="xla")."""
+has_hvd_support = False
+"""Always False: Horovod is not offered (torch.distributed's native backends cover what it does)."""
 
 _logger = logging.getLogger(__name__)
 _local_rank_override: int | None = None
@@ -94,14 +97,17 @@ def _running() -> bool:
 
 
 def get_rank() -> int:
+    """This process's rank among all the job's processes (0 alone)."""
     return rank_and_world_size()[0]
 
 
 def get_world_size() -> int:
+    """How many processes the job has (1 alone)."""
     return rank_and_world_size()[1]
 
 
 def get_local_rank() -> int:
+    """This process's rank on its machine (LOCAL_RANK; 0 alone)."""
     return local_rank() if _local_rank_override is None else _local_rank_override
 
 
@@ -114,18 +120,22 @@ def set_local_rank(index: int) -> None:
 
 
 def get_nproc_per_node() -> int:
+    """How many processes run on each machine."""
     return int(os.environ.get("LOCAL_WORLD_SIZE", get_world_size() if get_nnodes() == 1 else 1))
 
 
 def get_nnodes() -> int:
+    """How many machines the job runs on (torchrun's nodes)."""
     return int(os.environ.get("GROUP_WORLD_SIZE", os.environ.get("NNODES", "1")))
 
 
 def get_node_rank() -> int:
+    """This machine's rank among the job's machines."""
     return int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0")))
 
 
 def hostname() -> str:
+    """This machine's name."""
     return socket.gethostname()
 
 
@@ -206,6 +216,7 @@ def show_config() -> None:
 
 
 def barrier() -> None:
+    """Wait until every process gets here (nothing alone)."""
     if _running():
         dist.barrier()
 
@@ -215,6 +226,7 @@ def sync(temporary: bool = False) -> None:
 
 
 def new_group(ranks: list[int], **kwargs: Any) -> Any:
+    """A process group of `ranks` (torch.distributed.new_group); the list itself without a process group."""
     if not (isinstance(ranks, list) and all(isinstance(rank, int) for rank in ranks)):
         raise ValueError(f"Argument ranks should be list of int, got {ranks!r}")
     return dist.new_group(ranks=ranks, **kwargs) if _running() else ranks

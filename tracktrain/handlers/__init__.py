@@ -8,6 +8,7 @@ Each handler lives in its own module; names are loaded on first use.
 from __future__ import annotations
 
 from tracktrain._lazy import lazy_attributes
+from tracktrain.ignite_names import refusal
 
 _LAZY = {
     "Checkpoint": "tracktrain.handlers.checkpoint",
@@ -19,6 +20,8 @@ _LAZY = {
     "TerminateOnNan": "tracktrain.handlers.terminate_on_nan",
     "Timer": "tracktrain.handlers.timing",
     "FastaiLRFinder": "tracktrain.handlers.lr_finder",
+    "TimeLimit": "tracktrain.handlers.time_limit",
+    "EpochOutputStore": "tracktrain.handlers.stores",
     "BasicTimeProfiler": "tracktrain.handlers.time_profilers",
     "HandlersTimeProfiler": "tracktrain.handlers.time_profilers",
     "ProgressBar": "tracktrain.handlers.progress",
@@ -49,4 +52,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-__getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY)
+__getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY, refused=refusal(__name__, "ignite.handlers"))

@@ -6,6 +6,7 @@ Names are loaded on first use.
 from __future__ import annotations
 
 from tracktrain._lazy import lazy_attributes
+from tracktrain.ignite_names import refusal
 
 _LAZY = {
     "Metric": "tracktrain.metrics.metric",
@@ -25,6 +26,7 @@ _LAZY = {
     "RunningAverage": "tracktrain.metrics.running_average",
     "MeanSquaredError": "tracktrain.metrics.regression",
     "MeanAbsoluteError": "tracktrain.metrics.regression",
+    "RootMeanSquaredError": "tracktrain.metrics.regression",
     "GpuInfo": "tracktrain.metrics.gpu_info",
     "ClassificationMetric": "tracktrain.metrics.accuracy",
     "Precision": "tracktrain.metrics.precision",
@@ -41,4 +43,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-__getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY)
+__getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY, refused=refusal(__name__, "ignite.metrics"))

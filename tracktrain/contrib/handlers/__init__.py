@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 from tracktrain._lazy import lazy_attributes
+from tracktrain.ignite_names import refusal
 
 _LAZY = dict.fromkeys(
     (
         "BasicTimeProfiler",
         "ConcatScheduler",
         "CosineAnnealingScheduler",
+        "EpochOutputStore",
         "FastaiLRFinder",
         "HandlersTimeProfiler",
         "LRScheduler",
@@ -28,4 +30,4 @@ _LAZY = dict.fromkeys(
 
 __all__ = sorted(_LAZY)
 
-__getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY)
+__getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY, refused=refusal(__name__, "ignite.contrib.handlers"))
