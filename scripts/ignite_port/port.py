@@ -36,8 +36,10 @@ def tracktrain_source(text: str) -> str:
 
 
 def notebook_code(path: Path) -> str:
+    """The notebook's code cells as one script; `!` and `%` lines commented out, and the `display` a notebook's
+    runtime gives its code (the IPython stand-in of `site/` prints)."""
     cells = json.loads(path.read_text())["cells"]
-    lines = []
+    lines = ["from IPython.display import display  # the notebook runtime's", ""]
     for cell in cells:
         if cell["cell_type"] != "code":
             continue

@@ -76,13 +76,16 @@ SCENARIOS: dict[str, Callable] = {
 ITERATIONS = 16
 
 
-def run(lib, name: str, iterations: int = ITERATIONS, event: str = "ITERATION_STARTED"):
-    """The values each iteration trained with (lr and momentum of both groups) and the scheduler's history."""
+def scheduled(lib, name: str):
+    """The scenario's scheduler and the one optimizer it schedules."""
     opt = make_optimizer()
     scheduler = SCENARIOS[name](lib, opt)
     opt = getattr(scheduler, "optimizer", opt)
-    opt = opt[0] if isinstance(opt, list) else opt
-    seen = []
+    return scheduler, opt[0] if isinstance(opt, list) else opt
+
+
+def recording_step(opt: torch.optim.Optimizer, seen: list):
+    """A process function that records the values it trains with (lr and momentum of each group), then steps."""
 
     def step(engine, batch):
         seen.append([(g["lr"], g.get("momentum", 0.0)) for g in opt.param_groups])
@@ -90,7 +93,14 @@ def run(lib, name: str, iterations: int = ITERATIONS, event: str = "ITERATION_ST
         sum(p.sum() for g in opt.param_groups for p in g["params"]).backward()
         opt.step()
 
-    engine = lib.Engine(step)
+    return step
+
+
+def run(lib, name: str, iterations: int = ITERATIONS, event: str = "ITERATION_STARTED"):
+    """The values each iteration trained with and the scheduler's history."""
+    scheduler, opt = scheduled(lib, name)
+    seen: list = []
+    engine = lib.Engine(recording_step(opt, seen))
     _set_history(scheduler)
     engine.add_event_handler(getattr(lib.Events, event), scheduler)
     engine.run(range(iterations // 4), max_epochs=4)
@@ -151,31 +161,17 @@ def test_simulate_values_of_combinations_as_ignite_and_leave_the_schedulers_alon
 )
 def test_a_checkpoint_resumes_the_schedule(name):
     full, _ = run(OURS, name)
-
-    opt = make_optimizer()
-    scheduler = SCENARIOS[name](OURS, opt)
-    opt = getattr(scheduler, "optimizer", opt)
-    opt = opt[0] if isinstance(opt, list) else opt
-    seen = []
-
-    def step(engine, batch):
-        seen.append([(g["lr"], g.get("momentum", 0.0)) for g in opt.param_groups])
-        opt.zero_grad()
-        sum(p.sum() for g in opt.param_groups for p in g["params"]).backward()
-        opt.step()
-
-    engine = Engine(step)
+    scheduler, opt = scheduled(OURS, name)
+    seen: list = []
+    engine = Engine(recording_step(opt, seen))
     engine.add_event_handler(Events.ITERATION_STARTED, scheduler)
     engine.run(range(7), max_epochs=1)
     saved = torch.load(_saved({"scheduler": scheduler.state_dict(), "optimizer": opt.state_dict()}), weights_only=True)
 
-    resumed_opt = make_optimizer()
-    resumed = SCENARIOS[name](OURS, resumed_opt)
-    resumed_opt = getattr(resumed, "optimizer", resumed_opt)
-    opt = resumed_opt[0] if isinstance(resumed_opt, list) else resumed_opt
+    resumed, opt = scheduled(OURS, name)
     opt.load_state_dict(saved["optimizer"])  # as a checkpoint does: the optimizer holds the rate reached
     resumed.load_state_dict(saved["scheduler"])
-    engine = Engine(step)
+    engine = Engine(recording_step(opt, seen))
     engine.add_event_handler(Events.ITERATION_STARTED, resumed)
     engine.run(range(ITERATIONS - 7), max_epochs=1)
     assert flat(seen) == pytest.approx(flat(full))

@@ -9,7 +9,7 @@ import torch
 
 from tracktrain.checks.numeric import is_real
 from tracktrain.metrics.distributed import all_reduce_sum
-from tracktrain.metrics.inputs import accumulation_dtype, identity, tensor_pair
+from tracktrain.metrics.inputs import accumulation_dtype, identity, same_shape_and_dtype
 from tracktrain.metrics.metric import Metric, NotComputableError
 
 __all__ = ["PSNR"]
@@ -45,15 +45,7 @@ class PSNR(Metric):
         self._num_examples = 0
 
     def update(self, output: Any) -> None:
-        y_pred, y = tensor_pair(output, "PSNR")
-        if y_pred.dtype != y.dtype:
-            raise TypeError(
-                f"Expected y_pred and y to have the same data type. Got y_pred: {y_pred.dtype} and y: {y.dtype}."
-            )
-        if y_pred.shape != y.shape:
-            raise ValueError(
-                f"Expected y_pred and y to have the same shape. Got y_pred: {y_pred.shape} and y: {y.shape}."
-            )
+        y_pred, y = same_shape_and_dtype(output, "PSNR")
         self._settle_device(y_pred.device)
         dtype = self._sum_of_batchwise_psnr.dtype
         dims = tuple(range(1, y.ndim))

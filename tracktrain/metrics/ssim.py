@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from tracktrain.checks.numeric import is_real
 from tracktrain.metrics.distributed import all_reduce_sum
-from tracktrain.metrics.inputs import accumulation_dtype, identity, tensor_pair
+from tracktrain.metrics.inputs import accumulation_dtype, identity, same_shape_and_dtype
 from tracktrain.metrics.metric import Metric, NotComputableError
 
 __all__ = ["SSIM"]
@@ -107,15 +107,7 @@ class SSIM(Metric):
         self._num_examples = 0
 
     def update(self, output: Any) -> None:
-        y_pred, y = tensor_pair(output, "SSIM")
-        if y_pred.dtype != y.dtype:
-            raise TypeError(
-                f"Expected y_pred and y to have the same data type. Got y_pred: {y_pred.dtype} and y: {y.dtype}."
-            )
-        if y_pred.shape != y.shape:
-            raise ValueError(
-                f"Expected y_pred and y to have the same shape. Got y_pred: {y_pred.shape} and y: {y.shape}."
-            )
+        y_pred, y = same_shape_and_dtype(output, "SSIM")
         if y_pred.ndim - 2 != self.ndims:
             raise ValueError(
                 f"Expected y_pred and y to have BxCxHxW or BxCxDxHxW shape. Got y_pred: {y_pred.shape} and y: "
