@@ -72,7 +72,8 @@ def run(
     folder = work / lib
     main = prepare(example, folder, lib)
     record = work / f"{lib}.jsonl"
-    record.unlink(missing_ok=True)
+    for old in work.glob(f"{lib}.jsonl*"):
+        old.unlink()
     env = dict(os.environ)
     env.update(
         PYTHONPATH=os.pathsep.join([str(SITE), str(folder), *os.environ.get("IGNITE_PORT_PATH", "").split(os.pathsep)]),
@@ -161,8 +162,16 @@ def main() -> int:
         for lib in ("ignite", "tracktrain")
     }
     (ignite_rc, ignite_s, ignite_err), (ours_rc, ours_s, ours_err) = results["ignite"], results["tracktrain"]
-    ignite_rows, our_rows = records(options.work / "ignite.jsonl"), records(options.work / "tracktrain.jsonl")
-    difference, worst = compare(ignite_rows, our_rows, options.rel, set(options.skip_metric))
+    # one record per process: the script's, and each rank's of a distributed run (compared rank by rank)
+    files = sorted(path.name.removeprefix("ignite") for path in options.work.glob("ignite.jsonl*"))
+    ignite_rows, our_rows, difference, worst = [], [], "", 0.0
+    for suffix in files:
+        theirs, ours = records(options.work / f"ignite{suffix}"), records(options.work / f"tracktrain{suffix}")
+        found, largest = compare(theirs, ours, options.rel, set(options.skip_metric))
+        ignite_rows += theirs
+        our_rows += ours
+        worst = max(worst, largest)
+        difference = difference or (f"{suffix}: {found}" if found else "")
     if ignite_rc != 0:
         verdict = f"FAILS UNDER IGNITE (exit {ignite_rc}: {ignite_err})"
     elif ours_rc != 0:

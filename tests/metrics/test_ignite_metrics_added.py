@@ -226,3 +226,12 @@ def test_attached_to_our_engine_confusion_matrix_counts_every_pixel_but_the_igno
     cm.attach(engine, "cm")
     matrix = engine.run(SEGMENTATION, max_epochs=1).metrics["cm"]
     assert int(matrix.sum()) == 3 * 2 * 6 * 5 - 3
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is there")
+def test_gpu_info_without_cuda_raises_the_runtime_error_ignites_examples_catch():
+    """Ignite's examples wrap `GpuInfo().attach(trainer)` in `except RuntimeError` (no GPU): the same error here."""
+    from tracktrain.metrics.gpu_info import GpuInfo
+
+    with pytest.raises(RuntimeError, match="This contrib module requires available GPU"):
+        GpuInfo()
