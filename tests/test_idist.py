@@ -64,6 +64,7 @@ def test_one_process_answers_as_ignites():
         ),
         (lambda: idist.all_reduce(1.0, op="MEAN"), ValueError, "Unsupported reduction operation: 'MEAN'"),
         (lambda: idist.broadcast(None), ValueError, "should not be None"),
+        (lambda: idist.auto_model(torch.nn.Linear(1, 1), find_unused=True), TypeError, r"\['find_unused'\]"),
         (lambda: idist.spawn("gloo", print, (), nnodes=2), ValueError, "started by torchrun"),
         (lambda: idist.initialize("gloo", init_method="env://"), TypeError, "joined from torchrun's environment"),
         (

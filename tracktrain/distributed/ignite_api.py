@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import inspect
 import logging
 import numbers
 import os
@@ -405,6 +406,9 @@ def auto_model(model: nn.Module, sync_bn: bool = False, **kwargs: Any) -> nn.Mod
     DataParallel."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"auto_model needs a torch.nn.Module, got {type(model).__name__}.")
+    unknown = set(kwargs) - set(inspect.signature(nn.parallel.DistributedDataParallel).parameters)
+    if unknown:  # checked alone too: DistributedDataParallel would refuse them on more processes
+        raise TypeError(f"auto_model got arguments DistributedDataParallel does not take: {sorted(unknown)}.")
     target = device()
     if not all(parameter.device == target for parameter in model.parameters()):
         model.to(target)
