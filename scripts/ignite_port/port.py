@@ -8,8 +8,8 @@ EXAMPLE is a .py file (its folder is copied, for its own modules) or an .ipynb (
 and `%` lines, become main.py). `--then` in ARGS starts the arguments of a second run of the program in the same
 folder (a resume after a crash), `{dir}` in them is that folder. IGNITE_PORT_PATH adds folders to both runs' path
 (packages an example needs that the project does not, e.g. pynvml for Ignite's GpuInfo). Each copy runs outside the repository, in WORK/ignite and WORK/tracktrain, with
-`site/` on PYTHONPATH: a torchvision stand-in of synthetic data of the real shapes (IGNITE_PORT_SAMPLES images per
-training set) and the recorder (`site/sitecustomize.py`). Prints one line: the result, the events compared, the
+`stand_ins/` on PYTHONPATH: a torchvision stand-in of synthetic data of the real shapes (IGNITE_PORT_SAMPLES images per
+training set) and the recorder (`stand_ins/sitecustomize.py`). Prints one line: the result, the events compared, the
 largest metric difference, and each run's time; exits 1 when the runs differ.
 """
 
@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-SITE = Path(__file__).resolve().parent / "site"
+SITE = Path(__file__).resolve().parent / "stand_ins"
 _IMPORT = re.compile(r"\bignite\.|\bimport ignite\b|\bfrom ignite\b")
 
 
@@ -37,7 +37,7 @@ def tracktrain_source(text: str) -> str:
 
 def notebook_code(path: Path) -> str:
     """The notebook's code cells as one script; `!` and `%` lines commented out, and the `display` a notebook's
-    runtime gives its code (the IPython stand-in of `site/` prints)."""
+    runtime gives its code (the IPython stand-in of `stand_ins/` prints)."""
     cells = json.loads(path.read_text())["cells"]
     lines = ["from IPython.display import display  # the notebook runtime's", ""]
     for cell in cells:
