@@ -4,3 +4,6 @@
 def get_ipython():
     """No interactive shell: the notebook runs as a script (matplotlib asks)."""
     return None
+
+
+version_info = (8, 30, 0)  # new enough that matplotlib asks nothing more of it
