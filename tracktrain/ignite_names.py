@@ -8,7 +8,9 @@ when one is neither. Plain data: this module imports nothing (each package's `__
 
 from __future__ import annotations
 
-__all__ = ["NOT_OFFERED", "refusal"]
+from collections.abc import Callable
+
+__all__ = ["NOT_OFFERED", "TRACKER_MODULES", "refusal", "tracker_refusal"]
 
 _TRACKERS = (
     "tracktrain's trackers are TensorBoard, MLflow and W&B: use TensorboardLogger, MLflowLogger or WandBLogger "
@@ -102,6 +104,28 @@ NOT_OFFERED["tracktrain.contrib.handlers"] = {
     name: NOT_OFFERED["tracktrain.handlers"][name]
     for name in ("ClearMLLogger", "NeptuneLogger", "PolyaxonLogger", "VisdomLogger")
 }
+
+
+# Ignite's modules of the trackers tracktrain does not log to: their tracktrain paths exist, and refuse every name
+TRACKER_MODULES = {
+    "tracktrain.handlers.visdom_logger": "Visdom",
+    "tracktrain.handlers.neptune_logger": "Neptune",
+    "tracktrain.handlers.clearml_logger": "ClearML",
+    "tracktrain.handlers.polyaxon_logger": "Polyaxon",
+}
+
+
+def tracker_refusal(module: str) -> Callable[[str], str | None]:
+    """For one of `TRACKER_MODULES`: the message refusing any of its public names, naming the loggers to use."""
+
+    def message(name: str) -> str | None:
+        if name.startswith("_"):
+            return None
+        return (
+            f"{module} has no {name}: tracktrain does not offer Ignite's {TRACKER_MODULES[module]} logger; {_TRACKERS}."
+        )
+
+    return message
 
 
 def refusal(package: str, ignite_package: str) -> dict[str, str]:
