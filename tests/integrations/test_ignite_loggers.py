@@ -132,6 +132,7 @@ def mlflow_history(uri):
     )
 
 
+@pytest.mark.slow  # ~15 s: two MLflow stores, and our logger's sender child (test_mlflow_logger_offers... is fast)
 def test_mlflow_store_holds_what_ignites_logger_logs(tmp_path, monkeypatch):
     pytest.importorskip("mlflow")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -183,6 +184,7 @@ def offline_wandb(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.slow  # ~15 s: two offline W&B runs, each read back by W&B's own reader in a subprocess
 def test_wandb_runs_hold_what_ignites_logger_logs(offline_wandb):
     from tests.integrations._wandb_runs import read_run
 
