@@ -79,6 +79,7 @@ def test_what_is_refused(build, error, match):
         build()
 
 
+@pytest.mark.slow  # ~12 s: two spawned ranks, each importing torch (the collectives' own tests run by default)
 @pytest.mark.distributed
 @pytest.mark.timeout(120)
 def test_a_script_on_two_processes(tmp_path):

@@ -157,6 +157,7 @@ def test_mlflow_store_holds_what_ignites_logger_logs(tmp_path, monkeypatch):
     assert client.get_run(run.info.run_id).info.status == "FINISHED"
 
 
+@pytest.mark.slow  # ~8 s: a store, and the sender child our MLflow logger delivers through
 def test_mlflow_logger_offers_the_runs_calls_by_name(tmp_path):
     pytest.importorskip("mlflow")
     from tracktrain.handlers.mlflow_logger import MLflowLogger
