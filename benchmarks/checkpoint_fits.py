@@ -221,7 +221,7 @@ def verify_tracktrain_dir(
     for checkpoint in found:
         step = int(checkpoint.summary.get("global_step", -1))
         try:
-            data, check = read_checked(checkpoint.url)
+            data, check, _ = read_checked(checkpoint.url)
             check()  # its manifest exists: committed_checkpoints lists no other
             state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         except Exception as error:

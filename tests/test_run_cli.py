@@ -16,6 +16,7 @@ from typing import ClassVar
 import pytest
 import torch
 import torch.nn.functional as F
+import yaml
 
 from tracktrain import Callback, DataModule, LoopModule
 from tracktrain.checkpoint.state import read_checkpoint
@@ -173,6 +174,6 @@ def test_the_console_script_fits_a_module_of_the_working_directory(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    params = json.loads(next((tmp_path / "runs" / "logs").glob("*/hparams.json")).read_text())
+    params = yaml.safe_load(next((tmp_path / "runs" / "lightning_logs").glob("*/hparams.yaml")).read_text())
     assert params["module/lr"] == 0.1 and params["module/hidden"] == 8  # the module's hparams, as a Python fit logs
     assert (tmp_path / "runs" / "config.yaml").exists()

@@ -101,16 +101,17 @@ def test_ranks_reading_together_share_the_checksums_and_all_learn_what_any_found
     _sharded(directory, "checkpoint_3.dcp", 3)
     url = storage.join(directory, "checkpoint_3.dcp")
     storage.write_bytes(storage.join(url, "__0_0.distcp"), b"x" * 100)  # altered, same size
-    members = sorted(f"checkpoint_3.dcp/{name}" for name in SHARDS)  # what each of 2 ranks hashes: every 2nd
-    assert members[1::2] == ["checkpoint_3.dcp/__0_0.distcp"]  # rank 1's share
-    # rank 0 hashes .metadata and __1_0 (both intact): alone it finds nothing...
-    check_members(url, VerifyShare(0, 2, lambda mine: [mine]))()
-    # ...but it learns what rank 1 found, as rank 1 does: both raise the same error
-    found_by_rank_1 = ["checkpoint_3.dcp/__0_0.distcp"]
+    # what each of 2 ranks hashes: every 2nd file but .metadata, which every rank checks before reading it
+    members = sorted(f"checkpoint_3.dcp/{name}" for name in SHARDS if name != ".metadata")
+    assert members[0::2] == ["checkpoint_3.dcp/__0_0.distcp"]  # rank 0's share
+    # rank 1 hashes __1_0 (intact): alone it finds nothing...
+    check_members(url, VerifyShare(1, 2, lambda mine: [mine]))()
+    # ...but it learns what rank 0 found, as rank 0 does: both raise the same error
+    found_by_rank_0 = ["checkpoint_3.dcp/__0_0.distcp"]
     with pytest.raises(CheckpointCorrupted, match=r"__0_0.distcp does not match the SHA-256"):
-        check_members(url, VerifyShare(0, 2, lambda mine: [mine, found_by_rank_1]))()
+        check_members(url, VerifyShare(1, 2, lambda mine: [found_by_rank_0, mine]))()
     with pytest.raises(CheckpointCorrupted, match=r"__0_0.distcp does not match the SHA-256"):
-        check_members(url, VerifyShare(1, 2, lambda mine: [[], mine]))()
+        check_members(url, VerifyShare(0, 2, lambda mine: [mine, []]))()
 
 
 def test_a_sharded_save_lists_its_files_when_dcp_returns_metadata_without_storage_data(tmp_path, monkeypatch):

@@ -9,6 +9,8 @@
                                 dotted options, as LightningCLI: `tracktrain fit --help`
     tracktrain convert SRC DST  a sharded checkpoint (an FSDP run's `.dcp` directory) as one full-state file, for
                                 export or inference; or a full one as a sharded one
+    tracktrain trust DCP        give a sharded checkpoint written without a manifest (by another program) one, so that
+                                it loads: your word that you trust where it came from (docs/security.md)
 
 ROOT and CKPT are local paths or any fsspec URL. Here rather than in the core: it reads the trackers' stores.
 """
@@ -56,6 +58,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     convert.add_argument("source", help="the checkpoint: a sharded one's directory, or a file (path or URL)")
     convert.add_argument("target", help="what to write (path or URL), e.g. beside it: .../checkpoint_9.pt")
+    trust = commands.add_parser(
+        "trust", help="give a sharded checkpoint written by another program a manifest, so that it loads"
+    )
+    trust.add_argument("checkpoint", help="the sharded checkpoint's directory (path or URL)")
     ui = commands.add_parser("ui", help="open the run's MLflow UI (or say how to look at its W&B runs)")
     ui.add_argument("root", nargs="?", default="runs", help="the run's root directory (default: runs)")
     ui.add_argument("--port", type=int, default=5000)
@@ -68,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return inspect_checkpoint(args.checkpoint)
         if args.command == "convert":
             return convert_checkpoint(args.source, args.target)
+        if args.command == "trust":
+            return trust_checkpoint(args.checkpoint)
         return open_ui(args.root, args.host, args.port)
     except (FileNotFoundError, CheckpointCorrupted, ValueError, OSError) as error:
         print(f"tracktrain {args.command}: {error}", file=sys.stderr)
@@ -239,6 +247,18 @@ def convert_checkpoint(source: str, target: str) -> int:
         f"Wrote {target} ({_size(len(data))}): the full state of {source}. It loads with "
         "Checkpoint.load_objects(...) or torch.load(..., weights_only=True), and resumes a fit on any number of "
         "ranks (fit(ckpt_path=...))."
+    )
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------- trust
+def trust_checkpoint(url: str) -> int:
+    from tracktrain.checkpoint.sharded import trust
+
+    manifest_url = trust(url)
+    print(
+        f"Wrote {manifest_url}: {url} is trusted as it is now. It loads like a checkpoint tracktrain committed, "
+        "checked against this manifest (a file changed from now on is refused), and is still read as plain data only."
     )
     return 0
 

@@ -39,7 +39,16 @@ class MlflowRun:
         request_timeout: float,
         on_late_success: Callable[[], None],
     ) -> None:
-        self.tracking_uri = tracking_uri
+        # the URI every client, message and spill file gets has no credentials: those written in it are handed to
+        # MLflow's client the way it reads them (`export_credentials`), so MLflow never prints them ("View run at")
+        self.tracking_uri, username, password = (
+            (None, None, None) if tracking_uri is None else split_credentials(tracking_uri)
+        )
+        self.credentials = {
+            variable: value
+            for variable, value in (("MLFLOW_TRACKING_USERNAME", username), ("MLFLOW_TRACKING_PASSWORD", password))
+            if value is not None
+        }
         self.experiment_name = experiment_name
         self.run_name = run_name
         self.tags = dict(tags)
@@ -51,14 +60,15 @@ class MlflowRun:
         # this is a sender child or a replay continuing a training process's attempts. Else creating skips the search
         self.may_exist = False
         self.artifact_location: str | None = None
+        self.experiment_id: str | None = None  # known once the run is created (or looked up, `experiment_id`)
         self.refusals: dict[tuple[str, str], str] = {}  # values MLflow refused for good, and why
         self.client: Any = None
         self._requests = OneCallAtATime(on_late_success, what="MLflow")
 
     @property
     def uri(self) -> str:
-        """The tracking URI as messages and spill files show it: without credentials."""
-        return split_credentials(str(self.tracking_uri))[0]
+        """The tracking URI as messages and spill files show it (without credentials, as it is kept)."""
+        return str(self.tracking_uri)
 
     def connect(self, root_dir: str | None) -> None:
         from mlflow.tracking import MlflowClient
@@ -68,7 +78,22 @@ class MlflowRun:
             os.makedirs(directory, exist_ok=True)
             self.tracking_uri = f"sqlite:///{os.path.join(directory, 'mlflow.db')}"
             self.artifact_location = os.path.join(directory, "mlartifacts")
+        self.export_credentials()
         self.client = MlflowClient(self.tracking_uri)  # a sqlite URI creates (or migrates) its database here
+
+    def export_credentials(self) -> None:
+        """The credentials written in the tracking URI, as MLflow's client reads them on each request (its
+        MLFLOW_TRACKING_USERNAME / _PASSWORD, in this process's environment; a sender child gets them the same way).
+        Different values already there are an error: this process would send one or the other to both servers."""
+        for variable, value in self.credentials.items():
+            present = os.environ.get(variable)
+            if present is not None and present != value:
+                raise ValueError(
+                    f"MLflowLogger(tracking_uri={self.uri!r} with credentials in it): {variable} is set in the "
+                    "environment to another value, and MLflow's client sends one of them for every request of this "
+                    "process. Give the credentials one way: in the URI, or in the environment (not both)."
+                )
+            os.environ[variable] = value
 
     def call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return self._requests.call(self.request_timeout, function, *args, **kwargs)
@@ -76,7 +101,7 @@ class MlflowRun:
     def ensure(self) -> str:
         """The run's id, creating the run (or marking a resumed one RUNNING) if that is still to do."""
         if self.run_id is None:
-            experiment_id = self._experiment_id()
+            experiment_id = self.experiment_id = self._experiment_id()
             self.run_id = (self._find(experiment_id) if self.may_exist else None) or self._create(experiment_id)
             self.reopen = False
         if self.reopen:

@@ -48,6 +48,7 @@ from dataclasses import replace
 
 from tracktrain import storage  # its public names, so a replaced one (a test's outage) reaches the lease too
 from tracktrain.checkpoint.lease_record import LeaseRecord, is_finite, stale_reason, this_machine
+from tracktrain.checks.refusal import Refusal
 
 __all__ = [
     "HEARTBEAT_INTERVAL",
@@ -69,7 +70,7 @@ SETTLE_LOCAL = 0.2  # seconds between writing a lease and reading it back: longe
 SETTLE_REMOTE = 1.0
 
 
-class LeaseHeld(RuntimeError):
+class LeaseHeld(Refusal, RuntimeError):
     """Another live process holds the lease of the checkpoint directory. `record`: its lease; `url`: the file."""
 
     def __init__(self, message: str, record: LeaseRecord | None = None, url: str | None = None) -> None:

@@ -31,13 +31,16 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any, NamedTuple
 
 from tracktrain import storage  # its public names, so a replaced one (a test's full disk) reaches the manifest too
+from tracktrain.checks.refusal import Refusal
 from tracktrain.storage.check import PROBE_PREFIX
 from tracktrain.storage.url import split
 
 __all__ = [
     "MANIFEST_SUFFIX",
+    "CheckedRead",
     "CheckpointCorrupted",
     "FileDigest",
+    "UnsafeCheckpoint",
     "is_plain_name",
     "manifest_name",
     "member_sizes",
@@ -54,8 +57,14 @@ FORMAT = "tracktrain-checkpoint/1"
 SUMMARY_COUNTERS = ("global_step", "iteration", "epoch", "samples_seen")
 
 
-class CheckpointCorrupted(RuntimeError):
-    """A checkpoint's files do not match its manifest (truncated, altered, or missing)."""
+class CheckpointCorrupted(Refusal, RuntimeError):
+    """A checkpoint's files do not match its manifest (truncated, altered, or missing), or cannot be read."""
+
+
+class UnsafeCheckpoint(CheckpointCorrupted):
+    """A checkpoint file holds something that would run code if it were read as its format allows (a pickled object
+    other than plain data and tensors), or a sharded checkpoint has no manifest to check it against: refused before
+    any of it is used. A `CheckpointCorrupted`, so that `resume="auto"` passes over it to the next newest."""
 
 
 def manifest_name(data_filename: str) -> str:
@@ -117,18 +126,28 @@ def write_manifest(
     storage.write_bytes_atomic(url, text)
 
 
-def read_checked(url: str | os.PathLike) -> tuple[bytes, Callable[[], None]]:
+class CheckedRead(NamedTuple):
+    """A checkpoint file's bytes, the `check()` that raises unless they match its manifest, and the manifest (None
+    for a file without one)."""
+
+    data: bytes
+    check: Callable[[], None]
+    manifest: dict[str, Any] | None
+
+
+def read_checked(url: str | os.PathLike) -> CheckedRead:
     """The bytes of the checkpoint file at `url`, and a `check()` that raises CheckpointCorrupted, saying what
     does not match, unless they match the file's manifest. The SHA-256 is computed in a thread meanwhile, so the
-    caller can deserialize while it runs; it must call `check()` before it uses anything read. A file without a
-    manifest (not written by a manifest-keeping saver) has nothing to check."""
+    caller can deserialize while it runs (as plain data only: `plain_data.load_plain`); it must call `check()`
+    before it uses anything read. A file without a manifest (not written by a manifest-keeping saver) has nothing
+    to check."""
     url = os.fspath(url)
     directory, data_filename = split(url)
     manifest_url = storage.join(directory, manifest_name(data_filename))
     try:
         manifest = parse_manifest(storage.read_bytes(manifest_url), manifest_url)  # it lists data_filename
     except FileNotFoundError:
-        return storage.read_bytes(url), lambda: None
+        return CheckedRead(storage.read_bytes(url), lambda: None, None)
     # every file of the checkpoint, not only the one read here, is there with the size its manifest records
     mismatch = size_mismatch(manifest, storage.file_sizes(directory))
     if mismatch:
@@ -156,7 +175,7 @@ def read_checked(url: str | os.PathLike) -> tuple[bytes, Callable[[], None]]:
                 "or damaged after it was committed."
             )
 
-    return data, check
+    return CheckedRead(data, check, manifest)
 
 
 def member_sizes(directory: str, manifest: Mapping[str, Any], sizes: Mapping[str, int]) -> dict[str, int]:

@@ -14,27 +14,35 @@ device, an unsharded strategy, `tracktrain convert`).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-import torch
-from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+from torch.distributed.checkpoint._traverse import set_element
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, _EmptyStateDictLoadPlanner
 from torch.distributed.checkpoint.filesystem import FileSystemReader
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.planner import ReadItem
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict, load
 from torch.distributed.checkpoint.storage import StorageReader
 
 from tracktrain import storage
 from tracktrain.checkpoint.manifest import (
     CheckpointCorrupted,
+    UnsafeCheckpoint,
     manifest_name,
     member_sizes,
     parse_manifest,
     sha256_of,
     size_mismatch,
+    write_manifest,
 )
+from tracktrain.checkpoint.plain_data import load_plain, read_dcp_metadata
 from tracktrain.storage.url import split
 
 __all__ = [
@@ -51,6 +59,7 @@ __all__ = [
     "read_sharded",
     "storage_reader",
     "storage_writer",
+    "trust",
 ]
 
 #: the file DCP's coordinator writes last into the directory, after every rank's shards
@@ -68,14 +77,69 @@ def is_sharded_checkpoint(url: str | os.PathLike) -> bool:
     return storage.isdir(url) and storage.exists(storage.join(os.fspath(url), METADATA_FILE))
 
 
+class _PlainMetadata:
+    """DCP's readers, with `.metadata` read as plain data (`plain_data.read_dcp_metadata`): theirs is a `pickle.load`,
+    which runs whatever a planted file holds."""
+
+    fs: Any
+    path: Any
+    load_id: str
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        rank = kwargs.get("rank")
+        path = self.fs.concat_path(self.path, METADATA_FILE if rank is None else f"__{rank}{METADATA_FILE}")
+        with self.fs.create_stream(path, "rb") as stream:
+            metadata = read_dcp_metadata(stream, f"Sharded checkpoint metadata {path}")
+        if metadata.storage_meta is None:  # as DCP's own reader: older files have none
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+class _LocalReader(_PlainMetadata, FileSystemReader):
+    pass
+
+
+class _FsspecReader(_PlainMetadata, FsspecReader):
+    pass
+
+
+class _PlainBytes:
+    """DCP's load planners, with each non-tensor entry read as plain data (`plain_data.load_plain`): theirs is a
+    `torch.load(weights_only=False)`."""
+
+    flatten_state_dict: bool
+    mappings: Any
+    original_state_dict: Any
+    state_dict: Any
+
+    def __init__(self, url: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.url = url  # what a refusal names
+
+    def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
+        loaded = load_plain(value, f"The entry {read_item.dest_index.fqn} of the sharded checkpoint {self.url}")
+        if self.flatten_state_dict:
+            set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], loaded)
+        else:
+            self.state_dict[read_item.dest_index.fqn] = loaded
+
+
+class _LoadPlanner(_PlainBytes, DefaultLoadPlanner):
+    pass
+
+
+class _WholeEntryPlanner(_PlainBytes, _EmptyStateDictLoadPlanner):
+    pass
+
+
 def storage_reader(url: str | os.PathLike) -> StorageReader:
-    """DCP's reader of the directory `url`: the file system's for a local path, fsspec's for any other URL."""
+    """DCP's reader of the directory `url` (the file system's for a local path, fsspec's for any other URL), reading
+    its metadata as plain data."""
     local = storage.local_path(url)
     if local is not None:
-        return FileSystemReader(local)
-    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
-
-    return FsspecReader(os.fspath(url))
+        return _LocalReader(local)
+    return _FsspecReader(os.fspath(url))
 
 
 def storage_writer(url: str | os.PathLike) -> Any:
@@ -110,7 +174,8 @@ class StoredShards:
             index = self.path[1]
             assert isinstance(index, int)
             nested = {key: [{} for _ in range(index)] + [template]}
-        load(nested, storage_reader=storage_reader(self.url))
+        with _refusals_as_themselves():
+            load(nested, storage_reader=storage_reader(self.url), planner=_LoadPlanner(self.url))
         return template
 
     def keyed_by_parameter_name(self) -> bool:
@@ -148,12 +213,15 @@ class VerifyShare(NamedTuple):
     gather: Callable[[Any], list[Any]]
 
 
-def read_sharded(url: str | os.PathLike, lazy: bool, share: VerifyShare | None = None) -> dict[str, Any]:
+def read_sharded(
+    url: str | os.PathLike, lazy: bool, share: VerifyShare | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The states of the sharded checkpoint at `url`, checked against its manifest: the rest as saved, and the
-    sharded entries as `StoredShards` (`lazy`: for the objects to read their own shards) or in full. `share`: the
-    checksums are shared by the ranks reading it together (see `check_members`)."""
+    sharded entries as `StoredShards` (`lazy`: for the objects to read their own shards) or in full; and the
+    manifest. `share`: the checksums are shared by the ranks reading it together (see `check_members`)."""
     url = os.fspath(url)
-    check = check_members(url, share)  # sizes now; the checksums in a thread while the rest is read
+    # sizes and the metadata's checksum now; the others' in a thread while the rest is read (as plain data only)
+    check = check_members(url, share)
     reader = storage_reader(url)
     metadata = reader.read_metadata()
     entries: dict[str, Any] = {}
@@ -167,19 +235,33 @@ def read_sharded(url: str | os.PathLike, lazy: bool, share: VerifyShare | None =
             entries[top] = [StoredShards(url, (top, index)) for index in range(count)]
         elif top not in entries:
             entries[top] = StoredShards(url, (top,))
-    blob = _read_alone(url, REST_KEY)[REST_KEY]
-    rest = torch.load(io.BytesIO(blob.getvalue() if isinstance(blob, io.BytesIO) else blob), weights_only=True)
+    rest: dict[str, Any] = {}
+    if REST_KEY in metadata.state_dict_metadata:  # not in one DCP wrote for another program: its entries are all
+        blob = _read_alone(url, REST_KEY)[REST_KEY]
+        rest = load_plain(blob.getvalue() if isinstance(blob, io.BytesIO) else blob, f"The {REST_KEY} entry of {url}")
     check()
     if not lazy:
         entries = {key: _full(value) for key, value in entries.items()}
-    return {**rest, **entries}
+    return {**rest, **entries}, check.manifest
 
 
-def check_members(url: str | os.PathLike, share: VerifyShare | None = None) -> Callable[[], None]:
+class MemberCheck(NamedTuple):
+    """What `check_members` returns: call it to check the files' SHA-256 (see there); `manifest`, the one checked
+    against."""
+
+    check: Callable[[], None]
+    manifest: dict[str, Any]
+
+    def __call__(self) -> None:
+        self.check()
+
+
+def check_members(url: str | os.PathLike, share: VerifyShare | None = None) -> MemberCheck:
     """For the sharded checkpoint (a directory) at `url`: CheckpointCorrupted now unless every file its manifest
-    lists is there with the size recorded, and a `check()` that raises it unless their SHA-256 match too (computed
-    in a thread meanwhile, while the caller reads them; call `check()` before using anything read). A directory
-    without a manifest (not written by a manifest-keeping saver) has nothing to check.
+    lists is there with the size recorded and its `.metadata` (read before anything else, by every rank) has the
+    SHA-256 recorded; a `check()` that raises it unless the other files' SHA-256 match too (computed in a thread
+    meanwhile, while the caller reads them; call `check()` before using anything read), which holds the manifest.
+    `UnsafeCheckpoint` for a directory without a manifest: nothing vouches for its files (`trust` gives it one).
 
     With `share` (the ranks that load it together), each rank hashes its share of the files, and `check()` (called
     by every rank) gathers what each found, so that every rank raises the same error, or none does."""
@@ -188,7 +270,12 @@ def check_members(url: str | os.PathLike, share: VerifyShare | None = None) -> C
     try:
         manifest = parse_manifest(storage.read_bytes(manifest_url), manifest_url)
     except FileNotFoundError:
-        return lambda: None
+        raise UnsafeCheckpoint(
+            f"Sharded checkpoint {url} has no manifest ({manifest_url}): it was not committed by tracktrain (a save "
+            "cut short, or a directory written by another program), so nothing vouches for its files and it is not "
+            f"read. If you trust where it came from, give it a manifest once: `tracktrain trust {url}` (or "
+            f"tracktrain.checkpoint.sharded.trust({os.fspath(url)!r})); from then on it loads, checked against it."
+        ) from None
     mismatch = size_mismatch(manifest, member_sizes(directory, manifest, storage.file_sizes(directory)))
     if mismatch:
         raise CheckpointCorrupted(
@@ -196,9 +283,21 @@ def check_members(url: str | os.PathLike, share: VerifyShare | None = None) -> C
             "checkpoint). Nothing was loaded; restore the file from a copy, or load another checkpoint "
             '(Trainer(resume="auto") takes the newest complete one).'
         )
+    metadata_member = f"{name}/{METADATA_FILE}"
+    recorded = manifest["files"].get(metadata_member)
+    if recorded is None:
+        raise CheckpointCorrupted(
+            f"The manifest {manifest_url} of sharded checkpoint {url} does not list {metadata_member}, which every "
+            "sharded checkpoint holds: it was edited or planted, and nothing was read."
+        )
+    if sha256_of(storage.read_bytes(storage.join(directory, metadata_member))) != recorded["sha256"]:
+        raise CheckpointCorrupted(
+            f"Checkpoint {url}: {metadata_member} does not match the SHA-256 in its manifest {manifest_url}: altered "
+            "or damaged after it was committed. Nothing was read."
+        )
     altered: list[str] = []
 
-    members = sorted(manifest["files"].items())
+    members = sorted((member, entry) for member, entry in manifest["files"].items() if member != metadata_member)
     if share is not None:
         members = members[share.rank :: share.world_size]
 
@@ -225,16 +324,58 @@ def check_members(url: str | os.PathLike, share: VerifyShare | None = None) -> C
                 "altered or damaged after it was committed."
             )
 
-    return check
+    return MemberCheck(check, manifest)
+
+
+def trust(url: str | os.PathLike) -> str:
+    """Give the sharded checkpoint at `url`, written without a manifest (by `torch.distributed.checkpoint.save`
+    itself, another program, or a save whose manifest was lost), a manifest of its files as they are now: the
+    user's word that it is trusted (`tracktrain trust URL`). From then on it loads as one tracktrain committed,
+    checked against that manifest; it is still read as plain data only. Returns the manifest's URL."""
+    url = os.fspath(url)
+    if not is_sharded_checkpoint(url):
+        raise ValueError(
+            f"{url} is not a sharded checkpoint (a directory holding {METADATA_FILE}): only those need a manifest to "
+            "be read; a checkpoint file loads without one."
+        )
+    directory, name = split(url)
+    manifest_url = storage.join(directory, manifest_name(name))
+    if storage.exists(manifest_url):
+        raise FileExistsError(
+            f"{url} has a manifest already ({manifest_url}): it loads, checked against it. Remove the manifest "
+            "first only if its files were replaced on purpose."
+        )
+    files = {f"{name}/{member}": storage.read_bytes(storage.join(url, member)) for member in storage.file_sizes(url)}
+    # what could never be read is refused now rather than vouched for
+    read_dcp_metadata(
+        io.BytesIO(files[f"{name}/{METADATA_FILE}"]), f"Sharded checkpoint metadata {url}/{METADATA_FILE}"
+    )
+    write_manifest(directory, dict(sorted(files.items())), {}, {"trusted": True}, checkpoint_name=name)
+    return manifest_url
 
 
 def _read_alone(url: str, key: str) -> dict[str, Any]:
     """The entry `key` of the checkpoint at `url`, whole, read by this process without talking to other ranks. (The
     public `dcp.load` loads into a copy of the dict it is given, so what this planner builds there would be lost.)"""
     loaded: dict[str, Any] = {}
-    planner = _EmptyStateDictLoadPlanner(keys={key})
-    _load_state_dict(loaded, storage_reader=storage_reader(url), planner=planner, no_dist=True)
+    planner = _WholeEntryPlanner(url, keys={key})
+    with _refusals_as_themselves():
+        _load_state_dict(loaded, storage_reader=storage_reader(url), planner=planner, no_dist=True)
     return loaded
+
+
+@contextlib.contextmanager
+def _refusals_as_themselves() -> Iterator[None]:
+    """DCP wraps what any rank raised while reading in a CheckpointException: a refusal is raised as itself, on
+    every rank, so that callers (and `resume="auto"`) tell it from a failure."""
+    try:
+        yield
+    except CheckpointException as error:
+        # each failure is (the error, its stack)
+        unsafe = [failure[0] for failure in error.failures.values() if isinstance(failure[0], UnsafeCheckpoint)]
+        if unsafe:
+            raise unsafe[0] from None
+        raise
 
 
 def _full(value: StoredShards | Sequence[StoredShards]) -> Any:

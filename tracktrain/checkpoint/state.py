@@ -4,16 +4,16 @@ objects to load, checked in full before anything is applied."""
 from __future__ import annotations
 
 import errno
-import io
 import os
-import pickle
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from tracktrain.checkpoint.manifest import CheckpointCorrupted, read_checked
+from tracktrain.checkpoint.lightning_format import from_lightning, is_lightning_checkpoint
+from tracktrain.checkpoint.manifest import SUMMARY_COUNTERS, CheckpointCorrupted, UnsafeCheckpoint, read_checked
+from tracktrain.checkpoint.plain_data import gist, load_plain
 
 PARALLEL_WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
 
@@ -122,6 +122,12 @@ def _module_misfit(module: nn.Module, state: Any, strict: bool) -> str | None:
             return " ".join(listed) + " (pass strict=False to load the keys both have)"
     for key, value in state.items():
         mine = current.get(key)
+        if isinstance(mine, torch.Tensor) and not torch.overrides.is_tensor_like(value):
+            # torch's words; it would say so only after loading the keys before this one
+            return (
+                f'While copying the parameter named "{key}", expected torch.Tensor or Tensor-like object from '
+                f"checkpoint but received {type(value)}"
+            )
         if not (isinstance(value, torch.Tensor) and isinstance(mine, torch.Tensor)):
             continue
         # lazy modules take any shape (torch does not export the mixin's name)
@@ -192,6 +198,8 @@ def read_model_checkpoint(url: str | os.PathLike) -> Mapping[str, Any]:
     """`read_checkpoint(url)` of a checkpoint a Trainer wrote: one that holds a "model" state (KeyError naming what
     it holds otherwise). What loading a trained module back and exporting one read."""
     states = read_checkpoint(url)
+    if is_lightning_checkpoint(states):  # a .ckpt Lightning wrote: its weights and hyper_parameters
+        states = ReadCheckpoint(from_lightning(states)[0], source=os.fspath(url))
     if not isinstance(states, Mapping) or "model" not in states:
         held = sorted(states) if isinstance(states, Mapping) else type(states).__name__
         raise KeyError(
@@ -210,14 +218,14 @@ def read_checkpoint(url: str | os.PathLike, lazy_shards: bool = False, share: An
 
     if sharded.is_sharded_checkpoint(url):
         try:
-            states = sharded.read_sharded(url, lazy_shards, share)
+            states, sharded_manifest = sharded.read_sharded(url, lazy_shards, share)
         except CheckpointCorrupted:
             raise
         except Exception as e:
             raise _corrupted(url, e) from e
-        return ReadCheckpoint(states, source=os.fspath(url))
+        return ReadCheckpoint(states, source=os.fspath(url), manifest=sharded_manifest)
     try:
-        data, check = read_checked(url)
+        data, check, manifest = read_checked(url)
     except FileNotFoundError:
         raise FileNotFoundError(
             errno.ENOENT,
@@ -230,42 +238,52 @@ def read_checkpoint(url: str | os.PathLike, lazy_shards: bool = False, share: An
             "one checkpoint in it, e.g. Checkpoint.get_last_checkpoint(directory)."
         ) from None
     try:
-        states = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
+        states = load_plain(data, f"Checkpoint file {os.fspath(url)}")
+    except UnsafeCheckpoint:
         check()  # a file damaged after its commit says so, rather than how unpickling tripped over it
-        if "Unsupported global" in str(e):  # well-formed, but holds objects that are not plain data
-            raise RuntimeError(
-                f"Checkpoint file {os.fspath(url)} holds Python objects that torch.load(weights_only=True) does not "
-                "load, to protect against code execution. If you trust the file, load it with "
-                "torch.load(path, weights_only=False) and pass the resulting dict to Checkpoint.load_objects. "
-                f"Details: {_gist(e)}"
-            ) from e
-        raise _corrupted(url, e) from e
+        raise
     except Exception as e:
         check()
         raise _corrupted(url, e) from e
     check()
-    return ReadCheckpoint(states, source=os.fspath(url)) if isinstance(states, dict) else states
+    return ReadCheckpoint(states, source=os.fspath(url), manifest=manifest) if isinstance(states, dict) else states
 
 
 class ReadCheckpoint(dict):
-    """The states `read_checkpoint` read, and where from (`source`: what errors loading them name)."""
+    """The states `read_checkpoint` read, where from (`source`: what errors loading them name), and the manifest
+    they were checked against (None for a file without one): what it claims of them is compared with them by
+    whoever knows their layout (`check_summary`)."""
 
-    def __init__(self, states: dict, source: str) -> None:
+    def __init__(self, states: dict, source: str, manifest: dict[str, Any] | None = None) -> None:
         super().__init__(states)
         self.source = source
+        self.manifest = manifest
 
 
-def _gist(error: Exception) -> str:
-    """One line of an error: torch's unpickling errors span many, some with advice that does not apply here."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    specific = [line for line in lines if "Unsupported" in line]
-    return (specific or lines or [type(error).__name__])[0][:300]
+def check_summary(states: Any, summarize: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> None:
+    """CheckpointCorrupted unless what the manifest of `states` (a `ReadCheckpoint`) records of the run's counters
+    (step, epoch, iteration, samples seen) is what `summarize` (the saver's own) finds in the states read: a manifest
+    is evidence, not truth. One edited to claim a later step would otherwise be resumed as the newest, silently
+    losing the work of the checkpoints it passed."""
+    manifest = getattr(states, "manifest", None)
+    if manifest is None:
+        return
+    recorded, found = manifest["summary"], summarize(states)
+    differ = [
+        f"{key} {recorded[key]} (the state read: {found[key]})"
+        for key in SUMMARY_COUNTERS
+        if key in recorded and key in found and recorded[key] != found[key]
+    ]
+    if differ:
+        raise CheckpointCorrupted(
+            f"Checkpoint {states.source}: its manifest records {', '.join(differ)}. The manifest was edited or "
+            "belongs to another checkpoint, so it is not trusted and nothing was loaded."
+        )
 
 
 def _corrupted(url: str | os.PathLike, error: Exception) -> CheckpointCorrupted:
     return CheckpointCorrupted(
-        f"Checkpoint file {os.fspath(url)} could not be read ({type(error).__name__}: {_gist(error)}). It is "
+        f"Checkpoint file {os.fspath(url)} could not be read ({type(error).__name__}: {gist(error)}). It is "
         "truncated or corrupted, or was not written by torch.save. Nothing was loaded; load an earlier checkpoint "
         "instead."
     )

@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 # not `from tracktrain.distributed import ...`: the package's __init__ re-exports this module (no import circle)
 import tracktrain.distributed.group_exit as group_exit
+import tracktrain.distributed.lost_ranks as lost_ranks
 from tracktrain.checks.environment import positive_setting
 
 __all__ = [  # all public: `tracktrain.distributed` re-exports each of them
@@ -91,6 +92,7 @@ def init_from_env(backend: str | None = None, timeout: timedelta | None = None) 
     group_exit.before_init()
     dist.init_process_group(backend, timeout=timeout)
     group_exit.end_at_a_clean_exit()
+    lost_ranks.note_peers()  # so that a survivor can name a rank that is lost
 
 
 def restarts_share_the_rendezvous_store(environment: Mapping[str, str]) -> bool:

@@ -149,7 +149,9 @@ class DeliveryQueue:
     def close(self, timeout: float = 30.0, final: Record | None = None) -> int:
         """Deliver what is queued (at most `timeout` seconds), stop the thread, and spill what is left; returns
         the number of records left undelivered in the spill file (0: all delivered, and the file removed).
-        `final` (the run's end status) is appended to a spill file that remains, for `replay`."""
+        `final` (the run's end status) is appended to a spill file that remains, for `replay`. Returns within
+        `timeout` and a second (a request that overran is interrupted, not waited for)."""
+        deadline = time.monotonic() + timeout
         self.flush(timeout)
         with self._condition:
             self._closing = True
@@ -157,7 +159,7 @@ class DeliveryQueue:
             interrupt = self._interrupt if self._in_flight else None
         if interrupt is not None:
             interrupt()
-        self._thread.join(timeout=max(1.0, min(timeout, self.max_backoff)))
+        self._thread.join(timeout=max(1.0, deadline - time.monotonic()))
         with self._condition:
             # a send still running (a hung request) may yet fail: its records are kept too (trackers take a
             # record sent twice as one)

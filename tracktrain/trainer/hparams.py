@@ -39,10 +39,12 @@ def init_arguments(
     `__init__` calling its base's: the subclass's values win), `**kwargs` spread; only `names` when given, less
     `ignore`. Raises when `frame` is not inside an `__init__` of `instance`."""
     collected: dict[str, Any] = {}
+    inside = False  # whether `frame` is an `__init__` of `instance` (one without arguments collects none)
     while frame is not None and frame.f_code.co_name == "__init__":
         info = inspect.getargvalues(frame)
         if not info.args or info.locals.get(info.args[0]) is not instance:
             break
+        inside = True
         found = {name: info.locals[name] for name in info.args[1:] if name in info.locals}
         if info.varargs and info.locals.get(info.varargs):
             found[info.varargs] = info.locals[info.varargs]
@@ -50,7 +52,7 @@ def init_arguments(
             found.update(info.locals.get(info.keywords) or {})
         collected = {**found, **collected}  # outer frames are the subclasses: theirs win
         frame = frame.f_back
-    if not collected and frame is not None and frame.f_code.co_name != "__init__":
+    if not inside:
         raise RuntimeError(
             f"save_hyperparameters() captures the arguments of {type(instance).__name__}.__init__, so call it there "
             "(it was called from elsewhere); to set hparams by hand, assign a dict: self.hparams = {...}."
@@ -73,12 +75,30 @@ def init_arguments(
 class HyperparametersMixin:
     """`save_hyperparameters()` and `hparams`, as Lightning's `LightningModule` and `LightningDataModule` have them."""
 
-    def save_hyperparameters(self, *names: str, ignore: str | Sequence[str] | None = None) -> None:
+    def save_hyperparameters(
+        self,
+        *names: str,
+        ignore: str | Sequence[str] | None = None,
+        frame: FrameType | None = None,
+        logger: bool = True,
+    ) -> None:
         """Call in `__init__`: keep its arguments (all of them, or those `names`, less `ignore`) in `self.hparams`,
         as Lightning does. A module's are saved with every checkpoint, logged by the trackers, compared when a fit
-        resumes, and `load_from_checkpoint` rebuilds the module from them."""
-        frame = inspect.currentframe()
-        self._hparams = AttributeDict(init_arguments(self, frame.f_back if frame else None, names, ignore))
+        resumes, and `load_from_checkpoint` rebuilds the module from them. `frame`: the `__init__` frame to read
+        them from (Lightning's; default: the caller's). `logger=False`: kept and checkpointed, not sent to the
+        trackers."""
+        if not isinstance(logger, bool):
+            raise TypeError(f"save_hyperparameters(logger=...) is True or False, got {logger!r}.")
+        if frame is None:
+            current = inspect.currentframe()
+            frame = current.f_back if current else None
+        self._hparams = AttributeDict(init_arguments(self, frame, names, ignore))
+        self.__dict__["_hparams_to_loggers"] = logger
+
+    @property
+    def hparams_to_loggers(self) -> bool:
+        """Whether the trackers record these hparams (`save_hyperparameters(logger=False)`: not)."""
+        return bool(self.__dict__.get("_hparams_to_loggers", True))
 
     @property
     def hparams(self) -> AttributeDict:

@@ -7,7 +7,6 @@ alone, into a module that exists (`Trainer.test(ckpt_path=...)`)."""
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Mapping
 from typing import Any, TypeVar
@@ -83,21 +82,30 @@ def _load_model_state(module: nn.Module, states: Mapping[str, Any], strict: bool
 
 
 def _saved_class(recorded: Any, path: str, base: type) -> Any:
-    """The class `recorded` (`class_path`) names, imported; an error naming the fix when it cannot be."""
+    """The class `recorded` (`class_path`) names, among the subclasses of `base` this process has imported. Never
+    imported on the checkpoint's word: a file could otherwise choose which module's code runs."""
     fix = (
         f"call load_from_checkpoint on your module's class (MyModule.load_from_checkpoint({os.path.basename(path)!r}))"
     )
     if not isinstance(recorded, str) or ":" not in recorded:
         raise TypeError(f"Checkpoint {path} does not record its module's class: {fix}.")
-    module_name, qualname = recorded.split(":", 1)
-    try:
-        found: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError) as error:
+    found = next((subclass for subclass in _subclasses(base) if class_path(subclass) == recorded), None)
+    if found is None:
+        module_name = recorded.split(":", 1)[0]
         raise TypeError(
-            f"Checkpoint {path} was written for {recorded}, which cannot be imported ({error}): {fix}."
-        ) from error
-    if not (isinstance(found, type) and issubclass(found, base)):
-        raise TypeError(f"Checkpoint {path} names {recorded}, which is not a {base.__name__}: {fix}.")
+            f"Checkpoint {path} was written for {recorded}, which is not a {base.__name__} this program has imported: "
+            f"{fix}, or import {module_name} first. (A checkpoint never chooses a module to import: that could run "
+            "code it names; docs/security.md.)"
+        )
+    return found
+
+
+def _subclasses(base: type) -> list[type]:
+    found: list[type] = []
+    pending: list[type] = list(base.__subclasses__())
+    while pending:
+        subclass = pending.pop()
+        if subclass not in found:
+            found.append(subclass)
+            pending.extend(subclass.__subclasses__())
     return found

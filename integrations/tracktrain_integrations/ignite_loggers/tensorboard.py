@@ -53,11 +53,11 @@ class TensorboardLogger(TrackerFace):
         if log_dir is None:
             stamp = datetime.now().strftime("%b%d_%H-%M-%S")
             log_dir = os.path.join("runs", f"{stamp}_{socket.gethostname()}{writer_kwargs.get('comment', '')}")
-        super().__init__(TensorBoardLogger(log_dir, **writer_kwargs))
+        super().__init__(TensorBoardLogger(log_dir=log_dir, **writer_kwargs))
 
     @property
     def writer(self) -> Any:
-        """The run's `torch.utils.tensorboard.SummaryWriter`."""
+        """The run's `torch.utils.tensorboard.SummaryWriter` (our logger's `experiment`)."""
         tracker = self.tracker
         assert isinstance(tracker, TensorBoardLogger)
-        return tracker.writer
+        return tracker.experiment

@@ -102,7 +102,7 @@ def build_trainer(config: Config):
         enable_progress_bar=settings.progress_bar != "never",
         default_root_dir=root_dir,
         callbacks=callbacks,
-        loggers=loggers if loggers else None,  # None: a CSV log under root_dir/logs
+        loggers=loggers if loggers else None,  # None: a CSV log under root_dir/lightning_logs
     )
 
 
