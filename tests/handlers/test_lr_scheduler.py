@@ -172,13 +172,47 @@ def test_invalid_arguments_and_attachment():
     with pytest.raises(TypeError, match="ReduceLROnPlateau"):
         LRScheduler(sched.ReduceLROnPlateau(opt))
     handler = LRScheduler(sched.StepLR(opt, step_size=1))
-    with pytest.raises(TypeError, match="expects the dict"):
+    with pytest.raises(TypeError, match="Argument state_dict should be a dictionary.*LRScheduler.state_dict"):
         handler.load_state_dict(None)
-    with pytest.raises(ValueError, match=r"\['lr_scheduler'\] are absent"):
+    with pytest.raises(
+        ValueError, match=r"\['param_name', 'save_history', 'param_group_index', 'lr_scheduler'\] are absent"
+    ):
         handler.load_state_dict({"event_index": 3})
 
-    trainer = Engine(training_step(opt, []))
+
+@pytest.mark.parametrize("name", list(SCHEDULES))
+def test_attached_before_the_optimizer_step_the_rates_are_the_same(name):
+    """Ignite's way (ITERATION_STARTED): the first call keeps the optimizer's rate, each later one steps once, so
+    iteration i trains with the rate after i - 1 steps, as by hand; the history lists those rates."""
+    opt = make_optimizer()
+    seen: list[list[float]] = []
+    trainer = Engine(training_step(opt, seen))
+    handler = LRScheduler(SCHEDULES[name](opt), save_history=True)
     trainer.add_event_handler(Events.ITERATION_STARTED, handler)
-    with pytest.raises(RuntimeError, match="ITERATION_STARTED.*Attach it to Events.ITERATION_COMPLETED"):
-        trainer.run(range(2), max_epochs=1)
-    assert handler.event_index == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trainer.run(range(ITERATIONS // 3), max_epochs=3)
+    assert seen == by_hand(name)
+    assert trainer.state.param_history["lr"] == seen
+
+
+@pytest.mark.parametrize("name", IGNITE_COMPARABLE)
+def test_attached_before_the_optimizer_step_as_ignite(name):
+    pytest.importorskip("ignite")
+    from ignite.engine import Engine as IgniteEngine
+    from ignite.engine import Events as IgniteEvents
+    from ignite.handlers import LRScheduler as IgniteLRScheduler
+
+    runs = []
+    for engine_cls, events, handler_cls in (
+        (IgniteEngine, IgniteEvents, IgniteLRScheduler),
+        (Engine, Events, LRScheduler),
+    ):
+        opt = make_optimizer()
+        seen: list[list[float]] = []
+        trainer = engine_cls(training_step(opt, seen))
+        trainer.add_event_handler(events.ITERATION_STARTED, handler_cls(SCHEDULES[name](opt), save_history=True))
+        trainer.run(range(ITERATIONS // 3), max_epochs=3)
+        runs.append((flat(seen), flat(trainer.state.param_history["lr"])))
+    assert runs[1][0] == pytest.approx(runs[0][0])
+    assert runs[1][1] == pytest.approx(runs[0][1])

@@ -132,6 +132,15 @@ def run_rank(rank: int) -> dict[str, Any]:
         running_values.append(float(running.compute()))
     results["running"] = running_values
 
+    # state_dict gathers every rank's state; each rank loads its own back
+    saved = Accuracy()
+    for batch in data["scores"]:
+        saved.update(batch)
+    state = saved.state_dict()
+    loaded = Accuracy()
+    loaded.load_state_dict(state)
+    results["state_dict"] = (len(state["__metric_state_per_rank"]), int(loaded._num_examples), loaded.compute())
+
     # attached to an engine: per-epoch values on every rank
     engine = Engine(lambda e, b: (b[0], (b[1] + e.state.epoch) % 4))
     Accuracy().attach(engine, "acc")
@@ -185,6 +194,15 @@ def test_every_rank_computes_the_metric_of_all_data(rank_results, name):
         assert_same(result[name], expected)
     if not isinstance(expected, torch.Tensor):
         assert local != pytest.approx(expected), "rank 0's own data must give another value, or the test is blind"
+
+
+def test_state_dict_holds_every_ranks_state_and_each_rank_loads_its_own(rank_results):
+    expected = metrics_over([rank_data(rank) for rank in range(WORLD_SIZE)])["accuracy"]
+    for rank, result in enumerate(rank_results):
+        count, examples, accuracy = result["state_dict"]
+        assert count == WORLD_SIZE
+        assert examples == sum(len(batch[1]) for batch in rank_data(rank)["scores"])
+        assert accuracy == pytest.approx(expected)
 
 
 def test_accuracy_of_all_data_is_the_direct_fraction(rank_results):

@@ -147,7 +147,8 @@ def test_suggestion_is_the_steepest_descent_of_a_known_curve():
     spiky = LRFinderResult(lrs, losses[:15] + [9.0, 1.0], losses, "exponential", diverged_at=1.0)
     assert spiky.suggestion(skip_begin=1, skip_end=0) == pytest.approx(1e-2)
     with pytest.raises(
-        ValueError, match=r"recorded 17 steps; suggestion\(skip_begin=16, skip_end=1\) needs at least 2"
+        ValueError,
+        match=r"recorded 17 steps; the suggestion \(skipping 16 at the start and 1 at the end\) needs at least 3",
     ):
         result.suggestion(skip_begin=16)
 

@@ -4,10 +4,6 @@ timing monitors, plots, weight averaging, profiling), each in its own module, an
 
 from __future__ import annotations
 
-import dis
-import sys
-from typing import Any
-
 from tracktrain._lazy import lazy_attributes
 
 _LAZY = {
@@ -44,25 +40,14 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-_lazy_getattr, __dir__ = lazy_attributes(__name__, globals(), _LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    """Ours (imported on first use); a Lightning callback we do not have under its name says what to use: an
-    ImportError for `from tracktrain.callbacks import Name` (Python would drop an AttributeError's message there), an
-    AttributeError for `tracktrain.callbacks.Name` (so `hasattr` stays False)."""
-    if name in _LAZY:
-        return _lazy_getattr(name)
+def _instead(name: str) -> str | None:
+    """A Lightning callback we do not have under its name says what to use (`lazy_attributes` raises it)."""
     from tracktrain.trainer.lightning_names import CALLBACKS_INSTEAD
 
     instead = CALLBACKS_INSTEAD.get(name)
     if instead is None:
-        return _lazy_getattr(name)  # its AttributeError
-    message = f"tracktrain.callbacks has no {name} (Lightning's lightning.pytorch.callbacks.{name}): {instead}."
-    caller = sys._getframe(1)
-    if caller.f_code.co_code[caller.f_lasti] == _IMPORT_FROM:
-        raise ImportError(message, name=__name__)
-    raise AttributeError(message)
+        return None
+    return f"tracktrain.callbacks has no {name} (Lightning's lightning.pytorch.callbacks.{name}): {instead}."
 
 
-_IMPORT_FROM = dis.opmap["IMPORT_FROM"]
+__getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY, refused=_instead)

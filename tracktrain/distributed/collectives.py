@@ -221,14 +221,19 @@ _FAILURE_GRACE_SECONDS = 10.0  # how long the other ranks may take to fail on th
 
 
 def spawn(
-    fn: Callable[..., Any],
-    nprocs: int,
+    fn: Callable[..., Any] | str,
+    nprocs: Any = None,
     args: tuple = (),
     master_port: int | None = None,
     start_method: str | None = None,
+    **ignite_form: Any,
 ) -> None:
     """Run `fn(*args)` in `nprocs` local processes set up as torchrun would (RANK, LOCAL_RANK, WORLD_SIZE,
     MASTER_ADDR=127.0.0.1, a free MASTER_PORT), so `Trainer(strategy="ddp")` works inside without torchrun.
+
+    Ignite's form is taken too: `spawn(backend, fn, args, kwargs_dict=None, nproc_per_node=1)` runs
+    `fn(local_rank, *args, **kwargs_dict)` in `nproc_per_node` processes, each already in `backend`'s process group
+    (`tracktrain.distributed` is Ignite's `idist`); processes on several machines are torchrun's to start.
     An exception in any process stops the others (after 10 s in which they may fail on their own, each printing its
     stack: a hang times out on every rank; then SIGTERM, and SIGKILL 10 s later) and is raised here. `fn` must be
     importable (defined at a module's top level).
@@ -238,7 +243,11 @@ def spawn(
     which imported torch, tracktrain and `fn`'s module, so later calls start ranks in a fraction of that. Either
     way every process sees this process's environment as it is at the call; but what is read only as a process
     starts (MALLOC_* settings, LD_PRELOAD) keeps the server's values under "forkserver": use "spawn" for those."""
-    if not isinstance(nprocs, int) or nprocs < 1:
+    if isinstance(fn, str):
+        fn, nprocs, args = _ignite_form(fn, nprocs, args, ignite_form)
+    elif ignite_form:
+        raise TypeError(f"spawn got arguments it does not take: {sorted(ignite_form)}.")
+    if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"spawn(nprocs=...) must be a positive integer, got {nprocs!r}.")
     if start_method is None:
         start_method = os.environ.get(START_METHOD_VARIABLE, "spawn")
@@ -263,6 +272,34 @@ def spawn(
     # same time (the process group's timeout), and each one's stack, printed as it fails, shows where it waited
     while not ranks.join(grace_period=_FAILURE_GRACE_SECONDS):
         pass
+
+
+def _ignite_form(backend: str, fn: Any, args: tuple, options: dict[str, Any]) -> tuple[Callable[..., Any], int, tuple]:
+    """Ignite's `spawn(backend, fn, args, kwargs_dict, nproc_per_node, nnodes, node_rank)` as ours: the function
+    each process runs, how many, its arguments."""
+    kwargs_dict = options.pop("kwargs_dict", None) or {}
+    nproc_per_node = options.pop("nproc_per_node", 1)
+    nnodes, node_rank = options.pop("nnodes", 1), options.pop("node_rank", 0)
+    options.pop("master_addr", None)  # the processes are local: 127.0.0.1
+    if options.pop("init_method", None) is not None:
+        raise ValueError("spawn(init_method=...): the processes meet at MASTER_ADDR/MASTER_PORT, set by spawn.")
+    if options:
+        raise TypeError(f"spawn got arguments it does not take: {sorted(options)}.")
+    if nnodes != 1 or node_rank != 0:
+        raise ValueError(
+            f"spawn(nnodes={nnodes}, node_rank={node_rank}): processes on several machines are started by torchrun "
+            "(`torchrun --nnodes N --node_rank R ...`), each script joining the group (idist.initialize(backend))."
+        )
+    if not callable(fn):
+        raise TypeError(f"spawn(backend, fn, ...): fn must be callable, got {fn!r}.")
+    return _run_in_group, nproc_per_node, (backend, fn, tuple(args), dict(kwargs_dict))
+
+
+def _run_in_group(backend: str, fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> None:
+    init_from_env(backend)
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    fn(int(os.environ["LOCAL_RANK"]), *args, **kwargs)
 
 
 def _run_as_rank(

@@ -15,6 +15,7 @@ from tracktrain.engine.events import CallableEventWithFilter, EventEnum, Events,
 from tracktrain.engine.state import State
 
 if TYPE_CHECKING:
+    from tracktrain.engine.batches import convert_tensor
     from tracktrain.engine.deterministic import DeterministicEngine, ReproducibleBatchSampler
     from tracktrain.engine.model_engine import BaseOpHook, ModelEngine, StepEvents, initialize
     from tracktrain.engine.supervised import (
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from tracktrain.engine.supervised_engines import create_supervised_evaluator, create_supervised_trainer
 
 _LAZY = {
+    "convert_tensor": "tracktrain.engine.batches",
     "BaseOpHook": "tracktrain.engine.model_engine",
     "ModelEngine": "tracktrain.engine.model_engine",
     "StepEvents": "tracktrain.engine.model_engine",
@@ -66,6 +68,7 @@ __all__ = [
     "supervised_training_step_amp",
     "supervised_training_step_apex",
     "supervised_training_step_tpu",
+    "convert_tensor",
 ]
 
 

@@ -40,6 +40,55 @@ class HandlerRegistry:
     def __init__(self) -> None:
         self.handlers: dict[str, list[HandlerRecord]] = {}
         self.allowed_events: dict[str, Any] = {}
+        # id(wrapper) -> (wrapper, the handler it wraps, who wrapped it): see `wrap`
+        self._wrapped: dict[int, tuple[Callable, Callable, Any]] = {}
+
+    def _original(self, handler: Callable) -> Callable:
+        """The handler the user attached, under however many wrappers."""
+        entry = self._wrapped.get(id(handler))
+        while entry is not None and entry[0] is handler:
+            handler = entry[1]
+            entry = self._wrapped.get(id(handler))
+        return handler
+
+    def _wrapped_by(self, handler: Callable, owner: Any) -> bool:
+        entry = self._wrapped.get(id(handler))
+        while entry is not None and entry[0] is handler:
+            if entry[2] is owner:
+                return True
+            handler = entry[1]
+            entry = self._wrapped.get(id(handler))
+        return False
+
+    def wrap(self, wrapper: Callable[[str, Callable], Callable], owner: Any) -> Callable[[], None]:
+        """Put `wrapper(event name, handler)` in the place of every handler attached now that `owner` has not wrapped
+        yet, called as the handler was; returns the function that takes these wrappers off again. `has` and `remove`
+        still find a wrapped handler by itself."""
+        wrappers: dict[int, Callable] = {}
+        for key, records in self.handlers.items():
+            replaced = []
+            for record in records:
+                if self._wrapped_by(record[0], owner):
+                    replaced.append(record)
+                    continue
+                wrapped = wrapper(key, record[0])
+                self._wrapped[id(wrapped)] = (wrapped, record[0], owner)
+                wrappers[id(wrapped)] = wrapped
+                replaced.append((wrapped, *record[1:]))
+            self.handlers[key] = replaced  # a new list: an event being fired goes on with the one it has
+
+        def unwrap() -> None:
+            """Take ours off where they are outermost; one inside another owner's wrapper stays (its owner's
+            wrapper calls it), as does its entry, so the handler under it is still found by itself."""
+            for key, records in self.handlers.items():
+                self.handlers[key] = [
+                    (self._wrapped.pop(id(record[0]))[1], *record[1:])
+                    if wrappers.get(id(record[0])) is record[0]
+                    else record
+                    for record in records
+                ]
+
+        return unwrap
 
     def register(self, event_names: Iterable[Any], event_to_attr: Any, state: State) -> None:
         """Allow `event_names`; `event_to_attr` (a mapping or None) names the counter on `state` that each
@@ -128,7 +177,7 @@ class HandlerRegistry:
     def has(self, handler: Callable, event_name: Any | None = None) -> bool:
         """Whether `handler` is attached to `event_name` (to any event when None), filtered or not."""
         keys = [event_key(event_name)] if event_name is not None else list(self.handlers)
-        return any(record[0] == handler for key in keys for record in self.handlers.get(key, ()))
+        return any(self._original(record[0]) == handler for key in keys for record in self.handlers.get(key, ()))
 
     def remove(self, handler: Callable, event_name: Any) -> None:
         """Detach `handler` from `event_name`; raises ValueError if it was not attached there."""
@@ -138,7 +187,7 @@ class HandlerRegistry:
                 f"Input event name '{event_name}' does not exist: no handler is attached to it on this engine."
             )
         records = self.handlers[key]
-        kept = [record for record in records if record[0] != handler]
+        kept = [record for record in records if self._original(record[0]) != handler]
         if len(kept) == len(records):
             raise ValueError(
                 f"Input handler '{handler}' is not found among registered event handlers of {event_name!r}."

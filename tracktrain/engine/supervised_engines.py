@@ -89,7 +89,10 @@ def create_supervised_trainer(
     )
     created_scaler = None
     if on_xla:
-        step = supervised_training_step_tpu(model, optimizer, loss_fn, **common)
+        try:
+            step = supervised_training_step_tpu(model, optimizer, loss_fn, **common)
+        except ModuleNotFoundError as error:  # Ignite's error for this call, with the install hint
+            raise RuntimeError(f"In order to run on TPU, please install PyTorch XLA: {error}") from error
     elif amp_mode == "amp":
         amp_dtype, created_scaler = resolve_amp(device_type_of(device, model), amp_dtype, scaler)
         step = supervised_training_step_amp(

@@ -6,6 +6,7 @@ Names are loaded on first use.
 from __future__ import annotations
 
 from tracktrain._lazy import lazy_attributes
+from tracktrain.ignite_names import refusal
 
 _LAZY = {
     "Metric": "tracktrain.metrics.metric",
@@ -25,9 +26,21 @@ _LAZY = {
     "RunningAverage": "tracktrain.metrics.running_average",
     "MeanSquaredError": "tracktrain.metrics.regression",
     "MeanAbsoluteError": "tracktrain.metrics.regression",
+    "RootMeanSquaredError": "tracktrain.metrics.regression",
+    "GpuInfo": "tracktrain.metrics.gpu_info",
+    "ClassificationMetric": "tracktrain.metrics.accuracy",
+    "Precision": "tracktrain.metrics.precision",
+    "Recall": "tracktrain.metrics.recall",
+    "Fbeta": "tracktrain.metrics.fbeta",
+    "PSNR": "tracktrain.metrics.psnr",
+    "SSIM": "tracktrain.metrics.ssim",
+    **dict.fromkeys(
+        ("ConfusionMatrix", "DiceCoefficient", "IoU", "JaccardIndex", "cmAccuracy", "cmPrecision", "cmRecall", "mIoU"),
+        "tracktrain.metrics.confusion_matrix",
+    ),
 }
 
 __all__ = sorted(_LAZY)
 
 
-__getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY)
+__getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY, refused=refusal(__name__, "ignite.metrics"))

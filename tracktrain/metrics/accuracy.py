@@ -25,7 +25,7 @@ from tracktrain.metrics.distributed import all_reduce_sum
 from tracktrain.metrics.inputs import identity, tensor_pair
 from tracktrain.metrics.metric import Metric, NotComputableError
 
-__all__ = ["Accuracy", "TopKCategoricalAccuracy"]
+__all__ = ["Accuracy", "ClassificationMetric", "TopKCategoricalAccuracy"]
 
 _MULTILABEL_SHAPES = (
     "y and y_pred must have same shape of (batch_size, num_categories, ...) and num_categories > 1: multilabel "
@@ -46,7 +46,100 @@ def _has_values_other_than_0_and_1(t: torch.Tensor) -> torch.Tensor:
     return ((t != 0) & (t != 1)).any()
 
 
-class Accuracy(Metric):
+class ClassificationMetric(Metric):
+    """The base of the metrics of class predictions (Accuracy, Precision, Recall): which kind of input a batch is,
+    from shapes alone (see the module docstring), fixed by the first `update()` after `reset()`, and the on-device
+    count of binary or multilabel batches holding values other than 0 and 1, checked by `compute()`.
+
+    Subclasses call `_check_kind(y_pred, y)` in `update()`, which also counts those batches, and `_raise_if_not_binary()`
+    in `compute()` with the counts reduced over ranks.
+    """
+
+    _num_classes: int | None
+    _kind: str | None
+    _non_binary_y_pred: torch.Tensor
+    _non_binary_y: torch.Tensor
+
+    def __init__(
+        self,
+        output_transform: Callable[[Any], Any] = identity,
+        is_multilabel: bool = False,
+        device: str | torch.device | None = None,
+        skip_unrolling: bool = False,
+    ) -> None:
+        self._is_multilabel = is_multilabel
+        super().__init__(output_transform=output_transform, device=device, skip_unrolling=skip_unrolling)
+
+    def _reset_kind(self) -> None:
+        # updates whose y_pred / y held values other than 0 and 1 in a binary or multilabel setting
+        self._non_binary_y_pred = torch.zeros((), dtype=torch.int64, device=self._device)
+        self._non_binary_y = torch.zeros((), dtype=torch.int64, device=self._device)
+        self._kind = None
+        self._num_classes = None
+
+    def _check_kind(self, y_pred: torch.Tensor, y: torch.Tensor) -> str:
+        """The kind of this batch, from shapes only; raises on shapes that fit no kind or change the kind. Binary
+        and multilabel batches' values are counted on the device (nothing is read back)."""
+        name = type(self).__name__
+        if y_pred.ndim == y.ndim + 1 and y_pred.ndim >= 2:
+            expected_y = (y_pred.shape[0], *y_pred.shape[2:])
+            if tuple(y.shape) != expected_y:
+                raise ValueError(
+                    f"y and y_pred must have compatible shapes. {name} got {_shapes(y_pred, y)}: for class scores "
+                    f"y_pred (N, C, ...) y must hold class indices of shape (N, ...) = {expected_y}."
+                )
+            num_classes = y_pred.shape[1]
+            kind = "binary" if num_classes == 1 else "multiclass"
+            if self._is_multilabel:
+                raise ValueError(f"{_MULTILABEL_SHAPES} {name}(is_multilabel=True) got {_shapes(y_pred, y)}.")
+        elif y_pred.ndim == y.ndim and y_pred.ndim >= 1:
+            if y_pred.shape != y.shape:
+                raise ValueError(
+                    f"y and y_pred must have compatible shapes. {name} got {_shapes(y_pred, y)}: {_EXPECTED_SHAPES}."
+                )
+            if self._is_multilabel:
+                if y.ndim < 2 or y.shape[1] < 2:
+                    raise ValueError(f"{_MULTILABEL_SHAPES} {name}(is_multilabel=True) got {_shapes(y_pred, y)}.")
+                kind, num_classes = "multilabel", y.shape[1]
+            else:
+                kind, num_classes = "binary", 1
+        else:
+            raise ValueError(
+                "y must have shape of (batch_size, ...) and y_pred must have shape of (batch_size, num_categories, "
+                f"...) or (batch_size, ...), but given {y.shape} vs {y_pred.shape}. {name} got {_shapes(y_pred, y)}: "
+                f"{_EXPECTED_SHAPES}."
+            )
+
+        if self._kind is None:
+            self._kind, self._num_classes = kind, num_classes
+        elif kind != self._kind:
+            raise RuntimeError(
+                f"Input data type has changed from {self._kind} to {kind}. {name} got {_shapes(y_pred, y)}; the "
+                f"kind is fixed by the first update() after reset(). Use one {name} per kind of input."
+            )
+        elif num_classes != self._num_classes:
+            raise ValueError(
+                f"Input data number of classes has changed from {self._num_classes} to {num_classes}. {name} got "
+                f"{_shapes(y_pred, y)}; every batch must have the same number of classes."
+            )
+        if kind != "multiclass":
+            self._non_binary_y_pred += _has_values_other_than_0_and_1(y_pred).to(self._device)
+            self._non_binary_y += _has_values_other_than_0_and_1(y).to(self._device)
+        return kind
+
+    def _raise_if_not_binary(self, non_binary_y_pred: int, non_binary_y: int) -> None:
+        """Refuse binary/multilabel inputs that held other values than 0 and 1 (counts of offending updates)."""
+        for name, count in (("y_pred", non_binary_y_pred), ("y", non_binary_y)):
+            if count:
+                raise ValueError(
+                    f"For binary cases, {name} must be comprised of 0's and 1's. {type(self).__name__} got "
+                    f"{self._kind} inputs whose {name} held other values in {count} update(s) since reset(): "
+                    "threshold scores first, e.g. output_transform=lambda out: ((out[0] > 0.5).long(), out[1]); for "
+                    "multiclass pass y_pred as (N, C) scores and y as (N,) class indices."
+                )
+
+
+class Accuracy(ClassificationMetric):
     """Fraction of correctly predicted samples (binary, multiclass or multilabel; see the module docstring).
 
     Args:
@@ -59,32 +152,22 @@ class Accuracy(Metric):
     after `reset()`; a later batch of another kind is an error. `compute()` returns a float.
     """
 
+    _state_dict_all_req_keys = (
+        "_num_correct",
+        "_num_examples",
+        "_non_binary_y_pred",
+        "_non_binary_y",
+        "_kind",
+        "_num_classes",
+    )
     _num_correct: torch.Tensor
     _num_examples: int
-    _non_binary_y_pred: torch.Tensor
-    _non_binary_y: torch.Tensor
-    _kind: str | None
-    _num_classes: int | None
-
-    def __init__(
-        self,
-        output_transform: Callable[[Any], Any] = identity,
-        is_multilabel: bool = False,
-        device: str | torch.device | None = None,
-        skip_unrolling: bool = False,
-    ) -> None:
-        self._is_multilabel = is_multilabel
-        super().__init__(output_transform=output_transform, device=device, skip_unrolling=skip_unrolling)
 
     def reset(self) -> None:
         self._unsettle_device()
         self._num_correct = torch.zeros((), dtype=torch.int64, device=self._device)
         self._num_examples = 0
-        # updates whose y_pred / y held values other than 0 and 1 in a binary or multilabel setting
-        self._non_binary_y_pred = torch.zeros((), dtype=torch.int64, device=self._device)
-        self._non_binary_y = torch.zeros((), dtype=torch.int64, device=self._device)
-        self._kind = None
-        self._num_classes = None
+        self._reset_kind()
 
     def update(self, output: Any) -> None:
         y_pred, y = tensor_pair(output, "Accuracy")
@@ -92,60 +175,12 @@ class Accuracy(Metric):
         kind = self._check_kind(y_pred, y)
         if kind == "multiclass":
             correct = torch.argmax(y_pred, dim=1) == y
-        else:
-            self._non_binary_y_pred += _has_values_other_than_0_and_1(y_pred).to(self._device)
-            self._non_binary_y += _has_values_other_than_0_and_1(y).to(self._device)
-            if kind == "binary":
-                correct = y_pred.reshape(-1).to(y.dtype) == y.reshape(-1)
-            else:  # multilabel: (N, C, ...) -> (N, ...), a sample is right when all its labels are
-                correct = (y_pred.to(y.dtype) == y).all(dim=1)
+        elif kind == "binary":
+            correct = y_pred.reshape(-1).to(y.dtype) == y.reshape(-1)
+        else:  # multilabel: (N, C, ...) -> (N, ...), a sample is right when all its labels are
+            correct = (y_pred.to(y.dtype) == y).all(dim=1)
         self._num_correct += correct.sum().to(self._device)
         self._num_examples += correct.numel()
-
-    def _check_kind(self, y_pred: torch.Tensor, y: torch.Tensor) -> str:
-        """The kind of this batch, from shapes only; raises on shapes that fit no kind or change the kind."""
-        if y_pred.ndim == y.ndim + 1 and y_pred.ndim >= 2:
-            expected_y = (y_pred.shape[0], *y_pred.shape[2:])
-            if tuple(y.shape) != expected_y:
-                raise ValueError(
-                    f"y and y_pred must have compatible shapes. Accuracy got {_shapes(y_pred, y)}: for class scores "
-                    f"y_pred (N, C, ...) y must hold class indices of shape (N, ...) = {expected_y}."
-                )
-            num_classes = y_pred.shape[1]
-            kind = "binary" if num_classes == 1 else "multiclass"
-            if self._is_multilabel:
-                raise ValueError(f"{_MULTILABEL_SHAPES} Accuracy(is_multilabel=True) got {_shapes(y_pred, y)}.")
-        elif y_pred.ndim == y.ndim and y_pred.ndim >= 1:
-            if y_pred.shape != y.shape:
-                raise ValueError(
-                    f"y and y_pred must have compatible shapes. Accuracy got {_shapes(y_pred, y)}: {_EXPECTED_SHAPES}."
-                )
-            if self._is_multilabel:
-                if y.ndim < 2 or y.shape[1] < 2:
-                    raise ValueError(f"{_MULTILABEL_SHAPES} Accuracy(is_multilabel=True) got {_shapes(y_pred, y)}.")
-                kind, num_classes = "multilabel", y.shape[1]
-            else:
-                kind, num_classes = "binary", 1
-        else:
-            raise ValueError(
-                "y must have shape of (batch_size, ...) and y_pred must have shape of (batch_size, num_categories, "
-                f"...) or (batch_size, ...), but given {y.shape} vs {y_pred.shape}. Accuracy got {_shapes(y_pred, y)}: "
-                f"{_EXPECTED_SHAPES}."
-            )
-
-        if self._kind is None:
-            self._kind, self._num_classes = kind, num_classes
-        elif kind != self._kind:
-            raise RuntimeError(
-                f"Input data type has changed from {self._kind} to {kind}. Accuracy got {_shapes(y_pred, y)}; the "
-                "kind is fixed by the first update() after reset(). Use one Accuracy per kind of input."
-            )
-        elif num_classes != self._num_classes:
-            raise ValueError(
-                f"Input data number of classes has changed from {self._num_classes} to {num_classes}. Accuracy got "
-                f"{_shapes(y_pred, y)}; every batch must have the same number of classes."
-            )
-        return kind
 
     def compute(self) -> float:
         correct, examples, non_binary_y_pred, non_binary_y = all_reduce_sum(
@@ -157,20 +192,14 @@ class Accuracy(Metric):
             )
         # the one host sync of compute()
         correct, non_binary_y_pred, non_binary_y = torch.stack([correct, non_binary_y_pred, non_binary_y]).tolist()
-        for name, count in (("y_pred", non_binary_y_pred), ("y", non_binary_y)):
-            if count:
-                raise ValueError(
-                    f"For binary cases, {name} must be comprised of 0's and 1's. Accuracy got {self._kind} inputs "
-                    f"whose {name} held other values in {count} update(s) since reset(): threshold scores first, "
-                    "e.g. output_transform=lambda out: ((out[0] > 0.5).long(), out[1]); for multiclass pass "
-                    "y_pred as (N, C) scores and y as (N,) class indices."
-                )
+        self._raise_if_not_binary(non_binary_y_pred, non_binary_y)
         return correct / examples
 
 
 class TopKCategoricalAccuracy(Metric):
     """Fraction of samples whose true class is among the `k` highest scores of `y_pred` (N, C); `y` is (N,)."""
 
+    _state_dict_all_req_keys = ("_num_correct", "_num_examples")
     _num_correct: torch.Tensor
     _num_examples: int
 

@@ -32,6 +32,7 @@ class Average(Metric):
     """
 
     required_output_keys = None
+    _state_dict_all_req_keys = ("_sum", "_num_examples", "_sample_shape")
 
     _sum: torch.Tensor
     _num_examples: int

@@ -18,6 +18,7 @@ __all__ = [
     "as_device",
     "identity",
     "is_sequence_of_tensors_or_numbers",
+    "same_shape_and_dtype",
     "tensor_pair",
 ]
 
@@ -64,6 +65,19 @@ def tensor_pair(output: Any, owner: str) -> tuple[torch.Tensor, torch.Tensor]:
             f"{type(y).__name__}. Convert them with torch.as_tensor (in output_transform)."
         )
     return y_pred.detach(), y.detach()
+
+
+def same_shape_and_dtype(output: Any, owner: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """`output` as `(y_pred, y)` of one shape and dtype (images compared pixel for pixel), or the error Ignite's
+    PSNR and SSIM raise."""
+    y_pred, y = tensor_pair(output, owner)
+    if y_pred.dtype != y.dtype:
+        raise TypeError(
+            f"Expected y_pred and y to have the same data type. Got y_pred: {y_pred.dtype} and y: {y.dtype}."
+        )
+    if y_pred.shape != y.shape:
+        raise ValueError(f"Expected y_pred and y to have the same shape. Got y_pred: {y_pred.shape} and y: {y.shape}.")
+    return y_pred, y
 
 
 def accumulation_dtype(device: torch.device) -> torch.dtype:

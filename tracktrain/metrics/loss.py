@@ -31,6 +31,7 @@ class Loss(Metric):
     """
 
     required_output_keys = ("y_pred", "y", "criterion_kwargs")
+    _state_dict_all_req_keys = ("_sum", "_num_examples")
 
     _sum: torch.Tensor
     _num_examples: Any  # what batch_size returns: an int with the default `len`

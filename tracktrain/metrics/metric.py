@@ -8,6 +8,11 @@ What is ours: `update()` only adds to tensors on the metric's device (by default
 updates never copy across devices) and never reads a value back to the host;
 `compute()` is where the one host sync of an epoch happens, and under torch.distributed the one all-reduce, done
 for every metric by `all_reduce_sum`.
+
+Every metric saves and loads what it accumulated (`state_dict` / `load_state_dict`, Ignite 0.5.5's format: one state
+per rank), so a `Checkpoint` of it resumes exactly. Unlike Ignite, a loaded metric *continues* on the run it was
+saved with: the reset at that run's STARTED (or at the EPOCH_STARTED of an epoch resumed in its middle) is skipped,
+where Ignite's reset there throws the loaded state away (its resumed running average starts over).
 """
 
 from __future__ import annotations
@@ -15,12 +20,16 @@ from __future__ import annotations
 import operator
 import weakref
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 
+from tracktrain.distributed.collectives import gather_objects
+from tracktrain.distributed.ranks import rank_and_world_size
 from tracktrain.engine.engine import Engine
+from tracktrain.engine.events import Events
 from tracktrain.metrics.inputs import (
     as_batch_of_one,
     as_device,
@@ -34,6 +43,12 @@ __all__ = ["Metric", "MetricsLambda", "NotComputableError"]
 
 class NotComputableError(RuntimeError):
     """`compute()` was called on a metric with nothing to compute from (no `update()` since its last `reset()`)."""
+
+
+# the one key of a metric's state_dict (Ignite's): the list of every rank's state
+STATE_PER_RANK = "__metric_state_per_rank"
+# what a metric's saved state may hold (besides other metrics, and lists, tuples and dicts of these)
+_STATE_LEAVES = (type(None), bool, int, float, str, torch.Tensor, torch.Size)
 
 
 class Metric(ABC):
@@ -57,6 +72,8 @@ class Metric(ABC):
     """
 
     required_output_keys: tuple[str, ...] | None = ("y_pred", "y")
+    # the attributes that hold what the metric accumulated: saved by state_dict(), required by load_state_dict()
+    _state_dict_all_req_keys: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -74,6 +91,7 @@ class Metric(ABC):
         self._skip_unrolling = skip_unrolling
         # usages attached per engine, so that detaching one keeps the handlers another still needs
         self._attached_usages: weakref.WeakKeyDictionary[Engine, list[MetricUsage]] = weakref.WeakKeyDictionary()
+        self._loaded = False  # load_state_dict since the last started(): the resumed run continues from it
         self.reset()
 
     @abstractmethod
@@ -107,6 +125,10 @@ class Metric(ABC):
 
     # --------------------------------------------------------------------------------------- engine handlers
     def started(self, engine: Engine) -> None:
+        """Reset, unless the state was just loaded and `engine` is resuming the run it was saved in."""
+        loaded, self._loaded = self._loaded, False
+        if loaded and _resumes_where_it_stopped(engine):
+            return
         self.reset()
 
     @torch.no_grad()
@@ -211,6 +233,64 @@ class Metric(ABC):
     def is_attached(self, engine: Engine, usage: str | MetricUsage = EpochWise()) -> bool:
         return engine.has_event_handler(self.completed, as_usage(usage).COMPLETED)
 
+    # ------------------------------------------------------------------------------------------------ state
+    def state_dict(self) -> OrderedDict[str, list[OrderedDict[str, Any]]]:
+        """What the metric accumulated, `{"__metric_state_per_rank": [state of rank 0, state of rank 1, ...]}` as in
+        Ignite (under torch.distributed every rank must call it: the states are gathered)."""
+        state = self._state_dict_per_rank()
+        return OrderedDict([(STATE_PER_RANK, gather_objects(state))])
+
+    def _state_dict_per_rank(self) -> OrderedDict[str, Any]:
+        state: OrderedDict[str, Any] = OrderedDict()
+        for name in self._state_dict_all_req_keys:
+            if name not in self.__dict__:
+                raise ValueError(
+                    f"Found a value in _state_dict_all_req_keys that is not among metric attributes: {name} "
+                    f"({type(self).__name__}); list only the attributes reset() sets."
+                )
+            state[name] = _saved(getattr(self, name), f"{type(self).__name__}.{name}")
+        return state
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Continue from `state_dict()`: this rank's state is loaded (saved with the same number of ranks). On an
+        engine resumed from the same checkpoint, the run goes on accumulating from it (see the module docstring)."""
+        name = type(self).__name__
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(
+                f"Argument state_dict should be a dictionary, but given {type(state_dict)}: pass the dict returned by "
+                f"{name}.state_dict()."
+            )
+        if not (len(state_dict) == 1 and STATE_PER_RANK in state_dict):
+            raise ValueError(
+                "Incorrect state_dict object. Argument state_dict should be a dictionary provided by "
+                f"Metric.state_dict(). Expected single key: {STATE_PER_RANK}, but given {list(state_dict)} ({name})."
+            )
+        rank, world_size = rank_and_world_size()
+        states = state_dict[STATE_PER_RANK]
+        if len(states) != world_size:
+            raise ValueError(
+                "Incorrect state_dict object. Argument state_dict should be a dictionary provided by "
+                "Metric.state_dict(). Expected a list of state_dicts of size equal world_size: "
+                f"{world_size}, but got {len(states)} ({name} saved by {len(states)} processes; resume with as many)."
+            )
+        self._load_state_dict_per_rank(states[rank])
+
+    def _load_state_dict_per_rank(self, state: Mapping[str, Any]) -> None:
+        owner = type(self).__name__
+        if not isinstance(state, Mapping):
+            raise TypeError(f"{owner}.load_state_dict: a rank's state must be a dict, got {type(state).__name__}.")
+        missing = [name for name in self._state_dict_all_req_keys if name not in state]
+        if missing:
+            raise ValueError(
+                f"Required state attribute(s) {missing} are absent in provided state_dict {list(state)}; pass the dict "
+                f"returned by {owner}.state_dict()."
+            )
+        for name in self._state_dict_all_req_keys:
+            current = getattr(self, name)
+            setattr(self, name, _loaded(current, state[name], self._device, f"{owner}.{name}"))
+        self._device_settled = True  # the state stays where it was loaded: the next update must not reset it
+        self._loaded = True
+
     # ------------------------------------------------------------------------------------------- composition
     def __add__(self, other: Any) -> MetricsLambda:
         return MetricsLambda(operator.add, self, other)
@@ -259,6 +339,73 @@ class Metric(ABC):
         raise TypeError(f"{type(self).__name__} is not iterable; index its value with metric[i] instead.")
 
 
+# Ignite's Metric turns any attribute it does not have into the MetricsLambda calling that tensor method on its value
+# (`precision.mean()`, `cm.diag()`, `iou.to(torch.double)`); here, these tensor methods, by name, and no other
+TENSOR_METHODS = (
+    "abs", "argmax", "argmin", "clamp", "cpu", "diag", "double", "exp", "flatten", "float", "item", "log", "max",
+    "mean", "min", "norm", "prod", "reshape", "sqrt", "squeeze", "std", "sum", "t", "to", "tolist", "trace",
+    "unsqueeze", "var", "view",
+)  # fmt: skip
+
+
+def _tensor_method(name: str) -> Callable[..., MetricsLambda]:
+    def method(self: Metric, *args: Any, **kwargs: Any) -> MetricsLambda:
+        return MetricsLambda(lambda value, *a, **k: getattr(value, name)(*a, **k), self, *args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = f"The MetricsLambda of this metric's value `.{name}(...)` (Ignite's tensor-method arithmetic)."
+    return method
+
+
+def _resumes_where_it_stopped(engine: Engine) -> bool:
+    """Whether the event being fired starts where a run stopped: the STARTED of a run resumed from a state
+    (iteration > 0), or the EPOCH_STARTED of an epoch resumed in its middle."""
+    state, event = engine.state, engine.last_event_name
+    if event == Events.STARTED:
+        return state.iteration > 0
+    if event == Events.EPOCH_STARTED and state.epoch_length:
+        return state.iteration > (state.epoch - 1) * state.epoch_length
+    return False
+
+
+def _saved(value: Any, where: str) -> Any:
+    """`value` as a metric's state keeps it: tensors copied (the metric goes on adding to its own in place), other
+    metrics as their own state, containers walked."""
+    if isinstance(value, Metric):
+        return value._state_dict_per_rank()
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, _STATE_LEAVES):
+        return value
+    if isinstance(value, Mapping):
+        return {key: _saved(item, f"{where}[{key!r}]") for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_saved(item, f"{where}[{i}]") for i, item in enumerate(value))
+    raise TypeError(
+        f"Found attribute of unsupported type. Currently, supported types include numeric types, tensor, Metric or "
+        f"sequence/mapping of metrics: {where} is a {type(value).__name__}."
+    )
+
+
+def _loaded(current: Any, saved: Any, device: torch.device, where: str) -> Any:
+    """The value to hold for `saved` where the metric holds `current`: a metric loads its own state; tensors go to
+    the metric's device."""
+    if isinstance(current, Metric):
+        current._load_state_dict_per_rank(saved)
+        return current
+    if isinstance(current, (list, tuple)) and any(isinstance(item, Metric) for item in current):
+        if not (isinstance(saved, (list, tuple)) and len(saved) == len(current)):
+            raise ValueError(f"{where}: the saved state holds {saved!r} where {len(current)} values are expected.")
+        return type(current)(_loaded(c, v, device, f"{where}[{i}]") for i, (c, v) in enumerate(zip(current, saved)))
+    if isinstance(current, Mapping) and any(isinstance(item, Metric) for item in current.values()):
+        if not (isinstance(saved, Mapping) and saved.keys() == current.keys()):
+            raise ValueError(f"{where}: the saved state holds {saved!r} where the keys {list(current)} are expected.")
+        return {key: _loaded(current[key], saved[key], device, f"{where}[{key!r}]") for key in current}
+    if isinstance(saved, torch.Tensor):
+        return saved.to(device)
+    return saved
+
+
 # -------------------------------------------------------------------------------------------------- composition
 class MetricsLambda(Metric):
     """`f` applied to the computed values of other metrics (and plain values): `MetricsLambda(f, m1, m2, 3)`.
@@ -270,6 +417,7 @@ class MetricsLambda(Metric):
     """
 
     required_output_keys = None
+    _state_dict_all_req_keys = ("_updated", "args", "kwargs")
 
     def __init__(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         if not callable(f):
@@ -367,3 +515,7 @@ class MetricsLambda(Metric):
             and engine.has_event_handler(leaf.iteration_completed, usage.ITERATION_COMPLETED)
             for leaf in self._leaves()
         )
+
+
+for _name in TENSOR_METHODS:
+    setattr(Metric, _name, _tensor_method(_name))

@@ -7,6 +7,7 @@ per-sample sum over the D outputs.
 
 from __future__ import annotations
 
+import math
 from abc import abstractmethod
 from typing import Any
 
@@ -16,12 +17,13 @@ from tracktrain.metrics.distributed import all_reduce_sum
 from tracktrain.metrics.inputs import accumulation_dtype, tensor_pair
 from tracktrain.metrics.metric import Metric, NotComputableError
 
-__all__ = ["MeanAbsoluteError", "MeanSquaredError"]
+__all__ = ["MeanAbsoluteError", "MeanSquaredError", "RootMeanSquaredError"]
 
 
 class _MeanError(Metric):
     """Sum of an elementwise error over all samples, divided by the number of samples."""
 
+    _state_dict_all_req_keys = ("_sum_of_errors", "_num_examples")
     _sum_of_errors: torch.Tensor
     _num_examples: int
 
@@ -69,3 +71,10 @@ class MeanAbsoluteError(_MeanError):
 
     def _errors(self, difference: torch.Tensor) -> torch.Tensor:
         return difference.abs()
+
+
+class RootMeanSquaredError(MeanSquaredError):
+    """The square root of `MeanSquaredError` (Ignite's `ignite.metrics.RootMeanSquaredError`)."""
+
+    def compute(self) -> float:
+        return math.sqrt(super().compute())

@@ -55,6 +55,7 @@ class RunningAverage(Metric):
     """
 
     required_output_keys = None
+    _state_dict_all_req_keys = ("_value", "src")
 
     _value: torch.Tensor | float | None
 

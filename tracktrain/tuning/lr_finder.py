@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tracktrain.checks.numeric import is_integral, is_real
+from tracktrain.handlers.lr_finder import steepest_descent
 from tracktrain.loggers.base import Logger
 from tracktrain.loggers.runs import TrackerRuns
 from tracktrain.trainer.callback import Callback
@@ -59,23 +60,12 @@ class LRFinderResult:
         return {"lr": list(self.lrs), "loss": list(self.losses)}
 
     def suggestion(self, skip_begin: int = 10, skip_end: int = 1) -> float:
-        """The learning rate where the smoothed loss falls fastest (its most negative slope against log(lr), or
-        against lr in linear mode), looking only at the descending part: from step `skip_begin` (the first steps'
-        losses are noisy) up to the lowest smoothed loss, and never at the last `skip_end` steps (the divergence)."""
-        end = len(self.losses) - skip_end
-        if end - skip_begin < 2:
-            raise ValueError(
-                f"The sweep recorded {len(self.losses)} steps; suggestion(skip_begin={skip_begin}, skip_end={skip_end}) "
-                "needs at least 2 between them. Run more steps (num_training=...), raise max_lr more slowly, or lower "
-                "skip_begin."
-            )
-        window = self.losses[skip_begin:end]
-        lowest = skip_begin + min(range(len(window)), key=window.__getitem__)
-        last = max(lowest, skip_begin + 1)  # the descent: up to the lowest loss (two points at least)
-        xs = [math.log(lr) if self.mode == "exponential" else lr for lr in self.lrs[skip_begin : last + 1]]
-        slopes = _slopes(xs, self.losses[skip_begin : last + 1])
-        steepest = min(range(len(slopes)), key=slopes.__getitem__)
-        return self.lrs[skip_begin + steepest]
+        """The learning rate where the smoothed loss falls fastest (its most negative central slope against
+        log(lr), or against lr in linear mode), looking only at the descending part: from step `skip_begin` (the
+        first steps' losses are noisy) up to the lowest smoothed loss, and never at the last `skip_end` steps (the
+        divergence). The rule of Ignite's FastaiLRFinder (`tracktrain.handlers.lr_finder.steepest_descent`, shared),
+        with these skips."""
+        return steepest_descent(self.lrs, self.losses, self.mode, skip_begin, skip_end)
 
     def plot(self, suggest: bool = True) -> Figure:
         """The smoothed loss against the learning rate (log scale in exponential mode), the suggestion marked; a
@@ -277,12 +267,3 @@ def _lr_attribute(module: LoopModule) -> str:
         f"{type(module).__name__} has neither. Add `self.lr = ...` in __init__ and use it in configure_optimizers, or "
         "call lr_find without update_attr and read result.suggestion()."
     )
-
-
-def _slopes(xs: list[float], ys: list[float]) -> list[float]:
-    """dy/dx at each point: central differences inside, one-sided at the ends (numpy.gradient's first order)."""
-    slopes = []
-    for i in range(len(xs)):
-        lo, hi = max(i - 1, 0), min(i + 1, len(xs) - 1)
-        slopes.append((ys[hi] - ys[lo]) / (xs[hi] - xs[lo]))
-    return slopes

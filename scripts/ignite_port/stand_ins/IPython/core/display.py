@@ -1,0 +1,3 @@
+from IPython.display import HTML, display
+
+__all__ = ["HTML", "display"]

@@ -1,0 +1,127 @@
+"""Synthetic datasets with torchvision's classes, shapes and attributes (`data`, `targets`, `classes`): each image
+is a class-dependent pattern plus noise, so a model learns something. Their size: IGNITE_PORT_SAMPLES (train) and a
+quarter of it (test)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+from PIL import Image
+
+__all__ = ["CIFAR10", "CIFAR100", "MNIST", "Caltech101", "FakeData", "FashionMNIST", "ImageFolder", "LSUN"]
+
+
+def _count(train: bool) -> int:
+    samples = int(os.environ.get("IGNITE_PORT_SAMPLES", "512"))
+    return samples if train else max(samples // 4, 8)
+
+
+def _images(name: str, train: bool, count: int, shape: tuple[int, ...], classes: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(sum(map(ord, name)) * 2 + int(train))
+    targets = rng.integers(0, classes, size=count)
+    patterns = rng.random((classes, *shape))
+    noise = rng.random((count, *shape))
+    images = (0.6 * patterns[targets] + 0.4 * noise) * 255
+    return images.astype(np.uint8), targets
+
+
+class _Synthetic(torch.utils.data.Dataset):
+    shape: tuple[int, ...] = (28, 28)
+    num_classes = 10
+    mode = "L"
+
+    def __init__(self, root=None, train=True, download=False, transform=None, target_transform=None, **kwargs):
+        self.root, self.train, self.transform, self.target_transform = root, train, transform, target_transform
+        images, targets = _images(type(self).__name__, train, _count(train), self.shape, self.num_classes)
+        self._set(images, targets)
+        self.classes = [f"class {i}" for i in range(self.num_classes)]
+
+    def _set(self, images, targets):
+        self.data = images
+        self.targets = [int(t) for t in targets]
+
+    def __len__(self):
+        return len(self.data)
+
+    def _image(self, index):
+        return Image.fromarray(np.asarray(self.data[index]), mode=self.mode)
+
+    def __getitem__(self, index):
+        image, target = self._image(index), self.targets[index]
+        if self.transform is not None:
+            image = self.transform(image)
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return image, target
+
+
+class MNIST(_Synthetic):
+    def _set(self, images, targets):
+        self.data = torch.from_numpy(images)
+        self.targets = torch.from_numpy(targets)
+
+    def _image(self, index):
+        return Image.fromarray(self.data[index].numpy(), mode="L")
+
+    def __getitem__(self, index):
+        image, target = self._image(index), int(self.targets[index])
+        if self.transform is not None:
+            image = self.transform(image)
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return image, target
+
+
+class FashionMNIST(MNIST):
+    pass
+
+
+class CIFAR10(_Synthetic):
+    shape = (32, 32, 3)
+    mode = "RGB"
+
+
+class CIFAR100(CIFAR10):
+    num_classes = 100
+
+
+class Caltech101(_Synthetic):
+    shape = (300, 300, 3)
+    num_classes = 101
+    mode = "RGB"
+
+    def __init__(self, root=None, target_type="category", transform=None, target_transform=None, download=False):
+        super().__init__(root, True, download, transform, target_transform)
+
+
+class ImageFolder(CIFAR10):
+    shape = (64, 64, 3)
+
+    def __init__(self, root=None, transform=None, target_transform=None, **kwargs):
+        super().__init__(root, True, False, transform, target_transform)
+
+
+class LSUN(ImageFolder):
+    def __init__(self, root=None, classes="train", transform=None, target_transform=None):
+        super().__init__(root, transform, target_transform)
+
+
+class FakeData(_Synthetic):
+    def __init__(
+        self,
+        size=1000,
+        image_size=(3, 224, 224),
+        num_classes=10,
+        transform=None,
+        target_transform=None,
+        random_offset=0,
+    ):
+        self.shape = (image_size[1], image_size[2], image_size[0])
+        self.num_classes = num_classes
+        self.transform, self.target_transform = transform, target_transform
+        images, targets = _images("FakeData", True, size, self.shape, num_classes)
+        self._set(images, targets)
+        self.classes = [str(i) for i in range(num_classes)]
+        self.mode = "RGB"
