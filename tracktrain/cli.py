@@ -274,14 +274,14 @@ class SaveConfigCallback(Callback):
         storage.makedirs(root)
         local = storage.local_path(path)
         if local is not None:
-            self.parser.save(self.config, local, skip_none=False, overwrite=True, multifile=self.multifile)
+            self.parser.save(self.config, local, skip_unset=False, overwrite=True, multifile=self.multifile)
         else:  # a remote run directory: the text written there, and a local copy for the trackers
             if self.multifile:
                 raise ValueError(
                     f"SaveConfigCallback(multifile=True) writes the config files beside each other on a local disk; "
                     f"the run directory {root} is remote: leave multifile=False there."
                 )
-            text = self.parser.dump(self.config, skip_none=False).encode()
+            text = self.parser.dump(self.config, skip_unset=False).encode()
             storage.write_bytes(path, text)
             local = os.path.join(storage.local_dir(root), self.config_filename)
             os.makedirs(os.path.dirname(local), exist_ok=True)
@@ -291,7 +291,7 @@ class SaveConfigCallback(Callback):
 
     def save_config(self, trainer: Any, module: LoopModule, stage: str) -> None:
         """Implement to save the config somewhere else too (a tracker's params, say): called on rank 0 only, so no
-        collective may run here. `self.parser.dump(self.config, skip_none=False)` is its text."""
+        collective may run here. `self.parser.dump(self.config, skip_unset=False)` is its text."""
 
 
 class LightningCLI:
@@ -521,7 +521,7 @@ class LightningCLI:
 
     def instantiate_classes(self) -> None:
         """Builds the model, the datamodule and the Trainer from the config (`self.config_init`)."""
-        self.config_init = self.parser.instantiate_classes(self.config)
+        self.config_init = self.parser.instantiate(self.config)
         self.datamodule = self._get(self.config_init, "data")
         self.model = self._get(self.config_init, "model")
         self._add_configure_optimizers_method_to_model(self.subcommand)
@@ -665,10 +665,10 @@ class LightningCLI:
         seed = seed_everything(None if seed is True else seed)  # workers: the Trainer always seeds them
         trainer_seed = self._get(self.config, "trainer", default=Namespace()).get("seed")
         if trainer_seed is not None and trainer_seed != seed:
-            raise ValueError(
+            self._parser(self.subcommand).error(
                 f"seed_everything: {seed} and trainer.seed: {trainer_seed} are two seeds for one run: give one "
-                "(Trainer(seed=...) also fixes the data order; seed_everything seeds the building of the classes, "
-                "and the Trainer follows it when it has no seed of its own)."
+                "(seed_everything seeds the building of the classes, and the Trainer follows it when it has no seed "
+                "of its own)"
             )
         if self.subcommand:
             self.config[self.subcommand]["seed_everything"] = seed
