@@ -66,6 +66,7 @@ __all__ = [
     "ReduceLROnPlateau",
     "SaveConfigCallback",
     "instantiate_class",
+    "instantiate_module",
 ]
 
 # class paths as users write them (torch.optim.Adam, not torch.optim.adam.Adam), and configs read from any fsspec URL
@@ -714,6 +715,19 @@ def instantiate_class(args: Any, init: dict[str, Any]) -> Any:
 
     cls = getattr(importlib.import_module(module_name), name)
     return cls(*positional, **init.get("init_args", {}))
+
+
+def instantiate_module(class_type: type, config: dict[str, Any]) -> Any:
+    """A module (or datamodule) of `class_type` built from a config of its arguments as the CLI parses them (nested
+    `class_path`/`init_args` entries built too); `{"_class_path": ..., **arguments}` builds that subclass."""
+    parser = ArgumentParser(exit_on_error=False)
+    if "_class_path" in config:
+        parser.add_subclass_arguments(class_type, "module", fail_untyped=False)
+        arguments = {key: value for key, value in config.items() if key != "_class_path"}
+        config = {"class_path": config["_class_path"], "dict_kwargs": arguments}
+    else:
+        parser.add_class_arguments(class_type, "module", fail_untyped=False)
+    return parser.instantiate(parser.parse_object({"module": config})).module
 
 
 def _first_line(function: object) -> str | None:
