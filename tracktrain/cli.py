@@ -48,6 +48,7 @@ except ImportError as error:  # the one place jsonargparse is imported
     ) from error
 
 import tracktrain
+import tracktrain.callbacks
 from tracktrain import storage
 from tracktrain.callbacks import Callback
 from tracktrain.rng import seed_everything
@@ -72,6 +73,20 @@ __all__ = [
 # class paths as users write them (torch.optim.Adam, not torch.optim.adam.Adam), and configs read from any fsspec URL
 register_unresolvable_import_paths(torch)
 set_parsing_settings(config_read_mode_fsspec_enabled=True)
+
+
+def _import_callbacks_and_loggers() -> None:
+    """Every callback and logger of tracktrain imported (their packages load them on first use), so that a config may
+    name one by its class name alone (`--trainer.callbacks+=EarlyStopping`): jsonargparse finds the subclasses that
+    are imported, and Lightning's package imports all of its own."""
+    import tracktrain.loggers
+
+    for package in (tracktrain.callbacks, tracktrain.loggers):
+        for name in package.__all__:
+            getattr(package, name)
+
+
+_import_callbacks_and_loggers()
 
 
 class ReduceLROnPlateau(torch.optim.lr_scheduler.ReduceLROnPlateau):
