@@ -64,7 +64,7 @@ def test_the_answers_reach_the_config_and_the_readme(generate):
         "trains as a world of one process",  # without torchrun, and why
         "mlflow ui --backend-store-uri sqlite:///",
         "wandb sync",
-        "--no-resume",
+        "--trainer.resume null",
         "tracktrain @ file://",
     ):
         assert needed in readme

@@ -13,7 +13,9 @@ import sys
 {%- endif %}
 
 import fsspec
+{%- if cookiecutter.tracker in ("mlflow", "both") %}
 import pytest
+{%- endif %}
 
 from {{ cookiecutter.project_slug }}.find_lr import main as find_lr_main
 {%- if over_processes %}
