@@ -24,7 +24,6 @@ from tracktrain.callbacks import EarlyStopping
 from tracktrain.checkpoint.state import read_checkpoint
 from tracktrain.cli import LightningArgumentParser, LightningCLI, ReduceLROnPlateau, SaveConfigCallback
 
-from ._file_tracker import FileTracker
 from .trainer._tasks import make_loader
 
 HERE = __name__
@@ -177,7 +176,9 @@ def test_optimizer_and_lr_scheduler_options_are_what_the_module_configures(tmp_p
     assert type(cli.model.configure_optimizers()) is torch.optim.SGD
 
     with pytest.warns(UserWarning):
-        cli = LightningCLI(Net, Data, args=["fit", "--optimizer", "Adam", "--trainer.max_epochs", "1", *quiet(tmp_path)])
+        cli = LightningCLI(
+            Net, Data, args=["fit", "--optimizer", "Adam", "--trainer.max_epochs", "1", *quiet(tmp_path)]
+        )
     assert type(cli.trainer.optimizers[0]) is torch.optim.Adam  # what the fit stepped
 
 
@@ -227,17 +228,36 @@ def test_trainer_defaults_set_the_defaults_and_their_callbacks_are_always_there(
     defaults = {"max_epochs": 3, "callbacks": Marker("always")}
     cli = LightningCLI(Net, Data, trainer_defaults=defaults, run=False, args=[])
     assert cli.trainer.max_epochs == 3 and cli.config.trainer.max_epochs == 3
-    cli = LightningCLI(Net, Data, trainer_defaults=defaults, args=["fit", "--trainer.max_epochs", "1", *quiet(tmp_path)])
+    cli = LightningCLI(
+        Net, Data, trainer_defaults=defaults, args=["fit", "--trainer.max_epochs", "1", *quiet(tmp_path)]
+    )
     assert Marker.fits == [4]  # the default callback ran, the option overrode the default epochs
     given = f'[{{"class_path": "{HERE}.Marker", "init_args": {{"label": "given"}}}}]'
     cli = LightningCLI(Net, Data, trainer_defaults=defaults, run=False, args=["--trainer.callbacks", given])
     assert [callback.label for callback in cli.trainer.callbacks if isinstance(callback, Marker)] == ["given", "always"]
 
 
+def test_a_config_names_tracktrains_callbacks_by_their_class_name():
+    """`--trainer.callbacks+=EarlyStopping`: the callbacks and loggers are all imported, as Lightning's are."""
+    options = ["--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitor=val_loss"]
+    cli = LightningCLI(Net, Data, run=False, args=[*options, "--trainer.callbacks+=LearningRateMonitor"])
+    assert cli.config.trainer.callbacks[0].class_path == "tracktrain.callbacks.EarlyStopping"
+    assert [type(callback).__name__ for callback in cli.trainer.callbacks][:2] == [
+        "EarlyStopping",
+        "LearningRateMonitor",
+    ]
+
+
 def test_the_merged_config_is_saved_in_the_run_and_sent_to_the_trackers(tmp_path):
     target = tmp_path / "tracker.jsonl"
-    tracker = json.dumps([{"class_path": "tests._file_tracker.FileTracker", "init_args": {"target": str(target), "delivery": "thread"}}])
-    options = [f"--trainer.default_root_dir={tmp_path}", "--trainer.enable_progress_bar=false", "--trainer.max_epochs=1"]
+    tracker = json.dumps(
+        [{"class_path": "tests._file_tracker.FileTracker", "init_args": {"target": str(target), "delivery": "thread"}}]
+    )
+    options = [
+        f"--trainer.default_root_dir={tmp_path}",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.max_epochs=1",
+    ]
     cli = LightningCLI(Net, Data, args=["fit", *options, "--trainer.loggers", tracker, "--model.lr", "0.2"])
 
     saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
@@ -246,7 +266,9 @@ def test_the_merged_config_is_saved_in_the_run_and_sent_to_the_trackers(tmp_path
     sent = [json.loads(line) for line in target.read_text().splitlines()]
     assert any(record.get("local_path") == str(tmp_path / "config.yaml") for record in sent)
 
-    with pytest.raises(RuntimeError, match=r"expected .*config.yaml not to exist.*save_config_kwargs=\{\"overwrite\": True\}"):
+    with pytest.raises(
+        RuntimeError, match=r"expected .*config.yaml not to exist.*save_config_kwargs=\{\"overwrite\": True\}"
+    ):
         LightningCLI(Net, Data, args=["fit", *quiet(tmp_path), "--trainer.max_epochs=1"])
     again = ["fit", *quiet(tmp_path), "--trainer.max_epochs=1"]
     LightningCLI(Net, Data, save_config_kwargs={"overwrite": True}, args=[*again, "--model.lr", "0.3"])
@@ -265,7 +287,9 @@ class ConfigToTracker(SaveConfigCallback):
 def test_a_save_config_subclass_saves_where_it_wants(tmp_path):
     ConfigToTracker.saved = []
     options = ["test", *quiet(tmp_path), "--model.lr", "0.7"]
-    LightningCLI(Net, Data, save_config_callback=ConfigToTracker, save_config_kwargs={"save_to_log_dir": False}, args=options)
+    LightningCLI(
+        Net, Data, save_config_callback=ConfigToTracker, save_config_kwargs={"save_to_log_dir": False}, args=options
+    )
     assert ConfigToTracker.saved == [("test", 0.7)] and not (tmp_path / "config.yaml").exists()
     with pytest.raises(ValueError, match=r"save_to_log_dir=False\) saves nothing: subclass it"):
         SaveConfigCallback(LightningArgumentParser(), None, save_to_log_dir=False)
