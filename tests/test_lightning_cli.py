@@ -191,6 +191,8 @@ def test_seed_everything_seeds_the_classes_and_a_drawn_seed_is_recorded():
     fixed = LightningCLI(Net, Data, run=False, seed_everything_default=11, args=[])
     assert fixed.config.seed_everything == 11
     assert LightningCLI(Net, Data, run=False, args=["--seed_everything", "false"]).config.seed_everything is False
+    # one seed for the run: a drawn one is the Trainer's seed when it has one
+    assert LightningCLI(Net, Data, run=False, args=["--trainer.seed", "5"]).config.seed_everything == 5
 
 
 def test_a_subcommands_ckpt_path_reaches_the_trainer_and_its_hparams_rebuild_the_model(tmp_path):

@@ -674,18 +674,19 @@ class LightningCLI:
         return kwargs
 
     def _set_seed(self) -> None:
-        """`seed_everything` before anything is built (an int, or True: drawn and written back into the config)."""
+        """`seed_everything` before anything is built: an int, or True (the Trainer's `seed` when it has one, else
+        drawn), written back into the config so that the run can be repeated; False: no seeding."""
         seed = self._get(self.config, "seed_everything")
         if seed is False:
             return
-        seed = seed_everything(None if seed is True else seed)  # workers: the Trainer always seeds them
         trainer_seed = self._get(self.config, "trainer", default=Namespace()).get("seed")
-        if trainer_seed is not None and trainer_seed != seed:
+        if seed is True:
+            seed = trainer_seed  # one seed for the run: the Trainer's, given
+        elif trainer_seed is not None and trainer_seed != seed:
             self._parser(self.subcommand).error(
-                f"seed_everything: {seed} and trainer.seed: {trainer_seed} are two seeds for one run: give one "
-                "(seed_everything seeds the building of the classes, and the Trainer follows it when it has no seed "
-                "of its own)"
+                f"seed_everything: {seed} and trainer.seed: {trainer_seed} are two seeds for one run: give one"
             )
+        seed = seed_everything(seed)  # workers: the Trainer always seeds them
         if self.subcommand:
             self.config[self.subcommand]["seed_everything"] = seed
         else:
