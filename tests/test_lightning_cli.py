@@ -205,6 +205,9 @@ def test_a_subcommands_ckpt_path_reaches_the_trainer_and_its_hparams_rebuild_the
     assert cli.model.hparams.hidden == 16
     assert "test_loss" in cli.trainer.callback_metrics
     assert cli.config.test.ckpt_path == str(checkpoint)
+    # Lightning 2.6's methods take weights_only (how torch.load reads the file); here checkpoints are read as plain data
+    options = ["test", "--ckpt_path", str(checkpoint), "--weights_only", "true", *quiet(tmp_path)]
+    assert LightningCLI(Net, Data, save_config_callback=None, args=options).config.test.weights_only is True
 
 
 class LinkedCLI(LightningCLI):
@@ -305,6 +308,7 @@ def test_a_save_config_subclass_saves_where_it_wants(tmp_path):
         (["fit", "--trainer.max_epochz", "2"], r"Did you mean trainer.max_epochs"),
         (["fit", "--seed_everything", "1", "--trainer.seed", "2"], r"seed_everything: 1 and trainer.seed: 2 are two seeds"),
         (["fly"], r"invalid choice: 'fly'"),
+        (["test", "--weights_only", "false"], r"weights_only: false: tracktrain reads a checkpoint as plain data only"),
     ],
 )  # fmt: skip
 def test_a_bad_option_is_an_error_naming_it(tmp_path, capsys, argv, message):

@@ -27,7 +27,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable
 from types import MethodType
-from typing import Any, NoReturn, Union
+from typing import Any, NoReturn, Optional, Union
 
 import torch
 from torch.optim import Optimizer
@@ -377,6 +377,7 @@ class LightningCLI:
         self.setup_parser(run, main_kwargs, subcommand_kwargs)
         self.parse_arguments(self.parser, args)
         self.subcommand: str | None = self.config["subcommand"] if run else None
+        self._check_weights_only()
         self._parse_ckpt_path()
         self._set_seed()
         self.before_instantiate_classes()
@@ -481,6 +482,15 @@ class LightningCLI:
         self._add_arguments(parser)
         skip: set[str | int] = set(self.subcommands()[subcommand])
         self._subcommand_method_arguments[subcommand] = parser.add_method_arguments(klass, subcommand, skip=skip)
+        if "weights_only" not in inspect.signature(getattr(klass, subcommand)).parameters:
+            # Lightning 2.6's Trainer methods take weights_only (how torch.load reads ckpt_path), so a config Lightning
+            # printed has it: here checkpoints are always read as plain data, which is weights_only=True
+            parser.add_argument(
+                "--weights_only",
+                type=Optional[bool],  # noqa: UP045 - jsonargparse reads the type at run time
+                default=None,
+                help="Lightning's: tracktrain reads every checkpoint as plain data (weights_only=True, docs/security.md).",
+            )
         return parser
 
     @staticmethod
@@ -509,6 +519,14 @@ class LightningCLI:
             self.config = parser.parse_object(args)
         else:
             self.config = parser.parse_args(args)
+
+    def _check_weights_only(self) -> None:
+        if self.subcommand and self.config[self.subcommand].get("weights_only") is False:
+            self._parser(self.subcommand).error(
+                "weights_only: false: tracktrain reads a checkpoint as plain data only, never running code from it, so "
+                "it has no weights_only=False (Lightning's torch.load of any pickle). Leave weights_only out (or true); "
+                "for a sharded checkpoint written by another program, `tracktrain trust DIR` (docs/security.md)"
+            )
 
     def _parse_ckpt_path(self) -> None:
         """A `--ckpt_path` file's module hyperparameters become the model's arguments (as Lightning does, so that
