@@ -19,12 +19,12 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from tracktrain import Callback, DataModule, LoopModule, Trainer
+from tracktrain import LoopModule, Trainer
 from tracktrain.callbacks import EarlyStopping
 from tracktrain.checkpoint.state import read_checkpoint
 from tracktrain.cli import LightningArgumentParser, LightningCLI, ReduceLROnPlateau, SaveConfigCallback
 
-from .trainer._tasks import make_loader
+from .test_run_cli import Counts, Data, quiet
 
 HERE = __name__
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,40 +66,6 @@ class Net(LoopModule):
 class Wide(Net):
     def __init__(self, width: int = 32, lr: float = 0.05) -> None:
         super().__init__(lr=lr, hidden=width)
-
-
-class Data(DataModule):
-    def __init__(self, batch_size: int = 8, n: int = 32) -> None:
-        super().__init__()
-        self.save_hyperparameters()
-
-    def train_dataloader(self):
-        return make_loader(n=self.hparams.n, batch_size=self.hparams.batch_size)
-
-    def val_dataloader(self):
-        return make_loader(n=16, seed=1)
-
-    def test_dataloader(self):
-        return make_loader(n=16, seed=2)
-
-
-class Marker(Callback):
-    fits: ClassVar[list[int]] = []
-
-    def __init__(self, label: str = "marker") -> None:
-        self.label = label
-
-    def on_fit_end(self, trainer, module):
-        Marker.fits.append(trainer.global_step)
-
-
-def quiet(root: Path) -> list[str]:
-    return [
-        f"--trainer.default_root_dir={root}",
-        "--trainer.enable_progress_bar=false",
-        "--trainer.enable_model_summary=false",
-        "--trainer.loggers=false",
-    ]
 
 
 def test_a_script_fits_its_classes_from_config_files_merged_in_order_and_options(tmp_path):
@@ -229,17 +195,17 @@ def test_linked_arguments_and_a_callback_group(tmp_path):
 
 
 def test_trainer_defaults_set_the_defaults_and_their_callbacks_are_always_there(tmp_path):
-    Marker.fits = []
-    defaults = {"max_epochs": 3, "callbacks": Marker("always")}
+    Counts.fits = []
+    defaults = {"max_epochs": 3, "callbacks": Counts(every=7)}
     cli = LightningCLI(Net, Data, trainer_defaults=defaults, run=False, args=[])
     assert cli.trainer.max_epochs == 3 and cli.config.trainer.max_epochs == 3
     cli = LightningCLI(
         Net, Data, trainer_defaults=defaults, args=["fit", "--trainer.max_epochs", "1", *quiet(tmp_path)]
     )
-    assert Marker.fits == [4]  # the default callback ran, the option overrode the default epochs
-    given = f'[{{"class_path": "{HERE}.Marker", "init_args": {{"label": "given"}}}}]'
+    assert Counts.fits == [4]  # the default callback ran, the option overrode the default epochs
+    given = f'[{{"class_path": "{HERE}.Counts", "init_args": {{"every": 2}}}}]'
     cli = LightningCLI(Net, Data, trainer_defaults=defaults, run=False, args=["--trainer.callbacks", given])
-    assert [callback.label for callback in cli.trainer.callbacks if isinstance(callback, Marker)] == ["given", "always"]
+    assert [callback.every for callback in cli.trainer.callbacks if isinstance(callback, Counts)] == [2, 7]
 
 
 def test_a_config_names_tracktrains_callbacks_by_their_class_name():

@@ -29,6 +29,12 @@ HERE = __name__  # the import path of this module: its classes are what the conf
 TRACKTRAIN = str(Path(sys.executable).with_name("tracktrain"))
 
 
+@pytest.fixture(autouse=True)
+def the_command_line_is_the_one_given(monkeypatch):
+    """`cli.main(argv)` stands for `tracktrain ARGV` (pytest's own arguments would draw LightningCLI's warning)."""
+    monkeypatch.setattr(sys, "argv", ["tracktrain"])
+
+
 class Net(LoopModule):
     def __init__(self, lr: float = 0.05, hidden: int = 8) -> None:
         super().__init__()
