@@ -22,7 +22,13 @@ import yaml
 from tracktrain import LoopModule, Trainer
 from tracktrain.callbacks import EarlyStopping
 from tracktrain.checkpoint.state import read_checkpoint
-from tracktrain.cli import LightningArgumentParser, LightningCLI, ReduceLROnPlateau, SaveConfigCallback
+from tracktrain.cli import (
+    LightningArgumentParser,
+    LightningCLI,
+    ReduceLROnPlateau,
+    SaveConfigCallback,
+    instantiate_class,
+)
 
 from .test_run_cli import Counts, Data, quiet
 
@@ -181,6 +187,30 @@ class LinkedCLI(LightningCLI):
         parser.add_lightning_class_args(EarlyStopping, "early_stopping")
         parser.link_arguments("data.batch_size", "model.batch_size")
         parser.set_defaults({"early_stopping.monitor": "val_loss"})
+
+
+class OptimizerNet(Net):
+    """Builds the optimizer its `optimizer_init` config names (an optimizer group linked to it)."""
+
+    def __init__(self, optimizer_init: dict | None = None) -> None:
+        super().__init__()
+        self.optimizer_init = optimizer_init
+
+    def configure_optimizers(self):
+        return instantiate_class(self.parameters(), self.optimizer_init)
+
+
+class LinkedOptimizerCLI(LightningCLI):
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_optimizer_args(torch.optim.Adam, link_to="model.optimizer_init")
+
+
+def test_an_optimizer_group_linked_to_the_module_gives_it_its_config():
+    cli = LinkedOptimizerCLI(OptimizerNet, Data, run=False, args=["--optimizer.lr", "0.3"])
+    assert cli.model.optimizer_init["class_path"] == "torch.optim.adam.Adam"  # the module path, as Lightning gives it
+    assert cli.model.optimizer_init["init_args"]["lr"] == 0.3
+    optimizer = cli.model.configure_optimizers()  # its own: the group is linked, not AUTOMATIC
+    assert type(optimizer) is torch.optim.Adam and optimizer.param_groups[0]["lr"] == 0.3
 
 
 def test_linked_arguments_and_a_callback_group(tmp_path):
