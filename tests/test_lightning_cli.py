@@ -354,3 +354,89 @@ except ImportError as error:
     assert result.returncode == 0, result.stderr
     assert "tracktrain.cli (LightningCLI) needs jsonargparse" in result.stdout
     assert "pip install 'tracktrain[cli]'" in result.stdout
+
+
+def _twin_loader(batch_size: int):
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(64, 4, generator=generator)
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, (x[:, 0] > 0).long()), batch_size=batch_size)
+
+
+class Twin(LoopModule):
+    """The module of the Lightning script below, renamed."""
+
+    def __init__(self, hidden: int = 8, lr: float = 0.1) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = torch.nn.Sequential(torch.nn.Linear(4, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 2))
+
+    def forward(self, x):
+        return self.net(x)
+
+    def train_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+
+class TwinData(Data):
+    def __init__(self, batch_size: int = 8) -> None:
+        super().__init__(batch_size=batch_size)
+
+    def train_dataloader(self):
+        return _twin_loader(self.hparams.batch_size)
+
+
+def test_the_same_script_under_lightning_prints_the_same_config_and_trains_the_same_weights(tmp_path, capsys):
+    """The classes of a LightningCLI script run by Lightning 2.6's LightningCLI and, renamed, by ours, from the same
+    arguments: the same printed config (every section but the Trainer's, and without `weights_only`, Lightning's own)
+    and, after the fit with --optimizer and --lr_scheduler, the same weights."""
+    lightning = pytest.importorskip("lightning.pytorch")
+    from lightning.pytorch.cli import LightningCLI as LightningsCLI
+
+    class LightningTwin(lightning.LightningModule):
+        def __init__(self, hidden: int = 8, lr: float = 0.1) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            self.net = torch.nn.Sequential(torch.nn.Linear(4, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 2))
+
+        def forward(self, x):
+            return self.net(x)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return F.cross_entropy(self(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+    class LightningTwinData(lightning.LightningDataModule):
+        def __init__(self, batch_size: int = 8) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+
+        def train_dataloader(self):
+            return _twin_loader(self.hparams.batch_size)
+
+    options = ["--model.hidden", "6", "--data.batch_size", "16", "--optimizer", "Adam", "--optimizer.lr", "0.05"]
+    options += ["--lr_scheduler", "StepLR", "--lr_scheduler.step_size", "1", "--seed_everything", "5"]
+    fit = ["--trainer.max_epochs", "2", "--trainer.logger", "false", "--trainer.enable_progress_bar", "false"]
+    fit += ["--trainer.enable_checkpointing", "false", "--trainer.enable_model_summary", "false"]
+    printed, weights = {}, {}
+    for name, cli_class, module, data in (
+        ("lightning", LightningsCLI, LightningTwin, LightningTwinData),
+        ("tracktrain", LightningCLI, Twin, TwinData),
+    ):
+        with pytest.raises(SystemExit):
+            cli_class(module, data, args=["fit", *options, "--print_config"])
+        config = yaml.safe_load(capsys.readouterr().out)
+        printed[name] = {key: value for key, value in config.items() if key not in ("trainer", "weights_only")}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Lightning's advice on workers and the like
+            cli = cli_class(module, data, args=["fit", *options, *fit, f"--trainer.default_root_dir={tmp_path / name}"])
+        weights[name] = cli.model.state_dict()
+    assert printed["lightning"] == printed["tracktrain"]
+    for key, value in weights["lightning"].items():
+        torch.testing.assert_close(weights["tracktrain"][key], value, rtol=1e-5, atol=1e-7)
