@@ -63,11 +63,11 @@ def tracktrain_delivery(logger: Any) -> Delivery | None:
     if logger is None:
         return None
     undelivered = getattr(logger, "undelivered", 0)
-    if logger.name == "csv":
-        return Delivery("csv", os.path.join(logger.run_dir, "metrics.csv"), logger.run_id)
-    if logger.name == "mlflow":
+    if logger.tracker == "csv":
+        return Delivery("csv", os.path.join(logger.log_dir, "metrics.csv"), logger.run_id)
+    if logger.tracker == "mlflow":
         return Delivery("mlflow", logger.tracking_uri, logger.run_id, undelivered)
-    if logger.name == "wandb":
+    if logger.tracker == "wandb":
         return Delivery("wandb", logger.run_dir, logger.run_id, undelivered)
     raise ValueError(f"no read-back for logger {logger.name!r}")
 
@@ -77,8 +77,10 @@ def read_back(delivery: Delivery) -> tuple[dict[str, set[int]], str]:
     if delivery.kind == "csv":
         steps: dict[str, set[int]] = {}
         with open(delivery.location, newline="", encoding="utf-8") as rows:
-            for row in csv.DictReader(rows):
-                steps.setdefault(row["name"], set()).add(int(row["step"]))
+            for row in csv.DictReader(rows):  # a row per logged step, a column per metric (Lightning's layout)
+                for name, value in row.items():
+                    if name != "step" and value != "":
+                        steps.setdefault(name, set()).add(int(row["step"]))
         with open(os.path.join(os.path.dirname(delivery.location), "status.txt"), encoding="utf-8") as status:
             return steps, status.read().strip()
     if delivery.kind == "mlflow":

@@ -17,6 +17,9 @@ from tests import _processes
 # this long, each rank with its own stack: a hang fails in a minute, not at CI's limit. Python's fault handler prints
 # every thread's stack if a process is aborted.
 os.environ.setdefault("TRACKTRAIN_DIST_TIMEOUT", "60")
+# A tracker's delivery at the end of a run gets a minute, not the default 10 s: on a loaded machine a sender child
+# takes seconds to start, and tests of what is delivered must not fail on that (tests of the bound set their own)
+os.environ.setdefault("TRACKTRAIN_TRACKER_CLOSE_TIMEOUT", "60")
 os.environ.setdefault("PYTHONFAULTHANDLER", "1")
 # tracktrain.distributed.spawn forks the tests' ranks from a server that imported torch once per pytest process,
 # instead of starting each from scratch (tests/test_spawn.py runs both ways).
@@ -32,6 +35,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # are killed; when it ends, whatever it left is killed. tests/_processes.py finds them through /proc, by parentage
 # and by the marker each inherits (TRACKTRAIN_TEST_ID), and runs commands with a deadline (`Command`, `run`).
 _WATCH = pytest.StashKey[_processes.Watch]()
+
+
+@pytest.fixture(autouse=True)
+def _no_global_seed_outlives_its_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`seed_everything` (ours and Lightning's, an oracle here) records its seed in PL_GLOBAL_SEED, which a Trainer
+    without `seed=` then takes: a test's call must not decide the next test's seed."""
+    monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
 
 
 @pytest.fixture(autouse=True)

@@ -300,7 +300,7 @@ def test_a_save_config_subclass_saves_where_it_wants(tmp_path):
     ("argv", "message"),
     [
         (["fit", "--model.lrr", "0.1"], r"Option 'lrr' is not accepted|unrecognized arguments: --model.lrr"),
-        (["fit", "--trainer.min_epochs", "2"], r"trainer.min_epochs is Lightning's, which tracktrain does not take: use"),
+        (["fit", "--trainer.num_nodes", "2"], r"trainer.num_nodes is Lightning.s, which tracktrain does not take: use torchrun --nnodes"),
         (["fit", "--trainer.max_epochz", "2"], r"Did you mean trainer.max_epochs"),
         (["fit", "--seed_everything", "1", "--trainer.seed", "2"], r"seed_everything: 1 and trainer.seed: 2 are two seeds"),
         (["fly"], r"invalid choice: 'fly'"),

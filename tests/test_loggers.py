@@ -37,6 +37,13 @@ def trainer_and_task():
     return Trainer, Classifier, make_loader
 
 
+def csv_values(run_dir, name: str) -> dict[int, float]:
+    """{step: value} of metric `name` in a run's metrics.csv (Lightning's layout: a row per logged step, a column
+    per metric, empty where a row does not log it)."""
+    rows = csv.DictReader(open(run_dir / "metrics.csv"))
+    return {int(row["step"]): float(row[name]) for row in rows if row.get(name) not in (None, "")}
+
+
 def test_csv_logger_is_the_default_and_holds_every_published_value(tmp_path):
     Trainer, Classifier, make_loader = trainer_and_task()
     trainer = Trainer(
@@ -47,17 +54,17 @@ def test_csv_logger_is_the_default_and_holds_every_published_value(tmp_path):
         log_every_n_steps=4,
     )
     trainer.fit(Classifier(), make_loader(), make_loader())
-    run_dir = tmp_path / "logs" / "version_0"
-    rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
-    assert [int(r["step"]) for r in rows if r["name"] == "train_loss"] == [4, 8, 12, 16]
-    assert [int(r["step"]) for r in rows if r["name"] == "val_loss"] == [8, 16]
-    last_val = [r for r in rows if r["name"] == "val_loss"][-1]
-    assert float(last_val["value"]) == pytest.approx(trainer.logged_metrics["val_loss"])
+    run_dir = tmp_path / "lightning_logs" / "version_0"
+    assert trainer.log_dir == trainer.logger.log_dir == str(run_dir)  # Lightning's layout and names
+    assert list(csv_values(run_dir, "train_loss")) == [4, 8, 12, 16]
+    assert list(csv_values(run_dir, "val_loss")) == [8, 16]
+    assert csv_values(run_dir, "val_loss")[16] == pytest.approx(trainer.logged_metrics["val_loss"])
     # every tracker gets the same axes: the step, and the epoch and samples behind it
-    samples = {int(r["step"]): float(r["value"]) for r in rows if r["name"] == "samples_seen"}
-    epochs = {int(r["step"]): float(r["value"]) for r in rows if r["name"] == "epoch"}
+    samples, epochs = csv_values(run_dir, "samples_seen"), csv_values(run_dir, "epoch")
     assert samples == {4: 32.0, 8: 64.0, 12: 96.0, 16: 128.0} and epochs[4] == 0.0 and epochs[12] == 1.0
-    assert json.loads((run_dir / "hparams.json").read_text())["trainer/max_epochs"] == 2
+    header = next(csv.reader(open(run_dir / "metrics.csv")))
+    assert header == sorted(header) and {"step", "epoch", "train_loss", "val_loss"} <= set(header)
+    assert "max_epochs: 2" in (run_dir / "hparams.yaml").read_text()
     assert (run_dir / "status.txt").read_text().strip() == "FINISHED"
 
 
@@ -70,8 +77,7 @@ def test_with_a_remote_root_dir_the_csv_log_is_local_and_checkpoints_are_remote(
     try:
         trainer = Trainer(max_epochs=1, enable_progress_bar=False, default_root_dir=root, log_every_n_steps=4)
         trainer.fit(Classifier(), make_loader())
-        rows = list(csv.DictReader(open(tmp_path / ".tracktrain" / "logs" / "version_0" / "metrics.csv")))
-        assert [int(r["step"]) for r in rows if r["name"] == "train_loss"] == [4, 8]
+        assert list(csv_values(tmp_path / ".tracktrain" / "lightning_logs" / "version_0", "train_loss")) == [4, 8]
         assert os.listdir(tmp_path) == [".tracktrain"]  # no folder named after the URL ("memory:", "s3:")
         assert fsspec.filesystem("memory").exists(f"{root}/checkpoints/checkpoint_8.pt.manifest.json")
     finally:
@@ -87,7 +93,7 @@ def test_a_failed_fit_marks_the_run_failed(tmp_path):
 
     with pytest.raises(RuntimeError):
         Trainer(max_epochs=1, enable_progress_bar=False, default_root_dir=tmp_path).fit(Broken(), make_loader())
-    assert (tmp_path / "logs" / "version_0" / "status.txt").read_text().strip() == "FAILED"
+    assert (tmp_path / "lightning_logs" / "version_0" / "status.txt").read_text().strip() == "FAILED"
 
 
 def test_a_resumed_fit_continues_the_same_run(tmp_path):
@@ -98,9 +104,8 @@ def test_a_resumed_fit_continues_the_same_run(tmp_path):
     options = dict(enable_progress_bar=False, default_root_dir=tmp_path, log_every_n_steps=8)
     Trainer(max_epochs=1, callbacks=[checkpoint], **options).fit(Classifier(), make_loader())
     Trainer(max_epochs=2, **options).fit(Classifier(), make_loader(), ckpt_path=checkpoint.best_model_path)
-    assert os.listdir(tmp_path / "logs") == ["version_0"]  # one run, continued
-    rows = list(csv.DictReader(open(tmp_path / "logs" / "version_0" / "metrics.csv")))
-    assert [int(r["step"]) for r in rows if r["name"] == "train_loss"] == [8, 16]
+    assert os.listdir(tmp_path / "lightning_logs") == ["version_0"]  # one run, continued
+    assert list(csv_values(tmp_path / "lightning_logs" / "version_0", "train_loss")) == [8, 16]
 
 
 SIGTERM_SCRIPT = """
@@ -132,7 +137,7 @@ def test_sigterm_marks_the_run_killed(tmp_path):
         if process.poll() is None:
             process.kill()
     assert process.returncode != 0
-    assert (tmp_path / "logs" / "version_0" / "status.txt").read_text().strip() == "KILLED"
+    assert (tmp_path / "lightning_logs" / "version_0" / "status.txt").read_text().strip() == "KILLED"
 
 
 # ----------------------------------------------------------------------------------------------- delivery queue
@@ -389,7 +394,7 @@ def test_loggers_on_a_plain_engine(tmp_path):
     model = nn.Linear(4, 2)
     trainer = create_supervised_trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss())
     Average(output_transform=lambda loss: loss).attach(trainer, "epoch_loss")
-    logger = CSVLogger(tmp_path / "logs")
+    logger = CSVLogger(tmp_path / "logs", name="")
     attach_loggers(
         trainer,
         [logger],
@@ -399,9 +404,8 @@ def test_loggers_on_a_plain_engine(tmp_path):
         hyperparams={"lr": 0.1},
     )
     trainer.run(make_loader(), max_epochs=2)
-    rows = list(csv.DictReader(open(tmp_path / "logs" / "version_0" / "metrics.csv")))
-    assert [int(r["step"]) for r in rows if r["name"] == "loss"] == [4, 8, 12, 16]
-    assert [int(r["step"]) for r in rows if r["name"] == "epoch_loss"] == [8, 16]
+    assert list(csv_values(tmp_path / "logs" / "version_0", "loss")) == [4, 8, 12, 16]
+    assert list(csv_values(tmp_path / "logs" / "version_0", "epoch_loss")) == [8, 16]
     assert (tmp_path / "logs" / "version_0" / "status.txt").read_text().strip() == "FINISHED"
 
 
@@ -418,11 +422,12 @@ def test_a_plain_engine_ends_its_runs_as_the_trainer_does(tmp_path, error, statu
         return {"loss": float(batch)}
 
     engine = Engine(step)
-    attach_loggers(engine, [CSVLogger(tmp_path / "logs")], root_dir=tmp_path, output_transform=lambda output: output)
+    logger = CSVLogger(tmp_path, name="logs")
+    attach_loggers(engine, [logger], root_dir=tmp_path, output_transform=lambda output: output)
     with pytest.raises(type(error)):
         engine.run([1, 2, 3, 4], max_epochs=1)
     run = tmp_path / "logs" / "version_0"
-    assert [row["value"] for row in csv.DictReader(open(run / "metrics.csv"))] == ["1.0", "2.0"]
+    assert list(csv_values(run, "loss").values()) == [1.0, 2.0]
     assert (run / "status.txt").read_text().strip() == status
 
 

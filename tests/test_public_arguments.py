@@ -92,7 +92,7 @@ def test_early_stopping_arguments(argument, value):
     check_call(lambda: EarlyStopping(**{"monitor": "val_loss", argument: value}), argument, value)
 
 
-@pytest.mark.parametrize("argument", ["module", "train_dataloaders", "val_dataloaders", "ckpt_path"])
+@pytest.mark.parametrize("argument", ["model", "train_dataloaders", "val_dataloaders", "ckpt_path"])
 @FUZZ
 @given(value=WRONG, data_value=NOT_DATA)
 def test_fit_arguments(tmp_path, argument, value, data_value):
@@ -100,7 +100,7 @@ def test_fit_arguments(tmp_path, argument, value, data_value):
     trainer = Trainer(
         default_root_dir=tmp_path, max_epochs=1, enable_progress_bar=False, loggers=False, enable_checkpointing=False
     )
-    options = {"module": Classifier(), "train_dataloaders": make_loader(n=8), argument: given_value}
+    options = {"model": Classifier(), "train_dataloaders": make_loader(n=8), argument: given_value}
     check_call(lambda: trainer.fit(**options), argument, given_value)
 
 

@@ -10,12 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # The files whose python blocks run, in this order, in one session: the README's Quickstart makes the data and the
 # `Classifier` the pages use, and a page may use what an earlier one made (export.md exports tools.md's averaged
-# model; colossal-ai.md's ModelEngine loop steps the model, criterion and loader of its Colossal-AI block).
+# model; colossal-ai.md's Trainer block trains the engine its launch block built).
 PAGES = (
     "README.md",
     "docs/migration/lightning.md",
@@ -64,7 +65,6 @@ def _cli_blocks() -> tuple[str, str]:
 def test_the_quickstart_module_fits_from_the_command_line_as_documented(tmp_path):
     """`tracktrain fit --config` trains the Quickstart's module saved as quickstart.py (issue 35): the documented
     config and command, run by the installed console script in the directory that holds them."""
-    import json
 
     from tracktrain.checkpoint.discovery import committed_checkpoints
 
@@ -80,7 +80,7 @@ def test_the_quickstart_module_fits_from_the_command_line_as_documented(tmp_path
     root = tmp_path / "runs" / "cli"
     (checkpoint,) = committed_checkpoints(root / "checkpoints")[0]  # ModelCheckpoint from the config: the best one
     assert checkpoint.summary["global_step"] == 5 * 32 and checkpoint.summary["epoch"] == 5  # --trainer.max_epochs 5
-    params = json.loads(next((root / "logs").glob("*/hparams.json")).read_text())
+    params = yaml.safe_load(next((root / "lightning_logs").glob("*/hparams.yaml")).read_text())
     assert params["module/lr"] == 0.003  # --model.lr reached Classifier(lr=...) and its hparams
     assert "lr: 0.003" in (root / "config.yaml").read_text()
     assert not (tmp_path / "runs" / "exp1").exists()  # the import did not run the Quickstart's own fit

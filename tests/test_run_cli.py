@@ -153,7 +153,7 @@ def test_yaml_and_json_configs_merge_in_order(tmp_path, capsys):
     [  # jsonargparse's messages (the key, the value, what was expected)
         (["--model", f"{HERE}.Net", "--model.lrr", "0.1"], r"class_path 'tests.test_run_cli.Net':\s+Option 'lrr' is not accepted"),
         (["--model", f"{HERE}.Net", "--trainer.max_epochz", "2"], r"unrecognized arguments: --trainer.max_epochz 2. Did you mean trainer.max_epochs"),
-        (["--model", f"{HERE}.Net", "--trainer.min_epochs", "2"], r"trainer.min_epochs is Lightning's, which tracktrain does not take: use nothing: stop with EarlyStopping"),
+        (["--model", f"{HERE}.Net", "--trainer.num_nodes", "2"], r"trainer.num_nodes is Lightning.s, which tracktrain does not take: use torchrun --nnodes"),
         (["--model", f"{HERE}.Needs"], r"class_path 'tests.test_run_cli.Needs':\s+the following arguments are required: width"),
         (["--model", f"{HERE}.Nothing"], rf"module '{HERE}' has no attribute 'Nothing'"),
         (["--model", f"{HERE}.Data"], r"Import path does not correspond to a subclass of LoopModule"),
@@ -182,6 +182,6 @@ def test_the_console_script_fits_a_module_of_the_working_directory(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    params = json.loads(next((tmp_path / "runs" / "logs").glob("*/hparams.json")).read_text())
+    params = yaml.safe_load(next((tmp_path / "runs" / "lightning_logs").glob("*/hparams.yaml")).read_text())
     assert params["module/lr"] == 0.1 and params["module/hidden"] == 8  # the module's hparams, as a Python fit logs
     assert (tmp_path / "runs" / "config.yaml").exists()

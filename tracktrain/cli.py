@@ -134,7 +134,7 @@ class LightningArgumentParser(ArgumentParser):
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         """jsonargparse's error (the usage, then the message, exit status 2), with what to use for a Trainer
-        argument of Lightning's that tracktrain does not take (`--trainer.min_epochs`), or the close names."""
+        argument of Lightning's that tracktrain does not take (`--trainer.num_nodes`), or the close names."""
         super().error(message + _trainer_hint(message), ex)
 
     def add_lightning_class_args(

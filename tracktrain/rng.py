@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import random
 from collections.abc import Callable
 from typing import Any
@@ -36,19 +37,46 @@ def manual_seed(seed: int) -> None:
         numpy.random.seed(seed % 2**32)
 
 
-def seed_everything(seed: int | None = None) -> int:
-    """Lightning's `seed_everything`: seed python, numpy and torch (every device) with `seed` (`manual_seed`) and
-    return it; None draws one (and logs it, so the run can be repeated). `Trainer(seed=...)` does the same for a
-    Trainer's entry points and the data order."""
-    if seed is None:
-        import logging
-        import os
+#: where `seed_everything` records its seed, Lightning's name for it: a Trainer given no seed takes it for its run
+#: (the data order included), and processes started from this one (DDP ranks, workers) see it
+GLOBAL_SEED_VARIABLE = "PL_GLOBAL_SEED"
 
+
+def seed_everything(seed: int | None = None, workers: bool = False, verbose: bool = True) -> int:
+    """Lightning's `seed_everything`: seed python, numpy and torch (every device) with `seed` (`manual_seed`), record
+    it (`PL_GLOBAL_SEED`, as Lightning does) and return it; None draws one (and logs it, so the run can be repeated).
+    A `Trainer` given no `seed=` then runs with this one, its data order included, so a script that seeds
+    everything and then fits repeats itself. `workers`: Lightning's seeding of DataLoader workers, which the
+    Trainer always does here (every pass over the data and each worker are seeded from the run's seed). `verbose`:
+    log the seed, as Lightning does ("Seed set to 42")."""
+    import logging
+
+    if seed is None:
         seed = int.from_bytes(os.urandom(4), "little") >> 1
         logging.getLogger(__name__).warning("seed_everything: no seed given, seed set to %d.", seed)
+    elif verbose:
+        logging.getLogger(__name__).info("Seed set to %d", seed)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
         raise ValueError(f"seed_everything(seed=...) takes an int from 0 to 2**63 - 1 (or None: drawn), got {seed!r}.")
+    if not isinstance(workers, bool):
+        raise TypeError(f"seed_everything(workers=...) is True or False, got {workers!r}.")
     manual_seed(seed)
+    os.environ[GLOBAL_SEED_VARIABLE] = str(seed)
+    return seed
+
+
+def global_seed() -> int | None:
+    """The seed `seed_everything` recorded (in this process or the one that started it), None when there is none."""
+    value = os.environ.get(GLOBAL_SEED_VARIABLE)
+    if value is None:
+        return None
+    try:
+        seed = int(value)
+    except ValueError:
+        raise ValueError(
+            f"{GLOBAL_SEED_VARIABLE}={value!r} in the environment is not a seed: an int from 0 to 2**63 - 1 "
+            "(seed_everything(seed) sets it). Unset it, or set it to a seed."
+        ) from None
     return seed
 
 

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from tracktrain.loggers.base import CLOSE_TIMEOUT, QueuedLogger, default_run_name, flatten_params
+from tracktrain.loggers.base import QueuedLogger, default_run_name, flatten_params
 from tracktrain.loggers.delivery import Record
 from tracktrain_integrations.mlflow_run import MlflowRun, refused, save_pytorch_model
 from tracktrain_integrations.mlflow_system_metrics import SystemMetricsSampler, mlflow_defaults
@@ -29,7 +29,7 @@ from tracktrain_integrations.mlflow_values import (
     truncated,
 )
 
-__all__ = ["MLflowLogger"]
+__all__ = ["MLFlowLogger", "MLflowLogger"]
 
 
 def _import_mlflow() -> None:
@@ -92,7 +92,7 @@ class MLflowLogger(QueuedLogger):
     `rejected`; everything else that fails is retried and kept until delivered.
     """
 
-    name = "mlflow"
+    tracker = "mlflow"
 
     def __init__(
         self,
@@ -107,7 +107,7 @@ class MLflowLogger(QueuedLogger):
         on_unreachable: str = "raise",
         request_timeout: float = 10.0,
         flush_timeout: float = 0.0,
-        close_timeout: float = CLOSE_TIMEOUT,
+        close_timeout: float | None = None,
         max_pending: int = 10_000,
         delivery: str = "process",
         log_system_metrics: bool | None = None,
@@ -171,6 +171,34 @@ class MLflowLogger(QueuedLogger):
         embedded sqlite file's once `start` chose it."""
         return self._mlflow.tracking_uri
 
+    # ------------------------------------------------------------------------------------- Lightning's surface
+    @property
+    def experiment(self) -> Any:
+        """MLflow's `MlflowClient` of the run's store, as Lightning's `MLFlowLogger.experiment` (with `run_id`:
+        `logger.experiment.log_artifact(logger.run_id, path)`); None before a fit starts the logger."""
+        return self._mlflow.client
+
+    @property
+    def experiment_id(self) -> str | None:
+        """The MLflow experiment's id (None until the run exists)."""
+        run = self._mlflow
+        if run.experiment_id is None and run.run_id is not None and run.client is not None:
+            run.experiment_id = run.call(run.client.get_run, run.run_id).info.experiment_id  # a resumed run's
+        return run.experiment_id
+
+    @property
+    def name(self) -> str | None:
+        """Lightning's: the experiment's id."""
+        return self.experiment_id
+
+    @property
+    def save_dir(self) -> str | None:
+        """The folder of the embedded store (its sqlite file and artifacts), None for a tracking server."""
+        uri = self._mlflow.tracking_uri
+        if uri is None or not uri.startswith("sqlite:///"):
+            return None
+        return os.path.dirname(uri[len("sqlite:///") :])
+
     def resume(self, run_id: str) -> None:
         super().resume(run_id)
         self._mlflow.run_id = run_id
@@ -186,7 +214,10 @@ class MLflowLogger(QueuedLogger):
             self._system_metrics.start()
 
     # ------------------------------------------------------------------------------------------ training side
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        """Queue `metrics` at `step` (the Trainer's global step; None, as Lightning allows: the latest logged)."""
+        if step is None:
+            step = self._latest_step
         values = {}
         for name, value in metrics.items():
             if type(value) is not float:  # the Trainer passes floats; a direct call may pass anything
@@ -372,3 +403,66 @@ class MLflowLogger(QueuedLogger):
     def rejected(self) -> int:
         """How many values MLflow refused for good (see the class docstring)."""
         return len(self._mlflow.refusals)
+
+
+class MLFlowLogger(MLflowLogger):
+    """Lightning's `MLFlowLogger`, with its arguments and defaults, over `MLflowLogger` (one implementation: the
+    same delivery that never blocks training and survives an outage).
+
+    Lightning's meaning of each argument, where ours differs: `save_dir` is the folder of the embedded store when no
+    `tracking_uri` is given (a sqlite database there, not MLflow's deprecated `./mlruns` file store);
+    `log_model=True` or `"all"` uploads the checkpoints (ours uploads each committed one, as `"all"`);
+    `checkpoint_path_prefix` goes before their artifact folder; `prefix` before every metric's name (with "-");
+    `synchronous=True` waits for each logged value to be delivered (at most `request_timeout`).
+    """
+
+    LOGGER_JOIN_CHAR = "-"
+
+    def __init__(
+        self,
+        experiment_name: str = "lightning_logs",
+        run_name: str | None = None,
+        tracking_uri: str | None = None,
+        tags: Mapping[str, Any] | None = None,
+        save_dir: str | os.PathLike | None = "./mlruns",
+        log_model: bool | str = False,
+        checkpoint_path_prefix: str = "",
+        prefix: str = "",
+        artifact_location: str | None = None,
+        run_id: str | None = None,
+        synchronous: bool | None = None,
+        **options: Any,
+    ) -> None:
+        if log_model not in (True, False, "all"):
+            raise ValueError(f'MLFlowLogger(log_model=...) is True, False or "all", got {log_model!r}.')
+        tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+        if tracking_uri is None and save_dir is not None:
+            directory = os.path.abspath(os.fspath(save_dir))
+            os.makedirs(directory, exist_ok=True)
+            tracking_uri = f"sqlite:///{os.path.join(directory, 'mlflow.db')}"
+            artifact_location = artifact_location or os.path.join(directory, "mlartifacts")
+        super().__init__(
+            tracking_uri=tracking_uri,
+            experiment_name=experiment_name,
+            run_name=run_name,
+            run_id=run_id,
+            tags=tags,
+            log_checkpoints=bool(log_model),
+            **options,
+        )
+        self._mlflow.artifact_location = artifact_location
+        self.checkpoint_path_prefix = checkpoint_path_prefix
+        self.prefix = prefix
+        self.synchronous = bool(synchronous)
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        if self.prefix:
+            metrics = {f"{self.prefix}{self.LOGGER_JOIN_CHAR}{name}": value for name, value in metrics.items()}
+        super().log_metrics(metrics, step)
+        if self.synchronous:
+            self.flush(self.request_timeout)
+
+    def log_artifact(self, local_path: str, artifact_path: str | None = None, step: int | None = None) -> None:
+        if self.checkpoint_path_prefix and artifact_path is not None:
+            artifact_path = f"{self.checkpoint_path_prefix}/{artifact_path}"
+        super().log_artifact(local_path, artifact_path, step)

@@ -60,6 +60,7 @@ class MlflowRun:
         # this is a sender child or a replay continuing a training process's attempts. Else creating skips the search
         self.may_exist = False
         self.artifact_location: str | None = None
+        self.experiment_id: str | None = None  # known once the run is created (or looked up, `experiment_id`)
         self.refusals: dict[tuple[str, str], str] = {}  # values MLflow refused for good, and why
         self.client: Any = None
         self._requests = OneCallAtATime(on_late_success, what="MLflow")
@@ -100,7 +101,7 @@ class MlflowRun:
     def ensure(self) -> str:
         """The run's id, creating the run (or marking a resumed one RUNNING) if that is still to do."""
         if self.run_id is None:
-            experiment_id = self._experiment_id()
+            experiment_id = self.experiment_id = self._experiment_id()
             self.run_id = (self._find(experiment_id) if self.may_exist else None) or self._create(experiment_id)
             self.reopen = False
         if self.reopen:

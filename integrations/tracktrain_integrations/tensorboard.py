@@ -6,14 +6,16 @@ Needs the `tensorboard` package: `pip install 'tracktrain[tensorboard]'`.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tracktrain import storage
 from tracktrain.callbacks.base import Callback
-from tracktrain.distributed.ranks import global_rank
+from tracktrain.distributed.ranks import global_rank, rank_and_world_size
 from tracktrain.loggers.base import Logger, flatten_params
+from tracktrain.loggers.csv_logger import next_version, write_yaml
 
 __all__ = ["TensorBoardLogger", "TensorboardHook"]
 
@@ -29,39 +31,146 @@ def _summary_writer() -> Any:
 
 
 class TensorBoardLogger(Logger):
-    """Writes each value the Trainer publishes as a TensorBoard scalar at its global step, under `log_dir`
-    (default `{default_root_dir}/tensorboard`, or `./.tracktrain/tensorboard` when the root dir is a remote URL;
-    an explicit `log_dir` may be any location TensorBoard writes to). Writing event files is local and buffered by TensorBoard's own
-    writer thread, so it needs no delivery queue."""
+    """Lightning's `TensorBoardLogger`, with its arguments and layout: each value the Trainer publishes is a scalar
+    at its global step, in `{save_dir}/{name}/version_{N}` (`log_dir`), with the hyperparameters as text and in
+    `hparams.yaml`. `experiment` is the `SummaryWriter`, for what a program writes itself
+    (`self.logger.experiment.add_image(...)`). Event files are local and buffered by TensorBoard's own writer thread,
+    so it needs no delivery queue.
 
-    name = "tensorboard"
+    Args:
+        save_dir: the directory of the logs; default: the Trainer's `default_root_dir` (`./.tracktrain` when that is
+            a remote URL).
+        name: the experiment's folder under `save_dir` ("lightning_logs"; "" or None: none).
+        version: the run's folder: `version_{N}` for an int, the string itself for a str; default: the next free one.
+        log_graph: add the module's graph at the fit's start, traced on its `example_input_array`.
+        default_hp_metric: log `hp_metric` = -1 with the hyperparameters (Lightning's placeholder for TensorBoard's
+            HParams tab).
+        prefix: put before every metric's name, with "-".
+        sub_dir: a folder under the version's, for the event files.
+        log_dir: the events' folder itself, instead of `save_dir/name/version` (tracktrain's spelling).
+        **kwargs: passed to `SummaryWriter` (`max_queue`, `flush_secs`, ...).
+    """
 
-    def __init__(self, log_dir: str | os.PathLike | None = None) -> None:
-        _summary_writer()  # fail now, not when fit starts, when tensorboard is missing
-        self.log_dir = os.fspath(log_dir) if log_dir is not None else None
+    tracker = "tensorboard"
+    LOGGER_JOIN_CHAR = "-"
+
+    def __init__(
+        self,
+        save_dir: str | os.PathLike | None = None,
+        name: str | None = "lightning_logs",
+        version: int | str | None = None,
+        log_graph: bool = False,
+        default_hp_metric: bool = True,
+        prefix: str = "",
+        sub_dir: str | os.PathLike | None = None,
+        log_dir: str | os.PathLike | None = None,
+        **kwargs: Any,
+    ) -> None:
+        writer = _summary_writer()  # fail now, not when fit starts, when tensorboard is missing
+        unknown = set(kwargs) - set(inspect.signature(writer).parameters)
+        if unknown:
+            raise TypeError(f"TensorBoardLogger got arguments SummaryWriter does not take: {sorted(unknown)}.")
+        self._save_dir = os.fspath(save_dir) if save_dir is not None else None
+        self._name = name or ""
+        self._version = version
+        self._sub_dir = os.fspath(sub_dir) if sub_dir is not None else None
+        self._log_dir = os.fspath(log_dir) if log_dir is not None else None
+        self.log_graph_at_start = log_graph
+        self.default_hp_metric = default_hp_metric
+        self.prefix = prefix
+        self._writer_kwargs = kwargs
         self._writer: Any = None
 
+    # ------------------------------------------------------------------------------------- Lightning's surface
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def version(self) -> int | str | None:
+        return self._version
+
+    @property
+    def save_dir(self) -> str | None:  # type: ignore[override]
+        return self._save_dir
+
+    @property
+    def root_dir(self) -> str | None:
+        return None if self._save_dir is None else os.path.join(self._save_dir, self._name)
+
+    @property
+    def log_dir(self) -> str | None:  # type: ignore[override]
+        """The events' folder: `{save_dir}/{name}/version_{N}[/{sub_dir}]` (None until a fit starts the logger)."""
+        return self._log_dir
+
+    @property
+    def experiment(self) -> Any:
+        """The `SummaryWriter` of the run (after a fit started the logger)."""
+        if self._writer is None:
+            raise RuntimeError("TensorBoardLogger is not started: the Trainer starts it when fit begins.")
+        return self._writer
+
+    # ------------------------------------------------------------------------------------------ the protocol
     @property
     def run_id(self) -> str | None:
-        return self.log_dir
+        return self._log_dir
+
+    def resume(self, run_id: str) -> None:
+        self._log_dir = run_id  # a resumed fit writes on into the run's folder
 
     def start(self, root_dir: str) -> None:
-        if self._writer is None:
-            self.log_dir = self.log_dir or os.path.join(storage.local_dir(root_dir), "tensorboard")
-            self._writer = _summary_writer()(log_dir=self.log_dir)
+        if self._writer is not None:
+            return
+        if self._log_dir is None:
+            if self._save_dir is None:
+                self._save_dir = storage.local_dir(root_dir)
+            root = self.root_dir
+            assert root is not None
+            if not isinstance(self._version, str):
+                self._version = self._version if self._version is not None else next_version(root)
+            folder = self._version if isinstance(self._version, str) else f"version_{self._version}"
+            self._log_dir = os.path.join(root, folder, self._sub_dir) if self._sub_dir else os.path.join(root, folder)
+        self._writer = _summary_writer()(log_dir=self._log_dir, **self._writer_kwargs)
 
-    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
-        text = "\n".join(f"{name}: {value}" for name, value in flatten_params(params).items())
-        self._writer.add_text("hyperparameters", text)
+    def log_hyperparams(self, params: Any, metrics: Mapping[str, float] | None = None) -> None:
+        """The hyperparameters as text (and `hparams.yaml` in `log_dir`); `metrics`, or with `default_hp_metric`
+        `hp_metric` = -1, as scalars at step 0 (Lightning's)."""
+        if not isinstance(params, Mapping):
+            params = vars(params)
+        flat = flatten_params(params)
+        text = "\n".join(f"{name}: {value}" for name, value in flat.items())
+        self.experiment.add_text("hyperparameters", text)
+        write_yaml(os.path.join(self.experiment.log_dir, "hparams.yaml"), flat)
+        values = dict(metrics) if metrics else ({"hp_metric": -1.0} if self.default_hp_metric else {})
+        if values:
+            self.log_metrics(values, 0)
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         for name, value in metrics.items():
-            self._writer.add_scalar(name, value, global_step=step)
+            tag = f"{self.prefix}{self.LOGGER_JOIN_CHAR}{name}" if self.prefix else name
+            self.experiment.add_scalar(tag, value, global_step=step)
+
+    def log_graph(self, model: Any, input_array: Any = None) -> None:
+        """The module's graph, traced on `input_array` (default: its `example_input_array`); nothing without one."""
+        example = input_array if input_array is not None else getattr(model, "example_input_array", None)
+        if example is None:
+            return
+        import torch
+
+        with torch.no_grad():
+            self.experiment.add_graph(model, example)
+
+    def watch_module(self, module: Any) -> None:
+        if self.log_graph_at_start:  # at the fit's start, as Lightning's log_graph=True
+            self.log_graph(module)
 
     def flush(self, timeout: float | None = None) -> bool:
         if self._writer is not None:
             self._writer.flush()
         return True
+
+    def save(self) -> None:
+        self.flush()
 
     def finalize(self, status: str = "FINISHED") -> None:
         if self._writer is not None:
@@ -73,9 +182,17 @@ class TensorboardHook(Callback):
     """Colossal-AI's TensorboardHook: log the run's values to TensorBoard under `log_dir`, on the given `ranks`
     (each rank writes to `log_dir/rank_{rank}`)."""
 
-    hook_priority = 10  # Colossal-AI's default for this hook: the Colossal Trainer orders its hooks by it
-
-    def __init__(self, log_dir: str | os.PathLike, ranks: Sequence[int] = (0,)) -> None:
+    def __init__(
+        self,
+        log_dir: str | os.PathLike,
+        ranks: Sequence[int] | None = None,
+        parallel_mode: Any = None,
+        priority: int = 10,
+    ) -> None:
+        """Colossal-AI's arguments: `ranks` None (every rank) or a list; `parallel_mode` the group `ranks` count
+        in (Colossal-AI's `ParallelMode.GLOBAL` by default); `priority` the order among the Colossal Trainer's hooks."""
+        if ranks is None:
+            ranks = list(range(rank_and_world_size()[1]))
         if isinstance(ranks, int) or not all(isinstance(rank, int) for rank in ranks):
             raise TypeError(f"TensorboardHook(ranks=...) must be a list of ranks, e.g. [0], got {ranks!r}.")
         if list(ranks) != [0]:
@@ -83,6 +200,12 @@ class TensorboardHook(Callback):
                 f"TensorboardHook(ranks={list(ranks)}): values reach loggers on rank 0 only (one run per training "
                 "job), so only ranks=[0] writes anything. Use ranks=[0]."
             )
+        if parallel_mode is not None and getattr(parallel_mode, "value", None) != "global":
+            raise ValueError(
+                f"TensorboardHook(parallel_mode={parallel_mode}): ranks count among all processes here "
+                "(ParallelMode.GLOBAL); leave parallel_mode out."
+            )
+        self.hook_priority = priority  # the order the Colossal Trainer hands its hooks over
         _summary_writer()  # fail now, not at the first epoch, when tensorboard is missing
         self.log_dir = os.fspath(log_dir)
         self.ranks = list(ranks)
@@ -91,7 +214,7 @@ class TensorboardHook(Callback):
     def on_fit_start(self, trainer: Any, module: Any) -> None:
         rank = global_rank()
         if rank in self.ranks and self.logger is None:
-            self.logger = TensorBoardLogger(os.path.join(self.log_dir, f"rank_{rank}"))
+            self.logger = TensorBoardLogger(log_dir=os.path.join(self.log_dir, f"rank_{rank}"))
             self.logger.start(trainer.default_root_dir)
             trainer.loggers.append(self.logger)
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tracktrain import storage
-from tracktrain.loggers.base import CHECKPOINT_ARTIFACTS, CLOSE_TIMEOUT, QueuedLogger, default_run_name, flatten_params
+from tracktrain.loggers.base import CHECKPOINT_ARTIFACTS, QueuedLogger, default_run_name, flatten_params
 from tracktrain.loggers.delivery import Record
 from tracktrain_integrations.wandb_values import MAX_TAG_LENGTH as MAX_TAG_LENGTH  # importable from here, as before
 from tracktrain_integrations.wandb_values import (
@@ -87,7 +87,7 @@ class WandbLogger(QueuedLogger):
         **init_kwargs: more arguments for `wandb.init` (group, job_type, notes, settings, ...).
     """
 
-    name = "wandb"
+    tracker = "wandb"
 
     def __init__(
         self,
@@ -104,7 +104,7 @@ class WandbLogger(QueuedLogger):
         save_dir: str | os.PathLike | None = None,
         entity: str | None = None,
         flush_timeout: float = 0.0,
-        close_timeout: float = CLOSE_TIMEOUT,
+        close_timeout: float | None = None,
         max_pending: int = 10_000,
         delivery: str | None = None,
         **init_kwargs: Any,
@@ -160,8 +160,19 @@ class WandbLogger(QueuedLogger):
     # ------------------------------------------------------------------------------------------ the run
     @property
     def experiment(self) -> Any:
-        """The `wandb.Run` (after `start`), for anything this logger does not forward."""
+        """The `wandb.Run` (after `start`), for anything this logger does not forward (Lightning's
+        `self.logger.experiment.log({...})`)."""
         return self._require_run()
+
+    @property
+    def name(self) -> str | None:
+        """Lightning's: the project's name."""
+        return self.project
+
+    @property
+    def version(self) -> str | None:
+        """Lightning's: the run's id."""
+        return self.run_id
 
     def watch_module(self, module: Any) -> None:
         """Log `module`'s gradient and/or parameter histograms with `wandb.watch`, as `watch=` asks (nothing when
@@ -234,7 +245,10 @@ class WandbLogger(QueuedLogger):
         # JSON values from the start: W&B's config takes nothing else, and nor does the spill file
         self._put(Record("params", json_safe(flatten_params(params))))
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        """Queue `metrics` at `step` (the Trainer's global step; None, as Lightning allows: the latest logged)."""
+        if step is None:
+            step = self._step
         super().log_metrics(metrics, step)
         if self._watched is not None and self._wait_for_rows:
             # W&B's hooks log each histogram, from this thread, into the row open at that moment: this step's row

@@ -75,3 +75,23 @@ def test_lightnings_arguments_and_bad_values():
         TrainerProgressBar(refresh_rate=2, plain_every=5.0)
     with pytest.raises(TypeError, match=r"leave="):
         TQDMProgressBar(persist=True)
+
+
+def test_rich_progress_bar_and_model_summary_draw_with_rich(tmp_path, capsys):
+    import io
+
+    pytest.importorskip("rich")
+    from tracktrain.callbacks import RichModelSummary, RichProgressBar
+
+    screen = io.StringIO()
+    bar = RichProgressBar(
+        refresh_rate=2, leave=True, console_kwargs={"file": screen, "force_terminal": True, "width": 120}
+    )
+    trainer = Trainer(
+        max_epochs=2, default_root_dir=tmp_path, enable_checkpointing=False, loggers=False,
+        callbacks=[bar, RichModelSummary()],
+    )  # fmt: skip
+    trainer.fit(Classifier(), make_loader())
+    drawn = screen.getvalue()
+    assert "Epoch 0/1" in drawn and "Epoch 1/1" in drawn and "8/8" in drawn and "train_loss" in drawn
+    assert "Trainable params: 10" in capsys.readouterr().out  # the summary's rich table and totals

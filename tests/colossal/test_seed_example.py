@@ -19,9 +19,7 @@ def test_seed_example_runs_as_written(tmp_path, monkeypatch):
     # ---- the imports: the only lines that differ from the seed ------------------------------------------------
     import tracktrain.colossal as colossalai
     from tracktrain.colossal import MultiTimer, Trainer, get_dist_logger, hooks
-    from tracktrain_integrations.tensorboard import TensorboardHook
-
-    monkeypatch.setattr(hooks, "TensorboardHook", TensorboardHook, raising=False)  # the seed's hooks.TensorboardHook
+    from tracktrain.colossal.nn.metric import Accuracy
 
     features, labels = load_digits(return_X_y=True)
     dataset = TensorDataset(torch.tensor(features / 16.0, dtype=torch.float32), torch.tensor(labels))
@@ -53,7 +51,7 @@ def test_seed_example_runs_as_written(tmp_path, monkeypatch):
     hook_list = [
         hooks.LossHook(),
         hooks.LRSchedulerHook(lr_scheduler=lr_scheduler, by_epoch=False),
-        hooks.AccuracyHook(),
+        hooks.AccuracyHook(accuracy_func=Accuracy()),
         hooks.TensorboardHook(log_dir="./tb_logs", ranks=[0]),
         hooks.LogMetricByEpochHook(logger),
         hooks.LogMemoryByEpochHook(logger),
@@ -79,10 +77,10 @@ def test_seed_example_runs_as_written(tmp_path, monkeypatch):
     assert "throughput/samples_per_sec=" in log and "memory/rss_mb=" in log, log
     assert len(list((tmp_path / "ckpt").glob("*.pt"))) == NUM_EPOCHS
     assert list((tmp_path / "tb_logs" / "rank_0").glob("events.out.tfevents.*"))
-    steps = trainer.states["step"]
+    steps = trainer.cur_step
     assert steps == NUM_EPOCHS * 22  # 1400 / 64 -> 22 batches per epoch
     assert lr_scheduler.last_epoch == steps  # stepped once per optimizer step (by_epoch=False)
-    assert trainer.states["metrics"]["lr"] == pytest.approx(optimizer.param_groups[0]["lr"])
+    assert trainer.metrics["lr"] == pytest.approx(optimizer.param_groups[0]["lr"])
 
 
 def test_trainer_needs_the_model_engine():
@@ -135,7 +133,7 @@ def test_hooks_run_in_order_of_their_priority_as_colossal_ai_sorts_them(tmp_path
             super().__init__(priority)
             self.tag = tag
 
-        def on_train_epoch_end(self, trainer, module):
+        def after_train_epoch(self, trainer):
             calls.append(self.tag)
 
     model = nn.Linear(4, 2)

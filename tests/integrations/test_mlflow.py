@@ -31,7 +31,7 @@ import tracktrain
 from tests._waiting import eventually
 from tracktrain import Trainer
 from tracktrain.callbacks.model_checkpoint import ModelCheckpoint
-from tracktrain.loggers.base import CLOSE_TIMEOUT
+from tracktrain.loggers.base import CLOSE_TIMEOUT, CLOSE_TIMEOUT_VARIABLE
 from tracktrain.loggers.delivery import read_spill
 from tracktrain_integrations.testing import free_port
 
@@ -472,7 +472,6 @@ def test_a_run_that_cannot_reach_its_server_keeps_everything_in_the_spill_file(t
     # one setting bounds the whole end: close_timeout, a second for the delivery thread, nothing more (no request to
     # mark the run ended: that is in the spill file); the margin is for a loaded machine
     assert time.monotonic() - began < 1.0 + 1.0 + 3.0 and logger.lost == 0
-    assert MLflowLogger().close_timeout == CLOSE_TIMEOUT <= 10.0
 
     header, records = read_spill(logger.spill_path)
     assert "secret" not in Path(logger.spill_path).read_text() and "alice" not in json.dumps(header)
@@ -481,6 +480,16 @@ def test_a_run_that_cannot_reach_its_server_keeps_everything_in_the_spill_file(t
     # and the run's end status last, for the replay to end the run with
     assert [record.kind for record in records] == ["params"] + ["metrics"] * 50 + ["status"]
     assert [record.step for record in records[1:-1]] == list(range(50))
+
+
+def test_the_end_of_a_run_waits_ten_seconds_at_most_unless_told(monkeypatch):
+    monkeypatch.delenv(CLOSE_TIMEOUT_VARIABLE, raising=False)
+    assert MLflowLogger().close_timeout == CLOSE_TIMEOUT <= 10.0
+    monkeypatch.setenv(CLOSE_TIMEOUT_VARIABLE, "3")
+    assert MLflowLogger().close_timeout == 3.0 and MLflowLogger(close_timeout=1.5).close_timeout == 1.5
+    monkeypatch.setenv(CLOSE_TIMEOUT_VARIABLE, "soon")
+    with pytest.raises(ValueError, match=r"TRACKTRAIN_TRACKER_CLOSE_TIMEOUT='soon' must be a positive number"):
+        MLflowLogger()
 
 
 # ------------------------------------------------------------------------------------------------ a real server

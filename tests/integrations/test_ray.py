@@ -111,9 +111,14 @@ def tracktrain_checkpoint(ray_checkpoint) -> tuple[str, dict, dict[str, torch.Te
 
 def logged_values(root: Path) -> dict[tuple[int, str], float]:
     """What the run logged with its CSVLogger: {(step, name): value}."""
-    (metrics_file,) = root.glob("logs/*/metrics.csv")
-    with metrics_file.open() as rows:
-        return {(int(row["step"]), row["name"]): float(row["value"]) for row in csv.DictReader(rows)}
+    (metrics_file,) = root.glob("lightning_logs/*/metrics.csv")
+    with metrics_file.open() as rows:  # a row per logged step, a column per metric
+        return {
+            (int(row["step"]), name): float(value)
+            for row in csv.DictReader(rows)
+            for name, value in row.items()
+            if name != "step" and value != ""
+        }
 
 
 def assert_reported_as_logged(metrics: dict, root: Path, step: int, epoch: int) -> None:

@@ -147,7 +147,7 @@ def test_two_optimizers_need_manual_optimization(tmp_path):
         Trainer(**quiet(tmp_path)).fit(Two(), make_loader())
 
 
-def test_validation_without_eval_step(tmp_path):
+def test_validating_without_eval_step(tmp_path):
     class NoEval(LoopModule):
         def __init__(self):
             super().__init__()
@@ -159,8 +159,11 @@ def test_validation_without_eval_step(tmp_path):
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    with pytest.raises(NotImplementedError, match="must define eval_step"):
-        Trainer(**quiet(tmp_path)).fit(NoEval(), make_loader(), make_loader())
+    trainer = Trainer(**quiet(tmp_path))
+    with pytest.warns(UserWarning, match="defines no eval_step"):  # fit: Lightning's warning, no validation
+        trainer.fit(NoEval(), make_loader(), make_loader())
+    with pytest.raises(NotImplementedError, match="must define eval_step"):  # validate: nothing to run
+        trainer.validate(NoEval(), make_loader())
 
 
 def test_fit_arguments(tmp_path):

@@ -129,8 +129,8 @@ def test_only_rank_zero_writes_checkpoints_and_tracks_the_run(tmp_path):
     spawn(_fit_with_checkpoints, 2, args=(str(tmp_path),))
     assert checkpoint_files(tmp_path / "root0" / "checkpoints") == ["checkpoint_8.pt"]
     assert not (tmp_path / "root1" / "checkpoints").exists() or not os.listdir(tmp_path / "root1" / "checkpoints")
-    assert os.listdir(tmp_path / "root0" / "logs") == ["version_0"]  # one run per training job
-    assert not (tmp_path / "root1" / "logs").exists()
+    assert os.listdir(tmp_path / "root0" / "lightning_logs") == ["version_0"]  # one run per training job
+    assert not (tmp_path / "root1" / "lightning_logs").exists()
 
 
 class ScoredPerRank(Classifier):

@@ -79,12 +79,17 @@ def test_best_without_a_checkpoint_callback(tmp_path):
         trainer.test(Classifier(), make_loader(), ckpt_path="best")
 
 
-def test_best_without_a_monitor(tmp_path):
-    trainer = _trainer(tmp_path, max_epochs=1)  # the default ModelCheckpoint keeps the latest, not the best
+def test_best_without_a_monitor_is_the_latest_checkpoint_saved_as_in_lightning(tmp_path):
+    trainer = _trainer(tmp_path, max_epochs=2)  # the default ModelCheckpoint keeps the latest, not the best
     module = Classifier()
     trainer.fit(module, make_loader())
-    with pytest.raises(ValueError, match=r'no monitor .* ModelCheckpoint\(monitor="val_loss"'):
-        trainer.test(module, make_loader(), ckpt_path="best")
+    latest = trainer.checkpoint_callback.best_model_path
+    assert latest.endswith("checkpoint_16.pt")  # the last save, at the second epoch's end
+    with torch.no_grad():
+        module.net.weight.zero_()  # the module's weights no longer the checkpoint's
+    (best,) = trainer.test(module, make_loader(), ckpt_path="best")
+    (again,) = trainer.test(module, make_loader(), ckpt_path=latest)
+    assert best == again and not torch.all(module.net.weight == 0)
 
 
 def test_best_before_any_fit(tmp_path):

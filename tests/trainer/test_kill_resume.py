@@ -116,7 +116,7 @@ def test_sigterm_or_ctrl_c_saves_a_checkpoint_says_so_in_one_line_and_the_run_co
         f"Stopped by {signal.Signals(signum).name} after step {last_step}; {checkpoint} holds it: run the same "
         "command again to resume."
     ) in said[0]
-    assert (root / "logs" / "version_0" / "status.txt").read_text().strip() == "KILLED"
+    assert (root / "lightning_logs" / "version_0" / "status.txt").read_text().strip() == "KILLED"
 
     again = Run(str(root), tmp_path / "out.pt", 0)
     assert again.finish() == 0, again.stderr[-3000:]

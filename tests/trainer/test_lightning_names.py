@@ -50,7 +50,8 @@ MODULE_SAME = frozenset(
         "automatic_optimization", "backward", "clip_gradients", "configure_callbacks", "configure_optimizers",
         "current_epoch", "device", "global_rank", "global_step", "hparams", "load_from_checkpoint", "local_rank",
         "log", "log_dict", "lr_schedulers", "manual_backward", "optimizers", "predict_step", "print",
-        "save_hyperparameters", "test_step", "trainer",
+        "save_hyperparameters", "test_step", "trainer", "logger", "loggers", "example_input_array",
+        "toggle_optimizer", "untoggle_optimizer", "toggled_optimizer",
     }
     | {name for name in HOOK_EVENTS if name != "on_sanity_check_start" and name != "on_sanity_check_end"}
 )  # fmt: skip
@@ -66,7 +67,8 @@ TRAINER_SAME = frozenset(
         "val_dataloaders", "validate", "callbacks", "datamodule", "fast_dev_run", "num_sanity_val_steps",
         "val_check_interval", "check_val_every_n_epoch", "accumulate_grad_batches", "gradient_clip_val",
         "gradient_clip_algorithm", "limit_train_batches", "limit_val_batches", "limit_test_batches",
-        "limit_predict_batches", "overfit_batches", "log_every_n_steps", "state",
+        "limit_predict_batches", "overfit_batches", "log_every_n_steps", "state", "logger", "log_dir",
+        "global_rank", "local_rank", "node_rank", "world_size", "num_devices", "num_nodes",
     }
 )  # fmt: skip
 # Lightning properties that are ours as Trainer(...) arguments only (what they were set to: see attributes.py)
@@ -83,7 +85,8 @@ TRAINER_ARGUMENTS_SAME = frozenset(
         "overfit_batches", "val_check_interval", "check_val_every_n_epoch", "num_sanity_val_steps",
         "log_every_n_steps", "enable_checkpointing", "enable_progress_bar", "enable_model_summary",
         "accumulate_grad_batches", "gradient_clip_val", "gradient_clip_algorithm", "deterministic",
-        "default_root_dir", "max_time",
+        "default_root_dir", "max_time", "min_epochs", "min_steps", "detect_anomaly",
+        "reload_dataloaders_every_n_epochs",
     }
 )  # fmt: skip
 CALLBACK_SAME = frozenset({"state_dict", "load_state_dict", "state_key", *HOOK_EVENTS})

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from torch.utils.data import DataLoader, Dataset
 
 from tracktrain import Trainer
@@ -50,17 +51,17 @@ def fit(root: Path, module=None, loader=None, **kwargs) -> tuple[Trainer, Counti
     return trainer, module
 
 
-def metric_rows(root: Path) -> list[list[str]]:
-    (path,) = root.glob("logs/version_*/metrics.csv")
+def metric_rows(root: Path) -> list[dict[str, str]]:
+    (path,) = root.glob("lightning_logs/version_*/metrics.csv")
     with open(path, newline="") as rows:
-        return list(csv.reader(rows))
+        return list(csv.DictReader(rows))
 
 
 def test_a_finished_run_trains_nothing_says_so_and_leaves_the_tracker_alone(tmp_path, capsys):
     first, _ = fit(tmp_path)
     assert first.global_step == 8  # 2 epochs of 4 batches
     rows = metric_rows(tmp_path)
-    status = next(tmp_path.glob("logs/version_*/status.txt")).read_text()
+    status = next(tmp_path.glob("lightning_logs/version_*/status.txt")).read_text()
 
     again, module = fit(tmp_path)
     assert module.steps_run == 0
@@ -69,8 +70,8 @@ def test_a_finished_run_trains_nothing_says_so_and_leaves_the_tracker_alone(tmp_
     line = [line for line in capsys.readouterr().err.splitlines() if "already finished" in line]
     assert len(line) == 1 and "epoch 2, step 8" in line[0] and "raise max_epochs (now 2)" in line[0]
     assert metric_rows(tmp_path) == rows  # not a row more, and no second run
-    assert len(list(tmp_path.glob("logs/version_*"))) == 1
-    assert next(tmp_path.glob("logs/version_*/status.txt")).read_text() == status
+    assert len(list(tmp_path.glob("lightning_logs/version_*"))) == 1
+    assert next(tmp_path.glob("lightning_logs/version_*/status.txt")).read_text() == status
 
 
 def test_max_steps_reached_is_finished_too(tmp_path):
@@ -89,9 +90,9 @@ def test_a_raised_limit_continues_the_same_run_bit_identical_to_one_long_fit(tmp
     assert module.steps_run == 4 and again.global_step == 12
     for a, b in zip(module.parameters(), reference.parameters()):
         assert torch.equal(a, b)
-    steps = [int(row[0]) for row in metric_rows(tmp_path / "split")[1:]]
+    steps = [int(row["step"]) for row in metric_rows(tmp_path / "split")]
     assert steps == sorted(steps) and steps[-1] == 12  # one monotonic axis in one run's file
-    epochs = [float(row[2]) for row in metric_rows(tmp_path / "split")[1:] if row[1] == "epoch"]
+    epochs = [float(row["epoch"]) for row in metric_rows(tmp_path / "split") if row["epoch"]]
     assert epochs == sorted(epochs) and epochs[-1] == 2.0  # the third epoch is epoch 2, not 0 again
 
 
@@ -99,8 +100,8 @@ def test_without_a_seed_one_is_drawn_kept_in_the_checkpoint_and_reused_on_resume
     first, _ = fit(tmp_path, max_epochs=1)
     assert isinstance(first.run_seed, int)
     assert first.settings["trainer"]["seed"] == first.run_seed  # what the loggers record as a param
-    params = (next(tmp_path.glob("logs/version_*/hparams.json"))).read_text()
-    assert f'"trainer/seed": {first.run_seed}' in params
+    params = yaml.safe_load(next(tmp_path.glob("lightning_logs/version_*/hparams.yaml")).read_text())
+    assert params["trainer/seed"] == first.run_seed
     other, _ = fit(tmp_path / "other", max_epochs=1)
     assert other.run_seed != first.run_seed
     again, _ = fit(tmp_path, max_epochs=2)

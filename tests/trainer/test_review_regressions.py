@@ -116,15 +116,6 @@ def test_values_logged_in_batch_and_backward_hooks_are_per_step(tmp_path):
     assert "epoch_start" in trainer.logged_metrics and "grad_norm" in trainer.logged_metrics
 
 
-def test_on_step_in_evaluation_is_a_clear_error(tmp_path):
-    class StepInEval(Classifier):
-        def eval_step(self, batch, batch_idx):
-            self.log("val_x", 1.0, on_step=True)
-
-    with pytest.raises(ValueError, match="in the validate stage: per-step values are logged from the training steps"):
-        Trainer(**quiet(tmp_path)).validate(StepInEval(), make_loader())
-
-
 class Stream(IterableDataset):
     def __init__(self, batches):
         self.batches = batches

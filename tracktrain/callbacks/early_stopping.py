@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import logging
 import math
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,9 @@ class EarlyStopping(Callback):
         divergence_threshold: stop as soon as the metric is worse than this.
         check_on_train_epoch_end: check at training epoch ends (True) or validation ends (False); None: at
             validation ends when `fit` was given validation data, else at training epoch ends.
+        verbose: log each improvement of the best score (the stop is logged either way).
+        strict: a check without the monitored metric logged is an error (False: a warning, once, and no check).
+        log_rank_zero_only: with `verbose`, only rank 0 logs.
 
     Under torch.distributed each rank checks its own value and the run stops on every rank as soon as one asks:
     the check is a `Decision` the Trainer agrees on with the boundary's others, so no rank waits for another that
@@ -74,7 +78,15 @@ class EarlyStopping(Callback):
         stopping_threshold: float | None = None,
         divergence_threshold: float | None = None,
         check_on_train_epoch_end: bool | None = None,
+        verbose: bool = False,
+        strict: bool = True,
+        log_rank_zero_only: bool = False,
     ) -> None:
+        for name, flag in (("verbose", verbose), ("strict", strict), ("log_rank_zero_only", log_rank_zero_only)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"EarlyStopping({name}=...) must be True or False, got {flag!r}.")
+        self.verbose, self.strict, self.log_rank_zero_only = verbose, strict, log_rank_zero_only
+        self._warned_missing = False
         if not isinstance(monitor, str) or not monitor:
             raise TypeError(f"EarlyStopping(monitor=...) must be the name of a logged metric, got {monitor!r}.")
         if mode not in ("min", "max"):
@@ -170,8 +182,20 @@ class EarlyStopping(Callback):
         ]
 
     def _propose(self, trainer: TrainerSurface) -> bool:
+        if not self.strict and self.monitor not in trainer.callback_metrics:  # Lightning's strict=False: no check
+            if not self._warned_missing:
+                self._warned_missing = True
+                warnings.warn(
+                    f"EarlyStopping(strict=False): {self.monitor!r} is not logged (logged: "
+                    f"{sorted(trainer.callback_metrics)}); the check is skipped until it is.",
+                    stacklevel=2,
+                )
+            return False
         current = monitored_value(trainer.callback_metrics, self.monitor, "EarlyStopping")  # the check's one sync
+        best_before = self.best_score
         should_stop, self._message = self._evaluate(current)
+        if self.verbose and (not self.log_rank_zero_only or trainer.is_global_zero) and self.best_score != best_before:
+            _logger.info("Metric %s improved to %.6g (was %.6g).", self.monitor, self.best_score, best_before)
         return should_stop
 
     def _act(self, trainer: TrainerSurface, agreed: float) -> None:

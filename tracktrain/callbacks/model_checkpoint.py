@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
+import math
 import os
+import time
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -20,6 +23,7 @@ from tracktrain.checkpoint.manifest import remove_uncommitted
 from tracktrain.checkpoint.savers import FsspecSaver
 from tracktrain.checkpoint.spool import Spool, spool_dir_for
 from tracktrain.distributed.boundary import Boundary, Decision
+from tracktrain.distributed.logger import get_dist_logger
 from tracktrain.distributed.ranks import global_rank
 from tracktrain.handlers.checkpoint import Checkpoint
 from tracktrain.storage.check import check_writable
@@ -68,6 +72,13 @@ class ModelCheckpoint(Callback):
             hparams, the step and epoch), still committed by a manifest. A fit does not resume from one:
             `fit(ckpt_path=...)` naming one is an error, `resume="auto"` passes them over for the newest full
             checkpoint. A pre-emption checkpoint (`save_now`) is full all the same: it exists to be resumed.
+        train_time_interval: Lightning's: save when this much time (a `timedelta`) has passed since the last save,
+            checked at each optimizer step's end (rank 0's clock decides, for every rank); instead of
+            `every_n_epochs` / `every_n_train_steps`.
+        save_on_train_epoch_end: Lightning's: whether the epoch's save is at the training epoch's end or after
+            validation. Both are one point here (the epoch's validation runs at its end, before the save), so True,
+            False and None save at it alike.
+        verbose: log a line for each save (the file, and the score with a monitor).
     """
 
     phase = (
@@ -88,7 +99,34 @@ class ModelCheckpoint(Callback):
         filename: str | None = None,
         auto_insert_metric_name: bool = True,
         save_weights_only: bool = False,
+        train_time_interval: datetime.timedelta | None = None,
+        save_on_train_epoch_end: bool | None = None,
+        verbose: bool = False,
     ) -> None:
+        if not isinstance(verbose, bool):
+            raise TypeError(f"ModelCheckpoint(verbose=...) must be True or False, got {verbose!r}.")
+        if save_on_train_epoch_end not in (None, True, False):
+            raise TypeError(
+                "ModelCheckpoint(save_on_train_epoch_end=...) must be True, False or None, got "
+                f"{save_on_train_epoch_end!r}."
+            )
+        if train_time_interval is not None:
+            if not isinstance(train_time_interval, datetime.timedelta) or train_time_interval.total_seconds() <= 0:
+                raise ValueError(
+                    f"ModelCheckpoint(train_time_interval=...) must be a positive datetime.timedelta, got "
+                    f"{train_time_interval!r}."
+                )
+            if every_n_train_steps is not None:
+                raise ValueError(
+                    "ModelCheckpoint got train_time_interval and every_n_train_steps: save by time or by steps, not "
+                    "both (as Lightning)."
+                )
+            every_n_epochs = None
+        self.train_time_interval = train_time_interval
+        self.save_on_train_epoch_end = save_on_train_epoch_end
+        self.verbose = verbose
+        self._last_save_time = time.monotonic()
+        self._time_due = False
         if not isinstance(save_weights_only, bool):
             raise TypeError(f"ModelCheckpoint(save_weights_only=...) must be True or False, got {save_weights_only!r}.")
         self.save_weights_only = save_weights_only
@@ -319,6 +357,8 @@ class ModelCheckpoint(Callback):
 
     def _due_at_step_end(self, trainer: TrainerSurface) -> bool:
         step = trainer.global_step
+        if self.train_time_interval is not None:
+            return self._time_due and step != self._last_saved_step
         return (
             self.every_n_train_steps is not None
             and step > 0
@@ -326,13 +366,53 @@ class ModelCheckpoint(Callback):
             and step != self._last_saved_step
         )
 
+    def _time_decision(self) -> Decision:
+        """With `train_time_interval`: whether the time has come, rank 0's clock for every rank (they save together)."""
+        interval = self.train_time_interval
+        assert interval is not None
+
+        def elapsed() -> bool:
+            return time.monotonic() - self._last_save_time >= interval.total_seconds()
+
+        def take(agreed: float) -> None:
+            self._time_due = bool(agreed)
+
+        return Decision(
+            Boundary.TRAIN_STEP_END,
+            "ModelCheckpoint(train_time_interval)",
+            agree="rank_zero",
+            propose=elapsed,
+            act=take,
+        )
+
     def decisions(self, trainer: TrainerSurface) -> Iterable[Decision]:
         """With a monitor, every rank must take the same keep-or-skip decision (a save gathers every rank's RNG
         state: a rank that skipped it would leave the others waiting in that collective forever), but a value
         logged without sync_dist differs between ranks: rank 0's score is everyone's."""
         monitor = self.monitor
+        timed = [self._time_decision()] if self.train_time_interval is not None else []
         if monitor is None:
-            return []
+            return timed
+
+        def score() -> float:
+            return monitored_value(trainer.callback_metrics, monitor, "ModelCheckpoint")
+
+        if self.train_time_interval is not None:
+            # whether the time has come is agreed in the same exchange: the score goes with every step's proposal,
+            # NaN while the monitor is not logged (a save then says so)
+            def score_or_nan() -> float:
+                return score() if monitor in trainer.callback_metrics else math.nan
+
+            return [
+                *timed,
+                Decision(
+                    Boundary.TRAIN_STEP_END,
+                    f"ModelCheckpoint({monitor}) score",
+                    agree="rank_zero",
+                    propose=score_or_nan,
+                    act=self._take_score,
+                ),
+            ]
         boundary, due = (
             (Boundary.TRAIN_STEP_END, self._due_at_step_end)
             if self.every_n_train_steps is not None
@@ -343,7 +423,7 @@ class ModelCheckpoint(Callback):
                 boundary,
                 f"ModelCheckpoint({self.monitor}) score",
                 agree="rank_zero",
-                propose=lambda: monitored_value(trainer.callback_metrics, monitor, "ModelCheckpoint"),
+                propose=score,
                 act=self._take_score,
                 due=lambda: due(trainer),
             )
@@ -363,8 +443,17 @@ class ModelCheckpoint(Callback):
             self._save(trainer)
 
     def _save(self, trainer: TrainerSurface) -> None:
+        score = self._agreed_score
+        if (
+            self.monitor is not None
+            and score is not None
+            and math.isnan(score)
+            and self.monitor not in trainer.callback_metrics
+        ):
+            monitored_value(trainer.callback_metrics, self.monitor, "ModelCheckpoint")  # raises, naming what is logged
         # (not due without an optimizer step since the last save, under gradient accumulation: nothing new to save)
         self._last_saved_step = trainer.global_step
+        self._last_save_time, self._time_due = time.monotonic(), False
         assert self._checkpoint is not None and self._last is not None
         # the top-k file and the latest file hold the same tensors: one snapshot, and no wait between the two
         together = self._saver.one_snapshot() if isinstance(self._saver, AsyncSaver) else contextlib.nullcontext()
@@ -383,9 +472,15 @@ class ModelCheckpoint(Callback):
             [name for name in self._saver.protected if handler.writes_filename(name)]
         )
         kept_before = set(handler.saved_paths)
+        score = self._agreed_score
         handler(trainer.train_engine)
         for path in set(handler.saved_paths) - kept_before:  # the file this save wrote, if it made the cut
             self._after_commit(trainer, os.fspath(path))
+            if self.verbose and global_rank() == 0:
+                scored = f", {self.monitor!r} = {score:.6g}" if self.monitor and score is not None else ""
+                get_dist_logger().info(
+                    f"Epoch {trainer.current_epoch}, global step {trainer.global_step}{scored}: saving {path}"
+                )
 
     def _after_commit(self, trainer: TrainerSurface, path: str) -> None:
         """Tell the loggers that keep checkpoints about the new file once it is committed (not before: an upload

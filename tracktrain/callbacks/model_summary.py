@@ -25,6 +25,8 @@ class LayerSummary:
     kind: str
     parameters: int
     trainable: int
+    in_sizes: Any = None  # with an example input (Lightning's `example_input_array`): what the layer took and gave
+    out_sizes: Any = None
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class ModelSummaryTable:
     tensor parallelism, its stages in a pipeline); `sharded`: whether that differs from `total_bytes`."""
 
     layers: list[LayerSummary] = field(default_factory=list)
+    with_sizes: bool = False  # the layers' input and output sizes are known (an example input ran through it)
     trainable_parameters: int = 0
     frozen_parameters: int = 0
     total_bytes: int = 0
@@ -47,12 +50,21 @@ class ModelSummaryTable:
     def __str__(self) -> str:
         lines: list[str] = []
         if self.layers:
-            rows = [("", "Name", "Type", "Params", "Trainable")]
+            rows = [
+                ("", "Name", "Type", "Params", "Trainable", *(("In sizes", "Out sizes") if self.with_sizes else ()))
+            ]
             rows += [
-                (str(index), layer.name, layer.kind, _count(layer.parameters), _trainable(layer))
+                (
+                    str(index),
+                    layer.name,
+                    layer.kind,
+                    _count(layer.parameters),
+                    _trainable(layer),
+                    *((_sizes(layer.in_sizes), _sizes(layer.out_sizes)) if self.with_sizes else ()),
+                )
                 for index, layer in enumerate(self.layers)
             ]
-            widths = [max(len(row[column]) for row in rows) for column in range(5)]
+            widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
             lines = [" | ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
             lines.insert(1, "-" * len(max(lines, key=len)))
             lines.append("")
@@ -67,15 +79,22 @@ class ModelSummaryTable:
         return "\n".join(lines)
 
 
-def summarize(module: nn.Module, max_depth: int = 1) -> ModelSummaryTable:
+def summarize(module: nn.Module, max_depth: int = 1, example_input: Any = None) -> ModelSummaryTable:
     """The layers of `module` down to `max_depth` (1: its children; -1: every submodule; 0: none, the totals only)
-    and its parameter totals."""
+    and its parameter totals. `example_input` (a tensor, a tuple of positional inputs or a dict of keyword ones, as
+    Lightning's `example_input_array`): run through the module once, without gradients and in eval mode, to give
+    each layer's input and output sizes, as Lightning's summary shows them."""
     if not isinstance(max_depth, int) or isinstance(max_depth, bool) or max_depth < -1:
         raise ValueError(f"max_depth={max_depth!r}: use -1 (every layer), 0 (totals only) or a positive depth.")
-    layers = [
-        LayerSummary(name, type(child).__name__, *_counts(child))
+    named = [
+        (name, child)
         for name, child in module.named_modules()
         if name and (max_depth == -1 or name.count(".") < max_depth)
+    ]
+    sizes = _layer_sizes(module, named, example_input) if example_input is not None else {}
+    layers = [
+        LayerSummary(name, type(child).__name__, *_counts(child), *sizes.get(name, (None, None)))
+        for name, child in named
     ]
     total, trainable = _counts(module)
     parameters = list(module.parameters())  # each shared parameter once
@@ -83,12 +102,59 @@ def summarize(module: nn.Module, max_depth: int = 1) -> ModelSummaryTable:
     local_bytes = sum(_local(parameter).numel() * parameter.element_size() for parameter in parameters)
     return ModelSummaryTable(
         layers=layers,
+        with_sizes=example_input is not None,
         trainable_parameters=trainable,
         frozen_parameters=total - trainable,
         total_bytes=total_bytes,
         local_bytes=local_bytes,
         sharded=local_bytes != total_bytes,
     )
+
+
+def _layer_sizes(module: nn.Module, named: list[tuple[str, nn.Module]], example: Any) -> dict[str, tuple[Any, Any]]:
+    """Each named layer's input and output sizes when `example` runs through `module` (hooks removed after)."""
+    from tracktrain.engine.batches import move_to_device
+
+    found: dict[str, tuple[Any, Any]] = {}
+
+    def recorder(name: str) -> Any:
+        def record(_: nn.Module, inputs: Any, output: Any) -> None:
+            found.setdefault(name, (_shapes(inputs[0] if len(inputs) == 1 else inputs), _shapes(output)))
+
+        return record
+
+    handles = [child.register_forward_hook(recorder(name)) for name, child in named]
+    device = next((tensor.device for tensor in [*module.parameters(), *module.buffers()]), torch.device("cpu"))
+    example = move_to_device(example, device)
+    training = module.training
+    try:
+        module.eval()
+        with torch.no_grad():
+            if isinstance(example, dict):
+                module(**example)
+            elif isinstance(example, (list, tuple)):
+                module(*example)
+            else:
+                module(example)
+    finally:
+        module.train(training)
+        for handle in handles:
+            handle.remove()
+    return found
+
+
+def _shapes(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return list(value.shape)
+    if isinstance(value, (list, tuple)):
+        return [_shapes(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _shapes(item) for key, item in value.items()}
+    return "?"
+
+
+def _sizes(value: Any) -> str:
+    return "?" if value is None else str(value)
 
 
 class ModelSummary(Callback):
@@ -100,7 +166,9 @@ class ModelSummary(Callback):
         self.last: ModelSummaryTable | None = None
 
     def on_fit_start(self, trainer: Any, module: nn.Module) -> None:
-        self.last = summarize(module, self.max_depth)
+        # the example runs in this process alone: not under a strategy whose forward needs every rank
+        example = None if trainer.strategy.is_distributed else getattr(module, "example_input_array", None)
+        self.last = summarize(module, self.max_depth, example)
         get_dist_logger().info(f"Model summary of {type(module).__name__}:\n{self.last}")
 
 

@@ -85,7 +85,7 @@ class TrainerProgressBar(Callback):
         if global_rank() != 0 or self._attached_to is trainer.train_engine:
             return
         # attached once for the lifetime of the engine: ProgressBar closes its own bars at the end of each run
-        if self.bar.draws():
+        if self.draws_a_bar():
             rate = self.refresh_rate
             self.bar.attach(
                 trainer.train_engine,
@@ -102,6 +102,10 @@ class TrainerProgressBar(Callback):
             engine.add_event_handler(Events.EPOCH_STARTED, self._start_epoch)
             engine.add_event_handler(Events.ITERATION_COMPLETED, lambda: self._plain_line(trainer))
         self._attached_to = trainer.train_engine
+
+    def draws_a_bar(self) -> bool:
+        """Whether a bar is drawn (a terminal); else plain lines (`disable` aside). A bar of another kind says."""
+        return self.bar.draws()
 
     def _start_epoch(self, engine: Engine) -> None:
         now = time.monotonic()

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from tracktrain.trainer.module import LoopModule
     from tracktrain.trainer.surface import TrainerSurface
 
-__all__ = ["EMA", "SWA", "WeightAveraging"]
+__all__ = ["EMA", "SWA", "EMAWeightAveraging", "StochasticWeightAveraging", "WeightAveraging"]
 
 MultiAvgFn = Callable[..., None]  # (averaged: list[Tensor], current: list[Tensor], n_averaged: Tensor), in place
 AvgFn = Callable[..., torch.Tensor]  # (averaged: Tensor, current: Tensor, n_averaged: Tensor) -> the new average
@@ -403,3 +403,66 @@ def _learning_rates(swa_lrs: Any) -> list[float] | None:
 def _check_int(argument: str, value: Any, minimum: int) -> None:
     if not is_integral(value) or isinstance(value, bool) or value < minimum:
         raise ValueError(f"{argument} must be an integer >= {minimum}, got {value!r}.")
+
+
+class StochasticWeightAveraging(SWA):
+    """Lightning's `StochasticWeightAveraging(swa_lrs, swa_epoch_start=0.8, annealing_epochs=10,
+    annealing_strategy="cos", avg_fn=None, device="cpu")`: `SWA` with Lightning's arguments (its average kept on the
+    CPU by default, as Lightning's)."""
+
+    def __init__(
+        self,
+        swa_lrs: float | Sequence[float],
+        swa_epoch_start: int | float = 0.8,
+        annealing_epochs: int = 10,
+        annealing_strategy: str = "cos",
+        avg_fn: AvgFn | None = None,
+        device: torch.device | str | None = "cpu",
+    ) -> None:
+        options: dict[str, Any] = {"device": device}
+        if avg_fn is not None:  # a per-tensor average instead of the running mean
+            options.update(avg_fn=avg_fn)
+        super().__init__(
+            swa_epoch_start=swa_epoch_start,
+            swa_lrs=swa_lrs,
+            annealing_epochs=annealing_epochs,
+            annealing_strategy=annealing_strategy,
+            **options,
+        )
+
+
+class EMAWeightAveraging(EMA):
+    """Lightning's `EMAWeightAveraging(device=None, use_buffers=True, decay=0.999, update_every_n_steps=1,
+    update_starting_at_step=None, update_starting_at_epoch=None)`: `EMA` with Lightning's arguments; with
+    `update_starting_at_epoch`, the average starts with that epoch (counted from 0)."""
+
+    def __init__(
+        self,
+        device: torch.device | str | int | None = None,
+        use_buffers: bool = True,
+        decay: float = 0.999,
+        update_every_n_steps: int = 1,
+        update_starting_at_step: int | None = None,
+        update_starting_at_epoch: int | None = None,
+        **options: Any,
+    ) -> None:
+        if update_starting_at_epoch is not None:
+            _check_int("EMAWeightAveraging(update_starting_at_epoch=...)", update_starting_at_epoch, 0)
+        super().__init__(
+            decay=decay,
+            start_step=update_starting_at_step or 0,
+            every_n_steps=update_every_n_steps,
+            device=device,
+            use_buffers=use_buffers,
+            **options,
+        )
+        self.update_starting_at_epoch = update_starting_at_epoch
+        self._epoch = 0
+
+    def on_train_epoch_start(self, trainer: TrainerSurface, module: LoopModule) -> None:
+        self._epoch = trainer.current_epoch
+
+    def should_update(self, step_idx: int | None = None, epoch_idx: int | None = None) -> bool:
+        if self.update_starting_at_epoch is not None and self._epoch < self.update_starting_at_epoch:
+            return False
+        return super().should_update(step_idx, epoch_idx)

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tracktrain.checkpoint.lightning_format import from_lightning, is_lightning_checkpoint
 from tracktrain.checkpoint.manifest import SUMMARY_COUNTERS, CheckpointCorrupted, UnsafeCheckpoint, read_checked
 from tracktrain.checkpoint.plain_data import gist, load_plain
 
@@ -197,6 +198,8 @@ def read_model_checkpoint(url: str | os.PathLike) -> Mapping[str, Any]:
     """`read_checkpoint(url)` of a checkpoint a Trainer wrote: one that holds a "model" state (KeyError naming what
     it holds otherwise). What loading a trained module back and exporting one read."""
     states = read_checkpoint(url)
+    if is_lightning_checkpoint(states):  # a .ckpt Lightning wrote: its weights and hyper_parameters
+        states = ReadCheckpoint(from_lightning(states)[0], source=os.fspath(url))
     if not isinstance(states, Mapping) or "model" not in states:
         held = sorted(states) if isinstance(states, Mapping) else type(states).__name__
         raise KeyError(

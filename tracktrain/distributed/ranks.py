@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["global_rank", "local_rank", "rank_and_world_size"]
+__all__ = ["global_rank", "local_rank", "local_world_size", "node_rank", "rank_and_world_size"]
 
 
 def _env_int(variable: str, default: int) -> int:
@@ -39,3 +39,13 @@ def global_rank() -> int:
 def local_rank() -> int:
     """This process's rank on its machine (LOCAL_RANK, which torchrun sets; 0 without it)."""
     return _env_int("LOCAL_RANK", 0)
+
+
+def local_world_size() -> int:
+    """The processes on this machine (LOCAL_WORLD_SIZE, which torchrun sets; 1 without it)."""
+    return _env_int("LOCAL_WORLD_SIZE", 1)
+
+
+def node_rank() -> int:
+    """This machine's rank among the job's machines (GROUP_RANK, which torchrun sets; 0 without it)."""
+    return _env_int("GROUP_RANK", 0)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -32,6 +32,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset
 
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events
+from tracktrain.engine.state import State
 from tracktrain.rng import get_rng_states, manual_seed, set_rng_states
 
 __all__ = ["DeterministicEngine", "ReproducibleBatchSampler", "ResumableEngine", "stateful_data"]
@@ -177,8 +178,11 @@ class ResumableEngine(Engine):
     `seed`, `rng_states` and, for data that keeps its own position, `data_state` (see the module docstring).
     """
 
-    def __init__(self, process_function: Any) -> None:
+    def __init__(self, process_function: Any, restart_data_each_epoch: bool = False) -> None:
         super().__init__(process_function)
+        # Lightning's loop (the Trainer's engine): every epoch starts a new pass over the data, also when the one
+        # before took only `epoch_length` of its batches (`limit_train_batches`); Ignite's continues that pass
+        self.restart_data_each_epoch = restart_data_each_epoch
         # Which pass over the data is running and at which iteration it started. Counted, not derived from
         # the iteration, because terminate_epoch() and set_data() start passes early.
         self._pass_index = 0
@@ -264,6 +268,19 @@ class ResumableEngine(Engine):
             # resuming mid-pass: continue the generators from where the saved run was
             set_rng_states(rng_states)
         self.state.rng_states = None
+
+    def replace_data(self, data: Any, epoch_length: int | None) -> None:
+        """Between epochs (Lightning's `reload_dataloaders_every_n_epochs`): the next epoch reads `data`, a new pass
+        reseeded as every pass is, for `epoch_length` batches (None: its length)."""
+        self.state.dataloader = make_reproducible(data) if isinstance(data, DataLoader) else data
+        self.state.epoch_length = epoch_length or self._get_data_length(data) or self.state.epoch_length
+        self._setup_dataloader_iter()
+
+    def _run_once_on_dataset_as_gen(self) -> Generator[State, None, float]:
+        starts_an_epoch = not self._init_iter  # not a resume in the middle of one
+        if self.restart_data_each_epoch and starts_an_epoch and self.state.iteration > self._pass_start:
+            self._setup_dataloader_iter()  # the epoch before left this pass part-read: a new one, reseeded
+        return (yield from super()._run_once_on_dataset_as_gen())
 
     def _setup_dataloader_iter(self) -> None:
         # a fresh pass: the data ran dry, or terminate_epoch() ended the epoch early

@@ -27,9 +27,10 @@ __all__ = ["AccumulationWindows", "EpochWindows", "IterationWindows", "TrainingS
 
 
 class AccumulationWindows(Protocol):
-    """Where gradient-accumulation windows of `size` batches start and end, read from the engine's state."""
+    """Where gradient-accumulation windows start and end, and how many batches they hold (`size_at`), read from the
+    engine's state."""
 
-    size: int
+    def size_at(self, engine: Engine) -> int: ...
 
     def starts(self, engine: Engine) -> bool: ...
 
@@ -42,6 +43,9 @@ class IterationWindows:
     def __init__(self, size: int = 1) -> None:
         self.size = size
 
+    def size_at(self, engine: Engine) -> int:
+        return self.size
+
     def starts(self, engine: Engine) -> bool:
         return (engine.state.iteration - 1) % self.size == 0
 
@@ -50,17 +54,21 @@ class IterationWindows:
 
 
 class EpochWindows:
-    """Lightning's windows: `size` batches counted from each epoch's start; an epoch's last batch ends one."""
+    """Lightning's windows: `size` batches counted from each epoch's start; an epoch's last batch ends one. `size`:
+    a number, or the number for each epoch (counted from 0; Lightning's `GradientAccumulationScheduler`)."""
 
-    def __init__(self, size: int = 1) -> None:
-        self.size = size
+    def __init__(self, size: int | Callable[[int], int] = 1) -> None:
+        self._size_of = size if callable(size) else (lambda epoch: size)
+
+    def size_at(self, engine: Engine) -> int:
+        return self._size_of(max(engine.state.epoch - 1, 0))
 
     def starts(self, engine: Engine) -> bool:
-        return _batch_in_epoch(engine) % self.size == 0
+        return _batch_in_epoch(engine) % self.size_at(engine) == 0
 
     def ends(self, engine: Engine) -> bool:
         position = _batch_in_epoch(engine) + 1
-        return position % self.size == 0 or position == engine.state.epoch_length
+        return position % self.size_at(engine) == 0 or position == engine.state.epoch_length
 
 
 def _batch_in_epoch(engine: Engine) -> int:
@@ -111,7 +119,7 @@ class TrainingStep:
 
     def __call__(self, engine: Engine, batch: Any) -> Any:
         windows, model_engine = self.windows, self.model_engine
-        size = windows.size
+        size = windows.size_at(engine)
         forward = lambda: self.forward(engine, batch)  # noqa: E731
         if size == 1:  # no accumulation: every batch is a whole window (no window arithmetic, no context)
             model_engine.zero_grad()

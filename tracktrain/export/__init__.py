@@ -58,8 +58,9 @@ def export_module(
 
     Args:
         module: the module (a `LoopModule` too: its Trainer is not part of what is exported).
-        example_input: the input of one call of `forward`: a tensor, or a tuple of positional arguments. Moved to
-            the module's device. It fixes every shape but the batch dimension (see `dynamic_batch`).
+        example_input: the input of one call of `forward`: a tensor, or a tuple of positional arguments (None: the
+            module's `example_input_array`). Moved to the module's device. It fixes every shape but the batch
+            dimension (see `dynamic_batch`).
         path: where the program is saved (`torch.export.save`); its folder is created.
         checkpoint: a checkpoint whose "model" state is loaded first (`ModelCheckpoint.best_model_path`, a
             `.pt` file or a sharded `.dcp` directory). It is loaded into a copy: `module` keeps its weights.
@@ -111,8 +112,15 @@ def module_to_export(
 
 
 def example_args(example_input: Any, module: nn.Module) -> tuple[Any, ...]:
-    """The positional arguments of one call of `module`: `example_input` (a tensor, or a tuple of arguments), its
-    tensors moved to the module's device."""
+    """The positional arguments of one call of `module`: `example_input` (a tensor, or a tuple of arguments; None:
+    the module's `example_input_array`, Lightning's), its tensors moved to the module's device."""
+    if example_input is None:
+        example_input = getattr(module, "example_input_array", None)
+        if example_input is None:
+            raise ValueError(
+                f"No example input to export {type(module).__name__} with: pass example_input (a tensor, or a tuple "
+                "of the forward's arguments), or set module.example_input_array."
+            )
     args = tuple(example_input) if isinstance(example_input, tuple) else (example_input,)
     parameter = next(module.parameters(), None)
     if parameter is None:

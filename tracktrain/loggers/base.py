@@ -14,36 +14,95 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from tracktrain.checks.environment import positive_setting
 from tracktrain.loggers.delivery import DeliveryQueue, Record
 from tracktrain.params import flatten_params  # part of this module's interface too
 
 if TYPE_CHECKING:
     from tracktrain.loggers.sender_process import SenderProcess
 
-__all__ = ["CHECKPOINT_ARTIFACTS", "CLOSE_TIMEOUT", "Logger", "QueuedLogger", "default_run_name", "flatten_params"]
+__all__ = [
+    "CHECKPOINT_ARTIFACTS",
+    "CLOSE_TIMEOUT",
+    "CLOSE_TIMEOUT_VARIABLE",
+    "Logger",
+    "QueuedLogger",
+    "default_close_timeout",
+    "default_run_name",
+    "flatten_params",
+]
 
 # The artifact path of the checkpoints a run announces (`log_checkpoints`). One retention deleted before its upload
 # is skipped without a word: retention decided it was not worth keeping.
 CHECKPOINT_ARTIFACTS = "checkpoints"
 
 STATUSES = ("FINISHED", "FAILED", "KILLED")
-#: how long, at most, the end of a run waits for a tracker to take what is still queued (`close_timeout`); what it has
-#: not taken by then stays in the spill file, for `python -m tracktrain.loggers.replay` when the tracker is back
+#: how long, at most, the end of a run waits for a tracker to take what is still queued (`close_timeout`), unless
+#: the CLOSE_TIMEOUT_VARIABLE environment variable or the logger's `close_timeout=` says otherwise; what it has not
+#: taken by then stays in the spill file, for `python -m tracktrain.loggers.replay` when the tracker is back
 CLOSE_TIMEOUT = 10.0
+CLOSE_TIMEOUT_VARIABLE = "TRACKTRAIN_TRACKER_CLOSE_TIMEOUT"
+
+
+def default_close_timeout() -> float:
+    """`close_timeout` when a logger is given none: TRACKTRAIN_TRACKER_CLOSE_TIMEOUT seconds, else `CLOSE_TIMEOUT`."""
+    return positive_setting(CLOSE_TIMEOUT_VARIABLE, CLOSE_TIMEOUT, float, "seconds")
+
+
 DELIVERIES = ("thread", "process")
 
 
 class Logger(ABC):
     """What the Trainer needs from a tracker. Every method is called on rank 0 only, from the training thread,
     and must return quickly. `run_id` is saved in checkpoints; `resume(run_id)` before `start` continues that run.
+
+    It is also Lightning's logger, as programs use it through `trainer.logger` and `self.logger`: `name`, `version`,
+    `save_dir`, `log_dir`, `experiment` (the tracker's own object: an MLflow client, a W&B run, a TensorBoard
+    `SummaryWriter`), `log_hyperparams`, `log_metrics`, `log_graph`, `save`, `after_save_checkpoint`.
     """
 
-    name: str = "logger"
+    #: which tracker this is ("mlflow", "wandb", ...): it keys the run ids a checkpoint saves and names spill files,
+    #: so one Trainer has one logger of each
+    tracker: str = "logger"
     log_checkpoints: bool = False  # whether the Trainer announces each checkpoint it commits (`log_artifact`)
+    group_separator = "/"  # Lightning's: what joins a metric's group and name
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("name")
+        if isinstance(name, str) and "tracker" not in cls.__dict__:  # tracktrain's earlier spelling of `tracker`
+            cls.tracker = name
 
     @property
     @abstractmethod
     def run_id(self) -> str | None: ...
+
+    # ------------------------------------------------------------------------------------- Lightning's surface
+    @property
+    def name(self) -> str | None:
+        """The experiment's name (Lightning's): where the tracker keeps the run."""
+        return self.tracker
+
+    @property
+    def version(self) -> int | str | None:
+        """The run's version (Lightning's): its id."""
+        return self.run_id
+
+    #: Lightning's: where the logger writes its files, and the run's own folder (None: it keeps none); a logger
+    #: sets them, or makes them properties
+    save_dir: str | None = None
+    log_dir: str | None = None
+
+    def log_graph(self, model: Any, input_array: Any = None) -> None:
+        """Record the model's graph where the tracker can (TensorBoard's); `input_array` defaults to the module's
+        `example_input_array`."""
+
+    def save(self) -> None:
+        """Write what is buffered (Lightning's); the Trainer also asks at each epoch's end (`flush`)."""
+
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        """Called after a checkpoint is saved (Lightning's hook); the Trainer announces committed checkpoints to
+        the loggers that keep them (`log_checkpoints`)."""
 
     def resume(self, run_id: str) -> None:
         """Continue the run `run_id` (from a checkpoint) instead of starting a new one; before `start`."""
@@ -101,7 +160,7 @@ class QueuedLogger(Logger):
         flush_timeout: how long `flush` (at every log interval and epoch end) may wait for the tracker; it never
             waits longer, whatever the tracker does.
         close_timeout: the longest the end of the run (`finalize`) waits for the tracker to take the records still
-            queued (default `CLOSE_TIMEOUT`, 10 s); the rest stay in the spill file, with the run's end status, and
+            queued (None: `default_close_timeout()`, 10 s unless TRACKTRAIN_TRACKER_CLOSE_TIMEOUT says); the rest stay in the spill file, with the run's end status, and
             are sent by `python -m tracktrain.loggers.replay SPILL_FILE` (the warning names it).
         max_pending: records kept in memory while the tracker is unreachable before spilling to disk.
         linger: how long records may gather into one batch before they are sent (see `DeliveryQueue`). What is
@@ -119,7 +178,7 @@ class QueuedLogger(Logger):
     def __init__(
         self,
         flush_timeout: float = 0.0,
-        close_timeout: float = CLOSE_TIMEOUT,
+        close_timeout: float | None = None,
         max_pending: int = 10_000,
         linger: float = 0.2,
         delivery: str = "thread",
@@ -131,7 +190,7 @@ class QueuedLogger(Logger):
         self.delivery = delivery
         self.linger = linger
         self.flush_timeout = flush_timeout
-        self.close_timeout = close_timeout
+        self.close_timeout = default_close_timeout() if close_timeout is None else close_timeout
         self.max_pending = max_pending
         self._run_id: str | None = None
         self._queue: DeliveryQueue | None = None
@@ -154,7 +213,7 @@ class QueuedLogger(Logger):
         from tracktrain import storage  # fsspec: not at `import tracktrain`
 
         self._run_id = self._open(root_dir)
-        self.spill_path = os.path.join(storage.local_dir(root_dir), f"{self.name}-{self._run_id}.undelivered.jsonl")
+        self.spill_path = os.path.join(storage.local_dir(root_dir), f"{self.tracker}-{self._run_id}.undelivered.jsonl")
         send, interrupt = self._send, None
         if self.delivery == "process":
             from tracktrain.loggers.sender_process import SenderProcess
@@ -169,7 +228,7 @@ class QueuedLogger(Logger):
             self.spill_path,
             self._spill_header(),
             max_pending=self.max_pending,
-            name=self.name,
+            name=self.tracker,
             linger=self.linger,
             interrupt=interrupt,
         )
@@ -214,7 +273,7 @@ class QueuedLogger(Logger):
             self._sender.close()
         if self.undelivered:
             warnings.warn(
-                f"{self.undelivered} records for {self.name} run {self._run_id} could not be delivered within "
+                f"{self.undelivered} records for {self.tracker} run {self._run_id} could not be delivered within "
                 f"close_timeout ({self.close_timeout:g} s); they are kept in {self.spill_path}, with the run's end "
                 f"({status}). Send them when the tracker is back with: python -m tracktrain.loggers.replay "
                 f"{self.spill_path}",
@@ -222,14 +281,14 @@ class QueuedLogger(Logger):
             )
         if self.lost:
             warnings.warn(
-                f"{self.lost} records for {self.name} run {self._run_id} were lost in delivery: neither "
+                f"{self.lost} records for {self.tracker} run {self._run_id} were lost in delivery: neither "
                 "delivered nor kept to be sent later. This is a bug in tracktrain; please report it.",
                 stacklevel=2,
             )
         try:
             self._close(status)
         except Exception as error:  # a tracker that is down cannot be told the run ended: say so, do not crash
-            warnings.warn(f"Could not mark {self.name} run {self._run_id} as {status}: {error}", stacklevel=2)
+            warnings.warn(f"Could not mark {self.tracker} run {self._run_id} as {status}: {error}", stacklevel=2)
 
     def _put(self, record: Record) -> None:
         if self._queue is None:

@@ -48,12 +48,27 @@ class LoggerBridge(Callback):
     def start_runs(self, trainer: TrainerSurface, module: LoopModule) -> None:
         """A fit starts: start the runs, or resume those of the checkpoint resumed."""
         changes = trainer.resume_changes
+        hidden = {  # save_hyperparameters(logger=False): checkpointed, not sent to the trackers
+            part
+            for part, owner in (("module", module), ("datamodule", trainer.datamodule))
+            if not getattr(owner, "hparams_to_loggers", True)
+        }
         self.runs.start(
             trainer.default_root_dir,
-            params=trainer.settings,
+            params={key: value for key, value in trainer.settings.items() if key not in hidden},
             module=module,
             changed_tags=_change_tags(changes, trainer.global_step) if changes else None,
         )
+
+    def start_entry_runs(self, trainer: TrainerSurface) -> None:
+        """`validate()`, `test()` or `predict()` on its own starts: the runs of this Trainer's last fit continue (its
+        test metrics land beside the fit's, as in Lightning), or, with none, new runs start."""
+        self.runs.resume_ids = {**self.runs.resume_ids, **self.runs.run_ids}
+        self.runs.start(trainer.default_root_dir, params=trainer.settings or None)
+
+    def finish_entry_runs(self) -> None:
+        """`validate()` or `test()` on its own ended: its runs are FINISHED (no model is kept: it trained none)."""
+        self.runs.finish()
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         self.runs.log_metrics(metrics, step)

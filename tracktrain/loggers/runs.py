@@ -29,7 +29,7 @@ def status_of(exception: BaseException | None) -> str:
 class TrackerRuns:
     """The runs of `loggers` (the list itself is kept: a callback may add a logger to it while a fit runs).
 
-    `resume_ids` ({logger name: run id}, from a checkpoint) makes `start` continue those runs; `run_ids` is what a
+    `resume_ids` ({logger's tracker: run id}, from a checkpoint) makes `start` continue those runs; `run_ids` is what a
     checkpoint saves.
     """
 
@@ -52,9 +52,9 @@ class TrackerRuns:
         if not self.active:
             return
         for logger in self.loggers:
-            resumed = logger.name in self.resume_ids
+            resumed = logger.tracker in self.resume_ids
             if resumed:
-                logger.resume(self.resume_ids[logger.name])
+                logger.resume(self.resume_ids[logger.tracker])
             logger.start(root_dir)
             if not resumed and params is not None:
                 logger.log_hyperparams(params)
@@ -110,4 +110,4 @@ class TrackerRuns:
 
     @property
     def run_ids(self) -> dict[str, str]:
-        return {logger.name: logger.run_id for logger in self.loggers if logger.run_id is not None}
+        return {logger.tracker: logger.run_id for logger in self.loggers if logger.run_id is not None}

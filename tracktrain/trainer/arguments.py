@@ -67,6 +67,12 @@ def check_positive_int(name: str, value: Any, allow_none: bool = False) -> int |
     return int(value)
 
 
+def check_non_negative_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not is_integral(value) or value < 0:
+        raise ValueError(f"Trainer({name}=...) must be an integer >= 0, got {value!r}.")
+    return int(value)
+
+
 def check_non_negative_number(name: str, value: Any, allow_infinite: bool = False) -> float | None:
     """A number >= 0 (NaN never: every comparison with it is false, so it would pass any check later), 0 as None."""
     if value is None:
@@ -266,7 +272,15 @@ def require_override(module: Any, method: str, purpose: str) -> None:
         )
 
 
+def check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} is True or False, got {value!r}.")
+    return value
+
+
 def check_callbacks(callbacks: Any, callback_type: type) -> list[Any]:
+    if isinstance(callbacks, callback_type):  # Lightning's Trainer(callbacks=one_callback)
+        callbacks = [callbacks]
     callbacks = as_list("Trainer(callbacks=...)", callbacks, "tracktrain.callbacks.Callback instances")
     for callback in callbacks:
         if not isinstance(callback, callback_type):

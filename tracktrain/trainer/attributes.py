@@ -26,7 +26,7 @@ TRAINER_ATTRIBUTES = frozenset(
         # settings, from the constructor's arguments (read when each fit/validate/test/predict starts)
         "accumulate_grad_batches", "activation_checkpointing", "autocast_dtype", "param_dtype", "compile", "default_root_dir",
         "deterministic", "fast_dev_run", "gradient_clip_algorithm", "gradient_clip_val", "limits",
-        "log_every_n_steps", "max_epochs", "max_steps", "max_time", "training_time", "nonfinite", "num_sanity_val_steps", "overfit_batches",
+        "log_every_n_steps", "max_epochs", "max_steps", "min_epochs", "min_steps", "detect_anomaly", "reload_dataloaders_every_n_epochs", "max_time", "training_time", "nonfinite", "num_sanity_val_steps", "overfit_batches",
         "precision", "preemption_timeout", "resume", "resume_with_changes", "seed", "strategy", "strategy_name",
         "val_check_interval", "val_every_n_epochs", "callbacks", "loggers",
         # the Trainer's parts
@@ -45,11 +45,8 @@ _LIGHTNING_NAMES = {
     "limit_val_batches": 'Trainer(limit_val_batches=...) or trainer.limits["validate"]',
     "limit_test_batches": 'Trainer(limit_test_batches=...) or trainer.limits["test"]',
     "limit_predict_batches": 'Trainer(limit_predict_batches=...) or trainer.limits["predict"]',
-    "logger": "Trainer(loggers=[...]) (Lightning's logger= is accepted there too) or trainer.loggers",
     "lightning_module": "trainer.module (set by fit/validate/test/predict)",
     "model": "trainer.module (set by fit/validate/test/predict)",
-    "min_epochs": "nothing: tracktrain has no min_epochs/min_steps; stop with EarlyStopping or trainer.should_stop",
-    "min_steps": "nothing: tracktrain has no min_epochs/min_steps; stop with EarlyStopping or trainer.should_stop",
     "devices": "torchrun --nproc_per_node (or tracktrain.distributed.spawn): processes come from the launcher (Trainer(devices=...) checks their number)",
     "num_nodes": "torchrun --nnodes: processes come from the launcher",
 }

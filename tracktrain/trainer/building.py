@@ -30,7 +30,7 @@ def as_loop_module(module: Any, optimizer: Any, criterion: Any, lr_scheduler: An
     if isinstance(module, (nn.Module, ModelEngine)):
         return SupervisedModule(module, optimizer, criterion, lr_scheduler)
     raise TypeError(
-        f"Trainer.fit(module=...) needs a LoopModule, an nn.Module (with optimizer= and criterion=) or a ModelEngine; got "
+        f"Trainer.fit(model=...) needs a LoopModule, an nn.Module (with optimizer= and criterion=) or a ModelEngine; got "
         f"{type(module).__name__}."
     )
 

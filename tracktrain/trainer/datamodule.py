@@ -242,6 +242,15 @@ class StageData:
             )
         return loader
 
+    def reload(self, stage: str) -> Any:
+        """`stage`'s loader asked for again from its method (Lightning's `reload_dataloaders_every_n_epochs`); None
+        for one given to the entry point, which is not reloaded (as in Lightning)."""
+        source = self._sources.get(stage)
+        if source is None:
+            return None
+        self._loaders[stage] = self._ask(source, stage)
+        return self._loaders[stage]
+
     def loader(self, stage: str) -> Any:
         """`stage`'s loader once `setup` ran: the one given, or the one its method returned (None: none)."""
         return self._given[stage] if self._given.get(stage) is not None else self._loaders.get(stage)

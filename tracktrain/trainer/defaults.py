@@ -66,7 +66,7 @@ def loggers_from(
                 f"Trainer(loggers=...) takes tracktrain.loggers.Logger instances (MLflowLogger, WandbLogger, "
                 f"CSVLogger, ...), got {logger!r}."
             )
-    names = [logger.name for logger in loggers]
-    if len(set(names)) != len(names):
-        raise ValueError(f"Trainer(loggers=...) has two loggers of one kind {names}; their run ids would collide.")
+    trackers = [logger.tracker for logger in loggers]
+    if len(set(trackers)) != len(trackers):
+        raise ValueError(f"Trainer(loggers=...) has two loggers of one kind {trackers}; their run ids would collide.")
     return loggers

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from tracktrain.distributed import ranks
 from tracktrain.engine.batches import cast_floating, move_to_device
 from tracktrain.engine.engine import Engine
 from tracktrain.trainer.batches import SequentialLoaders, epoch_length_of, loader_length, several_loaders
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from tracktrain.trainer.metric_log import MetricLog
     from tracktrain.trainer.metrics_hub import MetricsHub
 
-__all__ = ["EvaluationStages"]
+__all__ = ["EvaluationStages", "print_results"]
 
 _LIMIT_NAMES = {"fit": "train", "validate": "val", "test": "test", "predict": "predict"}
 _STAGE_LOADERS = {"validate": "validation", "test": "test", "predict": "prediction"}
@@ -128,6 +129,7 @@ class EvaluationStages:
         batch = self._to_device(batch)
         log = trainer.metric_log
         log.batch = batch
+        log.count_batch()
         several = self._several
         if several is not None:
             step = trainer.strategy.evaluation_forward(self._indexed_steps[several.dataloader_idx])
@@ -234,3 +236,21 @@ def _at_most(length: int | None, max_batches: int | None) -> int | None:
     if max_batches is None:
         return length
     return max_batches if length is None else min(length, max_batches)
+
+
+def print_results(stage: str, results: list[dict[str, float]]) -> None:
+    """`validate()`/`test()`'s results as Lightning prints them with `verbose=True`: a table of each metric's value
+    per loader, on the process of global rank 0 only."""
+    if ranks.global_rank() != 0 or not any(results):
+        return
+    names = sorted({name for result in results for name in result})
+    heading = [
+        f"{'Validate' if stage == 'validate' else 'Test'} metric",
+        *(f"DataLoader {i}" for i in range(len(results))),
+    ]
+    rows = [[name, *(f"{result[name]:.6g}" if name in result else "" for result in results)] for name in names]
+    widths = [max(len(row[column]) for row in [heading, *rows]) + 4 for column in range(len(heading))]
+    rule = "─" * sum(widths)
+    lines = [rule, "".join(text.center(width) for text, width in zip(heading, widths)), rule]
+    lines += ["".join(text.center(width) for text, width in zip(row, widths)) for row in rows]
+    print("\n".join([*lines, rule]))

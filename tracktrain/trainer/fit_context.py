@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     import torch
 
     from tracktrain.engine.model_engine import ModelEngine
+    from tracktrain.trainer.accumulation import AccumulationSchedule
     from tracktrain.trainer.optimizers import LRSchedulerConfig
 
 __all__ = ["FitContext"]
@@ -51,6 +52,10 @@ class FitContext:
     fitting: bool = False
     #: True during the validation batches a fit runs before training
     sanity_checking: bool = False
+    #: a stop asked for before `min_epochs` / `min_steps` were done, taken once they are
+    stop_waits: bool = False
+    #: the batches each optimizer step adds up, epoch by epoch (`tracktrain.trainer.accumulation`)
+    accumulation: AccumulationSchedule | None = None
 
     def next_fit(self) -> FitContext:
         """The context a new fit starts from: nothing of this one but the device and the data-order seed asked for."""

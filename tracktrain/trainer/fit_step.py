@@ -11,13 +11,15 @@ import torch
 from tracktrain.engine.batches import cast_floating, move_to_device
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.model_engine import ModelEngine, StepEvents
-from tracktrain.engine.training_step import EpochWindows, TrainingStep
+from tracktrain.engine.training_step import TrainingStep
+from tracktrain.trainer.accumulation import AccumulationSchedule
 from tracktrain.trainer.batches import batch_size_of
 from tracktrain.trainer.hooks import batch_index
 from tracktrain.trainer.module import LoopModule, checked_loss
 from tracktrain.trainer.surface import ModuleHost  # the base of the Protocol below: needed at run time
 
 if TYPE_CHECKING:
+    from tracktrain.trainer.fit_context import FitContext
     from tracktrain.trainer.metrics_hub import MetricsHub
     from tracktrain.trainer.nonfinite import NonFiniteWatch
     from tracktrain.trainer.trainer_state import TrainerState
@@ -40,6 +42,9 @@ class TrainerForStep(ModuleHost, Protocol):
     @property
     def state(self) -> TrainerState: ...
     def check_finite(self) -> None: ...
+    def take_a_stop_that_waited(self) -> None: ...
+    @property
+    def context(self) -> FitContext: ...
 
 
 class FitStep:
@@ -62,6 +67,11 @@ class FitStep:
         self._device: torch.device | None = None  # where batches go; None: they stay where they are (CPU)
         self._dtype: torch.dtype | None = None
 
+    def _accumulation(self) -> AccumulationSchedule:
+        schedule = self._trainer.context.accumulation
+        assert schedule is not None  # set before the step is (`Session._setup`)
+        return schedule
+
     def setup(self, train_forward: Callable[[Any, int], Any]) -> None:
         """Build the step for the fit starting (the module, its optimizers and model engine are set up)."""
         trainer = self._trainer
@@ -75,7 +85,7 @@ class FitStep:
             model_engine,
             lambda engine, batch: train_forward(batch, batch_index(engine)),
             loss_of=checked_loss,
-            windows=EpochWindows(trainer.accumulate_grad_batches),
+            windows=self._accumulation().windows(),
             no_sync=strategy.no_sync,
             accept_loss=self._accept_loss,
             on_optimizer_step=self._after_optimizer_step,
@@ -132,7 +142,9 @@ class FitStep:
             trainer.check_finite()  # where values are read back anyway: no sync of its own
             trainer.publish(trainer.metric_log.step_values())
         if trainer.max_steps is not None and state.global_step >= trainer.max_steps:
-            trainer.stop(agreed=True)  # every rank counts the same steps
+            trainer.stop(agreed=True, limit=True)  # every rank counts the same steps
+        else:  # a stop asked for before min_steps were done (nothing to do otherwise: one flag read)
+            trainer.take_a_stop_that_waited()
 
     def _accept_loss(self, loss: torch.Tensor) -> bool:
         trainer = self._trainer

@@ -75,12 +75,30 @@ def init_arguments(
 class HyperparametersMixin:
     """`save_hyperparameters()` and `hparams`, as Lightning's `LightningModule` and `LightningDataModule` have them."""
 
-    def save_hyperparameters(self, *names: str, ignore: str | Sequence[str] | None = None) -> None:
+    def save_hyperparameters(
+        self,
+        *names: str,
+        ignore: str | Sequence[str] | None = None,
+        frame: FrameType | None = None,
+        logger: bool = True,
+    ) -> None:
         """Call in `__init__`: keep its arguments (all of them, or those `names`, less `ignore`) in `self.hparams`,
         as Lightning does. A module's are saved with every checkpoint, logged by the trackers, compared when a fit
-        resumes, and `load_from_checkpoint` rebuilds the module from them."""
-        frame = inspect.currentframe()
-        self._hparams = AttributeDict(init_arguments(self, frame.f_back if frame else None, names, ignore))
+        resumes, and `load_from_checkpoint` rebuilds the module from them. `frame`: the `__init__` frame to read
+        them from (Lightning's; default: the caller's). `logger=False`: kept and checkpointed, not sent to the
+        trackers."""
+        if not isinstance(logger, bool):
+            raise TypeError(f"save_hyperparameters(logger=...) is True or False, got {logger!r}.")
+        if frame is None:
+            current = inspect.currentframe()
+            frame = current.f_back if current else None
+        self._hparams = AttributeDict(init_arguments(self, frame, names, ignore))
+        self.__dict__["_hparams_to_loggers"] = logger
+
+    @property
+    def hparams_to_loggers(self) -> bool:
+        """Whether the trackers record these hparams (`save_hyperparameters(logger=False)`: not)."""
+        return bool(self.__dict__.get("_hparams_to_loggers", True))
 
     @property
     def hparams(self) -> AttributeDict:

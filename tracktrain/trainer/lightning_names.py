@@ -80,8 +80,6 @@ MODULE_HOOKS_NOT_CALLED = {
 
 # LightningModule attributes Lightning reads when a module sets them; nothing reads them here, so setting one is refused
 MODULE_ATTRIBUTES_NOT_READ = {
-    "example_input_array": "nothing: the model summary (Trainer(enable_model_summary=True)) counts parameters without "
-    "running the model; keep the example under another name (tracktrain.export takes it as an argument)",
     "strict_loading": "Module.load_from_checkpoint(path, strict=...) and Trainer(resume_with_changes=...)",
 }
 
@@ -98,16 +96,11 @@ MODULE_NOT_OFFERED = {
     "freeze": "self.requires_grad_(False); self.eval()",
     "unfreeze": "self.requires_grad_(True); self.train()",
     "hparams_initial": "copy.deepcopy(self.hparams) right after save_hyperparameters()",
-    "logger": "self.trainer.loggers[0] (the Trainer holds the loggers)",
-    "loggers": "self.trainer.loggers",
     "on_gpu": 'self.device.type == "cuda"',
     "remove_ignored_hparams": "save_hyperparameters(ignore=[...])",
     "to_onnx": "tracktrain.export.onnx.export_onnx(module, example_input, path)",
     "to_torchscript": "tracktrain.export.export_module (torch.export; TorchScript is deprecated in PyTorch)",
     "to_tensorrt": "tracktrain.export.export_module, then torch_tensorrt on the exported program",
-    "toggle_optimizer": "set requires_grad on the parameters of the other optimizers yourself (manual optimization)",
-    "untoggle_optimizer": "set requires_grad on the parameters of the other optimizers yourself (manual optimization)",
-    "toggled_optimizer": "set requires_grad on the parameters of the other optimizers yourself (manual optimization)",
 }
 
 # Callback hooks the Trainer does not call: a callback defining one is refused
@@ -129,16 +122,19 @@ CALLBACKS_SAME = frozenset(
         "ModelSummary",
         "TQDMProgressBar",
         "WeightAveraging",  # its average stays on the module's device: no device= argument
+        "GradientAccumulationScheduler",
+        "RichModelSummary",
+        "RichProgressBar",
+        "StochasticWeightAveraging",
+        "EMAWeightAveraging",
+        "LambdaCallback",
+        "BasePredictionWriter",
     }
 )
 
 # ... and the others, renamed or not offered: what to use (the message of `from tracktrain.callbacks import <name>`)
 CALLBACKS_INSTEAD = {
     # renamed
-    "StochasticWeightAveraging": "ours is tracktrain.callbacks.SWA(swa_epoch_start=..., swa_lrs=..., "
-    "annealing_epochs=..., annealing_strategy=...)",
-    "EMAWeightAveraging": "ours is tracktrain.callbacks.EMA(decay=..., start_step=..., every_n_steps=...) (Lightning's "
-    "update_starting_at_step / update_every_n_steps)",
     "ProgressBar": "ours is tracktrain.callbacks.TrainerProgressBar (subclass it for another bar; "
     "Trainer(enable_progress_bar=False) turns the default one off)",
     "Checkpoint": "subclass tracktrain.callbacks.ModelCheckpoint, or give a Callback the members of "
@@ -154,12 +150,7 @@ CALLBACKS_INSTEAD = {
     "OnExceptionCheckpoint": "a ModelCheckpoint already saves a full checkpoint when the fit is stopped by a signal "
     "(SIGTERM, SIGUSR1, Ctrl-C: tracktrain.distributed.preemption), and the same command resumes it; after an error, the last "
     "committed checkpoint is the one to resume",
-    "RichModelSummary": "tracktrain.callbacks.ModelSummary (a plain-text table; rich is not a dependency)",
     # not offered
-    "RichProgressBar": "tracktrain.callbacks.TQDMProgressBar (rich is not a dependency)",
-    "LambdaCallback": "subclass tracktrain.callbacks.Callback with those hooks as methods",
-    "BasePredictionWriter": "trainer.predict(...) returns the predictions; to write them as they come, a "
-    "tracktrain.callbacks.Callback with on_predict_batch_end(trainer, module, outputs, batch, batch_idx)",
     "BaseFinetuning": "freeze and unfreeze in a Callback's on_train_epoch_start (requires_grad_), adding the "
     "unfrozen parameters with optimizer.add_param_group",
     "BackboneFinetuning": "freeze and unfreeze in a Callback's on_train_epoch_start (requires_grad_), adding the "
@@ -167,23 +158,12 @@ CALLBACKS_INSTEAD = {
     "ModelPruning": "torch.nn.utils.prune in a Callback's on_train_epoch_end (prune.remove before saving or exporting)",
     "SpikeDetection": "Trainer(nonfinite=...) acts on non-finite losses; a rise of a finite loss is for a Callback "
     "that watches trainer.callback_metrics",
-    "GradientAccumulationScheduler": "not offered, on purpose: Trainer(accumulate_grad_batches=N) is fixed for a run, "
-    "because a resumed run must count the same optimizer steps per epoch as an uninterrupted one (global_step, "
-    "estimated_stepping_batches, the LR schedule and where a mid-epoch resume starts all follow from it), which "
-    "a per-epoch schedule changes. To accumulate more later, fit in stages: a new fit of "
-    "MyModule.load_from_checkpoint(path) with another accumulate_grad_batches",
 }
 
 # Trainer properties and methods of Lightning's that tracktrain does not offer, with what to use
 TRAINER_NOT_OFFERED = {
     "accelerator": "trainer.device (the torch.device this process trains on)",
     "device_ids": "trainer.device: one device per process, the launcher starts the processes",
-    "num_devices": "the processes torchrun starts (WORLD_SIZE, LOCAL_WORLD_SIZE)",
-    "num_nodes": "torchrun --nnodes: processes come from the launcher",
-    "node_rank": "int(os.environ['GROUP_RANK']) (torchrun's rank of this machine)",
-    "global_rank": "trainer.strategy.global_rank (trainer.is_global_zero for rank 0)",
-    "local_rank": "tracktrain.distributed.ranks.local_rank()",
-    "world_size": "trainer.strategy.world_size",
     "distributed_sampler_kwargs": "the strategy shards each DataLoader itself (trainer.loader_for(loader, ...))",
     "early_stopping_callback": "the EarlyStopping instance you passed in Trainer(callbacks=[...])",
     "early_stopping_callbacks": "the EarlyStopping instances you passed in Trainer(callbacks=[...])",
@@ -200,10 +180,6 @@ TRAINER_NOT_OFFERED = {
     "is_last_batch": "batch_idx + 1 == trainer.train_engine.state.epoch_length",
     "lightning_module": "trainer.module (set by fit/validate/test/predict)",
     "model": "trainer.module (set by fit/validate/test/predict)",
-    "log_dir": "trainer.default_root_dir (the CSVLogger writes under its logs/)",
-    "logger": "trainer.loggers (a list; Trainer(logger=...) is accepted)",
-    "min_epochs": "nothing: tracktrain has no min_epochs/min_steps; stop with EarlyStopping or trainer.should_stop",
-    "min_steps": "nothing: tracktrain has no min_epochs/min_steps; stop with EarlyStopping or trainer.should_stop",
     "num_training_batches": "trainer.train_engine.state.epoch_length (during a fit)",
     "num_val_batches": "len(loader) under Trainer(limit_val_batches=...)",
     "num_test_batches": "len(loader) under Trainer(limit_test_batches=...)",
@@ -220,20 +196,15 @@ TRAINER_NOT_OFFERED = {
 # Trainer(...) arguments of Lightning's that tracktrain does not take (a TypeError), with why and what to use
 TRAINER_ARGUMENTS_NOT_OFFERED = {
     "num_nodes": "torchrun --nnodes: processes come from the launcher",
-    "min_epochs": "nothing: stop with EarlyStopping or trainer.should_stop",
-    "min_steps": "nothing: stop with EarlyStopping or trainer.should_stop",
     "benchmark": "torch.backends.cudnn.benchmark = True before the fit",
     "inference_mode": "evaluation runs under torch.no_grad() (tensors usable in autograd later)",
     "use_distributed_sampler": "the strategy replaces a DataLoader's sampler only when it is a plain Random/"
     "SequentialSampler; give a DistributedSampler yourself to keep your own",
     "profiler": "tracktrain.callbacks.Profiler (a callback)",
-    "detect_anomaly": "torch.autograd.set_detect_anomaly(True) before the fit",
     "barebones": "Trainer(enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False, "
     "loggers=False)",
     "plugins": "nothing: precision and environments are Trainer(precision=...) and the launcher's",
     "sync_batchnorm": "torch.nn.SyncBatchNorm.convert_sync_batchnorm(module) before the fit",
-    "reload_dataloaders_every_n_epochs": "an iterable with a __len__ whose __iter__ builds the epoch's loader (the "
-    "engine calls iter() at each epoch; train_dataloader() is called once per fit)",
     "enable_autolog_hparams": "nothing to turn off: the module's hparams and the Trainer's settings are always logged",
     "model_registry": "nothing: tracktrain_integrations.mlflow_model registers models with MLflow",
 }

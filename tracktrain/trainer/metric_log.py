@@ -79,6 +79,7 @@ class MetricLog:
         self._batch_size_of = batch_size_of
         self._strategy = strategy
         self._entries: dict[str, _Logged] = {}
+        self._batches_seen: dict[int, int] = {}  # per loader, in an evaluation pass
         self.in_step = False
         self.batch: Any = None  # set by the Trainer before each step
         self._epoch_values: dict[str, torch.Tensor] | None = None
@@ -96,6 +97,7 @@ class MetricLog:
         self._entries = {}
         self.in_step = False
         self._epoch_values = None
+        self._batches_seen = {}
 
     def enter_steps(self) -> None:
         """The period's steps begin: from here to the epoch's end (batch hooks and backward hooks included),
@@ -181,11 +183,10 @@ class MetricLog:
         on_epoch = (not per_step) if on_epoch is None else bool(on_epoch)
         if not (on_step or on_epoch):
             raise ValueError(f"self.log({name!r}) with on_step=False and on_epoch=False records nothing; set one.")
-        if on_step and not (self.in_step and self._per_step_in_step):
-            where = f"in the {self.stage} stage" if not self._per_step_in_step else "outside the training steps"
+        if on_step and not self.in_step:
             raise ValueError(
-                f"self.log({name!r}, on_step=True) {where}: per-step values are logged from the training steps "
-                "(train_step and the batch and backward hooks). Log it with on_epoch=True."
+                f"self.log({name!r}, on_step=True) outside the {self.stage} steps: per-step values are logged from the "
+                "steps (and the batch and backward hooks). Log it with on_epoch=True."
             )
         if prog_bar:  # Lightning's names: a value logged per step and per epoch shows as both
             self.progress_bar_names.update((f"{name}_step", f"{name}_epoch") if on_step and on_epoch else (name,))
@@ -220,6 +221,29 @@ class MetricLog:
         return self._batch_size  # type: ignore[return-value]
 
     # ------------------------------------------------------------------------------------------ reading back
+    @property
+    def has_step_values(self) -> bool:
+        """Whether a per-step value was logged since `step_values` was last read."""
+        return any(entry.step_fresh for entry in self._entries.values())
+
+    @property
+    def batches_seen(self) -> int:
+        """In an evaluation pass: the batches of the current loader read so far (Lightning's step for the values an
+        evaluation logs per step)."""
+        return self._batches_seen.get(self.loaders.dataloader_idx if self.loaders is not None else 0, 0)
+
+    def count_batch(self) -> None:
+        """A step of this period ran (an evaluation counts them per loader, for `batches_seen`)."""
+        index = self.loaders.dataloader_idx if self.loaders is not None else 0
+        self._batches_seen[index] = self._batches_seen.get(index, 0) + 1
+
+    def forget_step_values(self) -> None:
+        """An evaluation's epoch ended: its per-step values leave `callback_metrics` (its epoch values stay), as in
+        Lightning; a fit's last step values stay."""
+        for name, entry in self._entries.items():
+            if entry.on_step:
+                self.callback_metrics.pop(f"{name}_step" if entry.on_epoch else name, None)
+
     def step_values(self) -> dict[str, torch.Tensor]:
         """The per-step values logged since the last call (`name_step` for names also logged per epoch)."""
         values = {}

@@ -75,6 +75,8 @@ class MetricsHub:
             **scalar_values(engine.state.metrics),
             **extra,
         }  # Ignite metrics attached to the engine (and trackers)
+        if stage != "fit":
+            self.logs[stage].forget_step_values()
         self.callback_metrics.update(metrics)
         self._epoch_values[stage] = {**self.logs[stage].epoch_values(), **metrics}
 
@@ -110,9 +112,16 @@ class MetricsHub:
             self.progress_bar_names.update(progress_bar_names)
             self._epoch_values.pop("validate", None)
 
-    def publish(self, values: Mapping[str, Any]) -> None:
+    def publish_evaluation_step(self, stage: str) -> None:
+        """What `stage`'s step logged with `on_step=True` (nothing otherwise: no cost), published at Lightning's step
+        for it: the batches of this loader in the pass so far."""
+        log = self.logs[stage]
+        if log.has_step_values:
+            self.publish(log.step_values(), step=log.batches_seen - 1)
+
+    def publish(self, values: Mapping[str, Any], step: int | None = None) -> None:
         """The one path logged values take to `logged_metrics` and the loggers (read from the device here), at the
-        current global step; while fitting, with the epoch and the samples seen as axes too."""
+        current global step (or `step`); while fitting, with the epoch and the samples seen as axes too."""
         if not values or self._discarding:
             return
         trainer = self._trainer
@@ -124,7 +133,7 @@ class MetricsHub:
                 "epoch": float(trainer.current_epoch),
                 "samples_seen": float(trainer.state.samples_seen),
             }
-        self._send(floats, trainer.state.global_step)
+        self._send(floats, trainer.state.global_step if step is None else step)
 
     def progress_bar_metrics(self) -> dict[str, Any]:
         """The latest values logged with `prog_bar=True` (tensors; read them only when shown)."""

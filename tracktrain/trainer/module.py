@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import itertools
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
@@ -20,6 +22,29 @@ if TYPE_CHECKING:
 __all__ = ["LoopModule", "checked_loss", "loss_in_output"]
 
 _Module = TypeVar("_Module", bound="LoopModule")
+
+
+_STEPS = ("train_step", "eval_step", "test_step", "predict_step")
+
+
+def _takes_batch_idx(step: Callable[..., Any]) -> bool:
+    """Whether `step(self, batch, batch_idx, ...)` may be called with a batch index: its signature has a second
+    positional parameter after `self`, or `*args`."""
+    try:
+        parameters = list(inspect.signature(step).parameters.values())[1:]  # after self
+    except (TypeError, ValueError):  # a builtin or a callable without a signature: called as it is
+        return True
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in parameters)
+
+
+def _called_with_batch_only(step: Callable[..., Any]) -> Callable[..., Any]:
+    def called(self: Any, batch: Any, *indices: Any, **_: Any) -> Any:  # batch_idx, dataloader_idx: not taken
+        return step(self, batch)
+
+    called.__name__, called.__qualname__, called.__doc__ = step.__name__, step.__qualname__, step.__doc__
+    called.__module__ = step.__module__
+    return called
 
 
 def loss_in_output(output: Any) -> tuple[torch.Tensor | None, str]:
@@ -87,6 +112,16 @@ class LoopModule(HyperparametersMixin, nn.Module):
     """
 
     automatic_optimization: bool = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A step defined without `batch_idx` (Lightning calls each step with the arguments its signature takes:
+        `def train_step(self, batch)`) is given the Trainer's arguments and passes on the ones it takes; decided
+        here, once per class, so that no step call inspects a signature."""
+        super().__init_subclass__(**kwargs)
+        for name in _STEPS:
+            step = cls.__dict__.get(name)
+            if callable(step) and not _takes_batch_idx(step):
+                setattr(cls, name, _called_with_batch_only(step))
 
     def __init__(self) -> None:
         super().__init__()
@@ -172,6 +207,28 @@ class LoopModule(HyperparametersMixin, nn.Module):
         """This process's rank on its machine (torchrun's LOCAL_RANK; 0 without it)."""
         return ranks.local_rank()
 
+    @property
+    def example_input_array(self) -> Any:
+        """Lightning's: an input the module runs on (a tensor, a tuple of positional inputs, a dict of keyword ones):
+        the model summary shows each layer's input and output sizes from it, `TensorBoardLogger(log_graph=True)`
+        traces the graph on it, and the export functions take it when given no example. None: none."""
+        return self.__dict__.get("_example_input_array")
+
+    @example_input_array.setter
+    def example_input_array(self, example: Any) -> None:
+        self.__dict__["_example_input_array"] = example
+
+    @property
+    def logger(self) -> Any:
+        """Lightning's `self.logger`: the Trainer's first logger (`self.logger.experiment.add_image(...)`,
+        `self.logger.log_hyperparams(...)`), None outside a Trainer or without loggers."""
+        return self._trainer.logger if self._trainer is not None else None
+
+    @property
+    def loggers(self) -> list[Any]:
+        """Lightning's `self.loggers`: the Trainer's loggers (none outside a Trainer)."""
+        return list(self._trainer.loggers) if self._trainer is not None else []
+
     def print(self, *args: Any, **kwargs: Any) -> None:
         """`print`, on the process of global rank 0 only (the others would print the same lines again)."""
         if ranks.global_rank() == 0:
@@ -242,6 +299,45 @@ class LoopModule(HyperparametersMixin, nn.Module):
         if not schedulers:
             return None
         return schedulers[0] if len(schedulers) == 1 else schedulers
+
+    def toggle_optimizer(self, optimizer: Any) -> None:
+        """Lightning's: only `optimizer`'s parameters take gradients until `untoggle_optimizer` (a GAN's generator step
+        leaves the discriminator's alone): every other optimizer's parameters get `requires_grad=False`, and their
+        previous flags are kept to restore."""
+        optimizer = getattr(optimizer, "optimizer", optimizer)  # a ScaledOptimizer's own
+        if self.__dict__.get("_toggled") is not None:
+            raise RuntimeError(
+                "toggle_optimizer: an optimizer is toggled already; call untoggle_optimizer(...) first (Lightning "
+                "toggles one at a time too)."
+            )
+        own = {id(parameter) for group in optimizer.param_groups for parameter in group["params"]}
+        others = [getattr(other, "optimizer", other) for other in self.trainer.optimizers]
+        kept: dict[int, tuple[torch.Tensor, bool]] = {}
+        for other in others:
+            for group in other.param_groups:
+                for parameter in group["params"]:
+                    if id(parameter) not in own and id(parameter) not in kept:
+                        kept[id(parameter)] = (parameter, parameter.requires_grad)
+                        parameter.requires_grad = False
+        self.__dict__["_toggled"] = (optimizer, kept)
+
+    def untoggle_optimizer(self, optimizer: Any) -> None:
+        """Undo `toggle_optimizer(optimizer)`: the other optimizers' parameters get their `requires_grad` back."""
+        toggled = self.__dict__.get("_toggled")
+        if toggled is None or toggled[0] is not getattr(optimizer, "optimizer", optimizer):
+            raise RuntimeError("untoggle_optimizer(optimizer): that optimizer is not toggled (toggle_optimizer first).")
+        for parameter, requires_grad in toggled[1].values():
+            parameter.requires_grad = requires_grad
+        self.__dict__["_toggled"] = None
+
+    @contextlib.contextmanager
+    def toggled_optimizer(self, optimizer: Any) -> Iterator[None]:
+        """Lightning's: `toggle_optimizer(optimizer)` for the `with` block, untoggled after it (also on an error)."""
+        self.toggle_optimizer(optimizer)
+        try:
+            yield
+        finally:
+            self.untoggle_optimizer(optimizer)
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backpropagate `loss` the way the Trainer's precision and strategy need (scaled under fp16)."""

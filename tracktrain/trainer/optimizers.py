@@ -17,7 +17,7 @@ __all__ = ["LRSchedulerConfig", "parse_optimizers"]
 _FORMS = (
     "configure_optimizers must return an optimizer; a list of optimizers; (optimizers, schedulers); a dict "
     '{"optimizer": opt, "lr_scheduler": scheduler or {"scheduler": s, "interval": "step"|"epoch", "frequency": n, '
-    '"monitor": name}}; or a list of such dicts'
+    '"monitor": name}} (Lightning\'s top-level "monitor" too); or a list of such dicts'
 )
 _SCHEDULER_KEYS = {"scheduler", "interval", "frequency", "monitor", "name", "strict"}
 
@@ -81,15 +81,27 @@ def parse_optimizers(returned: Any) -> tuple[list[torch.optim.Optimizer], list[L
 def _parse_dicts(entries: list[Mapping]) -> tuple[list[torch.optim.Optimizer], list[LRSchedulerConfig]]:
     optimizers, schedulers = [], []
     for entry in entries:
-        unknown = set(entry) - {"optimizer", "lr_scheduler"}
+        unknown = set(entry) - {"optimizer", "lr_scheduler", "monitor"}
         if unknown:
             raise ValueError(f"{_FORMS}. Unknown key(s) {sorted(unknown)} in {entry!r}.")
         optimizer = entry.get("optimizer")
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"{_FORMS}; the 'optimizer' entry is {_describe(optimizer)}.")
         optimizers.append(optimizer)
-        if entry.get("lr_scheduler") is not None:
-            schedulers.append(_scheduler_config(entry["lr_scheduler"]))
+        scheduler = entry.get("lr_scheduler")
+        if scheduler is not None:
+            # Lightning's top-level "monitor": the scheduler's unless its own dict names one
+            if entry.get("monitor") is not None:
+                scheduler = {
+                    "monitor": entry["monitor"],
+                    **(scheduler if isinstance(scheduler, Mapping) else {"scheduler": scheduler}),
+                }
+            schedulers.append(_scheduler_config(scheduler))
+        elif entry.get("monitor") is not None:
+            raise ValueError(
+                f"configure_optimizers returned a 'monitor' ({entry['monitor']!r}) without an 'lr_scheduler' to "
+                "step with it: add the scheduler, or leave the monitor out."
+            )
     return optimizers, schedulers
 
 

@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tracktrain import storage
 from tracktrain.checkpoint.discovery import committed_checkpoints, resume_candidates
+from tracktrain.checkpoint.lightning_format import from_lightning, is_lightning_checkpoint
 from tracktrain.checkpoint.resume import RESUME_CHOICES, load_newest
 from tracktrain.checkpoint.run_settings import changed_settings, check_resumable, describe, run_settings
 from tracktrain.checkpoint.savers import deliver_left_over
 from tracktrain.checkpoint.state import check_summary, read_checkpoint, state_of
 from tracktrain.distributed.logger import get_dist_logger
 from tracktrain.handlers.checkpoint import Checkpoint
+from tracktrain.rng import global_seed
 from tracktrain.trainer.arguments import check_location
 from tracktrain.trainer.datamodule import datamodule_settings
 from tracktrain.trainer.module import LoopModule
@@ -54,6 +56,7 @@ class TrainerForCheckpoints(TrainerSurface, Protocol):
     def max_time(self) -> datetime.timedelta | None: ...
     @property
     def run_seed(self) -> int | None: ...
+    def train_epoch_length(self) -> int | None: ...
     @property
     def resume_with_changes(self) -> bool: ...
     @property
@@ -176,8 +179,9 @@ class RunCheckpoints:
             trainer.state.start_new_run()
         strategy.check_same("global step after loading the checkpoint", trainer.global_step)
         seed: int | None
-        if context.ckpt_path is None:
-            seed = trainer.seed if trainer.seed is not None else _draw_seed()
+        if context.ckpt_path is None:  # the Trainer's seed, else seed_everything's (Lightning's), else a drawn one
+            seed = next((value for value in (trainer.seed, global_seed()) if value is not None), None)
+            seed = _draw_seed() if seed is None else seed
         else:
             seed = trainer.train_engine.state.seed  # the data order of the run being continued
         # rank 0's, on every rank (the same collective on all of them): the DistributedSampler shuffles alike
@@ -232,6 +236,8 @@ class RunCheckpoints:
         # each rank reads its own shards (on any number of ranks), and checks its share of a sharded one's files
         share = VerifyShare(trainer.strategy.global_rank, trainer.strategy.world_size, trainer.strategy.gather)
         states = read_checkpoint(ckpt_path, lazy_shards=True, share=share)
+        if is_lightning_checkpoint(states):
+            states = self._from_lightning(states, ckpt_path)
         check_summary(states, summarize)  # before it is trusted as the step it claims (resume="auto" ranks by it)
         if is_weights_only(states):
             # Lightning fails here too (a KeyError: "checkpoint contains only the model"); half a resume is worse
@@ -265,6 +271,35 @@ class RunCheckpoints:
                 "with the new ones; the loggers record the change.",
                 stacklevel=8,
             )
+
+    def _from_lightning(self, checkpoint: Mapping[str, Any], ckpt_path: str) -> dict[str, Any]:
+        """A Lightning checkpoint as ours, the engine placed where the Lightning run was (in epochs of this fit's
+        loader), said once: what is resumed and what is not."""
+        states, position, left = from_lightning(checkpoint)
+        states["trainer"]["settings"] = {}  # Lightning's records nothing to compare this fit's settings with
+        epoch_length = self._trainer.train_epoch_length()
+        if epoch_length is None:
+            raise ValueError(
+                f"fit(ckpt_path={ckpt_path!r}) is a Lightning checkpoint, which records epochs and batches: resuming "
+                "it needs a training loader with a length, to place the run's position in it."
+            )
+        state = self._trainer.train_engine.state_dict()
+        states["train_engine"] = {
+            **state,
+            "epoch_length": epoch_length,
+            "iteration": position.iteration(epoch_length),
+            "max_epochs": max(position.epochs_done, 1),  # a run under way: this fit's limit is set when it runs
+            "seed": self._trainer.seed if self._trainer.seed is not None else _draw_seed(),
+        }
+        for key in ("data_pass", "data_state", "epoch"):  # what this engine would replay: not Lightning's
+            states["train_engine"].pop(key, None)
+        states["train_engine"]["rng_states"] = None  # a new pass reseeds (Lightning's generators are not saved)
+        get_dist_logger().warning(
+            f"Resuming {ckpt_path}, a Lightning checkpoint: its weights, optimizer and LR scheduler states, global "
+            f"step ({states['trainer']['global_step']}) and position (epoch {position.epochs_done}, batch "
+            f"{position.batches}) are carried over; not {'; '.join(left)}."
+        )
+        return states
 
     def already_finished(self) -> bool:
         """Whether the checkpoint resumed already reached the limits: then nothing is trained, nothing is logged."""
@@ -347,16 +382,18 @@ def _draw_seed() -> int:
 def _run_settings(trainer: TrainerForCheckpoints, context: FitContext, module: LoopModule) -> dict[str, Any]:
     """What the run's checkpoints save of its settings and the loggers record: the module's class and hparams, the
     datamodule's (if the fit has one), and the Trainer's."""
-    return run_settings(module, _trainer_settings(trainer)) | datamodule_settings(context.datamodule)
+    return run_settings(module, _trainer_settings(trainer, context)) | datamodule_settings(context.datamodule)
 
 
-def _trainer_settings(trainer: TrainerForCheckpoints) -> dict[str, Any]:
+def _trainer_settings(trainer: TrainerForCheckpoints, context: FitContext) -> dict[str, Any]:
     """The Trainer's part of the run's settings: what changes the run's result, compared when a fit resumes."""
     return {
         "max_epochs": trainer.max_epochs,
         "max_steps": trainer.max_steps,
         "max_time": None if trainer.max_time is None else str(trainer.max_time),
-        "accumulate_grad_batches": trainer.accumulate_grad_batches,
+        "accumulate_grad_batches": (
+            context.accumulation.setting() if context.accumulation is not None else trainer.accumulate_grad_batches
+        ),
         "gradient_clip_val": trainer.gradient_clip_val,
         "precision": trainer.precision,
         "strategy": trainer.strategy_name,

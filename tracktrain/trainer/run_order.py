@@ -29,6 +29,7 @@ from tracktrain.trainer.surface import TrainerSurface  # the base of the Protoco
 
 if TYPE_CHECKING:
     from tracktrain.trainer.evaluation import EvaluationStages
+    from tracktrain.trainer.fit_context import FitContext
     from tracktrain.trainer.fit_step import FitStep
     from tracktrain.trainer.metric_log import MetricLog
     from tracktrain.trainer.metrics_hub import MetricsHub
@@ -51,6 +52,8 @@ class TrackerRuns(Protocol):
     def flush_runs(self) -> None: ...
     def finish_runs(self, module: LoopModule) -> None: ...
     def fail_runs(self, exception: BaseException) -> None: ...
+    def start_entry_runs(self, trainer: TrainerSurface) -> None: ...
+    def finish_entry_runs(self) -> None: ...
 
 
 class TrainerForRunOrder(TrainerSurface, Protocol):
@@ -79,6 +82,12 @@ class TrainerForRunOrder(TrainerSurface, Protocol):
     @property
     def logger_bridge(self) -> TrackerRuns: ...
     def decisions(self) -> list[Decision]: ...
+    def take_a_stop_that_waited(self) -> None: ...
+    @property
+    def context(self) -> FitContext: ...
+    def reload_loaders(self) -> None: ...
+    @property
+    def reload_dataloaders_every_n_epochs(self) -> int: ...
     def run_stage(self, stage: str, loader: Any) -> dict[str, Any]: ...
     def reduce_epoch(self, stage: str, engine: Engine) -> None: ...
 
@@ -131,7 +140,7 @@ def attach_handlers(
 ) -> tuple[list[RemovableEventHandle], ExceptionHooks]:
     """Attach everything `stages` need, in the run's order; returns the handles (for removal) and the run's
     exception hooks."""
-    order = RunOrder(trainer, stages, val_loader)
+    order = RunOrder(trainer, stages, val_loader, outermost)
     order.plan()
     exception_hooks = order.exception_hooks()
     order.planned.append((outermost, Events.EXCEPTION_RAISED, exception_hooks))  # last of all: nothing swallows it
@@ -149,8 +158,10 @@ def attach_handlers(
 class RunOrder:
     """The handlers one entry point attaches, in the order they run (`plan` writes it)."""
 
-    def __init__(self, trainer: TrainerForRunOrder, stages: set[str], val_loader: Any = None) -> None:
-        self._trainer, self._stages = trainer, stages
+    def __init__(
+        self, trainer: TrainerForRunOrder, stages: set[str], val_loader: Any = None, outermost: str = "fit"
+    ) -> None:
+        self._trainer, self._stages, self._outermost = trainer, stages, outermost
         self.planned: list[tuple[str, Any, Callable]] = []
         # the module's and callbacks' handlers: (phase, stage, event name) -> [(event as given, handler)], in the
         # module-then-callbacks order; on_exception hooks by phase
@@ -171,6 +182,10 @@ class RunOrder:
         if "predict" in self._stages:
             keep = self._trainer.evaluation.keep_prediction
             self._at("predict", Events.ITERATION_COMPLETED, FIRST, METRICS, keep, HOOKS, AFTER_DECISIONS, LAST)
+        if self._outermost in ("validate", "test"):  # on their own: their values reach the trackers, as Lightning's
+            runs, stage = self._trainer.logger_bridge, self._outermost
+            self._at(stage, Events.STARTED, lambda: runs.start_entry_runs(self._trainer), FIRST)
+            self._at(stage, Events.COMPLETED, LAST, runs.finish_entry_runs)
         for phase, stage, name in list(self._hooks):
             if (phase, stage, name) in self._hooks:
                 self._at(stage, name, FIRST, METRICS, HOOKS, AFTER_DECISIONS, LAST)
@@ -184,7 +199,8 @@ class RunOrder:
         # an epoch starts: the sampler's shuffle for it and the epoch's logs; after its hooks, values log per step
         at(
             "fit", Events.EPOCH_STARTED,
-            FIRST, fit.set_sampler_epoch, fit.start_logs, METRICS, HOOKS, AFTER_DECISIONS, LAST, fit.log_per_step,
+            FIRST, fit.reload_loaders, fit.set_sampler_epoch, fit.start_logs, METRICS, HOOKS, AFTER_DECISIONS, LAST,
+            fit.log_per_step,
         )  # fmt: skip
         # a batch ends: its hooks; the ranks agree (stop, keep a checkpoint); checkpoints and early stopping act on it;
         # validation when due; the pre-emption flag exchanged every few steps, after all of it
@@ -199,7 +215,8 @@ class RunOrder:
         at(
             "fit", Events.EPOCH_COMPLETED,
             FIRST, fit.flush_accumulation, METRICS, fit.reduce_epoch, fit.validate, fit.step_epoch_schedulers,
-            HOOKS, fit.decide(Boundary.TRAIN_EPOCH_END), AFTER_DECISIONS, fit.publish_epoch, LAST, fit.flush_tracker_runs,
+            HOOKS, fit.decide(Boundary.TRAIN_EPOCH_END), AFTER_DECISIONS, fit.take_a_stop_that_waited, fit.publish_epoch,
+            LAST, fit.flush_tracker_runs,
         )  # fmt: skip
         # after every hook of the fit's end (what they hand the trackers included), the runs end
         at("fit", TrainerEvents.FIT_COMPLETED, FIRST, METRICS, HOOKS, AFTER_DECISIONS, LAST, fit.finish_tracker_runs)
@@ -212,7 +229,12 @@ class RunOrder:
         at(stage, Events.EPOCH_STARTED, FIRST, METRICS, HOOKS, AFTER_DECISIONS, LAST, evaluation.log_per_step)
         # a long validation within a fit is no reason to miss a pre-emption deadline
         exchange_preemption = fit.exchange_preemption if fit is not None else None
-        at(stage, Events.ITERATION_COMPLETED, FIRST, METRICS, HOOKS, AFTER_DECISIONS, LAST, exchange_preemption)
+        # a batch ends: after its hooks, what was logged with on_step=True is published (Lightning's step axis: the
+        # batches of this loader so far)
+        at(
+            stage, Events.ITERATION_COMPLETED,
+            FIRST, METRICS, HOOKS, evaluation.publish_step, AFTER_DECISIONS, LAST, exchange_preemption,
+        )  # fmt: skip
         # its epoch ends: the metrics, its values gathered, the hooks, its values published (what they logged too)
         at(
             stage, Events.EPOCH_COMPLETED,
@@ -226,7 +248,8 @@ class RunOrder:
         """The run's `on_exception` hooks, by phase (within one, the module's first, then the callbacks' in order);
         then, in a fit, the trackers' runs end, FAILED or KILLED (after what the hooks handed them)."""
         hooks = [hook for phase in CallbackPhase for hook in self._on_exception[phase]]
-        return ExceptionHooks(hooks, last=self._fit.fail_tracker_runs if self._fit is not None else None)
+        bridge = self._trainer.logger_bridge
+        return ExceptionHooks(hooks, last=lambda engine, exception: bridge.fail_runs(exception))
 
     def _at(self, stage: str, event: Any, *steps: Step) -> None:
         """Plan `steps` at `event` of `stage`'s engine, in the order given."""
@@ -291,7 +314,8 @@ class _FitWork:
         self._due: ValidationInEpoch | None = None
         if val_loader is not None and trainer.val_check_interval is not None:
             self._due = ValidationInEpoch(trainer.val_every_n_epochs, trainer.val_check_interval)
-        self.flush_accumulation = trainer.fit_step.flush if automatic and trainer.accumulate_grad_batches > 1 else None
+        accumulates = trainer.context.accumulation is not None and trainer.context.accumulation.accumulates
+        self.flush_accumulation = trainer.fit_step.flush if automatic and accumulates else None
         epoch_schedulers = any(config.interval == "epoch" for config in trainer.lr_scheduler_configs)
         self.step_epoch_schedulers = trainer.fit_step.step_epoch_schedulers if automatic and epoch_schedulers else None
         self._decisions: list[Decision] = trainer.decisions()
@@ -301,6 +325,15 @@ class _FitWork:
     def start_tracker_runs(self) -> None:
         """The trackers' runs start, or resume those of the checkpoint the fit resumed."""
         self._trainer.logger_bridge.start_runs(self._trainer, self._trainer.running_module)
+
+    @property
+    def reload_loaders(self) -> Step:
+        """Every `reload_dataloaders_every_n_epochs` epochs, the loaders asked for again (nothing to do otherwise)."""
+        return self._trainer.reload_loaders if self._trainer.reload_dataloaders_every_n_epochs else None
+
+    def take_a_stop_that_waited(self) -> None:
+        """A stop asked for before min_epochs / min_steps were done, once they are."""
+        self._trainer.take_a_stop_that_waited()
 
     def flush_tracker_runs(self) -> None:
         """The epoch's records are handed over for delivery."""
@@ -355,7 +388,7 @@ class _FitWork:
         return Events.ITERATION_COMPLETED(event_filter=self._due), self._run_validation
 
     def _run_validation(self) -> None:
-        self._trainer.run_stage("validate", self._val_loader)
+        self._trainer.run_stage("validate", self._trainer.val_dataloaders)  # reloaded every n epochs, if asked
 
     @property
     def exchange_preemption(self) -> Step:
@@ -399,6 +432,9 @@ class _EvaluationWork:
 
     def publish_epoch(self) -> None:
         self._trainer.metrics.publish_epoch(self._stage)
+
+    def publish_step(self) -> None:
+        self._trainer.metrics.publish_evaluation_step(self._stage)
 
 
 class ValidationInEpoch:

@@ -18,10 +18,12 @@ import torch
 from tracktrain.distributed.boundary import Boundary, Decision
 from tracktrain.distributed.logger import get_dist_logger
 from tracktrain.distributed.lost_ranks import lost_peers_line
+from tracktrain.engine.deterministic import ResumableEngine
 from tracktrain.engine.events import RemovableEventHandle
 from tracktrain.engine.model_engine import ModelEngine
 from tracktrain.rng import manual_seed
 from tracktrain.trainer import arguments
+from tracktrain.trainer.accumulation import AccumulationSchedule, schedule_of
 from tracktrain.trainer.batches import epoch_length_of
 from tracktrain.trainer.building import TrainerForBuilding, configure_optimizers, model_engine_for
 from tracktrain.trainer.callback import CallbackPhase
@@ -61,6 +63,10 @@ class TrainerForSession(TrainerForRunOrder, TrainerForSanityCheck, TrainerForBui
     @property
     def context(self) -> FitContext: ...
     @property
+    def detect_anomaly(self) -> bool: ...
+    @property
+    def reload_dataloaders_every_n_epochs(self) -> int: ...
+    @property
     def checkpoints(self) -> RunCheckpoints: ...
     @property
     def model_engine(self) -> ModelEngine | None: ...
@@ -84,6 +90,8 @@ class Session:
         self._distributed_loaders: dict[tuple[int, int], Iterable[Any]] = {}
         self.stop_requested = False
         self._fit_loader: Iterable[Any] | None = None  # the training loader given to the fit under way
+        self._fit_data: StageData | None = None  # where the fit under way takes its loaders (to reload them)
+        self._first_epoch = 0  # the epoch the fit under way started (or resumed) at
         # it as read, its epoch length, and the seed it was sharded with
         self._train: tuple[Iterable[Any], int | None, int | None] | None = None
         self.attached_stages: frozenset[str] = frozenset()  # the stages whose hooks the entry points under way attached
@@ -96,6 +104,7 @@ class Session:
         state, new for this fit."""
         trainer = self._trainer
         self._train = None
+        self._fit_data = data
 
         def run() -> None:
             if epoch_length_of("limit_train_batches", data.loader("fit"), trainer.limits["fit"]) == 0:
@@ -105,14 +114,21 @@ class Session:
                 return
             trainer.train_engine.fire_event(TrainerEvents.FIT_STARTED)
             loader, epoch_length = self.train_loader()
+            self._first_epoch = trainer.current_epoch
             trainer.preemption.start()
             try:
                 run_sanity_check(trainer, context, context.val_dataloaders)
                 context.fitting = True
                 trainer.training_time.start()
-                trainer.train_engine.run(
-                    loader, max_epochs=self._max_epochs(epoch_length), epoch_length=epoch_length, seed=context.run_seed
-                )
+                # Lightning's detect_anomaly: autograd checks each backward for the op that made a NaN (slow)
+                anomaly = torch.autograd.detect_anomaly() if trainer.detect_anomaly else contextlib.nullcontext()
+                with anomaly:
+                    trainer.train_engine.run(
+                        loader,
+                        max_epochs=self._max_epochs(epoch_length),
+                        epoch_length=epoch_length,
+                        seed=context.run_seed,
+                    )
             finally:
                 trainer.training_time.pause()
                 context.fitting = False
@@ -123,7 +139,7 @@ class Session:
         try:
             self.run(context, module, "fit", run, data)
         finally:
-            self._fit_loader, self._train = None, None
+            self._fit_loader, self._train, self._fit_data = None, None, None
 
     def train_loader(self) -> tuple[Iterable[Any], int | None]:
         """The fit's training loader as the strategy reads it (its first batches with `overfit_batches`), and its
@@ -141,6 +157,24 @@ class Session:
             self._train = loader, epoch_length_of("limit_train_batches", loader, trainer.limits["fit"]), seed
         return self._train[0], self._train[1]
 
+    def reload_loaders(self) -> None:
+        """An epoch starts: every `reload_dataloaders_every_n_epochs` epochs, the loaders the module's or datamodule's
+        methods give are asked for again (the first epoch of a fit, or of a resumed one, read them at its start)."""
+        trainer, every = self._trainer, self._trainer.reload_dataloaders_every_n_epochs
+        epoch = trainer.current_epoch
+        if not every or epoch % every or epoch == self._first_epoch or self._fit_data is None:
+            return
+        train = self._fit_data.reload("fit")
+        if train is not None:
+            self._fit_loader, self._train = train, None
+            loader, epoch_length = self.train_loader()
+            engine = trainer.train_engine
+            assert isinstance(engine, ResumableEngine)  # the Trainer's
+            engine.replace_data(loader, epoch_length)
+        validation = self._fit_data.reload("validate")
+        if validation is not None:
+            trainer.context.val_dataloaders = validation
+
     def estimated_stepping_batches(self) -> int | float:
         """`Trainer.estimated_stepping_batches`: the optimizer steps the fit will take in all (from its start, also
         when it resumes), as Lightning counts them: `max_steps`, or the epochs' steps when fewer; inf when the loader
@@ -150,7 +184,7 @@ class Session:
         limit = trainer.max_steps if trainer.max_steps is not None else math.inf
         if epoch_length is None or trainer.max_epochs is None:
             return limit
-        epochs = math.ceil(epoch_length / trainer.accumulate_grad_batches) * trainer.max_epochs
+        epochs = self._accumulation.steps(epoch_length, trainer.max_epochs)
         return min(epochs, limit)
 
     def evaluate(
@@ -243,7 +277,9 @@ class Session:
         """`Trainer.decisions`: under DDP, a stop any rank asked for during the epoch (`stop_requested`) is everyone's
         at its end; with `max_time`, whether the run has trained that long, at each step's end."""
         trainer = self._trainer
-        decisions = trainer.training_time.decisions(lambda: trainer.global_step, lambda: trainer.stop(agreed=True))
+        decisions = trainer.training_time.decisions(
+            lambda: trainer.global_step, lambda: trainer.stop(agreed=True, limit=True)
+        )
         if trainer.strategy.is_distributed:
             decisions.append(
                 Decision(
@@ -277,7 +313,7 @@ class Session:
     def _stop_if_agreed(self, agreed: float) -> None:
         self.stop_requested = False
         if agreed:
-            self._trainer.train_engine.terminate()
+            self._trainer.stop(agreed=True)  # at the epoch's end (waiting for min_epochs / min_steps if not done)
 
     def loader_for(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
         """`loader` as the strategy reads it (this process's shard under DDP, shuffled by the run's seed), made once
@@ -320,6 +356,9 @@ class Session:
         if training:
             self._fit_loader, context.val_dataloaders = data.loader("fit"), data.loader("validate")
         trainer.merge_module_callbacks(module)
+        # the batches per optimizer step (the Trainer's, or a GradientAccumulationScheduler's): known before
+        # configure_optimizers, which may ask for estimated_stepping_batches
+        context.accumulation = schedule_of(trainer.accumulate_grad_batches, trainer.callbacks)
         module.to(context.device)
         if trainer.param_dtype is not None:  # a "true" precision: the weights in its dtype, before the optimizers
             module.to(dtype=trainer.param_dtype)
@@ -348,8 +387,12 @@ class Session:
             return trainer.max_epochs
         if epoch_length is None or trainer.max_steps is None:
             return 2**62  # max_steps or max_time stops the run (an unsized loader never says how many epochs that is)
-        steps_per_epoch = math.ceil(epoch_length / trainer.accumulate_grad_batches)
-        return math.ceil(trainer.max_steps / steps_per_epoch)
+        return self._accumulation.epochs_for(trainer.max_steps, epoch_length)
+
+    @property
+    def _accumulation(self) -> AccumulationSchedule:
+        schedule = self._trainer.context.accumulation
+        return schedule if schedule is not None else schedule_of(self._trainer.accumulate_grad_batches, [])
 
     def _teardown(self, handles: list[RemovableEventHandle]) -> None:
         trainer = self._trainer

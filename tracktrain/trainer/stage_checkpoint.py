@@ -1,7 +1,7 @@
 """`Trainer.validate/test/predict(ckpt_path=...)`, Lightning's: the weights of a checkpoint loaded into the module
-before the pass. "best": the first `ModelCheckpoint`'s `best_model_path` (it needs a `monitor`); "last": the run's
-newest complete checkpoint, found as `fit(ckpt_path="last")` finds it (`resume_candidates`, `load_newest`); a path
-or fsspec URL: that checkpoint. Only the module's weights are read, as `load_from_checkpoint` reads them
+before the pass. "best": the first `ModelCheckpoint`'s `best_model_path` (without a `monitor`, the latest it saved, as
+Lightning); "last": the run's newest complete checkpoint, found as `fit(ckpt_path="last")` finds it
+(`resume_candidates`, `load_newest`); a path or fsspec URL: that checkpoint. Only the module's weights are read, as `load_from_checkpoint` reads them
 (`module_loading.load_weights`); None: the module's weights as they are (after a fit, the last ones)."""
 
 from __future__ import annotations
@@ -53,11 +53,7 @@ def _best_path(checkpoints: RunCheckpoints, owner: str) -> str:
             'Trainer(callbacks=[ModelCheckpoint(monitor="val_loss")]), or pass "last" or a checkpoint\'s path.'
         )
     name = type(callback).__name__
-    if getattr(callback, "monitor", None) is None:
-        raise ValueError(
-            f'{owner}: "best" needs a monitored metric, and the {name} has no monitor (it keeps the latest '
-            f'checkpoints, not the best). Give {name}(monitor="val_loss", ...), or pass "last".'
-        )
+    # as Lightning: without a monitor, the best checkpoint is the latest one the callback saved
     best = getattr(callback, "best_model_path", None)
     if not best:
         raise ValueError(

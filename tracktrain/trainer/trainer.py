@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -12,7 +13,9 @@ from torch import nn
 
 from tracktrain.checkpoint.resume import check_resume
 from tracktrain.checks.refusal import show_refusals_plainly
+from tracktrain.distributed import ranks
 from tracktrain.distributed.boundary import Decision
+from tracktrain.distributed.logger import get_dist_logger
 from tracktrain.engine.deterministic import ResumableEngine
 from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events
@@ -23,7 +26,7 @@ from tracktrain.trainer.attributes import TRAINER_ATTRIBUTES, refuse_attribute, 
 from tracktrain.trainer.building import as_loop_module
 from tracktrain.trainer.callback import Callback, check_state_keys, with_module_callbacks
 from tracktrain.trainer.datamodule import DataModule, StageData
-from tracktrain.trainer.evaluation import EvaluationStages
+from tracktrain.trainer.evaluation import EvaluationStages, print_results
 from tracktrain.trainer.fit_context import FitContext
 from tracktrain.trainer.fit_step import FitStep
 from tracktrain.trainer.hooks import TrainerEvents
@@ -157,6 +160,10 @@ class Trainer:
         check_val_every_n_epoch: int | None = None,
         devices: int | str = "auto",
         max_time: str | datetime.timedelta | Mapping[str, float] | None = None,
+        min_epochs: int | None = None,
+        min_steps: int | None = None,
+        detect_anomaly: bool = False,
+        reload_dataloaders_every_n_epochs: int = 0,
     ) -> None:
         show_refusals_plainly()  # a lease held elsewhere, a checkpoint refused: the message, not our frames
         self.fast_dev_run = check_fast_dev_run(fast_dev_run)
@@ -174,6 +181,12 @@ class Trainer:
             max_epochs, max_steps, limits, val_check_interval, val_every_n_epochs = quick.schedule
             loggers, logger, resume, enable_checkpointing, callbacks = False, None, None, False, quick.callbacks
         self.max_steps = arguments.check_positive_int("max_steps", max_steps, allow_none=True)
+        self.min_epochs = arguments.check_positive_int("min_epochs", min_epochs, allow_none=True)
+        self.min_steps = arguments.check_positive_int("min_steps", min_steps, allow_none=True)
+        self.detect_anomaly = arguments.check_bool("Trainer(detect_anomaly=...)", detect_anomaly)
+        self.reload_dataloaders_every_n_epochs = arguments.check_non_negative_int(
+            "reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs
+        )
         self.max_epochs = arguments.check_positive_int("max_epochs", max_epochs, allow_none=True)
         self.training_time = TrainingTime(max_time)  # the run's, over its resumes; stops the fit at max_time
         self.max_time: datetime.timedelta | None = self.training_time.limit
@@ -217,7 +230,7 @@ class Trainer:
         check_state_keys(self.callbacks)
 
         self.fit_step = FitStep(self)
-        self.train_engine: Engine = ResumableEngine(self.fit_step)
+        self.train_engine: Engine = ResumableEngine(self.fit_step, restart_data_each_epoch=True)  # as Lightning
         self.evaluation = EvaluationStages(self)
         self.eval_engine = Engine(self.evaluation.evaluate_batch)
         self.test_engine = Engine(self.evaluation.evaluate_batch)
@@ -342,6 +355,61 @@ class Trainer:
         return self.strategy.global_rank == 0
 
     @property
+    def global_rank(self) -> int:
+        """This process's rank among all (0 without DDP/FSDP)."""
+        return self.strategy.global_rank
+
+    @property
+    def local_rank(self) -> int:
+        """This process's rank on its machine (torchrun's LOCAL_RANK)."""
+        return ranks.local_rank()
+
+    @property
+    def node_rank(self) -> int:
+        """This machine's rank among the machines (torchrun's GROUP_RANK)."""
+        return ranks.node_rank()
+
+    @property
+    def world_size(self) -> int:
+        """The number of processes training together."""
+        return self.strategy.world_size
+
+    @property
+    def num_devices(self) -> int:
+        """The processes on this machine (torchrun's LOCAL_WORLD_SIZE; Lightning's devices per node)."""
+        return ranks.local_world_size()
+
+    @property
+    def num_nodes(self) -> int:
+        """The machines training together (torchrun's --nnodes)."""
+        return max(1, self.world_size // max(1, self.num_devices))
+
+    # -------------------------------------------------------------------------------------------- trackers
+    @property
+    def logger(self) -> Logger | None:
+        """Lightning's `trainer.logger`: the first of `loggers` (None without any), with Lightning's logger surface
+        (`experiment`, `log_hyperparams`, `log_metrics`, `log_dir`, ...)."""
+        return self.loggers[0] if self.loggers else None
+
+    @logger.setter
+    def logger(self, logger: Logger | None) -> None:
+        """`trainer.logger = X` (Lightning's): X is the Trainer's one logger from now on (None: no logger). Between
+        fits only: the runs of a fit are open while it trains."""
+        if self.logger_bridge.active:
+            raise RuntimeError("trainer.logger = ... while a fit trains: its runs are open. Set it before fit().")
+        self.loggers[:] = defaults.loggers_from([] if logger is None else [logger])  # the bridge keeps this list
+
+    @property
+    def log_dir(self) -> str:
+        """Lightning's `trainer.log_dir`: the first logger's folder for this run (its `log_dir`, else its
+        `save_dir`), else `default_root_dir`."""
+        for logger in self.loggers[:1]:
+            folder = logger.log_dir or logger.save_dir
+            if folder is not None:
+                return os.fspath(folder)
+        return self.default_root_dir
+
+    @property
     def running_module(self) -> LoopModule:
         """The module of the fit/validate/test/predict under way (or last run)."""
         if self.module is None:
@@ -380,13 +448,17 @@ class Trainer:
         return self.metrics.progress_bar_metrics()
 
     # ------------------------------------------------------------------- the surface callbacks and hooks use
-    def stop(self, *, agreed: bool = False) -> None:
+    def stop(self, *, agreed: bool = False, limit: bool = False) -> None:
         """End training after the current iteration. An epoch cut short still ends as the run's last one: its
         end hooks, validation, schedulers and checkpoints run. Callable from any hook or handler of the run.
 
         Under DDP a request from any one rank is agreed on by all at the end of the epoch, so no rank stops
         alone and leaves the others waiting. `agreed=True`: every rank takes this decision at this same step
-        (max_steps, an early-stopping check all-reduced across ranks): stop now, without that agreement."""
+        (max_steps, an early-stopping check all-reduced across ranks): stop now, without that agreement.
+        Before `min_epochs` / `min_steps` are done a request waits for them, as Lightning's; `limit=True` (the
+        run's own limits: max_steps, max_time) does not wait."""
+        if not limit and self._stop_waits_for_the_minimum():
+            return
         if self.strategy.is_distributed and not agreed:
             self.session.stop_requested = True
             return
@@ -396,6 +468,33 @@ class Trainer:
             return
         engine.state.max_epochs = engine.state.epoch
         engine.terminate_epoch()
+
+    def _stop_waits_for_the_minimum(self) -> bool:
+        """Whether a stop asked for now waits until `min_epochs` epochs and `min_steps` steps are done (it is then
+        taken as soon as they are: `take_a_stop_that_waited`)."""
+        if self._minimum_done():
+            return False
+        if not self.context.stop_waits:
+            self.context.stop_waits = True
+            get_dist_logger().info(
+                f"The fit was asked to stop at epoch {self.current_epoch}, step {self.global_step}, before "
+                f"min_epochs={self.min_epochs} / min_steps={self.min_steps}: it stops once they are done."
+            )
+        return True
+
+    def _minimum_done(self) -> bool:
+        engine = self.train_engine
+        epochs_done = engine.state.epoch - (0 if engine.last_event_name is Events.EPOCH_COMPLETED else 1)
+        return (self.min_steps is None or self.global_step >= self.min_steps) and (
+            self.min_epochs is None or epochs_done >= self.min_epochs
+        )
+
+    def take_a_stop_that_waited(self) -> None:
+        """At a step's or an epoch's end: a stop that waited for `min_epochs` / `min_steps` is taken once they are
+        done (every rank alike: the stop was agreed, the counts are the same on every rank)."""
+        if self.context.stop_waits and self._minimum_done():
+            self.context.stop_waits = False
+            self.stop(agreed=True, limit=True)
 
     @property
     def should_stop(self) -> bool:
@@ -473,7 +572,7 @@ class Trainer:
     # ------------------------------------------------------------------------------------------ entry points
     def fit(
         self,
-        module: LoopModule | nn.Module | ModelEngine,
+        model: LoopModule | nn.Module | ModelEngine,
         train_dataloaders: Iterable[Any] | None = None,
         val_dataloaders: Iterable[Any] | None = None,
         ckpt_path: str | os.PathLike | None = None,
@@ -483,45 +582,86 @@ class Trainer:
         criterion: Callable | None = None,
         lr_scheduler: Any = None,
     ) -> None:
-        """Train `module` on `train_dataloaders`, validating on `val_dataloaders` (or on a `datamodule`'s loaders, or
-        on the module's own `train_dataloader()`/`val_dataloader()`); resume from `ckpt_path`: a path or URL, or
-        "last" (the newest complete checkpoint of the run). Without it, `Trainer(resume=...)` decides; with
-        neither, a fit is a new run: step and epoch counters start at 0.
+        """Train `model` (a `LoopModule`) on `train_dataloaders`, validating on `val_dataloaders` (or on a
+        `datamodule`'s loaders, or on the module's own `train_dataloader()`/`val_dataloader()`); resume from
+        `ckpt_path`: a path or URL, or "last" (the newest complete checkpoint of the run). Without it,
+        `Trainer(resume=...)` decides; with neither, a fit is a new run: step and epoch counters start at 0.
+        Lightning's names: `fit(model=..., train_dataloaders=..., datamodule=..., ckpt_path=...)`.
 
-        `module` may also be a plain `nn.Module` (with `optimizer=` and `criterion=`) or a `ModelEngine` from
+        `model` may also be a plain `nn.Module` (with `optimizer=` and `criterion=`) or a `ModelEngine` from
         `tracktrain.initialize`: it is then trained as a `SupervisedModule` on `(inputs, targets)` batches.
         """
-        module = as_loop_module(module, optimizer, criterion, lr_scheduler)
+        module = as_loop_module(model, optimizer, criterion, lr_scheduler)
         if ckpt_path is not None:
             ckpt_path = arguments.check_location(
                 "Trainer.fit(ckpt_path=...)", ckpt_path, 'a checkpoint file\'s path or URL, or "last"'
             )
+        if val_dataloaders is not None and type(module).eval_step is LoopModule.eval_step:
+            warnings.warn(  # as Lightning: "You passed in a val_dataloader but have no validation_step"
+                f"fit() got val_dataloaders, but {type(module).__name__} defines no eval_step(self, batch, batch_idx): "
+                "the fit trains without validating. Define eval_step to validate.",
+                stacklevel=2,
+            )
+            val_dataloaders = None
         data = StageData("fit", module, datamodule, {"fit": train_dataloaders, "validate": val_dataloaders})
-        if val_dataloaders is not None:
-            arguments.require_override(module, "eval_step", "validate with val_dataloaders")
         self.context = self.context.next_fit()
         self.session.fit(self.context, module, data, ckpt_path)
 
     def validate(
-        self, module: LoopModule | None = None, dataloaders: Data = None, ckpt_path: Ckpt = None, datamodule: Any = None
+        self,
+        model: LoopModule | None = None,
+        dataloaders: Data = None,
+        ckpt_path: Ckpt = None,
+        verbose: bool = True,
+        datamodule: Any = None,
     ) -> list[dict[str, float]]:
         """Run `eval_step` over `dataloaders` (or `datamodule`'s, or the module's `val_dataloader()`) with the weights
-        of `ckpt_path`: "best", "last", a path or URL; None: as they are. Returns `[{metric: value}]`."""
-        return self.session.evaluate("validate", module, dataloaders, datamodule, ckpt_path)
+        of `ckpt_path`: "best", "last", a path or URL; None: as they are. Returns `[{metric: value}]`, one dict per
+        loader; `verbose`: also printed as a table (Lightning's arguments, in its order)."""
+        results = self.session.evaluate("validate", model, dataloaders, datamodule, ckpt_path)
+        if arguments.check_bool("validate(verbose=...)", verbose):
+            print_results("validate", results)
+        return results
 
     def test(
-        self, module: LoopModule | None = None, dataloaders: Data = None, ckpt_path: Ckpt = None, datamodule: Any = None
+        self,
+        model: LoopModule | None = None,
+        dataloaders: Data = None,
+        ckpt_path: Ckpt = None,
+        verbose: bool = True,
+        datamodule: Any = None,
     ) -> list[dict[str, float]]:
         """Run `test_step` over `dataloaders` (or `datamodule`'s, or the module's `test_dataloader()`) with the weights
-        of `ckpt_path` (as `validate`'s); returns `[{metric: value}]` (also in `callback_metrics`)."""
-        return self.session.evaluate("test", module, dataloaders, datamodule, ckpt_path)
+        of `ckpt_path` (as `validate`'s); returns `[{metric: value}]` (also in `callback_metrics`), and with `verbose`
+        prints them."""
+        results = self.session.evaluate("test", model, dataloaders, datamodule, ckpt_path)
+        if arguments.check_bool("test(verbose=...)", verbose):
+            print_results("test", results)
+        return results
 
     def predict(
-        self, module: LoopModule | None = None, dataloaders: Data = None, ckpt_path: Ckpt = None, datamodule: Any = None
-    ) -> list[Any]:
+        self,
+        model: LoopModule | None = None,
+        dataloaders: Data = None,
+        datamodule: Any = None,
+        return_predictions: bool | None = None,
+        ckpt_path: Ckpt = None,
+    ) -> list[Any] | None:
         """Run `predict_step` over `dataloaders` (or `datamodule`'s, or the module's `predict_dataloader()`) with the
-        weights of `ckpt_path` (as `validate`'s); returns the outputs, one per batch."""
-        return self.session.predict(module, dataloaders, datamodule, ckpt_path)
+        weights of `ckpt_path` (as `validate`'s); returns the outputs, one per batch (Lightning's arguments, in its
+        order; `return_predictions=False`: None, the outputs not kept)."""
+        if return_predictions is not None:
+            arguments.check_bool("predict(return_predictions=...)", return_predictions)
+        predictions = self.session.predict(model, dataloaders, datamodule, ckpt_path)
+        return None if return_predictions is False else predictions
+
+    def train_epoch_length(self) -> int | None:
+        """The batches of one training epoch of the fit under way (None: its loader has no length)."""
+        return self.session.train_loader()[1]
+
+    def reload_loaders(self) -> None:
+        """An epoch starts: the loaders reloaded when `reload_dataloaders_every_n_epochs` says."""
+        self.session.reload_loaders()
 
     def loader_for(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]:
         """`loader` as the strategy reads it (this process's shard under DDP), made once per entry point."""

@@ -53,6 +53,11 @@ class LRFinderResult:
     diverged_at: float | None = None
     plot_path: str | None = field(default=None, repr=False)
 
+    @property
+    def results(self) -> dict[str, list[float]]:
+        """Lightning's `lr_finder.results`: `{"lr": [...], "loss": [...]}` (the smoothed losses)."""
+        return {"lr": list(self.lrs), "loss": list(self.losses)}
+
     def suggestion(self, skip_begin: int = 10, skip_end: int = 1) -> float:
         """The learning rate where the smoothed loss falls fastest (its most negative slope against log(lr), or
         against lr in linear mode), looking only at the descending part: from step `skip_begin` (the first steps'

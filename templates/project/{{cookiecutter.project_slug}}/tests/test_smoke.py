@@ -73,7 +73,7 @@ def assert_tracked(run_dir, val_accuracy: float, how_to_view: str) -> None:
 {%- endif %}
 {%- if cookiecutter.tracker == "none" %}
     # without a tracker the values go to a CSV log
-    assert glob.glob(str(run_dir / "runs" / "logs" / "**" / "*.csv"), recursive=True)
+    assert glob.glob(str(run_dir / "runs" / "lightning_logs" / "**" / "metrics.csv"), recursive=True)
 {%- endif %}
 {%- if over_processes %}
 

@@ -136,7 +136,7 @@ def how_to_view(trainer) -> list[str]:
 
     lines = []
     for logger in trainer.loggers:
-        if logger.name == "mlflow":
+        if logger.tracker == "mlflow":
             uri = logger.tracking_uri  # where MLflowLogger put it by default: absolute, works from any directory
             uri = uri or f"sqlite:///{os.path.abspath(storage.local_dir(trainer.default_root_dir))}/mlflow.db"
             page = experiment_page(uri, logger.experiment_name)
@@ -145,7 +145,7 @@ def how_to_view(trainer) -> list[str]:
             else:
                 lines.append(f"open the run in the MLflow UI: {installed('mlflow')} ui --backend-store-uri {uri}  "
                              f"(then http://127.0.0.1:5000{page})")
-        elif logger.name == "wandb" and logger.mode in (None, "offline"):
+        elif logger.tracker == "wandb" and logger.mode in (None, "offline"):
             wandb_root = os.environ.get("WANDB_DIR") or storage.local_dir(trainer.default_root_dir)
             folder = os.path.abspath(os.path.join(wandb_root, "wandb"))
             runs = sorted(glob.glob(os.path.join(folder, "offline-run-*")), key=os.path.getmtime)

@@ -1,0 +1,6 @@
+import contextlib
+
+
+@contextlib.contextmanager
+def barrier_context(*args, **kwargs):
+    yield
