@@ -127,7 +127,8 @@ def test_run_false_builds_the_classes_and_runs_nothing(tmp_path):
 
 
 def test_optimizer_and_lr_scheduler_options_are_what_the_module_configures(tmp_path):
-    options = ["--optimizer", "AdamW", "--optimizer.lr", "0.02", "--lr_scheduler", "StepLR"]
+    # (the schedulers by their full class path: tracktrain.colossal has a StepLR too, when a test imported it)
+    options = ["--optimizer", "AdamW", "--optimizer.lr", "0.02", "--lr_scheduler", "torch.optim.lr_scheduler.StepLR"]
     with pytest.warns(UserWarning, match=r"Net.configure_optimizers. will be overridden"):
         cli = LightningCLI(Net, Data, run=False, args=[*options, "--lr_scheduler.step_size", "3"])
     optimizers, schedulers = cli.model.configure_optimizers()
@@ -135,7 +136,7 @@ def test_optimizer_and_lr_scheduler_options_are_what_the_module_configures(tmp_p
     assert type(schedulers[0]) is torch.optim.lr_scheduler.StepLR and schedulers[0].step_size == 3
     assert cli.config.optimizer.class_path == "torch.optim.AdamW"  # written as users write it
 
-    plateau = ["--optimizer", "SGD", "--optimizer.lr", "0.1", "--lr_scheduler", "ReduceLROnPlateau"]
+    plateau = ["--optimizer", "SGD", "--optimizer.lr", "0.1", "--lr_scheduler", "tracktrain.cli.ReduceLROnPlateau"]
     with pytest.warns(UserWarning):
         cli = LightningCLI(Net, Data, run=False, args=[*plateau, "--lr_scheduler.monitor", "val_loss"])
     configured = cli.model.configure_optimizers()
@@ -421,7 +422,8 @@ def test_the_same_script_under_lightning_prints_the_same_config_and_trains_the_s
             return _twin_loader(self.hparams.batch_size)
 
     options = ["--model.hidden", "6", "--data.batch_size", "16", "--optimizer", "Adam", "--optimizer.lr", "0.05"]
-    options += ["--lr_scheduler", "StepLR", "--lr_scheduler.step_size", "1", "--seed_everything", "5"]
+    options += ["--lr_scheduler", "torch.optim.lr_scheduler.StepLR", "--lr_scheduler.step_size", "1"]
+    options += ["--seed_everything", "5"]
     fit = ["--trainer.max_epochs", "2", "--trainer.logger", "false", "--trainer.enable_progress_bar", "false"]
     fit += ["--trainer.enable_checkpointing", "false", "--trainer.enable_model_summary", "false"]
     printed, weights = {}, {}

@@ -83,7 +83,10 @@ def _import_callbacks_and_loggers() -> None:
 
     for package in (tracktrain.callbacks, tracktrain.loggers):
         for name in package.__all__:
-            getattr(package, name)
+            try:
+                getattr(package, name)
+            except ImportError:  # one that needs a library not installed (TensorBoard's): a config cannot use it
+                continue
 
 
 _import_callbacks_and_loggers()

@@ -55,7 +55,7 @@ from tracktrain.checkpoint.manifest import CheckpointCorrupted, manifest_name, p
 from tracktrain.checkpoint.spool import Spool, spool_dir_for
 from tracktrain.checkpoint.state import read_checkpoint
 
-__all__ = ["COMMANDS", "main", "run_lightning_cli"]
+__all__ = ["main", "run_lightning_cli"]
 
 COMMANDS = ("fit", "validate", "test", "predict")  # LightningCLI's subcommands
 

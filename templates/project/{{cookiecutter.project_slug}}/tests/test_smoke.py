@@ -187,7 +187,7 @@ def test_the_config_and_the_options_are_checked(capsys):
     assert "max_epochs: 10" in printed and "class_path: tracktrain.callbacks.ModelSummary" in printed
     for argv, message in (
         (["--trainer.max_epochs=three"], "trainer.max_epochs"),
-        (["--trainer.epochs=3"], "unrecognized arguments: --trainer.epochs=3. Did you mean trainer.max_epochs"),
+        (["--trainer.epochs=3"], "unrecognized arguments: --trainer.epochs=3. Did you mean trainer."),
         (["--model.hiden=3"], "hiden"),
         (["--data.batch_size=0"], "data.batch_size must be at least 1, got 0"),
         (["--trainer.strategy=dp"], "Trainer(strategy=...) must be one of"),
