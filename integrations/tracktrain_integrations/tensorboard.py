@@ -11,11 +11,10 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tracktrain import storage
 from tracktrain.callbacks.base import Callback
 from tracktrain.distributed.ranks import global_rank, rank_and_world_size
 from tracktrain.loggers.base import Logger, flatten_params
-from tracktrain.loggers.csv_logger import next_version, write_yaml
+from tracktrain.loggers.versioned import VersionedFolders, write_yaml
 
 __all__ = ["TensorBoardLogger", "TensorboardHook"]
 
@@ -30,7 +29,7 @@ def _summary_writer() -> Any:
     return SummaryWriter
 
 
-class TensorBoardLogger(Logger):
+class TensorBoardLogger(VersionedFolders, Logger):
     """Lightning's `TensorBoardLogger`, with its arguments and layout: each value the Trainer publishes is a scalar
     at its global step, in `{save_dir}/{name}/version_{N}` (`log_dir`), with the hyperparameters as text and in
     `hparams.yaml`. `experiment` is the `SummaryWriter`, for what a program writes itself
@@ -70,9 +69,7 @@ class TensorBoardLogger(Logger):
         unknown = set(kwargs) - set(inspect.signature(writer).parameters)
         if unknown:
             raise TypeError(f"TensorBoardLogger got arguments SummaryWriter does not take: {sorted(unknown)}.")
-        self._save_dir = os.fspath(save_dir) if save_dir is not None else None
-        self._name = name or ""
-        self._version = version
+        self._set_folders(save_dir, name, version)
         self._sub_dir = os.fspath(sub_dir) if sub_dir is not None else None
         self._log_dir = os.fspath(log_dir) if log_dir is not None else None
         self.log_graph_at_start = log_graph
@@ -82,22 +79,6 @@ class TensorBoardLogger(Logger):
         self._writer: Any = None
 
     # ------------------------------------------------------------------------------------- Lightning's surface
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def version(self) -> int | str | None:
-        return self._version
-
-    @property
-    def save_dir(self) -> str | None:  # type: ignore[override]
-        return self._save_dir
-
-    @property
-    def root_dir(self) -> str | None:
-        return None if self._save_dir is None else os.path.join(self._save_dir, self._name)
-
     @property
     def log_dir(self) -> str | None:  # type: ignore[override]
         """The events' folder: `{save_dir}/{name}/version_{N}[/{sub_dir}]` (None until a fit starts the logger)."""
@@ -122,14 +103,10 @@ class TensorBoardLogger(Logger):
         if self._writer is not None:
             return
         if self._log_dir is None:
-            if self._save_dir is None:
-                self._save_dir = storage.local_dir(root_dir)
-            root = self.root_dir
-            assert root is not None
-            if not isinstance(self._version, str):
-                self._version = self._version if self._version is not None else next_version(root)
-            folder = self._version if isinstance(self._version, str) else f"version_{self._version}"
-            self._log_dir = os.path.join(root, folder, self._sub_dir) if self._sub_dir else os.path.join(root, folder)
+            version = self._version_folder(root_dir)  # chooses save_dir too, when none was given
+            assert self.root_dir is not None
+            folder = os.path.join(self.root_dir, version)
+            self._log_dir = os.path.join(folder, self._sub_dir) if self._sub_dir else folder
         self._writer = _summary_writer()(log_dir=self._log_dir, **self._writer_kwargs)
 
     def log_hyperparams(self, params: Any, metrics: Mapping[str, float] | None = None) -> None:

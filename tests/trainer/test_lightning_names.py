@@ -67,7 +67,7 @@ TRAINER_SAME = frozenset(
         "val_dataloaders", "validate", "callbacks", "datamodule", "fast_dev_run", "num_sanity_val_steps",
         "val_check_interval", "check_val_every_n_epoch", "accumulate_grad_batches", "gradient_clip_val",
         "gradient_clip_algorithm", "limit_train_batches", "limit_val_batches", "limit_test_batches",
-        "limit_predict_batches", "overfit_batches", "log_every_n_steps", "state", "logger", "log_dir",
+        "limit_predict_batches", "overfit_batches", "log_every_n_steps", "state", "logger", "log_dir", "min_epochs", "min_steps",
         "global_rank", "local_rank", "node_rank", "world_size", "num_devices", "num_nodes",
     }
 )  # fmt: skip

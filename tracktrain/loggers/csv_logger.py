@@ -4,20 +4,20 @@ logged step, a column per metric, `step` and `epoch` among them) and `hparams.ya
 from __future__ import annotations
 
 import csv
-import json
 import os
 from collections.abc import Mapping
 from typing import Any
 
 from tracktrain.loggers.base import Logger, flatten_params
+from tracktrain.loggers.versioned import VersionedFolders, write_yaml
 
-__all__ = ["CSVLogger", "next_version", "write_yaml"]
+__all__ = ["CSVLogger"]
 
 METRICS_FILE = "metrics.csv"
 HPARAMS_FILE = "hparams.yaml"
 
 
-class CSVLogger(Logger):
+class CSVLogger(VersionedFolders, Logger):  # type: ignore[override]  # save_dir: a property here, an attribute in Logger
     """Lightning's `CSVLogger`, with its arguments and files: each `log_metrics` call is a row of `metrics.csv` (its
     `step`, and the metrics logged then; a metric new to the file adds a column, the file rewritten with it), read
     back as Lightning users do (`pandas.read_csv(f"{trainer.logger.log_dir}/metrics.csv")`); the hyperparameters in
@@ -54,9 +54,7 @@ class CSVLogger(Logger):
             raise TypeError(f"CSVLogger(flush_logs_every_n_steps=...) is an int, got {flush_logs_every_n_steps!r}.")
         if flush_logs_every_n_steps < 1:
             raise ValueError(f"CSVLogger(flush_logs_every_n_steps=...) is at least 1, got {flush_logs_every_n_steps}.")
-        self._save_dir = os.fspath(save_dir) if save_dir is not None else None
-        self._name = name or ""
-        self._version = version
+        self._set_folders(save_dir, name, version)
         self.prefix = prefix
         self.flush_logs_every_n_steps = flush_logs_every_n_steps
         self._run_id: str | None = None
@@ -65,23 +63,6 @@ class CSVLogger(Logger):
         self._experiment = _CSVExperiment(self)
 
     # ------------------------------------------------------------------------------------- Lightning's surface
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def version(self) -> int | str | None:
-        return self._version
-
-    @property
-    def save_dir(self) -> str | None:  # type: ignore[override]
-        """Where the experiments' folders are (None until a fit starts, when none was given: the root dir's)."""
-        return self._save_dir
-
-    @property
-    def root_dir(self) -> str | None:
-        return None if self._save_dir is None else os.path.join(self._save_dir, self._name)
-
     @property
     def log_dir(self) -> str | None:  # type: ignore[override]
         """The run's folder, `{save_dir}/{name}/version_{N}` (None until known: a fit starts it)."""
@@ -104,22 +85,10 @@ class CSVLogger(Logger):
         self._run_id = run_id
 
     def start(self, root_dir: str) -> None:
-        from tracktrain import storage  # fsspec: not at `import tracktrain`
-
-        if self._save_dir is None:
-            self._save_dir = storage.local_dir(root_dir)
-        root = self.root_dir
-        assert root is not None
-        os.makedirs(root, exist_ok=True)
-        if self._run_id is None:
-            if isinstance(self._version, str):
-                self._run_id = self._version
-            else:
-                number = self._version if self._version is not None else next_version(root)
-                self._run_id = f"version_{number}"
-        if self._version is None:  # Lightning's `version`: the number (or name) taken
+        if self._run_id is not None and self._version is None:  # a resumed run: its own version (in checkpoints)
             taken = self._run_id.removeprefix("version_")
             self._version = int(taken) if taken.isdigit() else self._run_id
+        self._run_id = self._version_folder(root_dir)
         log_dir = self.log_dir
         assert log_dir is not None
         os.makedirs(log_dir, exist_ok=True)
@@ -214,19 +183,6 @@ class _CSVExperiment:
         self._logger.flush()
 
 
-def next_version(root: str) -> int:
-    """The N of the next free `version_{N}` folder in `root` (Lightning's layout, which its TensorBoard logger
-    shares): 0 for a new or empty one."""
-    if not os.path.isdir(root):
-        return 0
-    numbers = [
-        int(name.split("_", 1)[1])
-        for name in os.listdir(root)
-        if name.startswith("version_") and name.split("_", 1)[1].isdigit() and os.path.isdir(os.path.join(root, name))
-    ]
-    return max(numbers, default=-1) + 1
-
-
 def _header(path: str) -> list[str]:
     """The columns of an existing metrics file (a resumed run appends to it), none for a new one."""
     if not os.path.exists(path):
@@ -243,15 +199,3 @@ def _plain(value: Any) -> Any:
     """A tensor's number (`.item()`: read when written, as Lightning does), anything else as it is."""
     item = getattr(value, "item", None)
     return item() if callable(item) and getattr(value, "numel", lambda: 0)() == 1 else value
-
-
-def write_yaml(path: str, values: Mapping[str, Any]) -> None:
-    """`values` as YAML (PyYAML's where it is installed; else as JSON, which YAML reads as it is)."""
-    try:
-        import yaml  # type: ignore[import-untyped]
-    except ImportError:
-        text = json.dumps(dict(values), indent=2, default=str)
-    else:
-        text = yaml.safe_dump(json.loads(json.dumps(dict(values), default=str)), sort_keys=False)
-    with open(path, "w", encoding="utf-8") as out:
-        out.write(text)

@@ -85,6 +85,10 @@ class TrainerForRunOrder(TrainerSurface, Protocol):
     def take_a_stop_that_waited(self) -> None: ...
     @property
     def context(self) -> FitContext: ...
+    @property
+    def min_epochs(self) -> int | None: ...
+    @property
+    def min_steps(self) -> int | None: ...
     def reload_loaders(self) -> None: ...
     @property
     def reload_dataloaders_every_n_epochs(self) -> int: ...
@@ -331,9 +335,11 @@ class _FitWork:
         """Every `reload_dataloaders_every_n_epochs` epochs, the loaders asked for again (nothing to do otherwise)."""
         return self._trainer.reload_loaders if self._trainer.reload_dataloaders_every_n_epochs else None
 
-    def take_a_stop_that_waited(self) -> None:
-        """A stop asked for before min_epochs / min_steps were done, once they are."""
-        self._trainer.take_a_stop_that_waited()
+    @property
+    def take_a_stop_that_waited(self) -> Step:
+        """A stop asked for before min_epochs / min_steps were done, once they are (only with one of them)."""
+        trainer = self._trainer
+        return trainer.take_a_stop_that_waited if trainer.min_epochs or trainer.min_steps else None
 
     def flush_tracker_runs(self) -> None:
         """The epoch's records are handed over for delivery."""

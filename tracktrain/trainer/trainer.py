@@ -618,10 +618,7 @@ class Trainer:
         """Run `eval_step` over `dataloaders` (or `datamodule`'s, or the module's `val_dataloader()`) with the weights
         of `ckpt_path`: "best", "last", a path or URL; None: as they are. Returns `[{metric: value}]`, one dict per
         loader; `verbose`: also printed as a table (Lightning's arguments, in its order)."""
-        results = self.session.evaluate("validate", model, dataloaders, datamodule, ckpt_path)
-        if arguments.check_bool("validate(verbose=...)", verbose):
-            print_results("validate", results)
-        return results
+        return self._evaluate("validate", model, dataloaders, ckpt_path, verbose, datamodule)
 
     def test(
         self,
@@ -634,9 +631,15 @@ class Trainer:
         """Run `test_step` over `dataloaders` (or `datamodule`'s, or the module's `test_dataloader()`) with the weights
         of `ckpt_path` (as `validate`'s); returns `[{metric: value}]` (also in `callback_metrics`), and with `verbose`
         prints them."""
-        results = self.session.evaluate("test", model, dataloaders, datamodule, ckpt_path)
-        if arguments.check_bool("test(verbose=...)", verbose):
-            print_results("test", results)
+        return self._evaluate("test", model, dataloaders, ckpt_path, verbose, datamodule)
+
+    def _evaluate(
+        self, stage: str, model: LoopModule | None, dataloaders: Data, ckpt_path: Ckpt, verbose: bool, datamodule: Any
+    ) -> list[dict[str, float]]:
+        arguments.check_bool(f"{stage}(verbose=...)", verbose)
+        results = self.session.evaluate(stage, model, dataloaders, datamodule, ckpt_path)
+        if verbose:
+            print_results(stage, results)
         return results
 
     def predict(
