@@ -17,10 +17,10 @@ python="$repo/.venv/bin/python"
 stamp="$repo/.venv/.main-job-installed"
 wanted="$(cat "$repo/constraints.txt" "$repo/pyproject.toml" | sha256sum | cut -d' ' -f1)"
 if [ ! -x "$python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
-    echo "== installing tracktrain (MLflow, scikit-learn) and cookiecutter into $repo/.venv"
+    echo "== installing tracktrain (MLflow, scikit-learn, jsonargparse) and cookiecutter into $repo/.venv"
     [ -x "$python" ] || python3 -m venv "$repo/.venv"
     # torch is named with its pin in the same command as everything that depends on it
-    "$python" -m pip install --quiet -c "$repo/constraints.txt" "torch==2.13.0" cookiecutter -e "$repo[mlflow,examples]"
+    "$python" -m pip install --quiet -c "$repo/constraints.txt" "torch==2.13.0" cookiecutter -e "$repo[mlflow,examples,cli]"
     echo "$wanted" > "$stamp"
 fi
 
@@ -33,6 +33,6 @@ if [ ! -d "$scratch/$slug" ]; then
     "$python" -m pip install --quiet --no-deps --no-build-isolation -e "$scratch/$slug"
 fi
 
-echo "== training $slug for $epochs epochs (python -m $slug.train)"
+echo "== training $slug for $epochs epochs (python -m $slug.train --trainer.max_epochs $epochs)"
 cd "$scratch/$slug"
-"$python" -m "$slug.train" --epochs "$epochs"  # a bar on a terminal, plain progress lines in a log
+"$python" -m "$slug.train" --trainer.max_epochs "$epochs"  # a bar on a terminal, plain progress lines in a log

@@ -1,5 +1,5 @@
-"""`tracktrain fit | validate | test | predict` (tracktrain_integrations.run_cli), LightningCLI's habit for any module:
-config files (YAML, TOML, JSON) merged with dotted options, every key checked against the class it goes to, the merged
+"""`tracktrain fit | validate | test | predict` (LightningCLI, tracktrain.cli, in subclass mode), for any module:
+config files (YAML, JSON) merged with dotted options, every key checked against the class it goes to, the merged
 config printed by --print_config (and runnable as given back), the module built from its init arguments so its
 hparams reach the loggers as from a Python fit. Once through the installed console script, as users type it."""
 
@@ -20,13 +20,19 @@ import yaml
 
 from tracktrain import Callback, DataModule, LoopModule
 from tracktrain.checkpoint.state import read_checkpoint
-from tracktrain_integrations import cli, run_cli
+from tracktrain_integrations import cli
 
 from .trainer._tasks import make_loader
 
 HERE = __name__  # the import path of this module: its classes are what the configs name
 
 TRACKTRAIN = str(Path(sys.executable).with_name("tracktrain"))
+
+
+@pytest.fixture(autouse=True)
+def the_command_line_is_the_one_given(monkeypatch):
+    """`cli.main(argv)` stands for `tracktrain ARGV` (pytest's own arguments would draw LightningCLI's warning)."""
+    monkeypatch.setattr(sys, "argv", ["tracktrain"])
 
 
 class Net(LoopModule):
@@ -121,40 +127,42 @@ def test_print_config_gives_every_default_and_runs_the_same_when_given_back(tmp_
     status, printed, err = run(capsys, "fit", *args, "--print_config")
     assert status == 0, err
     (tmp_path / "full.yaml").write_text(printed)
-    full = run_cli.load_config(str(tmp_path / "full.yaml"))
+    full = yaml.safe_load((tmp_path / "full.yaml").read_text())
     assert full["model"] == {"class_path": f"{HERE}.Net", "init_args": {"lr": 0.05, "hidden": 8}}
     assert full["data"]["init_args"] == {"batch_size": 4, "n": 32}
-    assert full["trainer"]["seed"] == 3 and full["trainer"]["max_epochs"] is None  # the Trainer's own defaults
+    assert full["seed_everything"] == 3 and full["trainer"]["max_epochs"] is None  # the Trainer's own defaults
     status, again, _ = run(capsys, "fit", "--config", str(tmp_path / "full.yaml"), "--print_config")
     assert status == 0 and again == printed
 
 
-def test_toml_and_json_configs_merge_in_order(tmp_path, capsys):
-    (tmp_path / "a.toml").write_text(f'[model]\nclass_path = "{HERE}.Net"\n[model.init_args]\nhidden = 4\nlr = 0.5\n')
+def test_yaml_and_json_configs_merge_in_order(tmp_path, capsys):
+    """jsonargparse reads YAML and JSON (a YAML subset); TOML configs are no longer read (one parser: LightningCLI's)."""
+    (tmp_path / "a.yaml").write_text(f"model:\n  class_path: {HERE}.Net\n  init_args: {{hidden: 4, lr: 0.5}}\n")
     (tmp_path / "b.json").write_text(json.dumps({"model": {"init_args": {"lr": 0.25}}, "trainer": {"max_steps": 3}}))
     status, printed, err = run(
-        capsys, "fit", "--config", str(tmp_path / "a.toml"), "--config", str(tmp_path / "b.json"), "--print_config"
+        capsys, "fit", "--config", str(tmp_path / "a.yaml"), "--config", str(tmp_path / "b.json"), "--print_config"
     )
     assert status == 0, err
     (tmp_path / "out.yaml").write_text(printed)
-    full = run_cli.load_config(str(tmp_path / "out.yaml"))
+    full = yaml.safe_load((tmp_path / "out.yaml").read_text())
     assert full["model"]["init_args"] == {"lr": 0.25, "hidden": 4} and full["trainer"]["max_steps"] == 3
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
-    [
-        (["--model", f"{HERE}.Net", "--model.lrr", "0.1"], r"model: lrr is not an argument of Net\(\.\.\.\); it takes: lr, hidden"),
-        (["--model", f"{HERE}.Net", "--trainer.max_epoch", "2"], r"trainer: max_epoch is not an argument of Trainer.*max_epochs"),
-        (["--model", f"{HERE}.Needs"], r"model: Needs\(\.\.\.\) needs width \(--model.width VALUE\)"),
-        (["--model", f"{HERE}.Nothing"], rf"model.class_path '{HERE}.Nothing': {HERE} has no Nothing"),
-        (["--model", f"{HERE}.Data"], r"is not a tracktrain.LoopModule"),
-        (["--data.batch_size", "4"], r"no model class: give --model mypkg.MyClass"),
-        (["--model", f"{HERE}.Net", "--data", f"{HERE}.Data", "--data.size", "4"], r"data: size is not an argument of Data.*batch_size, n"),
-        (["--model", f"{HERE}.Net", "--optimizer.lr", "1"], r"unknown option --optimizer.lr.*model, data, trainer"),
+    [  # jsonargparse's messages (the key, the value, what was expected)
+        (["--model", f"{HERE}.Net", "--model.lrr", "0.1"], r"class_path 'tests.test_run_cli.Net':\s+Option 'lrr' is not accepted"),
+        (["--model", f"{HERE}.Net", "--trainer.max_epochz", "2"], r"unrecognized arguments: --trainer.max_epochz 2. Did you mean trainer.max_epochs"),
+        (["--model", f"{HERE}.Net", "--trainer.num_nodes", "2"], r"trainer.num_nodes is Lightning.s, which tracktrain does not take: use torchrun --nnodes"),
+        (["--model", f"{HERE}.Needs"], r"class_path 'tests.test_run_cli.Needs':\s+the following arguments are required: width"),
+        (["--model", f"{HERE}.Nothing"], rf"module '{HERE}' has no attribute 'Nothing'"),
+        (["--model", f"{HERE}.Data"], r"Import path does not correspond to a subclass of LoopModule"),
+        ([], r"the following arguments are required: fit.model"),
+        (["--model", f"{HERE}.Net", "--data", f"{HERE}.Data", "--data.size", "4"], r"class_path 'tests.test_run_cli.Data':\s+Option 'size' is not accepted"),
+        (["--model", f"{HERE}.Net", "--optimizer.lr", "1"], r"Parser key \"optimizer\"(.|\n)*class_path 'torch.optim.Optimizer':\s+Option 'lr' is not accepted"),
         (["--model", f"{HERE}.Net", "--trainer.callbacks", f'[{{"class_path": "{HERE}.Counts", "init_args": {{"each": 1}}}}]'],
-         r"trainer.callbacks\[0\]: each is not an argument of Counts.*every"),
-        (["--config", "missing.yaml"], r"--config missing.yaml: no such file"),
+         r"Parser key \"trainer.callbacks\"(.|\n)*class_path 'tests.test_run_cli.Counts':\s+Option 'each' is not accepted"),
+        (["--config", "missing.yaml"], r"Parser key \"config\": File does not exist: '.*missing.yaml'"),
         (["--model", f"{HERE}.Net", "--seed_everything", "1", "--trainer.seed", "2"], r"seed_everything: 1 and trainer.seed: 2"),
     ],
 )  # fmt: skip

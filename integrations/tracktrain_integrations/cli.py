@@ -5,14 +5,37 @@
     tracktrain inspect CKPT     what a checkpoint holds: step, epoch, module and hyperparameters, sizes, and whether
                                 it is complete (its manifest and checksum)
     tracktrain ui [ROOT]        the MLflow UI on the run's own store (or how to look at its W&B runs)
-    tracktrain fit ...          fit (validate, test, predict) any LoopModule and DataModule from a config file and
-                                dotted options, as LightningCLI: `tracktrain fit --help`
+    tracktrain fit ...          fit (validate, test, predict) any LoopModule and DataModule from config files and
+                                dotted options: LightningCLI (tracktrain.cli) with subclass mode for the model and
+                                the data, `tracktrain fit --help`
     tracktrain convert SRC DST  a sharded checkpoint (an FSDP run's `.dcp` directory) as one full-state file, for
                                 export or inference; or a full one as a sharded one
     tracktrain trust DCP        give a sharded checkpoint written without a manifest (by another program) one, so that
                                 it loads: your word that you trust where it came from (docs/security.md)
 
 ROOT and CKPT are local paths or any fsspec URL. Here rather than in the core: it reads the trackers' stores.
+
+`tracktrain fit | validate | test | predict` take LightningCLI's config (YAML or JSON; `--config` repeatable, later
+files win; dotted options over them, `--print_config` prints the merged config with every default filled in):
+
+    model:                       # or --model mypkg.MyModule, then --model.lr 0.1
+      class_path: mypkg.MyModule
+      init_args: {lr: 0.1}
+    data:                        # optional: a DataModule (else the module's own *_dataloader() methods)
+      class_path: mypkg.MyData
+      init_args: {batch_size: 32}
+    trainer:                     # Trainer(...)'s arguments; callbacks and loggers as class_path/init_args entries
+      max_epochs: 5
+      callbacks: [{class_path: tracktrain.callbacks.EarlyStopping, init_args: {monitor: val_loss}}]
+    optimizer: null              # or {class_path: torch.optim.AdamW, init_args: {lr: 0.001}}: configure_optimizers
+    lr_scheduler: null           # returns it (and this scheduler)
+    ckpt_path: null              # fit: resume from it; validate/test/predict: the weights to use ("best", "last")
+    seed_everything: true        # an int: seeded before the classes are built; true: a seed drawn and recorded
+
+Every key is checked against the signature of the class it goes to before anything is built (an unknown key is an
+error naming it). A fit writes the merged config to its `trainer.default_root_dir` as `config.yaml` (replacing the
+one a run there wrote before: the same command resumes) and sends it to the trackers. Classes are found by import
+path; the working directory is importable, as under `python -m`.
 """
 
 from __future__ import annotations
@@ -31,20 +54,21 @@ from tracktrain.checkpoint.discovery import committed_checkpoints
 from tracktrain.checkpoint.manifest import CheckpointCorrupted, manifest_name, parse_manifest, write_manifest
 from tracktrain.checkpoint.spool import Spool, spool_dir_for
 from tracktrain.checkpoint.state import read_checkpoint
-from tracktrain_integrations import run_cli
 
-__all__ = ["main"]
+__all__ = ["main", "run_lightning_cli"]
+
+COMMANDS = ("fit", "validate", "test", "predict")  # LightningCLI's subcommands
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The `tracktrain` command (`runs`, `inspect`, `ui`, `convert`; `fit`, `validate`, `test`, `predict`: `run_cli`) on
-    `argv` (default: `sys.argv[1:]`); returns the exit status."""
+    """The `tracktrain` command (`runs`, `inspect`, `ui`, `convert`, `trust`; `fit`, `validate`, `test`, `predict`:
+    LightningCLI) on `argv` (default: `sys.argv[1:]`); returns the exit status."""
     arguments = list(sys.argv[1:] if argv is None else argv)
-    if arguments and arguments[0] in run_cli.COMMANDS:  # their options are the config's keys: parsed by run_cli
-        return run_cli.main(arguments[0], arguments[1:])
+    if arguments and arguments[0] in COMMANDS:  # their options are the config's keys: parsed by LightningCLI
+        return run_lightning_cli(arguments)
     parser = argparse.ArgumentParser(prog="tracktrain", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for command in run_cli.COMMANDS:
+    for command in COMMANDS:
         commands.add_parser(
             command,
             help=f"{command} any LoopModule from a config file and dotted options (tracktrain {command} --help)",
@@ -80,6 +104,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, CheckpointCorrupted, ValueError, OSError) as error:
         print(f"tracktrain {args.command}: {error}", file=sys.stderr)
         return 2
+
+
+# ----------------------------------------------------------------------------------- fit, validate, test, predict
+def run_lightning_cli(arguments: Sequence[str]) -> int:
+    """`tracktrain SUBCOMMAND OPTIONS...`: LightningCLI with any LoopModule and DataModule (subclass mode). A fit
+    saves its merged config in its run directory, replacing the one an earlier start of the run wrote (the same
+    command resumes a run, `trainer.resume: auto`); validate/test/predict keep the fit's there."""
+    try:
+        from tracktrain.cli import LightningCLI, SaveConfigCallback
+    except ImportError as error:  # jsonargparse: the cli extra
+        print(f"tracktrain {arguments[0]}: {error}", file=sys.stderr)
+        return 2
+    if os.getcwd() not in sys.path and "" not in sys.path:  # the user's classes, as under `python -m`
+        sys.path.insert(0, os.getcwd())
+    try:
+        LightningCLI(
+            save_config_callback=SaveConfigCallback if arguments[0] == "fit" else None,
+            save_config_kwargs={"overwrite": True},
+            parser_kwargs={"prog": "tracktrain"},
+            args=list(arguments),
+        )
+    except SystemExit as exit:  # jsonargparse's: --help, --print_config (0), a bad config (2, said on stderr)
+        return exit.code if isinstance(exit.code, int) else 0 if exit.code is None else 2
+    return 0
 
 
 # ------------------------------------------------------------------------------------------------------ runs

@@ -30,20 +30,16 @@ NO_CHROMIUM = "the MLflow UI was not checked: no chromium binary (install it wit
 
 
 def train_command(server_root: Path) -> list[str]:
-    settings = [
-        f'run.root_dir="{server_root}"',
-        'run.checkpoint_dir="runs/checkpoints"',
-        "data.batch_size=16",
-        f"trainer.log_every_n_steps={LOG_EVERY}",
-        'trainer.progress_bar="never"',
-    ]
     return [
         sys.executable,
         "-m",
         "digits_classifier.train",
-        "--epochs",
-        str(EPOCHS),
-        *(argument for setting in settings for argument in ("--set", setting)),
+        f"--trainer.max_epochs={EPOCHS}",
+        f"--trainer.default_root_dir={server_root}",
+        "--checkpoint.dirpath=runs/checkpoints",
+        "--data.batch_size=16",
+        f"--trainer.log_every_n_steps={LOG_EVERY}",
+        "--trainer.enable_progress_bar=false",
     ]
 
 

@@ -25,19 +25,15 @@ EPOCHS = 8  # of the kill-and-resume test: the kill lands in an early epoch, far
 
 
 def torchrun_command(epochs: int, *settings: str) -> list[str]:
-    command = _processes.torchrun(
+    """The README's command with these dotted options (`--trainer.max_epochs=N`, ...)."""
+    return _processes.torchrun(
         "-m",
         "digits_classifier.train",
-        "--epochs",
-        str(epochs),
-        "--set",
-        "data.batch_size=32",
-        "--set",
-        'trainer.progress_bar="never"',
+        f"--trainer.max_epochs={epochs}",
+        "--data.batch_size=32",
+        "--trainer.enable_progress_bar=false",
+        *settings,
     )
-    for setting in settings:
-        command += ["--set", setting]
-    return command
 
 
 def torchrun(project: Path, epochs: int, *settings: str, timeout: float = 150) -> _processes.Command:
@@ -92,7 +88,13 @@ def test_the_ddp_project_stops_early_together_and_a_sigterm_to_one_rank_stops_bo
     (the ranks' values differ, so one asks first), and a SIGTERM sent to rank 1 alone: both ranks always stop at
     the same step and the same command resumes them. Every collective is bounded (60 s), so a hang fails."""
     project = generate(tracker="mlflow", strategy="ddp")
-    patience = ("trainer.early_stopping_patience=1",)
+    # an EarlyStopping callback added to the config's, as LightningCLI appends to a list
+    patience = (
+        "--trainer.callbacks+=EarlyStopping",
+        "--trainer.callbacks.monitor=val_accuracy",
+        "--trainer.callbacks.mode=max",
+        "--trainer.callbacks.patience=1",
+    )
 
     # SIGTERM to rank 1 only, once rank 0 has reported its first epoch
     environment = project_environment(project, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
@@ -134,7 +136,7 @@ def test_a_project_killed_mid_run_resumes_to_the_weights_of_an_uninterrupted_run
     interrupted — bit for bit, dropout included."""
     torch = pytest.importorskip("torch")
     project = generate(tracker="mlflow", strategy=strategy)
-    full = torchrun(project, EPOCHS, 'run.root_dir="full"', 'run.checkpoint_dir="full/checkpoints"')
+    full = torchrun(project, EPOCHS, "--trainer.default_root_dir=full", "--checkpoint.dirpath=full/checkpoints")
     assert full.returncode == 0, full.stdout[-3000:] + full.stderr[-3000:]
 
     environment = project_environment(project, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")

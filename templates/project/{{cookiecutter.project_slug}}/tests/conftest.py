@@ -7,17 +7,19 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import uuid
 
 import fsspec
 import pytest
 
-from {{ cookiecutter.project_slug }}.config import default_values
+from {{ cookiecutter.project_slug }}.train import default_config
 
 
 @pytest.fixture(autouse=True)
 def isolated_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [sys.argv[0]])  # the entry points are given their arguments (not pytest's)
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)  # tests never upload
@@ -30,10 +32,10 @@ def isolated_run(tmp_path, monkeypatch):
 
 @pytest.fixture
 def checkpoint_dir(isolated_run):
-    """Where the test's checkpoints go. A local run.checkpoint_dir: `runs/checkpoints` in the test's directory. A URL
+    """Where the test's checkpoints go. A local checkpoint.dirpath: `runs/checkpoints` in the test's directory. A URL
     (s3://..., memory://...): a new folder under it, removed afterwards, so the tests prove that the store works
     (its credentials, its fsspec package) and never resume a run of an earlier test."""
-    location = default_values()["run"]["checkpoint_dir"]
+    location = default_config()["checkpoint"]["dirpath"]
     if "://" not in location:
         yield "runs/checkpoints"
         return

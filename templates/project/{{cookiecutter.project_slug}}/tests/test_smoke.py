@@ -13,14 +13,15 @@ import sys
 {%- endif %}
 
 import fsspec
+{%- if cookiecutter.tracker in ("mlflow", "both") %}
 import pytest
+{%- endif %}
 
-from {{ cookiecutter.project_slug }}.config import ConfigError, default_values, load_config, parse_override
 from {{ cookiecutter.project_slug }}.find_lr import main as find_lr_main
 {%- if over_processes %}
-from {{ cookiecutter.project_slug }}.train import installed
+from {{ cookiecutter.project_slug }}.train import default_config, installed, main
 {%- else %}
-from {{ cookiecutter.project_slug }}.train import fit, how_to_view, main
+from {{ cookiecutter.project_slug }}.train import TrainCLI, default_config, fit, how_to_view, main
 {%- endif %}
 
 {%- if over_processes %}
@@ -36,12 +37,8 @@ STEPS_PER_EPOCH = 12  # 1437 training images in batches of 128
 
 def fast(checkpoint_dir: str) -> list[str]:
     """Small and fast: short epochs, checkpoints in `checkpoint_dir`, logs in the test's directory."""
-    return ["data.batch_size={{ 64 if over_processes else 128 }}", 'run.root_dir="runs"', f'run.checkpoint_dir="{checkpoint_dir}"',
-            'trainer.progress_bar="never"']
-
-
-def arguments(settings: list[str]) -> list[str]:
-    return [argument for setting in settings for argument in ("--set", setting)]
+    return ["--data.batch_size={{ 64 if over_processes else 128 }}", "--trainer.default_root_dir=runs",
+            f"--checkpoint.dirpath={checkpoint_dir}", "--trainer.enable_progress_bar=false"]
 
 
 def checkpoint_names(checkpoint_dir: str, folder: str = "") -> set[str]:
@@ -83,8 +80,8 @@ def assert_tracked(run_dir, val_accuracy: float, how_to_view: str) -> None:
 
 def test_a_short_fit_on_two_processes_checkpoints_is_tracked_and_the_same_command_resumes(isolated_run, checkpoint_dir,
                                                                                           run_command):
-    command = [*TORCHRUN, "-m", "{{ cookiecutter.project_slug }}.train", *arguments(fast(checkpoint_dir))]
-    first = run_command([*command, "--epochs", "2"])
+    command = [*TORCHRUN, "-m", "{{ cookiecutter.project_slug }}.train", *fast(checkpoint_dir)]
+    first = run_command([*command, "--trainer.max_epochs=2"])
 
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     assert first.stdout.count(f"final metrics after {2 * STEPS_PER_EPOCH} steps") == 1  # rank 0 reports, once
@@ -101,7 +98,7 @@ def test_a_short_fit_on_two_processes_checkpoints_is_tracked_and_the_same_comman
     assert_tracked(isolated_run, val_accuracy, first.stdout)
 
     # the same command with one more epoch continues from the newest checkpoint, on both processes
-    second = run_command([*command, "--epochs", "3"])
+    second = run_command([*command, "--trainer.max_epochs=3"])
 
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert re.search(r"resumed from (\S+)", second.stdout).group(1).endswith(f"/{last}")
@@ -119,7 +116,7 @@ def test_a_short_fit_on_two_processes_checkpoints_is_tracked_and_the_same_comman
 
 def test_without_torchrun_it_trains_as_one_process_and_says_how_to_start_more(isolated_run, checkpoint_dir,
                                                                                run_command):
-    settings = [*arguments(fast(checkpoint_dir)), "--epochs", "1"]
+    settings = [*fast(checkpoint_dir), "--trainer.max_epochs=1"]
     result = run_command([sys.executable, "-m", "{{ cookiecutter.project_slug }}.train", *settings])
 
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -134,8 +131,8 @@ def test_without_torchrun_it_trains_as_one_process_and_says_how_to_start_more(is
 
 
 def test_a_short_fit_learns_checkpoints_and_is_tracked(isolated_run, checkpoint_dir):
-    config = load_config(overrides=fast(checkpoint_dir) + ["trainer.max_epochs=2"])
-    result = fit(config)
+    cli = TrainCLI([*fast(checkpoint_dir), "--trainer.max_epochs=2"])
+    result = fit(cli)
 
     assert result.global_step == 2 * STEPS_PER_EPOCH
     assert result.resumed_from is None
@@ -144,16 +141,17 @@ def test_a_short_fit_learns_checkpoints_and_is_tracked(isolated_run, checkpoint_
     assert [name for name in checkpoint_names(checkpoint_dir) if name.endswith(".{{ extension }}.manifest.json")]
     # each epoch's confusion matrix and per-class precision/recall/F1, as images
     assert len(glob.glob(str(isolated_run / "runs" / "plots" / "confusion_matrix_epoch*.png"))) == 2
-    assert_tracked(isolated_run, result.metrics["val_accuracy"], "\n".join(how_to_view(config)))
+    assert_tracked(isolated_run, result.metrics["val_accuracy"], "\n".join(how_to_view(cli.trainer)))
+    assert (isolated_run / "runs" / "config.yaml").is_file()  # the merged config, saved with the run
 
 
 def test_the_same_command_again_resumes_and_trains_only_the_new_epochs(checkpoint_dir, capsys):
-    fast_args = [*arguments(fast(checkpoint_dir)), "--epochs", "2"]
+    fast_args = [*fast(checkpoint_dir), "--trainer.max_epochs=2"]
     assert main(fast_args) == 0
 
     first = capsys.readouterr().out
     assert f"final metrics after {2 * STEPS_PER_EPOCH} steps" in first and "resumed from" not in first
-    assert main([*fast_args, "--epochs", "3"]) == 0
+    assert main([*fast_args, "--trainer.max_epochs=3"]) == 0
 
     second = capsys.readouterr().out
     assert "resumed from " in second and f"final metrics after {3 * STEPS_PER_EPOCH} steps" in second
@@ -161,12 +159,12 @@ def test_the_same_command_again_resumes_and_trains_only_the_new_epochs(checkpoin
 
 
 def test_the_learning_rate_finder_suggests_a_rate_and_saves_its_curve(isolated_run, checkpoint_dir, capsys):
-    settings = ["data.batch_size=32", 'run.root_dir="runs"', f'run.checkpoint_dir="{checkpoint_dir}"']
-    assert find_lr_main(["--steps", "40", *arguments(settings)]) == 0
+    settings = ["--data.batch_size=32", "--trainer.default_root_dir=runs", f"--checkpoint.dirpath={checkpoint_dir}"]
+    assert find_lr_main(["--steps", "40", *settings]) == 0
     out = capsys.readouterr().out
     suggested = float(re.search(r"suggested learning rate: (\S+)", out).group(1))
     assert 1e-5 < suggested < 1.0
-    assert f"-m {{ cookiecutter.project_slug }}.train --set model.lr={suggested:.3g}" in out
+    assert f"-m {{ cookiecutter.project_slug }}.train --model.lr {suggested:.3g}" in out
     assert (isolated_run / "runs" / "lr_find.png").stat().st_size > 0
     filesystem, path = fsspec.core.url_to_fs(checkpoint_dir)
     assert not filesystem.exists(path)  # the training run is left as it was
@@ -181,17 +179,19 @@ def test_the_learning_rate_finder_suggests_a_rate_and_saves_its_curve(isolated_r
 {%- endif %}
 
 
-def test_the_config_file_and_overrides_are_typed():
-    assert load_config().to_dict() == default_values()
-    assert load_config(overrides=["model.lr=0.1", "trainer.max_epochs=3"]).model.lr == 0.1
-    assert parse_override("tracking.tracker=none") == ("tracking", "tracker", "none")
-    with pytest.raises(ConfigError, match="trainer.max_epochs must be int, got 'three'"):
-        load_config(overrides=["trainer.max_epochs=three"])
-    with pytest.raises(ConfigError, match=r"unknown key trainer.epochs; \[trainer\] has"):
-        load_config(overrides=["trainer.epochs=3"])
-    with pytest.raises(ConfigError, match="tracking.tracker must be one of"):
-        load_config(overrides=["tracking.tracker=tensorboard"])
-    with pytest.raises(ConfigError, match="trainer.strategy must be one of"):
-        load_config(overrides=["trainer.strategy=dp"])
-    with pytest.raises(ConfigError, match="lives in one process's memory"):
-        load_config(overrides=["trainer.strategy=ddp", 'run.checkpoint_dir="memory://checkpoints"'])
+def test_the_config_and_the_options_are_checked(capsys):
+    """LightningCLI's parser: every key against the signature of the class it goes to, every value against its type."""
+    assert default_config()["trainer"]["max_epochs"] == 10
+    assert main(["--print_config"]) == 0
+    printed = capsys.readouterr().out
+    assert "max_epochs: 10" in printed and "class_path: tracktrain.callbacks.ModelSummary" in printed
+    for argv, message in (
+        (["--trainer.max_epochs=three"], "trainer.max_epochs"),
+        (["--trainer.epochs=3"], "unrecognized arguments: --trainer.epochs=3. Did you mean trainer."),
+        (["--model.hiden=3"], "hiden"),
+        (["--data.batch_size=0"], "data.batch_size must be at least 1, got 0"),
+        (["--trainer.strategy=dp"], "Trainer(strategy=...) must be one of"),
+        (["--trainer.strategy=ddp", "--checkpoint.dirpath=memory://checkpoints"], "lives in one process's memory"),
+    ):
+        assert main(argv) == 2, argv
+        assert message in capsys.readouterr().err, argv

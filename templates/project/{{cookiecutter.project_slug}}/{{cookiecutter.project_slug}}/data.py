@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from {{ cookiecutter.project_slug }}.config import DataConfig
+from tracktrain import DataModule
 
 NUM_FEATURES, NUM_CLASSES = 64, 10
 
@@ -20,20 +20,26 @@ def load_arrays() -> tuple[np.ndarray, np.ndarray]:
     return (features / 16.0).astype(np.float32), labels.astype(np.int64)
 
 
-class DigitsData:
+class DigitsData(DataModule):
     """Training and validation loaders over one stratified split, the same for a given seed (so a resumed run
-    trains on the same examples)."""
+    trains on the same examples). The arguments are the config's `data:` settings; `seed` follows `seed_everything`."""
 
-    def __init__(self, config: DataConfig, seed: int) -> None:
+    def __init__(self, batch_size: int = 64, val_fraction: float = 0.2, seed: int = 0) -> None:
         from sklearn.model_selection import train_test_split
 
+        if batch_size < 1:
+            raise ValueError(f"data.batch_size must be at least 1, got {batch_size!r}.")
+        if not 0.0 < val_fraction < 1.0:
+            raise ValueError(f"data.val_fraction must be between 0 and 1, got {val_fraction!r}.")
+        super().__init__()
+        self.save_hyperparameters()
         features, labels = load_arrays()
         x_train, x_val, y_train, y_val = train_test_split(
-            features, labels, test_size=config.val_fraction, random_state=seed, stratify=labels
+            features, labels, test_size=val_fraction, random_state=seed, stratify=labels
         )
         self.train_set = TensorDataset(torch.from_numpy(x_train), torch.from_numpy(y_train))
         self.val_set = TensorDataset(torch.from_numpy(x_val), torch.from_numpy(y_val))
-        self.batch_size = config.batch_size
+        self.batch_size = batch_size
         self.seed = seed
 
     def train_dataloader(self) -> DataLoader:

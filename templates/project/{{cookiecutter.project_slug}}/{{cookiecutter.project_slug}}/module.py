@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from tracktrain import LoopModule
 
-from {{ cookiecutter.project_slug }}.config import ModelConfig
 from {{ cookiecutter.project_slug }}.data import NUM_CLASSES, NUM_FEATURES
 
 
@@ -18,13 +15,12 @@ class Classifier(LoopModule):
     """An MLP classifier; logs train_loss every step, val_loss and val_accuracy every validation, and returns each
     validation batch's logits and targets (the confusion-matrix plot counts them)."""
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, hidden: int = 128, dropout: float = 0.1, lr: float = 0.05, momentum: float = 0.9) -> None:
+        """The arguments are the config's `model:` settings (LightningCLI reads them from this signature)."""
         super().__init__()
-        self.config = config
-        self.hparams = dataclasses.asdict(config)  # the trackers record these with the run
+        self.save_hyperparameters()  # self.hparams; the trackers record them, checkpoints keep them
         self.net = nn.Sequential(
-            nn.Linear(NUM_FEATURES, config.hidden), nn.ReLU(), nn.Dropout(config.dropout),
-            nn.Linear(config.hidden, NUM_CLASSES),
+            nn.Linear(NUM_FEATURES, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, NUM_CLASSES),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -44,6 +40,6 @@ class Classifier(LoopModule):
         return {"output": logits, "target": y}
 
     def configure_optimizers(self):
-        optimizer = torch.optim.SGD(self.parameters(), lr=self.config.lr, momentum=self.config.momentum)
+        optimizer = torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=self.hparams.momentum)
         scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=self.trainer.max_epochs)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}

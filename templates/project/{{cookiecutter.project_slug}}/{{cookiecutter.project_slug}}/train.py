@@ -1,48 +1,45 @@
-"""Train: `python -m {{ cookiecutter.project_slug }}.train [--config FILE] [--set section.key=value ...]`.
+"""Train: `python -m {{ cookiecutter.project_slug }}.train [--config FILE] [--trainer.max_epochs 20 --model.lr 0.1 ...]`.
 
-Resumes by default: run the same command again after a crash or Ctrl-C and it continues from the newest complete
-checkpoint, in the same tracker run. Under DDP: `torchrun --standalone --nproc_per_node 2 -m
-{{ cookiecutter.project_slug }}.train --set trainer.strategy=ddp`; without torchrun, strategy "ddp" or "fsdp" trains
-as a world of one process.
+The settings are LightningCLI's (`tracktrain.cli`, on jsonargparse): the packaged `config.yaml` beside this file, then
+`./config.yaml` when there is one, then each `--config FILE`, then the dotted options; `--print_config` prints the
+merged config and `--help` every option. Resumes by default: run the same command again after a crash or Ctrl-C and
+it continues from the newest complete checkpoint, in the same tracker run. Under DDP: `torchrun --standalone
+--nproc_per_node 2 -m {{ cookiecutter.project_slug }}.train --trainer.strategy ddp`; without torchrun, strategy "ddp"
+or "fsdp" trains as a world of one process.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import glob
 import os
 import shlex
 import sys
 from collections.abc import Sequence
-from pathlib import Path
+from importlib import resources
+from typing import Any
 
-from {{ cookiecutter.project_slug }}.config import OVER_PROCESSES, Config, ConfigError, load_config
+from tracktrain.callbacks import ModelCheckpoint
+from tracktrain.cli import LightningArgumentParser, LightningCLI
 
+from {{ cookiecutter.project_slug }}.data import DigitsData
+from {{ cookiecutter.project_slug }}.module import Classifier
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m {{ cookiecutter.project_slug }}.train",
-                                     description="Train the model; resumes from the newest checkpoint by default.")
-    parser.add_argument("--config", help="a TOML file whose keys replace the defaults (default: ./config.toml when "
-                                         "it exists)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="replace one value, e.g. --set trainer.max_epochs=20 (repeatable)")
-    parser.add_argument("--epochs", type=int, help="shortcut for --set trainer.max_epochs=N")
-    parser.add_argument("--no-resume", action="store_true",
-                        help="start afresh (shortcut for --set trainer.resume=never)")
-    return parser.parse_args(argv)
+OVER_PROCESSES = ("ddp", "fsdp")  # the strategies over the processes torchrun starts (or a world of one without it)
+PROGRAM = "python -m {{ cookiecutter.project_slug }}.train"
 
 
-def config_from_args(args: argparse.Namespace) -> Config:
-    path = args.config
-    if path is None and Path("config.toml").is_file():
-        path = "config.toml"
-    overrides = list(args.overrides)
-    if args.epochs is not None:
-        overrides.append(f"trainer.max_epochs={args.epochs}")
-    if args.no_resume:
-        overrides.append('trainer.resume="never"')
-    return load_config(path, overrides)
+def packaged_config() -> str:
+    """The path of the packaged defaults, `config.yaml` beside this module."""
+    return str(resources.files(__package__).joinpath("config.yaml"))
+
+
+def default_config() -> dict[str, Any]:
+    """The packaged defaults, as nested dicts."""
+    import yaml
+
+    with open(packaged_config(), encoding="utf-8") as file:
+        return yaml.safe_load(file)
 
 
 def local_or_url(location: str) -> str:
@@ -50,60 +47,50 @@ def local_or_url(location: str) -> str:
     return location if "://" in location else os.path.abspath(location)
 
 
-def build_loggers(config: Config) -> list:
-    tracking = config.tracking
-    loggers = []
-    if tracking.tracker in ("mlflow", "both"):
-        from tracktrain_integrations.mlflow import MLflowLogger
-
-        loggers.append(MLflowLogger(tracking_uri=tracking.mlflow_tracking_uri or None,
-                                    experiment_name=tracking.experiment, run_name=tracking.run_name or None,
-                                    log_system_metrics=tracking.mlflow_system_metrics,
-                                    log_checkpoints=True))  # the run's checkpoints, as artifacts of its MLflow run
-    if tracking.tracker in ("wandb", "both"):
-        from tracktrain_integrations.wandb import WandbLogger
-
-        loggers.append(WandbLogger(project=tracking.experiment, name=tracking.run_name or None,
-                                   mode=tracking.wandb_mode))  # files in $WANDB_DIR, else under root_dir
-    return loggers
+def _seed(seed: Any) -> int | None:
+    """`seed_everything` as the Trainer's seed: an int as it is (True, a drawn seed, and False: none)."""
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
 
 
-def build_trainer(config: Config):
-    from tracktrain import Trainer
-    from tracktrain.callbacks import (ConfusionMatrixPlot, EarlyStopping, MetricPrinter, ModelCheckpoint, ModelSummary,
-                                      TrainerProgressBar)
+def _split_seed(seed: Any) -> int:
+    return _seed(seed) or 0
 
-    from {{ cookiecutter.project_slug }}.data import NUM_CLASSES
 
-    settings = config.trainer
-    root_dir = local_or_url(config.run.root_dir)
-    callbacks = [
-        ModelCheckpoint(dirpath=local_or_url(config.run.checkpoint_dir), monitor="val_accuracy", mode="max",
-                        save_top_k=1, save_last=True),
-        MetricPrinter(),
-        ModelSummary(max_depth=settings.model_summary_depth),  # layers, parameter counts and size, as a fit starts
-    ]
-    if settings.plots_every_n_epochs > 0:  # PNGs in root_dir/plots and in the tracker run's artifacts ("plots")
-        callbacks.append(ConfusionMatrixPlot(num_classes=NUM_CLASSES, every_n_epochs=settings.plots_every_n_epochs))
-    if settings.early_stopping_patience > 0:  # under DDP, one rank's stop is every rank's (agreed at the boundary)
-        callbacks.append(EarlyStopping(monitor="val_accuracy", mode="max", patience=settings.early_stopping_patience))
-    if settings.progress_bar == "always":
-        callbacks.append(TrainerProgressBar(disable=False))  # also when the output is not a terminal
-    loggers = build_loggers(config)
-    return Trainer(
-        max_epochs=settings.max_epochs,
-        precision=settings.precision,
-        strategy=settings.strategy,
-        seed=settings.seed,
-        deterministic=settings.deterministic,
-        log_every_n_steps=settings.log_every_n_steps,
-        resume=None if settings.resume == "never" else settings.resume,
-        resume_with_changes=settings.resume_with_changes,
-        enable_progress_bar=settings.progress_bar != "never",
-        default_root_dir=root_dir,
-        callbacks=callbacks,
-        loggers=loggers if loggers else None,  # None: a CSV log under root_dir/lightning_logs
-    )
+class TrainCLI(LightningCLI):
+    """LightningCLI for this project: the Classifier, the digits, a `checkpoint:` group (the ModelCheckpoint every run
+    has, where resume finds its checkpoints), and `seed_everything` as the Trainer's and the data split's seed."""
+
+    def __init__(self, args: Sequence[str] | None = None, **kwargs: Any) -> None:
+        self.arguments = list(sys.argv[1:] if args is None else args)  # for the torchrun command it may print
+        kwargs.setdefault("save_config_kwargs", {"overwrite": True})  # the same command resumes the run it saved
+        defaults = [packaged_config(), "config.yaml"]  # the packaged config, then ./config.yaml when there is one
+        super().__init__(
+            Classifier,
+            DigitsData,
+            run=False,  # this module fits (below): `python -m {{ cookiecutter.project_slug }}.train` trains, no subcommand
+            parser_kwargs={"prog": kwargs.pop("prog", PROGRAM), "default_config_files": defaults},
+            args=None if args is None else list(args),
+            **kwargs,
+        )
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        # one seed: the model's first weights (seed_everything), the data order (the Trainer's) and the split
+        parser.link_arguments("seed_everything", "trainer.seed", compute_fn=_seed)
+        parser.link_arguments("seed_everything", "data.seed", compute_fn=_split_seed)
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config
+        strategy, location = config.trainer.strategy, str(config.checkpoint.dirpath)
+        if strategy in OVER_PROCESSES and location.startswith("memory://"):
+            self.parser.error(
+                f"checkpoint.dirpath {location!r} lives in one process's memory, which the processes of "
+                f"trainer.strategy={strategy!r} do not share (nor does the next command, the one that resumes): use a "
+                "local path or an object store URL (s3://bucket/prefix)."
+            )
+        config.checkpoint.dirpath = local_or_url(location)
+        config.trainer.default_root_dir = local_or_url(str(config.trainer.default_root_dir))
+        alone_unless_launched(strategy, self.arguments)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,17 +101,11 @@ class FitResult:
     best_checkpoint: str | None = None  # the best by val_accuracy kept so far
 
 
-def fit(config: Config) -> FitResult:
-    """Train as `config` says."""
-    from {{ cookiecutter.project_slug }}.data import DigitsData
-    from {{ cookiecutter.project_slug }}.module import Classifier
-
-    data = DigitsData(config.data, seed=config.trainer.seed)
-    trainer = build_trainer(config)
-    trainer.fit(Classifier(config.model), data.train_dataloader(), data.val_dataloader())
+def fit(cli: TrainCLI) -> FitResult:
+    """Train what `cli` built."""
+    trainer = cli.trainer
+    trainer.fit(cli.model, datamodule=cli.datamodule)
     metrics = {name: float(value) for name, value in trainer.callback_metrics.items()}
-    from tracktrain.callbacks import ModelCheckpoint
-
     best = next((callback.best_model_path for callback in trainer.callbacks if isinstance(callback, ModelCheckpoint)),
                 None)
     return FitResult(metrics, trainer.global_step, trainer.ckpt_path, best)
@@ -137,49 +118,49 @@ def installed(command: str) -> str:
     return path if os.path.exists(path) else command
 
 
-def experiment_page(uri: str, config: Config) -> str:
+def experiment_page(uri: str, experiment_name: str) -> str:
     """The UI's page of this run's experiment, in its model-training view (MLflow 3's UI opens in its GenAI view
     unless the address asks for the other)."""
     try:
         from mlflow.tracking import MlflowClient
 
-        experiment = MlflowClient(uri).get_experiment_by_name(config.tracking.experiment)
+        experiment = MlflowClient(uri).get_experiment_by_name(experiment_name)
     except Exception:  # noqa: BLE001 - only a link: the UI's home page does too
         experiment = None
     return f"/#/experiments/{experiment.experiment_id}?workflowType=machine_learning" if experiment else "/"
 
 
-def how_to_view(config: Config) -> list[str]:
-    """The commands that show this run."""
+def how_to_view(trainer) -> list[str]:
+    """The commands that show the run of `trainer` in its trackers."""
     from tracktrain import storage
 
-    root_dir = local_or_url(config.run.root_dir)
     lines = []
-    if config.tracking.tracker in ("mlflow", "both"):
-        uri = config.tracking.mlflow_tracking_uri
-        if not uri:  # where MLflowLogger puts it by default; absolute, so the command works from any directory
-            uri = f"sqlite:///{os.path.abspath(storage.local_dir(root_dir))}/mlflow.db"
-        if uri.startswith(("http://", "https://")):
-            lines.append(f"open the run in the MLflow UI: {uri.rstrip('/')}{experiment_page(uri, config)}")
-        else:
-            lines.append(f"open the run in the MLflow UI: {installed('mlflow')} ui --backend-store-uri {uri}  "
-                         f"(then http://127.0.0.1:5000{experiment_page(uri, config)})")
-    if config.tracking.tracker in ("wandb", "both") and config.tracking.wandb_mode == "offline":
-        wandb_root = os.environ.get("WANDB_DIR") or storage.local_dir(root_dir)
-        folder = os.path.abspath(os.path.join(wandb_root, "wandb"))
-        runs = sorted(glob.glob(os.path.join(folder, "offline-run-*")), key=os.path.getmtime)
-        # each start of a resumed run writes a folder of its own, all named after the one run id: sync them all
-        run_id = runs[-1].rsplit("-", 1)[-1] if runs else ""
-        lines.append(f"look at the W&B run in this terminal: {installed('wandb')} leet {folder}")
-        lines.append(f"upload the W&B run: {installed('wandb')} sync {folder}/offline-run-*-{run_id or '*'}")
+    for logger in trainer.loggers:
+        if logger.tracker == "mlflow":
+            uri = logger.tracking_uri  # where MLflowLogger put it by default: absolute, works from any directory
+            uri = uri or f"sqlite:///{os.path.abspath(storage.local_dir(trainer.default_root_dir))}/mlflow.db"
+            page = experiment_page(uri, logger.experiment_name)
+            if uri.startswith(("http://", "https://")):
+                lines.append(f"open the run in the MLflow UI: {uri.rstrip('/')}{page}")
+            else:
+                lines.append(f"open the run in the MLflow UI: {installed('mlflow')} ui --backend-store-uri {uri}  "
+                             f"(then http://127.0.0.1:5000{page})")
+        elif logger.tracker == "wandb" and logger.mode in (None, "offline"):
+            wandb_root = os.environ.get("WANDB_DIR") or storage.local_dir(trainer.default_root_dir)
+            folder = os.path.abspath(os.path.join(wandb_root, "wandb"))
+            runs = sorted(glob.glob(os.path.join(folder, "offline-run-*")), key=os.path.getmtime)
+            # each start of a resumed run writes a folder of its own, all named after the one run id: sync them all
+            run_id = runs[-1].rsplit("-", 1)[-1] if runs else ""
+            lines.append(f"look at the W&B run in this terminal: {installed('wandb')} leet {folder}")
+            lines.append(f"upload the W&B run: {installed('wandb')} sync {folder}/offline-run-*-{run_id or '*'}")
     return lines
 
 
-def alone_unless_launched(config: Config, argv: Sequence[str]) -> None:
+def alone_unless_launched(strategy: str, argv: Sequence[str]) -> None:
     """Under strategy "ddp" or "fsdp" without torchrun: describe a world of one process, as torchrun does for
     `--nproc_per_node 1`, and say in one line how to start more. The run trains at once, the way each of torchrun's
     processes would, rather than stopping with an error (Lightning runs `strategy="ddp"` on one device the same way)."""
-    if config.trainer.strategy not in OVER_PROCESSES or "WORLD_SIZE" in os.environ:
+    if strategy not in OVER_PROCESSES or "WORLD_SIZE" in os.environ:
         return  # no process group needed, or torchrun (or tracktrain.distributed.spawn) describes one
     # MASTER_PORT 0: the process group's store takes any free port, as no other process needs to find it
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
@@ -189,19 +170,27 @@ def alone_unless_launched(config: Config, argv: Sequence[str]) -> None:
     processes = torch.cuda.device_count() or 2
     command = shlex.join([installed("torchrun"), "--standalone", "--nproc_per_node", str(processes), "-m",
                           "{{ cookiecutter.project_slug }}.train", *argv])
-    print(f"strategy={config.trainer.strategy!r} on 1 process, as torchrun did not start it; with torchrun (one "
+    print(f"strategy={strategy!r} on 1 process, as torchrun did not start it; with torchrun (one "
           f"process per GPU, or 2 on a CPU): {command}", flush=True)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def build(cli_class: type[TrainCLI], argv: Sequence[str] | None, **kwargs: Any) -> TrainCLI | int:
+    """The CLI built from `argv` (default: the command line), or the exit status when it stopped: `--help` and
+    `--print_config` (0), a bad setting (2, said on stderr: the key, the value, what is valid)."""
     try:
-        config = config_from_args(args)
-    except ConfigError as error:
+        return cli_class(argv, **kwargs)
+    except SystemExit as exit:
+        return exit.code if isinstance(exit.code, int) else 0 if exit.code is None else 2
+    except ValueError as error:  # a value a class refused when built (Trainer(strategy="dp"), data.batch_size 0)
         print(f"error: {error}", file=sys.stderr)
         return 2
-    alone_unless_launched(config, sys.argv[1:] if argv is None else list(argv))
-    result = fit(config)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    cli = build(TrainCLI, argv)
+    if isinstance(cli, int):
+        return cli
+    result = fit(cli)
     from tracktrain.distributed.ranks import global_rank
 
     if global_rank() == 0:
@@ -213,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"final metrics after {result.global_step} steps: {summary}", flush=True)
         if result.best_checkpoint:
             print(f"best checkpoint (val_accuracy): {result.best_checkpoint}", flush=True)
-        for line in how_to_view(config):
+        for line in how_to_view(cli.trainer):
             print(line, flush=True)
     return 0
 
