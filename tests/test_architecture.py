@@ -231,6 +231,8 @@ KEEPS_A_TRAINER_BY_DESIGN = {
     "tracktrain/trainer/module.py:LoopModule",
     "tracktrain/tuning/tuner.py:Tuner",
     "tracktrain/handlers/early_stopping.py:EarlyStopping",
+    # Ignite's ReduceLROnPlateauScheduler(trainer=...) writes its history to that Engine's state, as Ignite's does
+    "tracktrain/handlers/param_scheduler.py:ReduceLROnPlateauScheduler",
     "tracktrain/colossal/trainer/trainer.py:_HookCallback",
 }
 # the Trainer's own parts that still keep it: to be built with what they use instead, so this list only shrinks
