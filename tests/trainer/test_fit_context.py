@@ -80,25 +80,29 @@ def test_what_a_fit_creates_is_read_only_on_the_trainer(name):
         setattr(trainer, name, None)
 
 
-def test_each_fit_starts_from_a_new_context_and_the_parts_fill_it(tmp_path):
+def test_each_fit_starts_from_a_fresh_context_and_the_parts_fill_it(tmp_path):
+    """One context object for the Trainer's life (its parts are built with it), emptied when each fit starts."""
     trainer = Trainer(
         max_epochs=1, enable_progress_bar=False, enable_checkpointing=False, logger=False, default_root_dir=tmp_path
     )
-    before = trainer.context
+    context = trainer.context
+    assert context.module is None
     module = Classifier()
 
-    trainer.fit(module, make_loader())
+    trainer.fit(module, make_loader(), val_dataloaders=make_loader())
 
-    context = trainer.context
-    assert context is not before and before.module is None
+    assert trainer.context is context
     assert trainer.module is module is context.module
     assert trainer.optimizers == context.optimizers and isinstance(context.optimizers[0], torch.optim.Optimizer)
     assert trainer.model_engine is context.model_engine and context.model_engine.model is module
     assert context.run_seed is not None and trainer.settings["trainer"]["seed"] == context.run_seed
+    assert context.val_dataloaders is not None
     assert not context.fitting and not context.sanity_checking  # both only while the fit runs
+    first_optimizers = list(context.optimizers)
 
-    trainer.fit(Classifier(), make_loader())  # a second fit: a new context, nothing of the first one's
-    assert trainer.context is not context and trainer.module is not module
+    trainer.fit(Classifier(), make_loader())  # a second fit: nothing of the first one's (its loader, optimizers)
+    assert trainer.context is context and trainer.module is not module
+    assert context.val_dataloaders is None and context.optimizers[0] is not first_optimizers[0]
 
 
 def test_the_strategy_gets_the_precision_as_an_argument(tmp_path):
@@ -160,3 +164,21 @@ def test_a_loader_asked_for_before_the_seed_is_known_is_sharded_again_with_it(tm
         dist.destroy_process_group()
     ((sharded_with, run_seed),) = seeds
     assert module.total_steps == 8 and sharded_with == run_seed != 0
+
+
+def test_callbacks_set_on_the_trainer_are_the_ones_its_checkpoints_save(tmp_path):
+    """`trainer.callbacks = [...]` replaces the one list the Trainer's parts were built with: the Trainer's checkpoint
+    entry saves the new callbacks' states (and a value that is not a callback is refused, naming what it takes)."""
+    from tracktrain.callbacks import Callback
+
+    class Counting(Callback):
+        def state_dict(self):
+            return {"count": 7}
+
+    trainer = Trainer(max_epochs=1, enable_progress_bar=False, logger=False, default_root_dir=tmp_path)
+    counting = Counting()
+    trainer.callbacks = [*trainer.callbacks, counting]
+
+    assert trainer.state.state_dict()["callbacks"][counting.state_key] == {"count": 7}
+    with pytest.raises(TypeError, match="Callback instances"):
+        trainer.callbacks = [object()]

@@ -28,9 +28,9 @@ TRAINER_ATTRIBUTES = frozenset(
         "deterministic", "fast_dev_run", "gradient_clip_algorithm", "gradient_clip_val", "limits",
         "log_every_n_steps", "max_epochs", "max_steps", "min_epochs", "min_steps", "detect_anomaly", "reload_dataloaders_every_n_epochs", "max_time", "training_time", "nonfinite", "num_sanity_val_steps", "overfit_batches",
         "precision", "preemption_timeout", "resume", "resume_with_changes", "seed", "strategy", "strategy_name",
-        "val_check_interval", "val_every_n_epochs", "callbacks", "loggers",
-        # the Trainer's parts
-        "checkpoints", "engines", "eval_engine", "evaluation", "fit_step", "metrics", "nonfinite_watch",
+        "val_check_interval", "val_every_n_epochs", "loggers",
+        # the Trainer's parts (`_callbacks`: the one list the `callbacks` property shows and sets)
+        "_callbacks", "checkpoints", "engines", "eval_engine", "evaluation", "fit_step", "metrics", "nonfinite_watch",
         "predict_engine", "preemption", "session", "state", "test_engine", "train_engine", "logger_bridge",
         # what a fit creates (module, optimizers, the resumed checkpoint, ...): read through the Trainer's read-only
         # properties of the same names

@@ -1,5 +1,5 @@
-"""`FitContext`: what a fit creates, in one object — made when the fit starts, handed as an argument to the parts that
-set it up (the session, the checkpoints' resume, the sanity check), and read through the Trainer's properties of the
+"""`FitContext`: what a fit creates, in one object — one for the Trainer's life, emptied when a fit starts; the parts that
+read it are built with it, and it is handed as an argument to the parts that set it up (the session, the checkpoints' resume, the sanity check), and read through the Trainer's properties of the
 same names (`trainer.module`, `trainer.optimizers`, `trainer.ckpt_path`, ...) by callbacks, loggers and users.
 
 Nothing outside the `Trainer` class assigns a Trainer attribute: a part of the fit writes the context it was given.
@@ -10,17 +10,20 @@ checkpoint and settings), as Lightning's Trainer keeps them between its entry po
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
+
+from tracktrain.engine.events import Events
 
 if TYPE_CHECKING:
     import torch
 
+    from tracktrain.engine.engine import Engine
     from tracktrain.engine.model_engine import ModelEngine
     from tracktrain.trainer.accumulation import AccumulationSchedule
     from tracktrain.trainer.optimizers import LRSchedulerConfig
 
-__all__ = ["FitContext"]
+__all__ = ["FitContext", "current_epoch"]
 
 
 @dataclass(eq=False)
@@ -57,6 +60,16 @@ class FitContext:
     #: the batches each optimizer step adds up, epoch by epoch (`tracktrain.trainer.accumulation`)
     accumulation: AccumulationSchedule | None = None
 
-    def next_fit(self) -> FitContext:
-        """The context a new fit starts from: nothing of this one but the device and the data-order seed asked for."""
-        return FitContext(device=self.device, run_seed=self.run_seed)
+    def start_next_fit(self) -> None:
+        """A new fit starts from nothing of the last one but the device and the data-order seed asked for. In place:
+        the Trainer's parts are built with this one object and read it when they act."""
+        fresh = FitContext(device=self.device, run_seed=self.run_seed)
+        for name in (entry.name for entry in fields(self)):
+            setattr(self, name, getattr(fresh, name))
+
+
+def current_epoch(train_engine: Engine, fitting: bool) -> int:
+    """The training epoch being run, counted from 0; after an epoch's end hooks (and outside a fit), the epochs
+    finished (Lightning's `current_epoch`)."""
+    in_epoch = fitting and train_engine.last_event_name not in (Events.COMPLETED, Events.TERMINATE)
+    return max(train_engine.state.epoch - 1, 0) if in_epoch else train_engine.state.epoch

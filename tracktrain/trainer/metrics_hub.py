@@ -4,33 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from tracktrain.engine.engine import Engine
 from tracktrain.trainer.batches import batch_size_of
+from tracktrain.trainer.fit_context import FitContext, current_epoch
 from tracktrain.trainer.metric_log import MetricLog, scalar_values, to_floats
 
 if TYPE_CHECKING:
-    from tracktrain.trainer.module import LoopModule
     from tracktrain.trainer.strategies.base import Strategy
     from tracktrain.trainer.trainer_state import TrainerState
 
 __all__ = ["MetricsHub"]
-
-
-class TrainerForMetrics(Protocol):
-    """What the values' hub reads of its Trainer: the logged axes, the strategy that reduces values across ranks."""
-
-    @property
-    def strategy(self) -> Strategy: ...
-    @property
-    def running_module(self) -> LoopModule: ...
-    @property
-    def fitting(self) -> bool: ...
-    @property
-    def current_epoch(self) -> int: ...
-    @property
-    def state(self) -> TrainerState: ...
 
 
 class MetricsHub:
@@ -38,19 +23,29 @@ class MetricsHub:
     epoch (`logs`), the latest of each (`callback_metrics`), and what reached the loggers (`logged_metrics`).
 
     Args:
-        trainer: the Trainer whose values these are (its step, epoch and samples seen are the logged axes).
+        context: the fit's (whether it trains: the epoch and samples seen are logged axes then).
+        state: the Trainer's (the global step: the values' step axis; the samples seen).
+        train_engine: the training engine (the epoch axis).
+        strategy: reduces values across ranks.
         send: `send(values, step)` hands published values to the loggers.
     """
 
-    def __init__(self, trainer: TrainerForMetrics, send: Callable[[Mapping[str, float], int], None]) -> None:
-        self._trainer = trainer
+    def __init__(
+        self,
+        context: FitContext,
+        state: TrainerState,
+        train_engine: Engine,
+        strategy: Strategy,
+        send: Callable[[Mapping[str, float], int], None],
+    ) -> None:
+        self._context, self._state, self._train_engine = context, state, train_engine
         self._send = send
         self.callback_metrics: dict[str, Any] = {}
         self.logged_metrics: dict[str, float] = {}
         self.progress_bar_names: set[str] = set()
         self.logs = {
             stage: MetricLog(
-                stage, self.callback_metrics, self.progress_bar_names, stage == "fit", batch_size_of, trainer.strategy
+                stage, self.callback_metrics, self.progress_bar_names, stage == "fit", batch_size_of, strategy
             )
             for stage in ("fit", "validate", "test")
         }
@@ -62,8 +57,6 @@ class MetricsHub:
         """A stage's period starts (a training epoch, an evaluation run): its values start over."""
         self.current = self.logs[stage]
         self.current.reset()
-        if stage == "fit":
-            self._trainer.running_module.train()
 
     def leave_stage(self, log: MetricLog) -> None:
         """Back to the stage that ran before (an evaluation inside a fit returns to the fit's log)."""
@@ -124,16 +117,16 @@ class MetricsHub:
         current global step (or `step`); while fitting, with the epoch and the samples seen as axes too."""
         if not values or self._discarding:
             return
-        trainer = self._trainer
         floats = to_floats(dict(values))
         self.logged_metrics.update(floats)
-        if trainer.fitting:  # the same axes for every tracker: the step, and the epoch and samples behind it
+        fitting = self._context.fitting
+        if fitting:  # the same axes for every tracker: the step, and the epoch and samples behind it
             floats = {
                 **floats,
-                "epoch": float(trainer.current_epoch),
-                "samples_seen": float(trainer.state.samples_seen),
+                "epoch": float(current_epoch(self._train_engine, fitting)),
+                "samples_seen": float(self._state.samples_seen),
             }
-        self._send(floats, trainer.state.global_step if step is None else step)
+        self._send(floats, self._state.global_step if step is None else step)
 
     def progress_bar_metrics(self) -> dict[str, Any]:
         """The latest values logged with `prog_bar=True` (tensors; read them only when shown)."""

@@ -9,7 +9,7 @@ the ranks exchange the flag (see `run_order`), acting on the previous exchange.
 from __future__ import annotations
 
 import signal
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from tracktrain.distributed.logger import get_dist_logger
 from tracktrain.distributed.preemption import SignalWatch, Terminated
@@ -20,36 +20,34 @@ if TYPE_CHECKING:
     from tracktrain.engine.engine import Engine
     from tracktrain.trainer.run_checkpoints import RunCheckpoints
     from tracktrain.trainer.strategies.base import Strategy
+    from tracktrain.trainer.trainer_state import TrainerState
 
 __all__ = ["PreemptionControl"]
 
 
-class TrainerForPreemption(Protocol):
-    """What the answer to a signal reads of its Trainer."""
-
-    @property
-    def strategy(self) -> Strategy: ...
-    @property
-    def engines(self) -> dict[str, Engine]: ...
-    @property
-    def checkpoints(self) -> RunCheckpoints: ...
-    @property
-    def preemption_timeout(self) -> float: ...
-    @property
-    def global_step(self) -> int: ...
-
-
 class PreemptionControl:
-    def __init__(self, trainer: TrainerForPreemption) -> None:
-        self._trainer = trainer
+    """Args:
+    strategy: whether ranks step in lockstep, and the exchange of the flag between them.
+    engines: the stages' engines, by name (a signal attaches its check to the fit's and the validation's).
+    checkpoints: the run's, saved when a signal stops it.
+    state: the Trainer's (the step it stopped after).
+    """
+
+    def __init__(
+        self, strategy: Strategy, engines: dict[str, Engine], checkpoints: RunCheckpoints, state: TrainerState
+    ) -> None:
+        self._strategy, self._engines, self._checkpoints, self._state = strategy, engines, checkpoints, state
+        self._timeout = 0.0
         self._signals = SignalWatch(on_signal=self._arm)
         self._checks: list[RemovableEventHandle] = []
         self._agreement: AsyncAnyRank | None = None
 
-    def start(self) -> None:
-        """A fit starts: watch for signals (and exchange the flag, when ranks step in lockstep)."""
+    def start(self, timeout: float) -> None:
+        """A fit starts: watch for signals (and exchange the flag, when ranks step in lockstep); a signal's checkpoint
+        gets `timeout` seconds (`Trainer(preemption_timeout=...)`)."""
+        self._timeout = timeout
         self._signals.install()
-        strategy = self._trainer.strategy
+        strategy = self._strategy
         self._agreement = strategy.async_any_rank() if strategy.steps_in_lockstep else None
 
     def stop(self) -> None:
@@ -67,9 +65,8 @@ class PreemptionControl:
     def _arm(self, signum: int) -> None:
         """In the signal handler: check at the next step's end."""
         if self._agreement is None:
-            engines = self._trainer.engines
             self._checks += [
-                engines[stage].add_event_handler(Events.ITERATION_COMPLETED, self.check)
+                self._engines[stage].add_event_handler(Events.ITERATION_COMPLETED, self.check)
                 for stage in ("fit", "validate")
             ]
 
@@ -82,18 +79,17 @@ class PreemptionControl:
             self._preempt(signum)
 
     def _preempt(self, signum: int) -> None:
-        trainer = self._trainer
-        checkpoints = trainer.checkpoints
-        saved = checkpoints.save_all_now(trainer.preemption_timeout)
+        checkpoints = self._checkpoints
+        saved = checkpoints.save_all_now(self._timeout)
         if not checkpoints.checkpointers:
             outcome = "nothing was saved (no ModelCheckpoint): a new run starts over"
         elif not saved:
             outcome = (
-                f"its checkpoint did not finish within preemption_timeout={trainer.preemption_timeout}s: "
+                f"its checkpoint did not finish within preemption_timeout={self._timeout}s: "
                 "running the same command again resumes from the newest complete one"
             )
         else:
             outcome = f"{checkpoints.newest_path()} holds it: run the same command again to resume"
-        message = f"Stopped by {signal.Signals(signum).name} after step {trainer.global_step}; {outcome}."
+        message = f"Stopped by {signal.Signals(signum).name} after step {self._state.global_step}; {outcome}."
         get_dist_logger().info(message)  # the one line a person reads; the exit status says "pre-empted"
         raise Terminated(signum, message)

@@ -366,7 +366,8 @@ class _FitWork:
             set_epoch(engine.state.epoch - 1)
 
     def start_logs(self) -> None:
-        """The epoch's logs start empty."""
+        """The epoch's logs start empty, the module in training mode."""
+        self._trainer.running_module.train()
         self._trainer.metrics.enter_stage("fit")
 
     def log_per_step(self) -> None:

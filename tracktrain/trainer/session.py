@@ -78,6 +78,8 @@ class TrainerForSession(TrainerForRunOrder, TrainerForSanityCheck, TrainerForBui
     def overfit_batches(self) -> int | float | None: ...
     @property
     def resume(self) -> str | None: ...
+    @property
+    def preemption_timeout(self) -> float: ...
     def merge_module_callbacks(self, module: LoopModule) -> None: ...
 
 
@@ -115,7 +117,7 @@ class Session:
             trainer.train_engine.fire_event(TrainerEvents.FIT_STARTED)
             loader, epoch_length = self.train_loader()
             self._first_epoch = trainer.current_epoch
-            trainer.preemption.start()
+            trainer.preemption.start(trainer.preemption_timeout)
             try:
                 run_sanity_check(trainer, context, context.val_dataloaders)
                 context.fitting = True

@@ -27,7 +27,7 @@ from tracktrain.trainer.building import as_loop_module
 from tracktrain.trainer.callback import Callback, check_state_keys, with_module_callbacks
 from tracktrain.trainer.datamodule import DataModule, StageData
 from tracktrain.trainer.evaluation import EvaluationStages, print_results
-from tracktrain.trainer.fit_context import FitContext
+from tracktrain.trainer.fit_context import FitContext, current_epoch
 from tracktrain.trainer.fit_step import FitStep
 from tracktrain.trainer.hooks import TrainerEvents
 from tracktrain.trainer.metric_log import MetricLog
@@ -223,11 +223,12 @@ class Trainer:
         self.context = FitContext(device=arguments.device_of(accelerator), run_seed=seed)
         self.loggers: list[Logger] = defaults.loggers_from(loggers, logger)
         self.logger_bridge = defaults.logger_bridge(self.loggers)
-        self.callbacks = callbacks + defaults.default_callbacks(
+        # one list for the Trainer's life (setting `callbacks` replaces its content): the parts are built with it
+        self._callbacks: list[Callback] = callbacks + defaults.default_callbacks(
             callbacks, self.default_root_dir, enable_progress_bar, enable_checkpointing, bool(enable_model_summary)
         )
-        self.callbacks.append(self.logger_bridge)  # for its state (the runs' ids); the run's order calls it itself
-        check_state_keys(self.callbacks)
+        self._callbacks.append(self.logger_bridge)  # for its state (the runs' ids); the run's order calls it itself
+        check_state_keys(self._callbacks)
 
         self.fit_step = FitStep(self)
         self.train_engine: Engine = ResumableEngine(self.fit_step, restart_data_each_epoch=True)  # as Lightning
@@ -243,10 +244,14 @@ class Trainer:
             "predict": self.predict_engine,
         }
 
-        self.metrics = MetricsHub(self, self.logger_bridge.log_metrics)
+        self.state = TrainerState(
+            self.context, self._callbacks, self.strategy, self.training_time, self.train_engine, self.check_finite
+        )
+        self.metrics = MetricsHub(
+            self.context, self.state, self.train_engine, self.strategy, self.logger_bridge.log_metrics
+        )
         self.checkpoints = RunCheckpoints(self)
-        self.preemption = PreemptionControl(self)
-        self.state = TrainerState(self)
+        self.preemption = PreemptionControl(self.strategy, self.engines, self.checkpoints, self.state)
         self.session = Session(self)  # how each entry point sets up, runs and tears down
 
     own_attributes: ClassVar[frozenset[str]] = frozenset()  # what a subclass adds to TRAINER_ATTRIBUTES
@@ -339,9 +344,7 @@ class Trainer:
     @property
     def current_epoch(self) -> int:
         """The training epoch being run, counted from 0; after an epoch's end hooks, the epochs finished."""
-        engine = self.train_engine
-        in_epoch = self.fitting and engine.last_event_name not in (Events.COMPLETED, Events.TERMINATE)
-        return max(engine.state.epoch - 1, 0) if in_epoch else engine.state.epoch
+        return current_epoch(self.train_engine, self.fitting)
 
     @property
     def estimated_stepping_batches(self) -> int | float:
@@ -497,6 +500,18 @@ class Trainer:
             self.stop(agreed=True, limit=True)
 
     @property
+    def callbacks(self) -> list[Callback]:
+        """The fit's callbacks: those given, the defaults, the module's own (`configure_callbacks`) once an entry
+        point merged them, and the `LoggerBridge`."""
+        return self._callbacks
+
+    @callbacks.setter
+    def callbacks(self, value: Sequence[Callback]) -> None:
+        callbacks = arguments.check_callbacks(value, Callback)
+        check_state_keys(callbacks)
+        self._callbacks[:] = callbacks
+
+    @property
     def should_stop(self) -> bool:
         """Lightning's stop flag: whether a stop of the fit is asked for (under DDP, this rank's request until the
         ranks agree). Setting it True (from a callback or the module) is `stop()`."""
@@ -509,8 +524,7 @@ class Trainer:
     def merge_module_callbacks(self, module: LoopModule) -> None:
         """Add the callbacks of `module.configure_callbacks()` to `callbacks` by Lightning's rule (a module's callback
         replaces the given ones of its type; checkpointing callbacks go last). Each entry point does it."""
-        self.callbacks = with_module_callbacks(self.callbacks, module)
-        check_state_keys(self.callbacks)
+        self.callbacks = with_module_callbacks(self._callbacks, module)
 
     def publish(self, values: Mapping[str, Any]) -> None:
         """Send `values` to `logged_metrics` and the loggers at the current global step (read from the device
@@ -604,7 +618,7 @@ class Trainer:
             )
             val_dataloaders = None
         data = StageData("fit", module, datamodule, {"fit": train_dataloaders, "validate": val_dataloaders})
-        self.context = self.context.next_fit()
+        self.context.start_next_fit()
         self.session.fit(self.context, module, data, ckpt_path)
 
     def validate(
