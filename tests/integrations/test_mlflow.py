@@ -701,7 +701,7 @@ def test_a_fit_with_the_server_down_throughout_completes_and_the_replay_command_
         trainer.fit(Classifier(), make_loader(), make_loader())
     messages = "\n".join(str(warning.message) for warning in caught)
     assert f"server at http://127.0.0.1:{port} does not answer" in messages
-    assert f"could not be delivered; they are kept in {logger.spill_path}" in messages
+    assert f"could not be delivered within close_timeout (2 s); they are kept in {logger.spill_path}" in messages
     # a liveness bound: the start waits request_timeout (1 s), the end close_timeout (2 s), the fit trains; waiting
     # for the server instead, MLflow's client would retry the refused port for four minutes
     assert time.monotonic() - began < 120
