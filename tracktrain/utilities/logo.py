@@ -10,6 +10,7 @@ LIGHTNING_LOGO = """
 | |_| | | (_| | (__|   <| |_| | | (_| | | | | |
  \\__|_|  \\__,_|\\___|_|\\_\\\\__|_|  \\__,_|_|_| |_|
 """
+"""The banner `cli_lightning_logo()` prints (Lightning's name for it; here tracktrain's logo)."""
 
 
 def cli_lightning_logo() -> None:
