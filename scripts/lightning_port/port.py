@@ -208,7 +208,8 @@ def port(
         verdict = "SAME"
     order = "" if parted is None else f", data order parts at step {parted}"
     line = (
-        f"{program.name}: {verdict} | {len(theirs)} steps, losses within {worst:.1e}{order} | "
+        f"{program.name}: {verdict} | {min(len(theirs), len(ours))} of {len(theirs)} steps compared, losses within "
+        f"{worst:.1e}{order} | "
         f"Lightning {theirs_s:.1f} s, tracktrain {ours_s:.1f} s"
     )
     return line, verdict.startswith(("SAME", "RUNS"))

@@ -8,7 +8,6 @@ from functools import partial
 import torch
 from lightning import Trainer, seed_everything
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
-
 from src.data.mnist_datamodule import MNISTDataModule
 from src.models.components.simple_dense_net import SimpleDenseNet
 from src.models.mnist_module import MNISTLitModule
@@ -20,12 +19,26 @@ optimizer = partial(torch.optim.Adam, lr=0.001, weight_decay=0.0)
 scheduler = partial(torch.optim.lr_scheduler.ReduceLROnPlateau, mode="min", factor=0.1, patience=10)
 model = MNISTLitModule(net=net, optimizer=optimizer, scheduler=scheduler, compile=False)
 callbacks = [
-    ModelCheckpoint(dirpath="checkpoints", filename="epoch_{epoch:03d}", monitor="val/acc", mode="max",
-                    save_last=True, auto_insert_metric_name=False),
+    ModelCheckpoint(
+        dirpath="checkpoints",
+        filename="epoch_{epoch:03d}",
+        monitor="val/acc",
+        mode="max",
+        save_last=True,
+        auto_insert_metric_name=False,
+    ),
     EarlyStopping(monitor="val/acc", patience=100, mode="max"),
 ]
-trainer = Trainer(default_root_dir=".", min_epochs=1, max_epochs=3, accelerator="cpu", devices=1,
-                  check_val_every_n_epoch=1, deterministic=False, callbacks=callbacks)
+trainer = Trainer(
+    default_root_dir=".",
+    min_epochs=1,
+    max_epochs=3,
+    accelerator="cpu",
+    devices=1,
+    check_val_every_n_epoch=1,
+    deterministic=False,
+    callbacks=callbacks,
+)
 trainer.fit(model=model, datamodule=data)
 print("train metrics", {k: float(v) for k, v in trainer.callback_metrics.items()})
 trainer.test(model=model, datamodule=data, ckpt_path=trainer.checkpoint_callback.best_model_path)

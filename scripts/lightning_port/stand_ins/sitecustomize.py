@@ -14,13 +14,18 @@ import importlib.util
 import json
 import os
 import sys
+from typing import ClassVar
 
 _RECORD = os.environ.get("LIGHTNING_PORT_RECORD")
 _LIB = os.environ.get("LIGHTNING_PORT_LIB")
-_TRAINER_MODULE = {"lightning": "lightning.pytorch.trainer.trainer", "tracktrain": "tracktrain.trainer.trainer"}.get(
-    _LIB or ""
-)
-_CALLBACK_MODULE = {"lightning": "lightning.pytorch.callbacks", "tracktrain": "tracktrain"}.get(_LIB or "")
+# the Trainer's module -> the module of its Callback class (Lightning ships as lightning.pytorch and pytorch_lightning)
+_TRAINER_MODULES = {
+    "lightning": {
+        "lightning.pytorch.trainer.trainer": "lightning.pytorch.callbacks",
+        "pytorch_lightning.trainer.trainer": "pytorch_lightning.callbacks",
+    },
+    "tracktrain": {"tracktrain.trainer.trainer": "tracktrain"},
+}.get(_LIB or "", {})
 
 
 def _tensor_sum(value) -> float:
@@ -43,13 +48,16 @@ def _loss(outputs, trainer) -> float | None:
     logged = [
         float(value)
         for name, value in sorted(trainer.callback_metrics.items())
-        if "loss" in name and "val" not in name and not name.endswith("_epoch") and getattr(value, "numel", lambda: 1)() == 1
+        if "loss" in name
+        and "val" not in name
+        and not name.endswith("_epoch")
+        and getattr(value, "numel", lambda: 1)() == 1
     ]
     return sum(logged) if logged else None
 
 
-def _recorder():
-    base = importlib.import_module(_CALLBACK_MODULE).Callback
+def _recorder(callback_module: str):
+    base = importlib.import_module(callback_module).Callback
     out = open(_RECORD, "a", buffering=1)  # noqa: SIM115 - open for the life of the process
 
     class PortRecorder(base):
@@ -60,7 +68,7 @@ def _recorder():
     return PortRecorder()
 
 
-def _wrap(module):
+def _wrap(module, callback_module: str):
     original = module.Trainer.__init__
 
     @functools.wraps(original)  # the signature kept: LightningCLI reads the Trainer's arguments from it
@@ -70,7 +78,7 @@ def _wrap(module):
             callbacks = []
         elif not isinstance(callbacks, (list, tuple)):
             callbacks = [callbacks]
-        kwargs["callbacks"] = [*callbacks, _recorder()]
+        kwargs["callbacks"] = [*callbacks, _recorder(callback_module)]
         kwargs.update(json.loads(os.environ.get("LIGHTNING_PORT_TRAINER") or "{}"))
         original(self, *args, **kwargs)
 
@@ -78,23 +86,25 @@ def _wrap(module):
 
 
 class _WrapOnImport(importlib.abc.MetaPathFinder):
+    done: ClassVar[set[str]] = set()
+
     def find_spec(self, name, path=None, target=None):
-        if name != _TRAINER_MODULE:
+        if name not in _TRAINER_MODULES or name in self.done:
             return None
-        sys.meta_path.remove(self)
+        self.done.add(name)
         spec = importlib.util.find_spec(name)
         loader = spec.loader
         exec_module = loader.exec_module
 
         def load(module):
             exec_module(module)
-            _wrap(module)
+            _wrap(module, _TRAINER_MODULES[name])
 
         loader.exec_module = load
         return spec
 
 
-if _RECORD and _TRAINER_MODULE:
+if _RECORD and _TRAINER_MODULES:
     sys.meta_path.insert(0, _WrapOnImport())
     import random
 
