@@ -24,6 +24,8 @@ _LAZY = {
     "Trainer": "tracktrain.trainer",
     "Callback": "tracktrain.callbacks",
     "seed_everything": "tracktrain.rng",
+    "cli_lightning_logo": "tracktrain.utilities.logo",  # `from lightning.pytorch import cli_lightning_logo`
+    "LIGHTNING_LOGO": "tracktrain.utilities.logo",
     **dict.fromkeys(
         (
             "DeterministicEngine",
@@ -39,6 +41,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "LIGHTNING_LOGO",
     "Callback",
     "CallableEventWithFilter",
     "DataModule",
@@ -53,6 +56,7 @@ __all__ = [
     "State",
     "Trainer",
     "__version__",
+    "cli_lightning_logo",
     "create_supervised_evaluator",
     "create_supervised_trainer",
     "initialize",

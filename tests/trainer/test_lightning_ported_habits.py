@@ -388,3 +388,13 @@ def test_gradient_accumulation_scheduler_trains_as_lightnings_and_resumes_exactl
         Trainer(**quiet(tmp_path, accumulate_grad_batches=2, callbacks=[GradientAccumulationScheduler({0: 2})])).fit(
             Classifier(), make_loader()
         )
+
+
+def test_a_cli_script_prints_the_logo_from_the_top_level_import(capsys):
+    # a LightningCLI script's `from lightning.pytorch import cli_lightning_logo`, then `cli_lightning_logo()` first
+    import tracktrain
+    from tracktrain.utilities import LIGHTNING_LOGO
+
+    tracktrain.cli_lightning_logo()
+    printed = capsys.readouterr().out
+    assert LIGHTNING_LOGO in printed and printed.startswith("\n") and "cli_lightning_logo" in tracktrain.__all__

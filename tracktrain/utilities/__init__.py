@@ -27,6 +27,8 @@ _LAZY = {
     "LightningEnum": "tracktrain.utilities.enums",
     "GradClipAlgorithmType": "tracktrain.utilities.enums",
     "CombinedLoader": "tracktrain.utilities.combined_loader",
+    "cli_lightning_logo": "tracktrain.utilities.logo",
+    "LIGHTNING_LOGO": "tracktrain.utilities.logo",
 }
 
 FLOAT16_EPSILON = 0.0009765625  # torch.finfo(torch.float16).eps, without importing torch here

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from torch import nn
 
-__all__ = ["resnet18", "resnet34", "resnet50"]
+__all__ = ["VGG16_Weights", "resnet18", "resnet34", "resnet50", "vgg16"]
 
 
 class TinyResNet(nn.Module):
@@ -33,3 +33,11 @@ def resnet34(weights=None, num_classes=1000, **kwargs):
 
 def resnet50(weights=None, num_classes=1000, **kwargs):
     return TinyResNet(num_classes, width=32)
+
+
+class VGG16_Weights:  # noqa: N801 - torchvision's name; torchmetrics imports it (and vgg16) when torchvision is there
+    DEFAULT = IMAGENET1K_V1 = IMAGENET1K_FEATURES = None
+
+
+def vgg16(weights=None, **kwargs):
+    return TinyResNet(kwargs.get("num_classes", 1000))
