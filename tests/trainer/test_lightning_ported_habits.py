@@ -398,3 +398,75 @@ def test_a_cli_script_prints_the_logo_from_the_top_level_import(capsys):
     tracktrain.cli_lightning_logo()
     printed = capsys.readouterr().out
     assert LIGHTNING_LOGO in printed and printed.startswith("\n") and "cli_lightning_logo" in tracktrain.__all__
+
+
+def _warm_up_modules(L, shape: str):
+    """The same module for Lightning and here, whose `optimizer_step` warms the learning rate up: `shape` "closure"
+    calls `optimizer.step(closure=optimizer_closure)` then scales the rate (Lightning's docs); "super" calls
+    `super().optimizer_step(*args, **kwargs)` then steps its own per-iteration scheduler (UvA's transformers
+    tutorial); "zero_grad" also overrides `optimizer_zero_grad` (set_to_none=False)."""
+
+    def define(base, step_name):
+        class WarmUp(base):
+            def __init__(self) -> None:
+                super().__init__()
+                torch.manual_seed(0)
+                self.net = nn.Linear(4, 2)
+                self.calls: list[tuple[int, int]] = []
+
+            def configure_optimizers(self):
+                optimizer = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+                self.warm_up = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 5))
+                return optimizer
+
+            def optimizer_step(self, *args, **kwargs):
+                epoch, batch_idx, optimizer, closure = args
+                self.calls.append((epoch, batch_idx))
+                if shape == "closure":
+                    optimizer.step(closure=closure)
+                    for group in optimizer.param_groups:
+                        group["lr"] = 0.1 * min(1.0, (self.trainer.global_step + 1) / 5)
+                else:
+                    super().optimizer_step(*args, **kwargs)
+                    self.warm_up.step()
+
+            def optimizer_zero_grad(self, epoch, batch_idx, optimizer):
+                if shape == "zero_grad":
+                    optimizer.zero_grad(set_to_none=False)
+                else:
+                    super().optimizer_zero_grad(epoch, batch_idx, optimizer)
+
+        def step(self, batch, batch_idx):
+            return F.cross_entropy(self.net(batch[0]), batch[1])
+
+        setattr(WarmUp, step_name, step)
+        return WarmUp
+
+    return define(L.LightningModule, "training_step"), define(LoopModule, "train_step")
+
+
+@pytest.mark.parametrize("shape", ["closure", "super", "zero_grad"])
+def test_an_optimizer_step_override_warms_the_rate_up_as_in_lightning(tmp_path, shape):
+    L = pytest.importorskip("lightning.pytorch")
+    Theirs, Ours = _warm_up_modules(L, shape)
+    theirs, ours = Theirs(), Ours()
+    L.Trainer(
+        max_epochs=2, accumulate_grad_batches=3, gradient_clip_val=0.5, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+    ).fit(theirs, make_loader())  # fmt: skip
+    trainer = Trainer(**quiet(tmp_path, max_epochs=2, accumulate_grad_batches=3, gradient_clip_val=0.5))
+    trainer.fit(ours, make_loader())
+    # 8 batches an epoch in windows of 3: the hook at each window's last batch (2, 5 and the short 7)
+    assert ours.calls == theirs.calls == [(0, 2), (0, 5), (0, 7), (1, 2), (1, 5), (1, 7)]
+    assert trainer.global_step == 6
+    assert torch.allclose(ours.net.weight, theirs.net.weight, atol=1e-6)
+    assert ours.trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(theirs.optimizers().param_groups[0]["lr"])
+
+
+def test_an_optimizer_step_that_never_runs_its_closure_is_an_error_naming_the_fix(tmp_path):
+    class Forgets(Classifier):
+        def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None):
+            optimizer.step()
+
+    with pytest.raises(RuntimeError, match=r"did not run its optimizer_closure.*optimizer.step\(closure="):
+        Trainer(**quiet(tmp_path, max_steps=1)).fit(Forgets(), make_loader())

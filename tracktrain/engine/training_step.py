@@ -92,6 +92,12 @@ class TrainingStep:
         on_optimizer_step: called after each window's step (skipped or not), e.g. to count it.
         reduce_gradients: reduces the gradients of a window flushed at an epoch's end, whose every batch ran
             under `no_sync`.
+        zero_grad: `zero_grad(engine)` zeroes the gradients where a window starts (default
+            `model_engine.zero_grad()`; Lightning's `optimizer_zero_grad` hook).
+        optimizer_step: `optimizer_step(engine, closure, step)` takes a window's last batch in hand (Lightning's
+            `optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)` hook): `closure()` runs the batch (the
+            window's zeroing when it starts one, forward, backward) and returns its loss, `step()` steps
+            `model_engine`; it must call `closure` at least once (an optimizer such as LBFGS calls it again).
     """
 
     def __init__(
@@ -105,6 +111,8 @@ class TrainingStep:
         accept_loss: Callable[[torch.Tensor], bool] | None = None,
         on_optimizer_step: Callable[[], None] | None = None,
         reduce_gradients: Callable[[], None] | None = None,
+        zero_grad: Callable[[Engine], None] | None = None,
+        optimizer_step: Callable[[Engine, Callable[[], Any], Callable[[], None]], None] | None = None,
     ) -> None:
         self.model_engine = model_engine
         self.forward = forward
@@ -114,6 +122,8 @@ class TrainingStep:
         self.accept_loss = accept_loss
         self.on_optimizer_step = on_optimizer_step
         self.reduce_gradients = reduce_gradients
+        self.zero_grad = zero_grad or (lambda engine: model_engine.zero_grad())
+        self.optimizer_step = optimizer_step
         self.pending_batches = 0  # batches whose gradients wait for the window's step
         self._skip_window = False  # a batch of the window was refused by accept_loss
 
@@ -121,8 +131,10 @@ class TrainingStep:
         windows, model_engine = self.windows, self.model_engine
         size = windows.size_at(engine)
         forward = lambda: self.forward(engine, batch)  # noqa: E731
+        if self.optimizer_step is not None and windows.ends(engine):
+            return self._hand_to_optimizer_step(engine, forward, size)
         if size == 1:  # no accumulation: every batch is a whole window (no window arithmetic, no context)
-            model_engine.zero_grad()
+            self.zero_grad(engine)
             output, backpropagated = model_engine.schedule.forward_backward(
                 model_engine, forward, self.loss_of, 1, self.accept_loss
             )
@@ -131,7 +143,7 @@ class TrainingStep:
             self._step()
             return output
         if windows.starts(engine):
-            model_engine.zero_grad()
+            self.zero_grad(engine)
         ends = windows.ends(engine)
         with contextlib.nullcontext() if ends else self.no_sync():
             output, backpropagated = model_engine.schedule.forward_backward(
@@ -142,6 +154,37 @@ class TrainingStep:
         if ends:
             self._step()
         return output
+
+    def _hand_to_optimizer_step(self, engine: Engine, forward: Callable[[], Any], size: int) -> Any:
+        """A window's last batch under an `optimizer_step` hook: the hook runs the batch (the closure) and steps."""
+        model_engine, starts = self.model_engine, self.windows.starts(engine)
+        outputs: list[Any] = []
+
+        def closure() -> Any:
+            if starts or size == 1:
+                self.zero_grad(engine)
+            output, backpropagated = model_engine.schedule.forward_backward(
+                model_engine, forward, self.loss_of, size, self.accept_loss
+            )
+            self._skip_window = not backpropagated if size == 1 else self._skip_window or not backpropagated
+            outputs.append(output)
+            return self.loss_of(output)
+
+        def step() -> None:
+            if not self._skip_window:
+                model_engine.step()
+
+        assert self.optimizer_step is not None
+        self.optimizer_step(engine, closure, step)
+        if not outputs:
+            raise RuntimeError(
+                "optimizer_step did not run its optimizer_closure, so the batch's train_step never ran. Call "
+                "optimizer.step(closure=optimizer_closure) in it (or super().optimizer_step(...)), as in Lightning."
+            )
+        self.reset()
+        if self.on_optimizer_step is not None:
+            self.on_optimizer_step()
+        return outputs[-1]
 
     def flush(self) -> None:
         """Step the window an epoch left open (see `EpochWindows`), its gradients reduced first."""

@@ -16,6 +16,7 @@ from tracktrain.trainer.accumulation import AccumulationSchedule
 from tracktrain.trainer.batches import batch_size_of
 from tracktrain.trainer.hooks import batch_index
 from tracktrain.trainer.module import LoopModule, checked_loss
+from tracktrain.trainer.scaled_optimizer import HookOptimizer
 from tracktrain.trainer.surface import ModuleHost  # the base of the Protocol below: needed at run time
 
 if TYPE_CHECKING:
@@ -90,6 +91,7 @@ class FitStep:
             accept_loss=self._accept_loss,
             on_optimizer_step=self._after_optimizer_step,
             reduce_gradients=lambda: strategy.reduce_gradients(module),
+            **self._module_hooks(module, model_engine),
         )
         self._train_forward = train_forward
         if not module.automatic_optimization:  # the module steps its optimizers itself: follow those steps
@@ -101,6 +103,25 @@ class FitStep:
                     optimizer.register_step_post_hook(lambda *_: self.count_step()),
                 )
             ]
+
+    @staticmethod
+    def _module_hooks(module: LoopModule, model_engine: ModelEngine) -> dict[str, Any]:
+        """The module's `optimizer_step` / `optimizer_zero_grad` where it overrides Lightning's defaults (the
+        default path calls neither: nothing to add to each step)."""
+        hooks: dict[str, Any] = {}
+        optimizer = model_engine.optimizer
+        overridden = lambda name: getattr(type(module), name) is not getattr(LoopModule, name)  # noqa: E731
+        if optimizer is None:
+            return hooks
+        if overridden("optimizer_zero_grad"):
+            hooks["zero_grad"] = lambda engine: module.optimizer_zero_grad(
+                engine.state.epoch - 1, batch_index(engine), optimizer
+            )
+        if overridden("optimizer_step"):
+            hooks["optimizer_step"] = lambda engine, closure, take_step: module.optimizer_step(
+                engine.state.epoch - 1, batch_index(engine), HookOptimizer(optimizer, take_step), closure
+            )
+        return hooks
 
     def teardown(self) -> None:
         for hook in self._step_hooks:

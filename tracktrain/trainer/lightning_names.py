@@ -48,10 +48,6 @@ _BATCH_MOVE = (
     "the Trainer moves each batch to the device itself (tensors in tuples, lists and dicts); transform batches in the "
     "loader (its collate_fn) or at the start of the step"
 )
-_OPTIMIZER_LOOP = (
-    "the Trainer steps and zeroes the optimizers itself; to step by hand set automatic_optimization = False and "
-    "call opt.step() / opt.zero_grad() in train_step (Trainer(accumulate_grad_batches=...) for accumulation)"
-)
 
 # LightningModule hooks the Trainer does not call: a module defining one is refused (it would never run)
 MODULE_HOOKS_NOT_CALLED = {
@@ -67,8 +63,6 @@ MODULE_HOOKS_NOT_CALLED = {
     "on_after_batch_transfer": _BATCH_MOVE,
     "transfer_batch_to_device": _BATCH_MOVE,
     "on_before_zero_grad": "on_before_optimizer_step(optimizer) (the gradients are zeroed right after the step)",
-    "optimizer_step": _OPTIMIZER_LOOP,
-    "optimizer_zero_grad": _OPTIMIZER_LOOP,
     "on_validation_model_eval": _EVAL_MODE.format(stage="validation"),
     "on_validation_model_train": _EVAL_MODE.format(stage="validation"),
     "on_validation_model_zero_grad": "nothing: no gradients are kept from an evaluation pass (it runs under "

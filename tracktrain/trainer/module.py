@@ -347,6 +347,26 @@ class LoopModule(HyperparametersMixin, nn.Module):
         """Lightning's name for `backward(loss)` under manual optimization: the same call."""
         self.backward(loss)
 
+    # ------------------------------------------------------------------------ automatic optimization's hooks
+    def optimizer_step(
+        self,
+        epoch: int,
+        batch_idx: int,
+        optimizer: Any,
+        optimizer_closure: Callable[[], Any] | None = None,
+    ) -> None:
+        """Under automatic optimization, the step at an accumulation window's end (Lightning's hook): override it
+        to change what happens around the step (a learning-rate warm-up). `optimizer_closure` runs the batch
+        (`train_step`, zeroing, backward); `optimizer.step(closure=optimizer_closure)` runs it, then the Trainer's
+        step (gradient clipping, the GradScaler, the optimizer's own step). Call it (or `super().optimizer_step`)
+        exactly as Lightning's hook does."""
+        optimizer.step(closure=optimizer_closure)
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: Any) -> None:
+        """Under automatic optimization, how the gradients are zeroed where an accumulation window starts
+        (Lightning's hook; default `optimizer.zero_grad()`)."""
+        optimizer.zero_grad()
+
     def clip_gradients(
         self,
         optimizer: torch.optim.Optimizer,

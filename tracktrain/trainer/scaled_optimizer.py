@@ -1,5 +1,6 @@
-"""`ScaledOptimizer`: under fp16 manual optimization, the optimizer `self.optimizers()` hands out, whose `step`
-goes through the GradScaler."""
+"""The optimizers the Trainer hands a module: `ScaledOptimizer`, what `self.optimizers()` gives under fp16 manual
+optimization (its `step` goes through the GradScaler), and `HookOptimizer`, what the `optimizer_step` and
+`optimizer_zero_grad` hooks get under automatic optimization."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 
 from tracktrain.engine.model_engine import ModelEngine
 
-__all__ = ["ScaledOptimizer"]
+__all__ = ["HookOptimizer", "ScaledOptimizer"]
 
 
 class ScaledOptimizer:
@@ -45,3 +46,25 @@ class ScaledOptimizer:
 
     def __repr__(self) -> str:
         return f"ScaledOptimizer({self.optimizer!r})"
+
+
+class HookOptimizer:
+    """The optimizer `LoopModule.optimizer_step` receives (where Lightning gives its `LightningOptimizer`):
+    `step(closure)` runs the closure (the batch: `train_step`, zeroing, backward), then `take_step` — the Trainer's
+    step (gradient handlers, unscaling, clipping, the optimizer's own step, the scaler's update). Every other
+    attribute (`param_groups`, `state`, `zero_grad`, ...) is the wrapped optimizer's, `.optimizer`."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, take_step: Callable[[], None]) -> None:
+        self.optimizer = optimizer
+        self._take_step = take_step
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        loss = closure() if closure is not None else None
+        self._take_step()
+        return loss
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.optimizer, name)
+
+    def __repr__(self) -> str:
+        return f"HookOptimizer({self.optimizer!r})"
