@@ -37,6 +37,15 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 _WATCH = pytest.StashKey[_processes.Watch]()
 
 
+@pytest.fixture
+def without_tensorboard(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on a machine without the tensorboard package, for the Trainer's choice of its default logger (Lightning's:
+    TensorBoard's where installed, else a CSVLogger): the tests that read the CSV logger's files by default."""
+    from tracktrain.trainer import defaults
+
+    monkeypatch.setattr(defaults, "tensorboard_installed", lambda: False)
+
+
 @pytest.fixture(autouse=True)
 def _no_global_seed_outlives_its_test(monkeypatch: pytest.MonkeyPatch) -> None:
     """`seed_everything` (ours and Lightning's, an oracle here) records its seed in PL_GLOBAL_SEED, which a Trainer

@@ -44,7 +44,7 @@ def csv_values(run_dir, name: str) -> dict[int, float]:
     return {int(row["step"]): float(row[name]) for row in rows if row.get(name) not in (None, "")}
 
 
-def test_csv_logger_is_the_default_and_holds_every_published_value(tmp_path):
+def test_csv_logger_is_the_default_and_holds_every_published_value(tmp_path, without_tensorboard):
     Trainer, Classifier, make_loader = trainer_and_task()
     trainer = Trainer(
         max_epochs=2,
@@ -68,7 +68,9 @@ def test_csv_logger_is_the_default_and_holds_every_published_value(tmp_path):
     assert (run_dir / "status.txt").read_text().strip() == "FINISHED"
 
 
-def test_with_a_remote_root_dir_the_csv_log_is_local_and_checkpoints_are_remote(tmp_path, monkeypatch):
+def test_with_a_remote_root_dir_the_csv_log_is_local_and_checkpoints_are_remote(
+    tmp_path, without_tensorboard, monkeypatch
+):
     import fsspec
 
     Trainer, Classifier, make_loader = trainer_and_task()
@@ -96,7 +98,7 @@ def test_a_failed_fit_marks_the_run_failed(tmp_path):
     assert (tmp_path / "lightning_logs" / "version_0" / "status.txt").read_text().strip() == "FAILED"
 
 
-def test_a_resumed_fit_continues_the_same_run(tmp_path):
+def test_a_resumed_fit_continues_the_same_run(tmp_path, without_tensorboard):
     from tracktrain.callbacks import ModelCheckpoint
 
     Trainer, Classifier, make_loader = trainer_and_task()

@@ -143,7 +143,7 @@ def start_of(root: Path, rank: int = 0) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ local mode: one process
-def test_local_mode_reports_checkpoints_and_resumes_from_one(tmp_path, monkeypatch):
+def test_local_mode_reports_checkpoints_and_resumes_from_one(tmp_path, monkeypatch, without_tensorboard):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "staging"))  # in local mode Ray keeps the staged folder
     (tmp_path / "staging").mkdir()
     storage = tmp_path / "ray"

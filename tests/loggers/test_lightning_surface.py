@@ -35,7 +35,7 @@ def read_metrics(log_dir):
     return pandas.read_csv(os.path.join(log_dir, "metrics.csv"))
 
 
-def test_the_default_logger_is_lightnings_csv_logger_with_its_layout(tmp_path):
+def test_the_default_logger_is_lightnings_csv_logger_with_its_layout_without_tensorboard(tmp_path, without_tensorboard):
     module = UsesItsLogger()
     trainer = Trainer(**{**quiet(tmp_path, max_epochs=2, log_every_n_steps=4), "enable_progress_bar": False})
     assert trainer.logger is trainer.loggers[0] and isinstance(trainer.logger, CSVLogger)
@@ -51,6 +51,29 @@ def test_the_default_logger_is_lightnings_csv_logger_with_its_layout(tmp_path):
     assert metrics.groupby("epoch")["train_loss"].count().tolist() == [2, 2]
     hparams = (log_dir / "hparams.yaml").read_text()
     assert "extra: 3" in hparams  # what the module's hook logged
+
+
+def test_with_tensorboard_installed_the_default_logger_is_tensorboards_as_in_lightning(tmp_path):
+    """Lightning's rule (its default logger is TensorBoard's where the package is installed): a program's
+    `self.logger.experiment.add_image(...)` finds the SummaryWriter, as in the GAN and autoencoder tutorials."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing import event_accumulator
+
+    from tracktrain.loggers import TensorBoardLogger
+
+    module = UsesItsLogger()
+    trainer = Trainer(**quiet(tmp_path, max_epochs=2, log_every_n_steps=4))
+    assert isinstance(trainer.logger, TensorBoardLogger)
+    trainer.fit(module, make_loader(), make_loader())
+    log_dir = tmp_path / "lightning_logs" / "version_0"
+    assert module.seen == (True, str(log_dir)) and trainer.log_dir == str(log_dir)
+    events = event_accumulator.EventAccumulator(str(log_dir))
+    events.Reload()
+    assert [event.step for event in events.Scalars("train_loss")] == [4, 8, 12, 16]
+    assert [event.step for event in events.Scalars("val_loss")] == [8, 16]
+    assert "sample" in events.Tags()["images"]  # the module's add_image, once per validation
+    assert "extra: 3" in (log_dir / "hparams.yaml").read_text()
+    assert (log_dir / "status.txt").read_text().strip() == "FINISHED"
 
 
 def test_csv_logger_takes_lightnings_arguments_and_matches_its_files(tmp_path):

@@ -57,7 +57,7 @@ def metric_rows(root: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(rows))
 
 
-def test_a_finished_run_trains_nothing_says_so_and_leaves_the_tracker_alone(tmp_path, capsys):
+def test_a_finished_run_trains_nothing_says_so_and_leaves_the_tracker_alone(tmp_path, without_tensorboard, capsys):
     first, _ = fit(tmp_path)
     assert first.global_step == 8  # 2 epochs of 4 batches
     rows = metric_rows(tmp_path)
@@ -80,7 +80,7 @@ def test_max_steps_reached_is_finished_too(tmp_path):
     assert module.steps_run == 0 and again.global_step == 6
 
 
-def test_a_raised_limit_continues_the_same_run_bit_identical_to_one_long_fit(tmp_path):
+def test_a_raised_limit_continues_the_same_run_bit_identical_to_one_long_fit(tmp_path, without_tensorboard):
     _, reference = fit(tmp_path / "long", max_epochs=3, seed=4)
     fit(tmp_path / "split", max_epochs=2, seed=4)
     with warnings.catch_warnings():

@@ -24,7 +24,7 @@ _LAZY = {
     "MLflowLogger": "tracktrain_integrations.mlflow",
     "MLFlowLogger": "tracktrain_integrations.mlflow",
     "WandbLogger": "tracktrain_integrations.wandb",
-    "TensorBoardLogger": "tracktrain_integrations.tensorboard",
+    "TensorBoardLogger": "tracktrain.loggers.tensorboard_logger",
 }
 
 __all__ = sorted(_LAZY)

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tracktrain.loggers.base import Logger, flatten_params
-from tracktrain.loggers.versioned import VersionedFolders, write_yaml
+from tracktrain.loggers.versioned import VersionedFolders, write_status, write_yaml
 
 __all__ = ["CSVLogger"]
 
@@ -138,8 +138,7 @@ class CSVLogger(VersionedFolders, Logger):  # type: ignore[override]  # save_dir
         if self.log_dir is None:
             return  # it never started (its start failed: that error is the one to see): nothing to end
         self.flush()
-        with open(os.path.join(self.log_dir, "status.txt"), "w", encoding="utf-8") as out:
-            out.write(status + "\n")
+        write_status(self.log_dir, status)
 
     def _write(self, path: str, rows: list[dict[str, Any]], mode: str) -> None:
         with open(path, mode, newline="", encoding="utf-8") as out:

@@ -1,5 +1,6 @@
 """Lightning's run folders, shared by the loggers that write files (`CSVLogger`, `TensorBoardLogger`):
-`{save_dir}/{name}/version_{N}`, the next free N for a new run (or the version given), and the run's `hparams.yaml`."""
+`{save_dir}/{name}/version_{N}`, the next free N for a new run (or the version given), the run's `hparams.yaml`, and
+(ours) its end status in `status.txt`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["VersionedFolders", "next_version", "write_yaml"]
+__all__ = ["VersionedFolders", "next_version", "write_status", "write_yaml"]
 
 
 class VersionedFolders:
@@ -77,3 +78,10 @@ def write_yaml(path: str, values: Mapping[str, Any]) -> None:
         text = yaml.safe_dump(json.loads(json.dumps(dict(values), default=str)), sort_keys=False)
     with open(path, "w", encoding="utf-8") as out:
         out.write(text)
+
+
+def write_status(run_folder: str, status: str) -> None:
+    """The run's end status (FINISHED, FAILED, KILLED) in `run_folder/status.txt`, where `tracktrain runs` and a
+    reader of the folder find how the run ended."""
+    with open(os.path.join(run_folder, "status.txt"), "w", encoding="utf-8") as out:
+        out.write(status + "\n")

@@ -1,5 +1,6 @@
 """What a Trainer gets when it is not told otherwise: a progress bar, a `ModelCheckpoint` under
-`default_root_dir/checkpoints`, a `ModelSummary`, a `CSVLogger`, and the bridge to the loggers.
+`default_root_dir/checkpoints`, a `ModelSummary`, Lightning's default logger (TensorBoard's when the tensorboard
+package is installed, else a `CSVLogger`), and the bridge to the loggers.
 
 The one module of the trainer layer that names parts of the layers above it (callbacks, loggers): those are the
 product's defaults, chosen here; everything else in the Trainer reaches them through the `Callback`,
@@ -8,6 +9,7 @@ product's defaults, chosen here; everything else in the Trainer reaches them thr
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
 
 from tracktrain import storage
@@ -17,10 +19,11 @@ from tracktrain.callbacks.progress import TrainerProgressBar
 from tracktrain.loggers.base import Logger
 from tracktrain.loggers.bridge import LoggerBridge
 from tracktrain.loggers.csv_logger import CSVLogger
+from tracktrain.loggers.tensorboard_logger import TensorBoardLogger
 from tracktrain.trainer import arguments
 from tracktrain.trainer.callback import Callback
 
-__all__ = ["default_callbacks", "logger_bridge", "loggers_from"]
+__all__ = ["default_callbacks", "default_logger", "logger_bridge", "loggers_from", "tensorboard_installed"]
 
 
 def default_callbacks(
@@ -43,11 +46,23 @@ def logger_bridge(loggers: list[Logger]) -> LoggerBridge:
     return LoggerBridge(loggers)
 
 
+def default_logger() -> Logger:
+    """Lightning's rule: a `TensorBoardLogger` where the tensorboard package is installed, else a `CSVLogger`; both
+    in `default_root_dir/lightning_logs/version_N`. A program that draws on TensorBoard's writer
+    (`self.logger.experiment.add_image(...)`) finds it where Lightning's would."""
+    return TensorBoardLogger() if tensorboard_installed() else CSVLogger()
+
+
+def tensorboard_installed() -> bool:
+    """Whether the tensorboard package can be imported (looked up, not imported: the logger imports it at start)."""
+    return importlib.util.find_spec("tensorboard") is not None
+
+
 def loggers_from(
     loggers: Sequence[Logger] | bool | None, logger: Logger | Sequence[Logger] | bool | None = None
 ) -> list[Logger]:
-    """`Trainer(loggers=...)` (or Lightning's `logger=`, one logger or several) as a list: None or True, a
-    `CSVLogger`; False, none; else the loggers, checked."""
+    """`Trainer(loggers=...)` (or Lightning's `logger=`, one logger or several) as a list: None or True, the
+    `default_logger()`; False, none; else the loggers, checked."""
     if logger is not None:  # Lightning's spelling, the same meaning (one logger or several, True, False)
         if loggers is not None:
             raise ValueError(
@@ -56,7 +71,7 @@ def loggers_from(
             )
         loggers = [logger] if isinstance(logger, Logger) else logger
     if loggers is None or loggers is True:
-        return [CSVLogger()]
+        return [default_logger()]
     if loggers is False:
         return []
     loggers = arguments.as_list("Trainer(loggers=...)", loggers, "tracktrain.loggers.Logger instances")

@@ -5,14 +5,14 @@ implementation of each; their Colossal-AI `priority` is kept as `hook_priority`,
 `Trainer` hands them to tracktrain's Trainer (a callback's own order is its phase: `tracktrain.callbacks.CallbackPhase`).
 A hook of the script's own subclasses `BaseHook` and overrides Colossal-AI's methods (`before_train`,
 `after_train_iter(trainer, output, label, loss)`, ...); the Colossal `Trainer` runs each at its point of the run,
-only those the hook overrides. `TensorboardHook` needs the tensorboard package, so it is the integration's
-(`tracktrain_integrations.tensorboard`), read from here on first use.
+only those the hook overrides. `TensorboardHook` installs the core's `TensorBoardLogger` (it needs the tensorboard
+package only when made).
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Iterable
+import os
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -27,8 +27,10 @@ from tracktrain.callbacks.reporting import report
 from tracktrain.callbacks.timing import Timing
 from tracktrain.colossal.nn.metric import Accuracy as AccuracyFunction
 from tracktrain.distributed.logger import DistributedLogger
+from tracktrain.distributed.ranks import global_rank, rank_and_world_size
 from tracktrain.engine.events import Events
 from tracktrain.handlers.multi_timer import MultiTimer
+from tracktrain.loggers.tensorboard_logger import TensorBoardLogger, summary_writer
 from tracktrain.metrics.distributed import all_reduce_sum
 from tracktrain.metrics.metric import Metric, NotComputableError
 from tracktrain.trainer.optimizers import LRSchedulerConfig
@@ -43,6 +45,7 @@ __all__ = [
     "LossHook",
     "MetricHook",
     "SaveCheckpointHook",
+    "TensorboardHook",
     "ThroughputHook",
     "in_priority_order",
 ]
@@ -313,9 +316,54 @@ def _only_defaults(hook: str, **given_and_default: tuple[Any, Any]) -> None:
             )
 
 
-def __getattr__(name: str) -> Any:
-    """`TensorboardHook`, from the TensorBoard integration (it needs the tensorboard package), on first use."""
-    if name == "TensorboardHook":
-        # the integration sits above this layer; read by name, as Colossal-AI imports TensorBoard only when asked
-        return importlib.import_module("tracktrain_integrations.tensorboard").TensorboardHook
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+class TensorboardHook(Callback):
+    """Colossal-AI's TensorboardHook: log the run's values to TensorBoard under `log_dir`, on the given `ranks`
+    (each rank writes to `log_dir/rank_{rank}`)."""
+
+    def __init__(
+        self,
+        log_dir: str | os.PathLike,
+        ranks: Sequence[int] | None = None,
+        parallel_mode: Any = None,
+        priority: int = 10,
+    ) -> None:
+        """Colossal-AI's arguments: `ranks` None (every rank) or a list; `parallel_mode` the group `ranks` count
+        in (Colossal-AI's `ParallelMode.GLOBAL` by default); `priority` the order among the Colossal Trainer's hooks."""
+        if ranks is None:
+            ranks = list(range(rank_and_world_size()[1]))
+        if isinstance(ranks, int) or not all(isinstance(rank, int) for rank in ranks):
+            raise TypeError(f"TensorboardHook(ranks=...) must be a list of ranks, e.g. [0], got {ranks!r}.")
+        if list(ranks) != [0]:
+            raise ValueError(
+                f"TensorboardHook(ranks={list(ranks)}): values reach loggers on rank 0 only (one run per training "
+                "job), so only ranks=[0] writes anything. Use ranks=[0]."
+            )
+        if parallel_mode is not None and getattr(parallel_mode, "value", None) != "global":
+            raise ValueError(
+                f"TensorboardHook(parallel_mode={parallel_mode}): ranks count among all processes here "
+                "(ParallelMode.GLOBAL); leave parallel_mode out."
+            )
+        self.hook_priority = priority  # the order the Colossal Trainer hands its hooks over
+        summary_writer()  # fail now, not at the first epoch, when tensorboard is missing
+        self.log_dir = os.fspath(log_dir)
+        self.ranks = list(ranks)
+        self.logger: TensorBoardLogger | None = None
+
+    def on_fit_start(self, trainer: Any, module: Any) -> None:
+        rank = global_rank()
+        if rank in self.ranks and self.logger is None:
+            self.logger = TensorBoardLogger(log_dir=os.path.join(self.log_dir, f"rank_{rank}"))
+            self.logger.start(trainer.default_root_dir)
+            trainer.loggers.append(self.logger)
+
+    def on_fit_end(self, trainer: Any, module: Any) -> None:
+        self._close(trainer)
+
+    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
+        self._close(trainer)
+
+    def _close(self, trainer: Any) -> None:
+        if self.logger is not None:
+            self.logger.finalize()
+            trainer.loggers.remove(self.logger)
+            self.logger = None
