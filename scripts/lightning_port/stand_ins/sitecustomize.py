@@ -4,7 +4,8 @@ the training step returned, or under manual optimization the sum of the losses i
 batch (the sum of its tensors), so two runs can be compared while they read the same data. It wraps the Trainer of
 the library named by $LIGHTNING_PORT_LIB ("lightning" or "tracktrain") when that is imported; the program itself is
 not touched ($LIGHTNING_PORT_TRAINER, a JSON object, sets Trainer arguments in both runs, to shorten a long one). Seeds torch, random and numpy with 0 at start-up, so both runs of a program that seeds nothing start
-alike; `urllib.request.urlretrieve` fails as a missing file would (nothing is fetched)."""
+alike; `urllib.request.urlretrieve` fails as a missing file would (nothing is fetched); `tqdm.notebook`'s bars are the
+console's (a notebook's widgets need ipywidgets and a front end, neither of which a script run has)."""
 
 from __future__ import annotations
 
@@ -104,8 +105,30 @@ class _WrapOnImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+class _ConsoleTqdm(importlib.abc.MetaPathFinder):
+    """`tqdm.notebook` with its `tqdm`, `trange` (and the old `tqdm_notebook`, `tnrange`) the console's."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "tqdm.notebook":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        exec_module = spec.loader.exec_module
+
+        def load(module):
+            exec_module(module)
+            from tqdm.std import tqdm, trange
+
+            module.tqdm = module.tqdm_notebook = tqdm
+            module.trange = module.tnrange = trange
+
+        spec.loader.exec_module = load
+        return spec
+
+
 if _RECORD and _TRAINER_MODULES:
     sys.meta_path.insert(0, _WrapOnImport())
+    sys.meta_path.insert(0, _ConsoleTqdm())
     import random
 
     random.seed(0)

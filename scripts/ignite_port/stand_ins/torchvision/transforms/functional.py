@@ -72,3 +72,38 @@ def pad(image, padding, padding_mode="constant"):
     mode = {"constant": "constant", "reflect": "reflect", "edge": "replicate"}[padding_mode]
     padded = torch.nn.functional.pad(tensor[None], (left, right, top, bottom), mode=mode)[0]
     return padded if isinstance(image, torch.Tensor) else to_pil_image(padded)
+
+
+def channels(image):
+    if isinstance(image, torch.Tensor):
+        return image.shape[-3]
+    return len(image.getbands())
+
+
+def rgb_to_grayscale(image, num_output_channels=1):
+    if not isinstance(image, torch.Tensor):
+        gray = image.convert("L")
+        return gray if num_output_channels == 1 else Image.merge("RGB", [gray] * 3)
+    if image.shape[-3] == 1:
+        gray = image
+    else:
+        r, g, b = image.unbind(-3)
+        gray = (0.2989 * r + 0.587 * g + 0.114 * b).unsqueeze(-3).to(image.dtype)
+    return gray.expand(*gray.shape[:-3], num_output_channels, *gray.shape[-2:]).clone()
+
+
+def gaussian_blur(image, kernel_size, sigma=None):
+    """torchvision's: a separable Gaussian kernel, reflect-padded, on a CHW tensor (a PIL image round-trips)."""
+    tensor = image if isinstance(image, torch.Tensor) else to_tensor(image)
+    kernels = []
+    for size, s in zip(kernel_size, sigma):
+        x = torch.linspace(-(size - 1) * 0.5, (size - 1) * 0.5, steps=size)
+        pdf = torch.exp(-0.5 * (x / s).pow(2))
+        kernels.append(pdf / pdf.sum())
+    kernel = torch.mm(kernels[1][:, None], kernels[0][None, :]).to(tensor.dtype)
+    c = tensor.shape[-3]
+    batch = tensor.reshape(-1, c, *tensor.shape[-2:])
+    padding = [kernel_size[0] // 2, kernel_size[0] // 2, kernel_size[1] // 2, kernel_size[1] // 2]
+    batch = torch.nn.functional.pad(batch, padding, mode="reflect")
+    out = torch.nn.functional.conv2d(batch, kernel.expand(c, 1, *kernel.shape), groups=c).reshape(tensor.shape)
+    return out if isinstance(image, torch.Tensor) else to_pil_image(out)
