@@ -470,3 +470,72 @@ def test_an_optimizer_step_that_never_runs_its_closure_is_an_error_naming_the_fi
 
     with pytest.raises(RuntimeError, match=r"did not run its optimizer_closure.*optimizer.step\(closure="):
         Trainer(**quiet(tmp_path, max_steps=1)).fit(Forgets(), make_loader())
+
+
+def test_a_train_step_returning_none_skips_its_batch_as_in_lightning(tmp_path):
+    """Lightning's rule under automatic optimization: `return None` skips the batch (no backward, no step) — UvA's
+    meta-learning notebook steps `self.optimizers()` itself and returns None."""
+    L = pytest.importorskip("lightning.pytorch")
+
+    def define(base, step_name):
+        class SkipsOdd(base):
+            def __init__(self) -> None:
+                super().__init__()
+                torch.manual_seed(0)
+                self.net = nn.Linear(4, 2)
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def step(self, batch, batch_idx):
+            loss = F.cross_entropy(self.net(batch[0]), batch[1])
+            if batch_idx % 2:
+                return None
+            return loss
+
+        setattr(SkipsOdd, step_name, step)
+        return SkipsOdd
+
+    theirs = define(L.LightningModule, "training_step")()
+    L.Trainer(
+        max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        default_root_dir=tmp_path,
+    ).fit(theirs, make_loader())  # fmt: skip
+    ours = define(LoopModule, "train_step")()
+    trainer = Trainer(**quiet(tmp_path, max_epochs=2))
+    trainer.fit(ours, make_loader())
+    assert torch.allclose(ours.net.weight, theirs.net.weight, atol=1e-6)
+    assert trainer.global_step == theirs.trainer.global_step, (trainer.global_step, theirs.trainer.global_step)
+    unskipped = define(LoopModule, "train_step")()
+    unskipped.train_step = lambda batch, batch_idx: F.cross_entropy(unskipped.net(batch[0]), batch[1])
+    Trainer(**quiet(tmp_path / "all", max_epochs=2)).fit(unskipped, make_loader())
+    assert not torch.allclose(ours.net.weight, unskipped.net.weight)  # the skipped batches changed nothing
+
+
+def test_trainer_model_and_lightnings_core_and_strategies_paths(tmp_path):
+    """`self.trainer.model.parameters()` in configure_optimizers (lightning-hydra-template), `trainer.lightning_module`,
+    `from lightning.pytorch.core import LightningModule` and `isinstance(trainer.strategy, ParallelStrategy)`
+    (Lightning's ImageNet example), each after the renames."""
+    from tracktrain.core import DataModule
+    from tracktrain.core import LoopModule as CoreModule
+    from tracktrain.strategies import DDPStrategy, FSDPStrategy, ParallelStrategy, SingleDeviceStrategy
+
+    class FromTrainerModel(Classifier):
+        def configure_optimizers(self):
+            self.__dict__["seen"] = (self.trainer.model, isinstance(self.trainer.strategy, ParallelStrategy))
+            return torch.optim.SGD(self.trainer.model.parameters(), lr=0.1)
+
+    trainer = Trainer(**quiet(tmp_path, max_epochs=1))
+    first = FromTrainerModel()
+    trainer.fit(first, make_loader())
+    assert first.seen == (first, False) and trainer.model is first and trainer.lightning_module is first
+    second = FromTrainerModel()
+    trainer.fit(second, make_loader())
+    assert second.seen[0] is second  # not the previous fit's module
+    reference = Classifier()
+    Trainer(**quiet(tmp_path / "ref", max_epochs=1)).fit(reference, make_loader())
+    assert torch.equal(first.net.weight, reference.net.weight)
+    assert CoreModule is LoopModule and DataModule.__name__ == "DataModule"
+    assert issubclass(DDPStrategy, ParallelStrategy) and issubclass(FSDPStrategy, ParallelStrategy)
+    assert not issubclass(SingleDeviceStrategy, ParallelStrategy)
+    assert DDPStrategy().num_processes == 1  # one process here (torchrun's LOCAL_WORLD_SIZE where launched)

@@ -50,7 +50,7 @@ class BaseSchedule(Protocol):
         self,
         model_engine: ScheduledEngine,
         forward: Callable[[], Any],
-        loss_of: Callable[[Any], torch.Tensor],
+        loss_of: Callable[[Any], torch.Tensor | None],
         loss_divisor: int = 1,
         accept_loss: Callable[[torch.Tensor], bool] | None = None,
     ) -> tuple[Any, bool]: ...
@@ -78,20 +78,20 @@ class NonPipelineSchedule:
         self,
         model_engine: ScheduledEngine,
         forward: Callable[[], Any],
-        loss_of: Callable[[Any], torch.Tensor],
+        loss_of: Callable[[Any], torch.Tensor | None],
         loss_divisor: int = 1,
         accept_loss: Callable[[torch.Tensor], bool] | None = None,
     ) -> tuple[Any, bool]:
         """Run `forward()` (which computes the loss too) under autocast, then backpropagate `loss_of(output)`
         divided by `loss_divisor` (the batches of an accumulation window: their gradients add up to one step on
-        their concatenation), unless `accept_loss` refuses it. Returns `(output, backpropagated)`."""
+        their concatenation), unless it is None (the batch is skipped) or `accept_loss` refuses it. Returns `(output, backpropagated)`."""
         if model_engine.autocast_dtype is None and model_engine.param_dtype is None:  # no precision region to enter
             output = forward()
         else:
             with model_engine.autocast():
                 output = forward()
         loss = loss_of(output)
-        if accept_loss is not None and not accept_loss(loss):
+        if loss is None or (accept_loss is not None and not accept_loss(loss)):  # None: the step skips this batch
             return output, False
         model_engine.backward(loss / loss_divisor if loss_divisor > 1 else loss)
         return output, True

@@ -104,7 +104,7 @@ class TrainingStep:
         self,
         model_engine: ModelEngine,
         forward: Callable[[Engine, Any], Any],
-        loss_of: Callable[[Any], torch.Tensor] | None = None,
+        loss_of: Callable[[Any], torch.Tensor | None] | None = None,
         windows: AccumulationWindows | None = None,
         *,
         no_sync: Callable[[], contextlib.AbstractContextManager] | None = None,

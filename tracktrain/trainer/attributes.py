@@ -45,8 +45,6 @@ _LIGHTNING_NAMES = {
     "limit_val_batches": 'Trainer(limit_val_batches=...) or trainer.limits["validate"]',
     "limit_test_batches": 'Trainer(limit_test_batches=...) or trainer.limits["test"]',
     "limit_predict_batches": 'Trainer(limit_predict_batches=...) or trainer.limits["predict"]',
-    "lightning_module": "trainer.module (set by fit/validate/test/predict)",
-    "model": "trainer.module (set by fit/validate/test/predict)",
     "devices": "torchrun --nproc_per_node (or tracktrain.distributed.spawn): processes come from the launcher (Trainer(devices=...) checks their number)",
     "num_nodes": "torchrun --nnodes: processes come from the launcher",
 }

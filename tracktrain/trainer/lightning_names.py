@@ -172,8 +172,6 @@ TRAINER_NOT_OFFERED = {
     "interrupted": "tracktrain.distributed.preemption.Terminated, raised by the fit when a signal stopped it",
     "received_sigterm": "tracktrain.distributed.preemption.Terminated, raised by the fit when a signal stopped it",
     "is_last_batch": "batch_idx + 1 == trainer.train_engine.state.epoch_length",
-    "lightning_module": "trainer.module (set by fit/validate/test/predict)",
-    "model": "trainer.module (set by fit/validate/test/predict)",
     "num_training_batches": "trainer.train_engine.state.epoch_length (during a fit)",
     "num_val_batches": "len(loader) under Trainer(limit_val_batches=...)",
     "num_test_batches": "len(loader) under Trainer(limit_test_batches=...)",

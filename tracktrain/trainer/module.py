@@ -57,13 +57,16 @@ def loss_in_output(output: Any) -> tuple[torch.Tensor | None, str]:
     return None, found
 
 
-def checked_loss(output: Any) -> torch.Tensor:
-    """The loss `train_step` returned under automatic optimization, or an error saying what is wrong with it."""
+def checked_loss(output: Any) -> torch.Tensor | None:
+    """The loss `train_step` returned under automatic optimization, or an error saying what is wrong with it; None
+    for None (Lightning's: the batch is skipped, no backward and no optimizer step)."""
+    if output is None:
+        return None
     loss, found = loss_in_output(output)
     if loss is None:
         raise ValueError(
             f"train_step must return the loss (a scalar tensor) or a dict with it under 'loss'; it returned {found}. "
-            "To skip optimization, set automatic_optimization = False and step yourself."
+            "To skip the batch's optimizer step return None; to step yourself set automatic_optimization = False."
         )
     if loss.numel() != 1:
         raise ValueError(

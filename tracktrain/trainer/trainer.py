@@ -270,6 +270,24 @@ class Trainer:
         return self.context.module
 
     @property
+    def lightning_module(self) -> LoopModule | None:
+        """Lightning's name for `module`: the same object."""
+        return self.context.module
+
+    @property
+    def model(self) -> nn.Module | None:
+        """Lightning's `trainer.model`: the module as the strategy runs it (wrapped by DDP, sharded by FSDP; the
+        module itself on one device), with the same parameters; None before any entry point."""
+        module, engine = self.context.module, self.model_engine
+        if engine is not None and module is not None:
+            wrapped: Any = engine.model
+            while wrapped is not module and isinstance(getattr(wrapped, "module", None), nn.Module):
+                wrapped = wrapped.module  # DDP's and the step wrappers' own `.module`
+            if wrapped is module:  # the engine runs this module (not a previous entry point's)
+                return engine.model
+        return module
+
+    @property
     def datamodule(self) -> DataModule | None:
         """The DataModule of the entry point under way (or last run), if it was given one."""
         return self.context.datamodule

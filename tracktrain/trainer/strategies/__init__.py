@@ -1,6 +1,6 @@
 """Strategies: how the Trainer spreads a fit over devices and processes (see `base`)."""
 
-from tracktrain.trainer.strategies.base import SingleDeviceStrategy, Strategy
+from tracktrain.trainer.strategies.base import ParallelStrategy, SingleDeviceStrategy, Strategy
 from tracktrain.trainer.strategies.choice import STRATEGY_NAMES, strategy_for
 from tracktrain.trainer.strategies.data_parallel import DataParallelStrategy
 from tracktrain.trainer.strategies.ddp import DDPStrategy
@@ -14,6 +14,7 @@ __all__ = [
     "DDPStrategy",
     "DataParallelStrategy",
     "FSDPStrategy",
+    "ParallelStrategy",
     "PipelineStrategy",
     "SingleDeviceStrategy",
     "Strategy",

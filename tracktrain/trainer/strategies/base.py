@@ -25,6 +25,7 @@ the local value when no process group is up.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -155,6 +156,17 @@ class Strategy:
 
     def teardown(self) -> None:
         """The fit's end (every rank ends it together, where there are several)."""
+
+
+class ParallelStrategy(Strategy):
+    """The base of the strategies that run a fit over several processes (data, pipeline, tensor parallel, XLA), as
+    Lightning's `ParallelStrategy` is: a program asks `isinstance(trainer.strategy, ParallelStrategy)` to split its
+    batch size over the processes."""
+
+    @property
+    def num_processes(self) -> int:
+        """The processes of this node (Lightning's: one per device; torchrun's `LOCAL_WORLD_SIZE`)."""
+        return int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size))
 
 
 class SingleDeviceStrategy(Strategy):

@@ -15,7 +15,7 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sampler, SequentialSampler
 
 from tracktrain.distributed import collectives as distributed
-from tracktrain.trainer.strategies.base import Strategy
+from tracktrain.trainer.strategies.base import ParallelStrategy
 
 __all__ = [
     "DataParallelStrategy",
@@ -41,7 +41,7 @@ class StepModule(nn.Module):
         return (step or self.module.train_step)(batch, batch_idx)  # type: ignore[operator]  # a LoopModule's
 
 
-class DataParallelStrategy(Strategy):
+class DataParallelStrategy(ParallelStrategy):
     """Each process joins the group (nccl with CUDA, gloo without), trains on its own device and reads its own
     shard of the data (a `DistributedSampler` replaces the loader's sampler); the fit ends on every rank together.
 

@@ -34,7 +34,7 @@ from tracktrain.checkpoint.sharded_saver import RankState
 from tracktrain.checkpoint.spool import Spool
 from tracktrain.engine.pipeline import PipelineSchedule, check_schedule_options
 from tracktrain.trainer.pipeline_module import PipelineModule, split_pipeline_batch, stage_of_step
-from tracktrain.trainer.strategies.base import Strategy
+from tracktrain.trainer.strategies.base import ParallelStrategy
 from tracktrain.trainer.strategies.data_parallel import join_process_group, same_order_on_every_rank
 from tracktrain.trainer.strategies.full_state import ShardedSaving
 
@@ -69,7 +69,7 @@ class RemovedStage(nn.Module):
         )
 
 
-class PipelineStrategy(Strategy):
+class PipelineStrategy(ParallelStrategy):
     """`Trainer(strategy=PipelineStrategy(num_microbatches=4, schedule="1f1b"))` for a `PipelineModule`, under
     torchrun with as many processes as the module has stages (or a divisor of them with "interleaved_1f1b").
 

@@ -18,7 +18,7 @@ from torch import nn
 
 from tracktrain.checkpoint.savers import FsspecSaver
 from tracktrain.checkpoint.spool import Spool
-from tracktrain.trainer.strategies.base import Strategy
+from tracktrain.trainer.strategies.base import ParallelStrategy
 from tracktrain.trainer.strategies.data_parallel import join_process_group, same_order_on_every_rank
 from tracktrain.trainer.strategies.full_state import ShardedSaving, with_stand_ins
 
@@ -63,7 +63,7 @@ def check_styles(plan: Any, owner: str) -> dict[str, Any]:
     return dict(plan)
 
 
-class TensorParallelStrategy(Strategy):
+class TensorParallelStrategy(ParallelStrategy):
     """`Trainer(strategy=TensorParallelStrategy({"net.0": "colwise", "net.2": "rowwise"}))`.
 
     Args:

@@ -9,12 +9,12 @@ from typing import Any
 import torch
 
 from tracktrain.distributed.xla import device_loader, mark_step, xla_device, xla_model
-from tracktrain.trainer.strategies.base import Strategy
+from tracktrain.trainer.strategies.base import ParallelStrategy
 
 __all__ = ["XLAStrategy"]
 
 
-class XLAStrategy(Strategy):
+class XLAStrategy(ParallelStrategy):
     """Batches reach the device through torch_xla's `MpDeviceLoader` (which also cuts the lazy graph once per
     batch); the optimizer step all-reduces gradients across replicas first (a no-op on one device) and marks the
     step, so clipping sees the reduced gradients."""
