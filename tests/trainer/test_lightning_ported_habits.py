@@ -539,3 +539,13 @@ def test_trainer_model_and_lightnings_core_and_strategies_paths(tmp_path):
     assert issubclass(DDPStrategy, ParallelStrategy) and issubclass(FSDPStrategy, ParallelStrategy)
     assert not issubclass(SingleDeviceStrategy, ParallelStrategy)
     assert DDPStrategy().num_processes == 1  # one process here (torchrun's LOCAL_WORLD_SIZE where launched)
+
+
+def test_a_second_fit_after_the_limit_was_reached_says_how_it_differs_from_lightning(tmp_path):
+    # the MNIST hello world fits a second module on the same Trainer: Lightning trains nothing (its counters stay at
+    # max_epochs), here a new run trains; the warning says so, and what to do for either behaviour
+    trainer = Trainer(**quiet(tmp_path, max_epochs=1))
+    trainer.fit(Classifier(), make_loader())
+    with pytest.warns(UserWarning, match=r"previous fit already reached its limit \(max_epochs=1.*would train nothing"):
+        trainer.fit(Classifier(), make_loader())
+    assert trainer.global_step == 8  # the new run's

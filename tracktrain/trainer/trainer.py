@@ -636,8 +636,24 @@ class Trainer:
             )
             val_dataloaders = None
         data = StageData("fit", module, datamodule, {"fit": train_dataloaders, "validate": val_dataloaders})
+        if ckpt_path is None and self._limit_reached_by_last_fit():
+            warnings.warn(  # Lightning's Trainer keeps its counters across fits, so there the limit stays reached
+                f"This Trainer's previous fit already reached its limit (max_epochs={self.max_epochs}, "
+                f"max_steps={self.max_steps}); this fit starts a new run and trains again, where Lightning's Trainer "
+                "would train nothing. For Lightning's behaviour skip this fit; to continue the last run, "
+                'fit(ckpt_path="last") with a larger max_epochs.',
+                stacklevel=2,
+            )
         self.context.start_next_fit()
         self.session.fit(self.context, module, data, ckpt_path)
+
+    def _limit_reached_by_last_fit(self) -> bool:
+        state = self.train_engine.state
+        if not state.iteration:
+            return False
+        return (self.max_epochs is not None and state.epoch >= self.max_epochs) or (
+            self.max_steps is not None and self.global_step >= self.max_steps
+        )
 
     def validate(
         self,
