@@ -375,6 +375,7 @@ class Session:
             if model_engine.scaler is not None and not module.automatic_optimization:
                 context.manual_optimizers = [ScaledOptimizer(opt, model_engine) for opt in context.optimizers]
             trainer.fit_step.setup(train_forward)
+            strategy.setup_recovery(trainer.checkpoints.objects())
         elif context.model_engine is None or context.model_engine.model is not module:
             context.model_engine = ModelEngine(
                 module,

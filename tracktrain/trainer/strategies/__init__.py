@@ -5,6 +5,7 @@ from tracktrain.trainer.strategies.choice import STRATEGY_NAMES, strategy_for
 from tracktrain.trainer.strategies.data_parallel import DataParallelStrategy
 from tracktrain.trainer.strategies.ddp import DDPStrategy
 from tracktrain.trainer.strategies.fsdp import FSDPStrategy
+from tracktrain.trainer.strategies.ft_ddp import FTDDPStrategy
 from tracktrain.trainer.strategies.pipeline import PipelineStrategy
 from tracktrain.trainer.strategies.tensor_parallel import TensorParallelStrategy
 from tracktrain.trainer.strategies.xla import XLAStrategy
@@ -14,6 +15,7 @@ __all__ = [
     "DDPStrategy",
     "DataParallelStrategy",
     "FSDPStrategy",
+    "FTDDPStrategy",
     "ParallelStrategy",
     "PipelineStrategy",
     "SingleDeviceStrategy",

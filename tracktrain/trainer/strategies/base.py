@@ -15,8 +15,10 @@ calls it in one fixed order (see `docs/architecture.md`):
    `reduce_tensor`, `async_any_rank` — every rank calls them at the same points, so none waits for a collective the
    others skipped. They are the only collectives the trainer and callbacks issue; beside them are the model's own
    (gradients, sharding) and the metrics' `compute()` (`tracktrain.metrics.distributed`, a layer below the trainer).
-7. `checkpoint_objects(objects)`: what a checkpoint saves of them (full state here).
-8. `teardown()`: every rank ends the fit together.
+7. `setup_recovery(objects)`: once the optimizers exist, what a replica that rejoins a fault-tolerant fit copies
+   from a live peer (the module, optimizers, schedulers, the Trainer's counters); nothing here.
+8. `checkpoint_objects(objects)`: what a checkpoint saves of them (full state here).
+9. `teardown()`: every rank ends the fit together.
 
 The base's defaults are one process on one device; its collectives are `tracktrain.distributed.collectives`'s, which return
 the local value when no process group is up.
@@ -137,6 +139,11 @@ class Strategy:
             torch.distributed.barrier()
 
     # -------------------------------------------------------------------------------- checkpoints, the end
+    def setup_recovery(self, objects: dict[str, Any]) -> None:
+        """Given once the fit's optimizers are built: the objects a checkpoint saves (`checkpoint_objects`'
+        argument). A fault-tolerant strategy serves their state to a rejoining replica group and loads a peer's
+        into them when this group rejoins; other strategies need nothing."""
+
     def checkpoint_objects(self, objects: dict[str, Any]) -> dict[str, Any]:
         """What a checkpoint saves of `objects`: their full state, as they are (a sharded strategy gives
         objects that save and load their shards)."""

@@ -7,6 +7,7 @@ from typing import Any
 from tracktrain.trainer.strategies.base import SingleDeviceStrategy, Strategy
 from tracktrain.trainer.strategies.ddp import DDPStrategy
 from tracktrain.trainer.strategies.fsdp import FSDPStrategy
+from tracktrain.trainer.strategies.ft_ddp import FTDDPStrategy
 from tracktrain.trainer.strategies.pipeline import PipelineStrategy
 from tracktrain.trainer.strategies.xla import XLAStrategy
 
@@ -17,6 +18,7 @@ _BY_NAME: dict[str, type[Strategy]] = {
     "single_device": SingleDeviceStrategy,
     "ddp": DDPStrategy,
     "fsdp": FSDPStrategy,
+    "ft_ddp": FTDDPStrategy,  # torchft replica groups at a lighthouse (tracktrain[ft]; torchft imported at fit start)
     "pipeline": PipelineStrategy,  # a PipelineModule's stages, 4 micro-batches, 1F1B
     "xla": XLAStrategy,
 }
@@ -27,7 +29,7 @@ given as an instance instead (`FSDPStrategy(auto_wrap=[Block])`)."""
 
 def strategy_for(strategy: Any) -> Strategy:
     """A `Strategy` as given, or a new one of the kind a name says ("auto", "single_device", "ddp", "fsdp",
-    "pipeline", "xla")."""
+    "ft_ddp", "pipeline", "xla")."""
     if isinstance(strategy, Strategy):
         return strategy
     if isinstance(strategy, str) and strategy in _BY_NAME:

@@ -1,0 +1,76 @@
+"""One torchft replica group for tests/trainer/test_ft_ddp.py: trains a small MLP with `strategy="ft_ddp"`, prints
+`step N participants P` after every optimizer step (slowed by STEP_SLEEP so that the test can kill it mid-fit), and
+at the end saves its parameters and global step to OUT.
+
+    python -m tests.trainer._ft_group GROUP GROUPS MAX_STEPS OUT    (TORCHFT_LIGHTHOUSE names the lighthouse)
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from tracktrain import Callback, LoopModule, Trainer
+from tracktrain.trainer.strategies import FTDDPStrategy
+
+STEP_SLEEP = 0.05
+
+
+class MLP(LoopModule):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+
+    def train_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.AdamW(self.parameters(), lr=0.01)
+        return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 10, 0.9)}
+
+
+class Progress(Callback):
+    def __init__(self, strategy: FTDDPStrategy) -> None:
+        self.strategy = strategy
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        manager = self.strategy.manager
+        print(f"step {trainer.global_step} participants {manager.num_participants()}", flush=True)
+        time.sleep(STEP_SLEEP)
+
+
+def main() -> None:
+    group, groups, max_steps, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(512, 8, generator=generator)
+    y = (x[:, 0] - x[:, 1] > 0).long()
+    loader = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True)
+    strategy = FTDDPStrategy(group=group, groups=groups)
+    trainer = Trainer(
+        strategy=strategy,
+        max_steps=max_steps,
+        max_epochs=None,
+        seed=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[Progress(strategy)],
+        default_root_dir=f"{out}.root",
+    )
+    module = MLP()
+    started = time.monotonic()
+    trainer.fit(module, loader)
+    print(f"done {trainer.global_step} in {time.monotonic() - started:.1f}s", flush=True)
+    torch.save({"global_step": trainer.global_step, "params": module.state_dict()}, out)
+
+
+if __name__ == "__main__":
+    main()
