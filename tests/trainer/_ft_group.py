@@ -33,7 +33,10 @@ class MLP(LoopModule):
 
     def configure_optimizers(self):
         optimizer = torch.optim.AdamW(self.parameters(), lr=0.01)
-        return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 10, 0.9)}
+        # per step: the global step is healed from the peer; an epoch's end is each group's own (its loader's
+        # position is not healed yet), so an "epoch" scheduler would step at different moments in each group
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 50, 0.9)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
 class Progress(Callback):
@@ -42,7 +45,8 @@ class Progress(Callback):
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         manager = self.strategy.manager
-        print(f"step {trainer.global_step} participants {manager.num_participants()}", flush=True)
+        checksum = sum(float(p.double().sum()) for p in module.parameters())
+        print(f"step {trainer.global_step} participants {manager.num_participants()} checksum {checksum!r}", flush=True)
         time.sleep(STEP_SLEEP)
 
 

@@ -98,7 +98,7 @@ class FTDDPStrategy(Strategy):
         self.backend = backend
         # made by setup_environment, for one fit
         self._manager: Any = None
-        self._store: torch.distributed.TCPStore | None = None
+        self._store: Any = None  # torch.distributed.TCPStore (its stubs do not export it)
         self._recovered: dict[str, Any] = {}
 
     # ------------------------------------------------------------------------------- the group and its manager
@@ -124,11 +124,13 @@ class FTDDPStrategy(Strategy):
             )
         cuda = device.type == "cuda"
         backend = self.backend or ("nccl" if cuda else "gloo")
-        self._store = torch.distributed.TCPStore(
+        self._store = torch.distributed.TCPStore(  # type: ignore[attr-defined]
             "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=self.timeout
         )
-        pg = torchft.ProcessGroupNCCL(timeout=self.timeout) if backend == "nccl" else torchft.ProcessGroupGloo(
-            timeout=self.timeout
+        pg = (
+            torchft.ProcessGroupNCCL(timeout=self.timeout)
+            if backend == "nccl"
+            else torchft.ProcessGroupGloo(timeout=self.timeout)
         )
         self._manager = torchft.Manager(
             pg=pg,
@@ -153,7 +155,7 @@ class FTDDPStrategy(Strategy):
         from torchft import DistributedDataParallel  # torchft's DDP: gradients all-reduced through the Manager
 
         assert self._manager is not None, "setup_environment() first"
-        return DistributedDataParallel(self._manager, StepModule(module))  # type: ignore[no-any-return]
+        return DistributedDataParallel(self._manager, StepModule(module))
 
     def model_engine_options(self, optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
         """The step's quorum (and healing) where its gradients are cleared; the optimizer steps only on a commit."""
