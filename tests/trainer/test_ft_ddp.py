@@ -4,22 +4,28 @@ lighthouse address."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import types
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
-pytest.importorskip("torchft")
+from tracktrain import LoopModule, Trainer
+from tracktrain.trainer.strategies import FTDDPStrategy
+from tracktrain.trainer.strategies.ft_ddp import check_lighthouse
 
-from tracktrain.trainer.strategies import FTDDPStrategy  # noqa: E402
-from tracktrain.trainer.strategies.ft_ddp import check_lighthouse  # noqa: E402
+needs_torchft = pytest.mark.skipif(importlib.util.find_spec("torchft") is None, reason="torchft is not installed")
 
 ROOT = Path(__file__).resolve().parents[2]
 LIGHTHOUSE = Path(sys.executable).with_name("torchft_lighthouse")
@@ -31,6 +37,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+@needs_torchft
 def test_unreachable_lighthouse_is_named_within_the_connect_timeout():
     port = free_port()  # nothing listens there
     started = time.monotonic()
@@ -43,6 +50,7 @@ def test_unreachable_lighthouse_is_named_within_the_connect_timeout():
         check_lighthouse("http://127.0.0.1", timedelta(seconds=1))
 
 
+@needs_torchft
 def test_no_lighthouse_given(monkeypatch):
     monkeypatch.delenv("TORCHFT_LIGHTHOUSE", raising=False)
     with pytest.raises(ValueError, match="TORCHFT_LIGHTHOUSE"):
@@ -81,6 +89,7 @@ def _wait(predicate, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
+@needs_torchft
 @pytest.mark.distributed
 @pytest.mark.timeout(240)
 def test_killed_group_rejoins_healed_and_ends_equal(tmp_path):
@@ -133,3 +142,92 @@ def test_killed_group_rejoins_healed_and_ends_equal(tmp_path):
             if process.poll() is None:
                 process.kill()  # by its PID
                 process.wait(10)
+
+
+# ---------------------------------------------------------------- one group on a stand-in torchft (no lighthouse run)
+EVENTS: list[str] = []
+
+
+class FakeManager:
+    """torchft's Manager as the strategy uses it, recording the calls: one group alone, every step committed."""
+
+    def __init__(self, **options):
+        self.options = options
+
+    def start_quorum(self):
+        EVENTS.append("quorum")
+
+    def should_commit(self):
+        EVENTS.append("commit")
+        return True
+
+    def num_participants(self):
+        return 2
+
+    def allreduce(self, tensor):
+        return types.SimpleNamespace(wait=lambda: tensor)
+
+    def shutdown(self, wait=False):
+        EVENTS.append("shutdown")
+
+
+@pytest.fixture
+def fake_torchft(monkeypatch):
+    """A stand-in `torchft` module, and a socket listening where the strategy's lighthouse is."""
+    module = types.ModuleType("torchft")
+    module.Manager = FakeManager
+    module.ProcessGroupGloo = module.ProcessGroupNCCL = lambda timeout: object()
+    module.DistributedDataParallel = lambda manager, wrapped: wrapped
+    monkeypatch.setitem(sys.modules, "torchft", module)
+    EVENTS.clear()
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        yield f"http://127.0.0.1:{listening.getsockname()[1]}"
+
+
+class Net(LoopModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Linear(4, 2)
+
+    def train_step(self, batch, batch_idx):
+        EVENTS.append("forward")
+        x, y = batch
+        return F.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 2, 0.5)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+class ZeroHookNet(Net):
+    def optimizer_zero_grad(self, epoch, batch_idx, optimizer):
+        EVENTS.append("zero_grad")
+        optimizer.zero_grad()
+
+
+def fit(lighthouse: str, module: LoopModule, **options) -> Trainer:
+    x = torch.randn(32, 4, generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(TensorDataset(x, (x[:, 0] > 0).long()), batch_size=8)
+    settings = {
+        "strategy": FTDDPStrategy(lighthouse=lighthouse),
+        "max_steps": 3,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "num_sanity_val_steps": 0,
+    }
+    trainer = Trainer(**{**settings, **options})
+    trainer.fit(module, loader)
+    return trainer
+
+
+def test_each_step_joins_its_quorum_before_its_forward_and_steps_on_a_commit(fake_torchft, tmp_path):
+    fit(fake_torchft, Net(), default_root_dir=tmp_path)
+    assert EVENTS == ["quorum", "forward", "commit"] * 3 + ["shutdown"]
+    EVENTS.clear()  # a module's own optimizer_zero_grad runs once the quorum formed, not instead of it
+    fit(fake_torchft, ZeroHookNet(), default_root_dir=tmp_path)
+    assert EVENTS == ["quorum", "zero_grad", "forward", "commit"] * 3 + ["shutdown"]

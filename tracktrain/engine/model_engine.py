@@ -85,10 +85,6 @@ class _AutocastCriterion:
         return f"autocast({self.criterion!r})"
 
 
-def _zero_grad(optimizer: torch.optim.Optimizer) -> None:
-    optimizer.zero_grad()
-
-
 def _optimizer_step(optimizer: torch.optim.Optimizer) -> None:
     optimizer.step()
 
@@ -112,8 +108,6 @@ class ModelEngine:
             "16-true", "64-true": no autocast): tensors the forward and loss create take it (the default dtype).
         device_type: autocast's device type; by default that of the model's first parameter.
         optimizer_step: how the optimizer steps (default `optimizer.step()`; XLA marks the step too).
-        zero_grad: how a step's gradients are cleared, before its first forward (default `optimizer.zero_grad()`;
-            torchft's strategy forms the step's quorum there, and heals a rejoining replica group).
         schedule: how a batch goes through the model (`tracktrain.engine.schedule`); default: the whole batch at
             once (`NonPipelineSchedule`).
         compile: `torch.compile` the model's forward, in place (`model.compile`): True, or a dict of torch.compile's
@@ -136,7 +130,6 @@ class ModelEngine:
         param_dtype: torch.dtype | None = None,
         device_type: str | None = None,
         optimizer_step: Callable[[torch.optim.Optimizer], None] = _optimizer_step,
-        zero_grad: Callable[[torch.optim.Optimizer], None] = _zero_grad,
         schedule: BaseSchedule | None = None,
         compile: bool | Mapping[str, Any] = False,
     ) -> None:
@@ -172,7 +165,6 @@ class ModelEngine:
             device_type = parameter.device.type if parameter is not None else "cpu"
         self.device_type = device_type
         self._optimizer_step = optimizer_step
-        self._zero_grad = zero_grad
         self._schedule: BaseSchedule = schedule if schedule is not None else NonPipelineSchedule()
         self._ophooks: list[BaseOpHook] = []
         self._ophook_handles: dict[int, list[Any]] = {}
@@ -237,7 +229,7 @@ class ModelEngine:
             return self._model(*args, **kwargs)
 
     def zero_grad(self) -> None:
-        self._zero_grad(self._require_optimizer("zero_grad"))
+        self._require_optimizer("zero_grad").zero_grad()
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backpropagate `loss` (scaled first when there is a GradScaler)."""

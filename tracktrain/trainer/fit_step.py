@@ -17,6 +17,7 @@ from tracktrain.trainer.batches import batch_size_of
 from tracktrain.trainer.hooks import batch_index
 from tracktrain.trainer.module import LoopModule, checked_loss
 from tracktrain.trainer.scaled_optimizer import HookOptimizer
+from tracktrain.trainer.strategies.base import Strategy
 from tracktrain.trainer.surface import ModuleHost  # the base of the Protocol below: needed at run time
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ class FitStep:
             accept_loss=self._accept_loss,
             on_optimizer_step=self._after_optimizer_step,
             reduce_gradients=lambda: strategy.reduce_gradients(module),
-            **self._module_hooks(module, model_engine),
+            **self._hooks(module, model_engine, strategy),
         )
         self._train_forward = train_forward
         if not module.automatic_optimization:  # the module steps its optimizers itself: follow those steps
@@ -105,18 +106,24 @@ class FitStep:
             ]
 
     @staticmethod
-    def _module_hooks(module: LoopModule, model_engine: ModelEngine) -> dict[str, Any]:
-        """The module's `optimizer_step` / `optimizer_zero_grad` where it overrides Lightning's defaults (the
-        default path calls neither: nothing to add to each step)."""
+    def _hooks(module: LoopModule, model_engine: ModelEngine, strategy: Strategy) -> dict[str, Any]:
+        """The module's `optimizer_step` / `optimizer_zero_grad` where it overrides Lightning's defaults, and the
+        strategy's `zero_grad` around the zeroing where it overrides the base's (the default path calls none of
+        them: nothing to add to each step)."""
         hooks: dict[str, Any] = {}
         optimizer = model_engine.optimizer
         overridden = lambda name: getattr(type(module), name) is not getattr(LoopModule, name)  # noqa: E731
         if optimizer is None:
             return hooks
+        zero: Callable[[Engine], None] = lambda engine: model_engine.zero_grad()  # noqa: E731
         if overridden("optimizer_zero_grad"):
-            hooks["zero_grad"] = lambda engine: module.optimizer_zero_grad(
+            zero = lambda engine: module.optimizer_zero_grad(  # noqa: E731
                 engine.state.epoch - 1, batch_index(engine), optimizer
             )
+            hooks["zero_grad"] = zero
+        if type(strategy).zero_grad is not Strategy.zero_grad:  # e.g. torchft's quorum before the forward
+            module_zero = zero
+            hooks["zero_grad"] = lambda engine: strategy.zero_grad(lambda: module_zero(engine))
         if overridden("optimizer_step"):
             hooks["optimizer_step"] = lambda engine, closure, take_step: module.optimizer_step(
                 engine.state.epoch - 1, batch_index(engine), HookOptimizer(optimizer, take_step), closure

@@ -88,6 +88,13 @@ class Strategy:
         """How the ModelEngine steps under this strategy (gradient handlers, the optimizer step)."""
         return {}
 
+    def zero_grad(self, zero: Callable[[], None]) -> None:
+        """Where an accumulation window starts, before its first forward: `zero()` clears the gradients (the
+        module's `optimizer_zero_grad`, by default `optimizer.zero_grad()`). A fault-tolerant strategy forms the
+        step's quorum here first (and heals a rejoining replica group); the Trainer calls this only where a
+        strategy overrides it."""
+        zero()
+
     def distribute(self, loader: Iterable[Any], shuffle_default: bool, seed: int = 0) -> Iterable[Any]:
         """`loader` as this process reads it; `seed`: the run's data-order seed (a shuffling sampler's, the same on
         every rank)."""

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SequentialSampler
 
-from tracktrain.trainer.strategies.base import Strategy
+from tracktrain.trainer.strategies.base import ParallelStrategy
 from tracktrain.trainer.strategies.data_parallel import StepModule, with_sampler
 
 __all__ = ["LIGHTHOUSE_ENV", "FTDDPStrategy", "check_lighthouse"]
@@ -46,7 +46,7 @@ INSTALL = "pip install 'tracktrain[ft]'"
 _RECOVERED = ("model", "optimizers", "lr_schedulers", "grad_scaler", "trainer")
 
 
-class FTDDPStrategy(Strategy):
+class FTDDPStrategy(ParallelStrategy):
     """`strategy="ft_ddp"`: data parallel over torchft replica groups that meet at a lighthouse; a lost group's step is
     dropped (not the job), and a group that comes back is healed from a live peer.
 
@@ -158,7 +158,7 @@ class FTDDPStrategy(Strategy):
         return DistributedDataParallel(self._manager, StepModule(module))
 
     def model_engine_options(self, optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
-        """The step's quorum (and healing) where its gradients are cleared; the optimizer steps only on a commit."""
+        """The optimizer steps only on a commit (the step's quorum forms in `zero_grad`)."""
         if optimizer is None:
             raise NotImplementedError(
                 "strategy='ft_ddp' supports automatic optimization only for now (torchft decides per step whether "
@@ -166,15 +166,18 @@ class FTDDPStrategy(Strategy):
             )
         manager = self._manager
 
-        def join_quorum_and_zero_grad(optimizer: torch.optim.Optimizer) -> None:
-            manager.start_quorum()  # waits for the quorum; a group behind the others loads a peer's state here
-            optimizer.zero_grad()
-
         def step_if_committed(optimizer: torch.optim.Optimizer) -> None:
             if manager.should_commit():  # every group of the quorum agrees the step's gradients are whole
                 optimizer.step()
 
-        return {"zero_grad": join_quorum_and_zero_grad, "optimizer_step": step_if_committed}
+        return {"optimizer_step": step_if_committed}
+
+    def zero_grad(self, zero: Callable[[], None]) -> None:
+        """Join the step's quorum before its first forward — a group behind the others loads a peer's state here,
+        so the step runs on the peer's weights — then clear the gradients (`zero`: the module's
+        `optimizer_zero_grad` or the optimizer's)."""
+        self._manager.start_quorum()  # waits for the quorum (use_async_quorum=False)
+        zero()
 
     def setup_recovery(self, objects: dict[str, Any]) -> None:
         self._recovered = {key: objects[key] for key in _RECOVERED if key in objects}
