@@ -34,7 +34,7 @@ class MLP(LoopModule):
     def configure_optimizers(self):
         optimizer = torch.optim.AdamW(self.parameters(), lr=0.01)
         # per step: the global step is healed from the peer; an epoch's end is each group's own (its loader's
-        # position is not healed yet), so an "epoch" scheduler would step at different moments in each group
+        # position is not healed), so strategy="ft_ddp" refuses an "epoch" scheduler
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 50, 0.9)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 

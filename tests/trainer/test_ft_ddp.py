@@ -187,9 +187,10 @@ def fake_torchft(monkeypatch):
 
 
 class Net(LoopModule):
-    def __init__(self) -> None:
+    def __init__(self, interval: str = "step") -> None:
         super().__init__()
         self.net = nn.Linear(4, 2)
+        self.interval = interval
 
     def train_step(self, batch, batch_idx):
         EVENTS.append("forward")
@@ -199,7 +200,7 @@ class Net(LoopModule):
     def configure_optimizers(self):
         optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 2, 0.5)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": self.interval}}
 
 
 class ZeroHookNet(Net):
@@ -231,3 +232,21 @@ def test_each_step_joins_its_quorum_before_its_forward_and_steps_on_a_commit(fak
     EVENTS.clear()  # a module's own optimizer_zero_grad runs once the quorum formed, not instead of it
     fit(fake_torchft, ZeroHookNet(), default_root_dir=tmp_path)
     assert EVENTS == ["quorum", "zero_grad", "forward", "commit"] * 3 + ["shutdown"]
+
+
+@pytest.mark.parametrize(
+    ("interval", "options", "message"),
+    [
+        ("epoch", {}, r"""interval='epoch'.*"interval": "step\""""),
+        ("step", {"max_epochs": 2, "max_steps": None}, "max_epochs=2, max_steps=None.*max_steps=N, max_epochs=None"),
+        ("step", {"max_epochs": 2}, "max_epochs=2, max_steps=3"),
+        ("step", {"accumulate_grad_batches": 2}, "accumulates gradients.*accumulate_grad_batches=1"),
+    ],
+    ids=["epoch-scheduler", "max-epochs", "max-epochs-and-steps", "accumulation"],
+)
+def test_what_hangs_on_a_groups_own_epoch_is_refused_at_setup(fake_torchft, tmp_path, interval, options, message):
+    """A healed group's epoch position is its own: epoch schedulers, epoch limits and accumulation windows would make
+    the groups' weights diverge silently, so the fit refuses them before its first step."""
+    with pytest.raises(ValueError, match=message):
+        fit(fake_torchft, Net(interval), default_root_dir=tmp_path, **options)
+    assert "quorum" not in EVENTS and "forward" not in EVENTS  # refused before any step

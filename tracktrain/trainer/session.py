@@ -374,6 +374,12 @@ class Session:
             context.manual_optimizers = list(context.optimizers)
             if model_engine.scaler is not None and not module.automatic_optimization:
                 context.manual_optimizers = [ScaledOptimizer(opt, model_engine) for opt in context.optimizers]
+            strategy.check_schedule(
+                trainer.max_epochs,
+                trainer.max_steps,
+                [config.interval for config in context.lr_scheduler_configs],
+                context.accumulation.accumulates,
+            )
             trainer.fit_step.setup(train_forward)
             strategy.setup_recovery(trainer.checkpoints.objects())
         elif context.model_engine is None or context.model_engine.model is not module:

@@ -15,7 +15,7 @@ calls it in one fixed order (see `docs/architecture.md`):
    `reduce_tensor`, `async_any_rank` — every rank calls them at the same points, so none waits for a collective the
    others skipped. They are the only collectives the trainer and callbacks issue; beside them are the model's own
    (gradients, sharding) and the metrics' `compute()` (`tracktrain.metrics.distributed`, a layer below the trainer).
-7. `setup_recovery(objects)`: once the optimizers exist, what a replica that rejoins a fault-tolerant fit copies
+7. `check_schedule(...)`, then `setup_recovery(objects)`: once the optimizers exist, what a replica that rejoins a fault-tolerant fit copies
    from a live peer (the module, optimizers, schedulers, the Trainer's counters); nothing here.
 8. `checkpoint_objects(objects)`: what a checkpoint saves of them (full state here).
 9. `teardown()`: every rank ends the fit together.
@@ -150,6 +150,13 @@ class Strategy:
         """Given once the fit's optimizers are built: the objects a checkpoint saves (`checkpoint_objects`'
         argument). A fault-tolerant strategy serves their state to a rejoining replica group and loads a peer's
         into them when this group rejoins; other strategies need nothing."""
+
+    def check_schedule(
+        self, max_epochs: int | None, max_steps: int | None, scheduler_intervals: Sequence[str], accumulates: bool
+    ) -> None:
+        """Given once the optimizers exist, before the first step: the fit's limits, its LR schedulers' intervals
+        ("step" / "epoch") and whether it accumulates gradients. A strategy whose processes may not share their
+        epoch position (a healed replica group) refuses what would then make them diverge; nothing here."""
 
     def checkpoint_objects(self, objects: dict[str, Any]) -> dict[str, Any]:
         """What a checkpoint saves of `objects`: their full state, as they are (a sharded strategy gives

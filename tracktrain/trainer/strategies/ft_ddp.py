@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -178,6 +178,34 @@ class FTDDPStrategy(ParallelStrategy):
         `optimizer_zero_grad` or the optimizer's)."""
         self._manager.start_quorum()  # waits for the quorum (use_async_quorum=False)
         zero()
+
+    def check_schedule(
+        self, max_epochs: int | None, max_steps: int | None, scheduler_intervals: Sequence[str], accumulates: bool
+    ) -> None:
+        """Refuse what hangs on the epoch position, which is each group's own (a healed group gets the peer's step,
+        weights and schedulers, not its loop's place in the epoch): the groups would then step their LR, stop or
+        close accumulation windows at different steps, and their weights diverge without an error."""
+        epochs = [index for index, interval in enumerate(scheduler_intervals) if interval == "epoch"]
+        if epochs:
+            raise ValueError(
+                f"strategy='ft_ddp' steps LR schedulers per optimizer step only, but the scheduler(s) at "
+                f"{epochs} of configure_optimizers have interval='epoch': a healed replica group's epoch is its own, "
+                "so it would step them at other steps than its peers and their weights would diverge. Return "
+                '{"scheduler": s, "interval": "step"} (with the scheduler\'s period counted in optimizer steps).'
+            )
+        if max_steps is None or max_epochs is not None:
+            raise ValueError(
+                f"strategy='ft_ddp' stops a fit at max_steps only, but this Trainer has max_epochs={max_epochs}, "
+                f"max_steps={max_steps}: a healed replica group's epoch is its own, so an epoch limit would stop the "
+                "groups at different steps. Give Trainer(max_steps=N, max_epochs=None)."
+            )
+        if accumulates:
+            raise ValueError(
+                "strategy='ft_ddp' takes one batch per optimizer step, but this fit accumulates gradients "
+                "(accumulate_grad_batches > 1 or a GradientAccumulationScheduler): its windows are counted per epoch, "
+                "which is each replica group's own, so the groups' windows would not line up. Use "
+                "accumulate_grad_batches=1 (and a larger batch, or more groups)."
+            )
 
     def setup_recovery(self, objects: dict[str, Any]) -> None:
         self._recovered = {key: objects[key] for key in _RECOVERED if key in objects}
