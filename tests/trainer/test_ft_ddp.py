@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from tracktrain import LoopModule, Trainer
 from tracktrain.trainer.strategies import FTDDPStrategy
-from tracktrain.trainer.strategies.ft_ddp import check_lighthouse
+from tracktrain.trainer.strategies.ft_ddp import PARTICIPANTS, check_lighthouse
 
 needs_torchft = pytest.mark.skipif(importlib.util.find_spec("torchft") is None, reason="torchft is not installed")
 
@@ -232,6 +232,11 @@ def test_each_step_joins_its_quorum_before_its_forward_and_steps_on_a_commit(fak
     EVENTS.clear()  # a module's own optimizer_zero_grad runs once the quorum formed, not instead of it
     fit(fake_torchft, ZeroHookNet(), default_root_dir=tmp_path)
     assert EVENTS == ["quorum", "zero_grad", "forward", "commit"] * 3 + ["shutdown"]
+
+
+def test_the_participants_are_published_with_the_step_values(fake_torchft, tmp_path):
+    trainer = fit(fake_torchft, Net(), log_every_n_steps=1, default_root_dir=tmp_path)
+    assert trainer.logged_metrics[PARTICIPANTS] == 2.0
 
 
 @pytest.mark.parametrize(

@@ -168,7 +168,7 @@ class FitStep:
         state.global_step += 1
         if state.global_step % trainer.log_every_n_steps == 0:
             trainer.check_finite()  # where values are read back anyway: no sync of its own
-            trainer.publish(trainer.metric_log.step_values())
+            trainer.publish({**trainer.metric_log.step_values(), **trainer.strategy.step_values()})
         if trainer.max_steps is not None and state.global_step >= trainer.max_steps:
             trainer.stop(agreed=True, limit=True)  # every rank counts the same steps
         else:  # a stop asked for before min_steps were done (nothing to do otherwise: one flag read)

@@ -151,6 +151,11 @@ class Strategy:
         argument). A fault-tolerant strategy serves their state to a rejoining replica group and loads a peer's
         into them when this group rejoins; other strategies need nothing."""
 
+    def step_values(self) -> dict[str, float]:
+        """Values of the strategy's own published with the step's logged values (at `log_every_n_steps`), e.g. a
+        fault-tolerant strategy's replica groups in the step; none here."""
+        return {}
+
     def check_schedule(
         self, max_epochs: int | None, max_steps: int | None, scheduler_intervals: Sequence[str], accumulates: bool
     ) -> None:

@@ -36,10 +36,12 @@ from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sequ
 from tracktrain.trainer.strategies.base import ParallelStrategy
 from tracktrain.trainer.strategies.data_parallel import StepModule, with_sampler
 
-__all__ = ["LIGHTHOUSE_ENV", "FTDDPStrategy", "check_lighthouse"]
+__all__ = ["LIGHTHOUSE_ENV", "PARTICIPANTS", "FTDDPStrategy", "check_lighthouse"]
 
 LIGHTHOUSE_ENV = "TORCHFT_LIGHTHOUSE"
 """torchft's environment variable for the lighthouse address (`http://host:port`)."""
+PARTICIPANTS = "ft/participants"
+"""The published value of the replica groups that took part in the step (at the Trainer's `log_every_n_steps`)."""
 INSTALL = "pip install 'tracktrain[ft]'"
 # what a recovering group copies from a peer: a checkpoint's objects without the engine's loop position (which
 # the running loop owns) and without the DataModule (whose data a group reads on its own)
@@ -206,6 +208,12 @@ class FTDDPStrategy(ParallelStrategy):
                 "which is each replica group's own, so the groups' windows would not line up. Use "
                 "accumulate_grad_batches=1 (and a larger batch, or more groups)."
             )
+
+    def step_values(self) -> dict[str, float]:
+        """`ft/participants`: the replica groups in the last step's quorum (torchft's `num_participants()`)."""
+        if self._manager is None:
+            return {}
+        return {PARTICIPANTS: float(self._manager.num_participants())}
 
     def setup_recovery(self, objects: dict[str, Any]) -> None:
         self._recovered = {key: objects[key] for key in _RECOVERED if key in objects}
