@@ -549,3 +549,26 @@ def test_a_second_fit_after_the_limit_was_reached_says_how_it_differs_from_light
     with pytest.warns(UserWarning, match=r"previous fit already reached its limit \(max_epochs=1.*would train nothing"):
         trainer.fit(Classifier(), make_loader())
     assert trainer.global_step == 8  # the new run's
+
+
+def test_a_tuple_hyperparameter_comes_back_a_tuple_from_the_checkpoint(tmp_path):
+    # UvA's energy models: `(batch_size,) + self.hparams.img_shape` in the module rebuilt by load_from_checkpoint
+    class Shaped(Classifier):
+        def __init__(self, img_shape=(1, 4)) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            self.flat = (2,) + self.hparams.img_shape
+
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt")
+    Trainer(**{**quiet(tmp_path, max_epochs=1), "enable_checkpointing": True, "callbacks": [checkpoint]}).fit(
+        Shaped(img_shape=(1, 2, 2)), make_loader()
+    )
+    loaded = Shaped.load_from_checkpoint(checkpoint.best_model_path)
+    assert loaded.hparams.img_shape == (1, 2, 2) and loaded.flat == (2, 1, 2, 2)
+    # and a fit resumed from it sees no change in the module's settings (the tuple as saved, and as lists before)
+    Trainer(**{**quiet(tmp_path, max_epochs=2), "enable_checkpointing": True, "callbacks": [checkpoint]}).fit(
+        Shaped(img_shape=(1, 2, 2)), make_loader(), ckpt_path=checkpoint.best_model_path
+    )
+    from tracktrain.checkpoint.run_settings import changed_settings
+
+    assert changed_settings({"module": {"img_shape": [1, 2, 2]}}, {"module": {"img_shape": (1, 2, 2)}}) == {}

@@ -40,7 +40,9 @@ def changed_settings(saved: Mapping[str, Any] | None, current: Mapping[str, Any]
         return {}  # a checkpoint from before settings were saved: nothing to compare with
     old, new = flatten_params(saved), flatten_params(current)  # the keys the loggers' params have
     return {
-        key: (old.get(key), new.get(key)) for key in sorted(old.keys() | new.keys()) if old.get(key) != new.get(key)
+        key: (old.get(key), new.get(key))
+        for key in sorted(old.keys() | new.keys())
+        if _comparable(old.get(key)) != _comparable(new.get(key))
     }
 
 
@@ -61,12 +63,22 @@ def describe(changes: Mapping[str, tuple[Any, Any]]) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """`value` as JSON-like data (what a checkpoint read with weights_only=True, and every tracker, takes): other
+    """`value` as plain data (what a checkpoint read with weights_only=True, and every tracker, takes): other
     objects (a dtype, a Path, ...) become their text."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, Mapping):
         return {str(key): _plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, tuple):  # kept a tuple: a module rebuilt from its hparams gets what it was given
+        return tuple(_plain(item) for item in value)
+    if isinstance(value, list):
         return [_plain(item) for item in value]
     return str(value)
+
+
+def _comparable(value: Any) -> Any:
+    """A setting as compared on resume: a tuple equal to the list of its items (checkpoints before tuples were kept
+    hold lists), recursively."""
+    if isinstance(value, (list, tuple)):
+        return [_comparable(item) for item in value]
+    return value
