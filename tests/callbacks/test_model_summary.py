@@ -63,8 +63,10 @@ def test_the_trainer_logs_the_summary_at_each_fit_start_unless_switched_off(tmp_
         loggers=False,
         default_root_dir=tmp_path,
         enable_model_summary=enabled,
+        max_steps=4,  # the first fit stops before the limit of epochs: the second one trains
     )
     trainer.fit(Classifier(), make_loader())
+    trainer.max_steps = 8
     trainer.fit(Classifier(), make_loader())  # a second fit: a second summary
     err = capfd.readouterr().err
     assert err.count("Model summary of Classifier") == (2 if enabled else 0)

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from tests.trainer._tasks import Classifier, make_loader
-from tracktrain import Trainer
+from tracktrain import Callback, Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [ROOT / "tracktrain", ROOT / "integrations" / "tracktrain_integrations"]
@@ -82,9 +82,15 @@ def test_what_a_fit_creates_is_read_only_on_the_trainer(name):
 
 def test_each_fit_starts_from_a_fresh_context_and_the_parts_fill_it(tmp_path):
     """One context object for the Trainer's life (its parts are built with it), emptied when each fit starts."""
+
+    class StopsAfterOneBatch(Callback):  # so that the Trainer's limit is not reached and the next fit trains
+        def on_train_batch_end(self, trainer, *args):
+            trainer.should_stop = True
+
     trainer = Trainer(
-        max_epochs=1, enable_progress_bar=False, enable_checkpointing=False, logger=False, default_root_dir=tmp_path
-    )
+        max_epochs=1, enable_progress_bar=False, enable_checkpointing=False, logger=False, default_root_dir=tmp_path,
+        callbacks=[StopsAfterOneBatch()],
+    )  # fmt: skip
     context = trainer.context
     assert context.module is None
     module = Classifier()

@@ -530,8 +530,8 @@ def test_trainer_model_and_lightnings_core_and_strategies_paths(tmp_path):
     trainer.fit(first, make_loader())
     assert first.seen == (first, False) and trainer.model is first and trainer.lightning_module is first
     second = FromTrainerModel()
-    trainer.fit(second, make_loader())
-    assert second.seen[0] is second  # not the previous fit's module
+    trainer.fit(second, make_loader())  # max_epochs reached: nothing trained, as in Lightning
+    assert trainer.model is second  # the module given, not the engine of the previous fit's
     reference = Classifier()
     Trainer(**quiet(tmp_path / "ref", max_epochs=1)).fit(reference, make_loader())
     assert torch.equal(first.net.weight, reference.net.weight)
@@ -541,14 +541,42 @@ def test_trainer_model_and_lightnings_core_and_strategies_paths(tmp_path):
     assert DDPStrategy().num_processes == 1  # one process here (torchrun's LOCAL_WORLD_SIZE where launched)
 
 
-def test_a_second_fit_after_the_limit_was_reached_says_how_it_differs_from_lightning(tmp_path):
-    # the MNIST hello world fits a second module on the same Trainer: Lightning trains nothing (its counters stay at
-    # max_epochs), here a new run trains; the warning says so, and what to do for either behaviour
+def test_a_second_fit_after_the_limit_was_reached_trains_nothing_as_in_lightning(tmp_path, capsys):
+    # the MNIST hello world fits a second module on the same Trainer: Lightning's Trainer counts its epochs across
+    # fits, so with max_epochs reached the second module is not trained (and becomes the one test() evaluates)
+    L = pytest.importorskip("lightning.pytorch")
+
+    class LightningClassifier(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.net = nn.Linear(4, 2)
+
+        def training_step(self, batch, batch_idx):
+            return F.cross_entropy(self.net(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    theirs = L.Trainer(
+        max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )  # fmt: skip
+    theirs.fit(LightningClassifier(), make_loader())
+    their_second = LightningClassifier()
+    theirs.fit(their_second, make_loader())
     trainer = Trainer(**quiet(tmp_path, max_epochs=1))
     trainer.fit(Classifier(), make_loader())
-    with pytest.warns(UserWarning, match=r"previous fit already reached its limit \(max_epochs=1.*would train nothing"):
-        trainer.fit(Classifier(), make_loader())
-    assert trainer.global_step == 8  # the new run's
+    second = Classifier()
+    capsys.readouterr()
+    trainer.fit(second, make_loader())
+    assert "Trainer.fit stopped: this Trainer's previous fit reached its limit (max_epochs=1" in capsys.readouterr().err
+    assert trainer.global_step == theirs.global_step == 8
+    assert torch.equal(second.net.weight, Classifier().net.weight)  # untrained, as Lightning's second module
+    assert torch.equal(their_second.net.weight, LightningClassifier().net.weight)
+    assert trainer.module is second
+    (tested,) = trainer.test(dataloaders=make_loader(seed=1), verbose=False)
+    assert "val_loss" in tested
 
 
 def test_a_tuple_hyperparameter_comes_back_a_tuple_from_the_checkpoint(tmp_path):

@@ -637,13 +637,16 @@ class Trainer:
             val_dataloaders = None
         data = StageData("fit", module, datamodule, {"fit": train_dataloaders, "validate": val_dataloaders})
         if ckpt_path is None and self._limit_reached_by_last_fit():
-            warnings.warn(  # Lightning's Trainer keeps its counters across fits, so there the limit stays reached
-                f"This Trainer's previous fit already reached its limit (max_epochs={self.max_epochs}, "
-                f"max_steps={self.max_steps}); this fit starts a new run and trains again, where Lightning's Trainer "
-                "would train nothing. For Lightning's behaviour skip this fit; to continue the last run, "
-                'fit(ckpt_path="last") with a larger max_epochs.',
-                stacklevel=2,
+            # Lightning's rule: a Trainer counts its epochs and steps across fits, so once its limit is reached a
+            # fit trains nothing; the module given becomes the Trainer's (a later test() evaluates it)
+            self.context.start_next_fit()
+            self.context.module, self.context.datamodule = module, datamodule
+            get_dist_logger().info(
+                f"Trainer.fit stopped: this Trainer's previous fit reached its limit (max_epochs={self.max_epochs}, "
+                f"max_steps={self.max_steps}), as in Lightning. A new Trainer trains a new run; "
+                'fit(ckpt_path="last") with a larger max_epochs continues the last one.'
             )
+            return
         self.context.start_next_fit()
         self.session.fit(self.context, module, data, ckpt_path)
 
@@ -651,7 +654,8 @@ class Trainer:
         state = self.train_engine.state
         if not state.iteration:
             return False
-        return (self.max_epochs is not None and state.epoch >= self.max_epochs) or (
+        epochs_done = state.iteration // state.epoch_length if state.epoch_length else state.epoch
+        return (self.max_epochs is not None and epochs_done >= self.max_epochs) or (
             self.max_steps is not None and self.global_step >= self.max_steps
         )
 
