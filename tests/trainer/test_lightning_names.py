@@ -51,7 +51,7 @@ MODULE_SAME = frozenset(
         "current_epoch", "device", "global_rank", "global_step", "hparams", "load_from_checkpoint", "local_rank",
         "log", "log_dict", "lr_schedulers", "manual_backward", "optimizers", "predict_step", "print",
         "save_hyperparameters", "test_step", "trainer", "logger", "loggers", "example_input_array",
-        "toggle_optimizer", "untoggle_optimizer", "toggled_optimizer",
+        "toggle_optimizer", "untoggle_optimizer", "toggled_optimizer", "optimizer_step", "optimizer_zero_grad",
     }
     | {name for name in HOOK_EVENTS if name != "on_sanity_check_start" and name != "on_sanity_check_end"}
 )  # fmt: skip
@@ -68,7 +68,7 @@ TRAINER_SAME = frozenset(
         "val_check_interval", "check_val_every_n_epoch", "accumulate_grad_batches", "gradient_clip_val",
         "gradient_clip_algorithm", "limit_train_batches", "limit_val_batches", "limit_test_batches",
         "limit_predict_batches", "overfit_batches", "log_every_n_steps", "state", "logger", "log_dir", "min_epochs", "min_steps",
-        "global_rank", "local_rank", "node_rank", "world_size", "num_devices", "num_nodes",
+        "global_rank", "local_rank", "node_rank", "world_size", "num_devices", "num_nodes", "lightning_module", "model",
     }
 )  # fmt: skip
 # Lightning properties that are ours as Trainer(...) arguments only (what they were set to: see attributes.py)

@@ -197,7 +197,7 @@ def test_checkpoint_files_a_killed_save_left_without_a_manifest_are_deleted_at_t
     ]
 
 
-def test_manifest_summarizes_the_run(tmp_path):
+def test_manifest_summarizes_the_run(tmp_path, without_tensorboard):
     trainer, checkpoint = run_trainer(tmp_path, 1)
     trainer.fit(Classifier(), make_loader())
     manifest = json.loads((tmp_path / "ckpt" / "last_checkpoint_8.pt.manifest.json").read_text())

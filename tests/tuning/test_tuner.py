@@ -28,7 +28,7 @@ class WithItsData(Classifier):
 
 def test_lr_find_reads_the_modules_loader_and_sets_the_suggestion_on_it(tmp_path):
     module = WithItsData()
-    finder = Tuner(Trainer(**quiet(tmp_path, max_epochs=1))).lr_find(module, num_training=30, min_lr=1e-4)
+    finder = Tuner(Trainer(**quiet(tmp_path, max_epochs=1, seed=0))).lr_find(module, num_training=30, min_lr=1e-4)
     assert set(finder.results) == {"lr", "loss"} and len(finder.results["lr"]) == 30
     assert module.lr == module.hparams.lr == finder.suggestion() != 0.1
     with pytest.raises(AttributeError, match=r"found none of \['momentum'\]"):

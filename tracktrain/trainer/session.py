@@ -111,6 +111,13 @@ class Session:
         def run() -> None:
             if epoch_length_of("limit_train_batches", data.loader("fit"), trainer.limits["fit"]) == 0:
                 return  # nothing to train
+            if context.limit_reached_before:
+                get_dist_logger().info(
+                    f"Trainer.fit stopped: this Trainer's previous fit reached its limit (max_epochs="
+                    f"{trainer.max_epochs}, max_steps={trainer.max_steps}), as in Lightning. A new Trainer trains a "
+                    'new run; fit(ckpt_path="last") with a larger max_epochs continues the last one.'
+                )
+                return
             trainer.checkpoints.start_run(context, ckpt_path if ckpt_path is not None else trainer.resume, module)
             if trainer.checkpoints.already_finished():
                 return

@@ -636,18 +636,11 @@ class Trainer:
             )
             val_dataloaders = None
         data = StageData("fit", module, datamodule, {"fit": train_dataloaders, "validate": val_dataloaders})
-        if ckpt_path is None and self._limit_reached_by_last_fit():
-            # Lightning's rule: a Trainer counts its epochs and steps across fits, so once its limit is reached a
-            # fit trains nothing; the module given becomes the Trainer's (a later test() evaluates it)
-            self.context.start_next_fit()
-            self.context.module, self.context.datamodule = module, datamodule
-            get_dist_logger().info(
-                f"Trainer.fit stopped: this Trainer's previous fit reached its limit (max_epochs={self.max_epochs}, "
-                f"max_steps={self.max_steps}), as in Lightning. A new Trainer trains a new run; "
-                'fit(ckpt_path="last") with a larger max_epochs continues the last one.'
-            )
-            return
+        # Lightning's rule: a Trainer counts its epochs and steps across fits, so once its limit is reached a fit
+        # sets up (the module given becomes the Trainer's: a later test() evaluates it) and trains nothing
+        limit_reached = ckpt_path is None and self._limit_reached_by_last_fit()
         self.context.start_next_fit()
+        self.context.limit_reached_before = limit_reached
         self.session.fit(self.context, module, data, ckpt_path)
 
     def _limit_reached_by_last_fit(self) -> bool:
