@@ -75,7 +75,7 @@ def test_the_answers_reach_the_config_and_the_readme(generate):
 def test_the_entry_point_rejects_a_bad_option_naming_it_and_the_close_ones(generate):
     project = generate(tracker="none")
     config = yaml.safe_load((project / "digits_classifier" / "config.yaml").read_text())
-    assert config["trainer"]["loggers"] is None  # none: a CSV log
+    assert config["trainer"]["loggers"] == [{"class_path": "tracktrain.loggers.CSVLogger"}]  # none: a CSV log
 
     result = subprocess.run(
         [sys.executable, "-m", "digits_classifier.train", "--trainer.epochs", "3"],

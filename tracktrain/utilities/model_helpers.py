@@ -6,14 +6,14 @@ from typing import Any
 
 from torch import nn
 
-from tracktrain.utilities.imports import _TORCHVISION_AVAILABLE
+from tracktrain.utilities.imports import module_available
 
 __all__ = ["get_torchvision_model"]
 
 
 def get_torchvision_model(model_name: str, **kwargs: Any) -> nn.Module:
     """torchvision's model `model_name` ("resnet18", ...) built with `kwargs` (`weights=...`, `num_classes=...`)."""
-    if not _TORCHVISION_AVAILABLE:
+    if not module_available("torchvision"):
         raise ModuleNotFoundError(
             f"get_torchvision_model({model_name!r}) needs torchvision: pip install torchvision, pinned beside torch."
         )
