@@ -27,6 +27,7 @@ from tracktrain import Trainer  # noqa: E402
 from tracktrain.callbacks import Callback, ModelCheckpoint  # noqa: E402
 from tracktrain.checkpoint.discovery import committed_checkpoints  # noqa: E402
 from tracktrain.checkpoint.state import read_checkpoint  # noqa: E402
+from tracktrain.loggers import CSVLogger  # noqa: E402
 from tracktrain_integrations import ray as tracktrain_ray  # noqa: E402
 
 from ..trainer._tasks import Classifier, make_loader  # noqa: E402
@@ -74,6 +75,7 @@ def train_loop(config: dict) -> None:
         enable_progress_bar=False,
         default_root_dir=config["root"],
         callbacks=callbacks,
+        loggers=[CSVLogger()],  # what the tests read back (the default is TensorBoard's where it is installed)
     )
     loader = make_loader(shuffle=True)
     resume = {"ckpt_path": config["ckpt_path"]} if "ckpt_path" in config else {"checkpoint": config.get("checkpoint")}
