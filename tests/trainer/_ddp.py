@@ -37,7 +37,8 @@ class CrashAtStep(Callback):
 
 
 def save_per_rank(out: str, name: str, value) -> None:
-    """In a rank: `value` as `<out>/<name>_rank<rank>.json`."""
+    """In a rank: `value` as `<out>/<name>_rank<rank>.json` (`out` made here: only rank 0 makes the Trainer's root)."""
+    Path(out).mkdir(parents=True, exist_ok=True)
     Path(out, f"{name}_rank{dist.get_rank()}.json").write_text(json.dumps(value))
 
 
