@@ -10,6 +10,7 @@ import warnings
 from collections.abc import Iterator
 
 import pytest
+import torch
 
 from tests import _processes
 
@@ -51,6 +52,18 @@ def _no_global_seed_outlives_its_test(monkeypatch: pytest.MonkeyPatch) -> None:
     """`seed_everything` (ours and Lightning's, an oracle here) records its seed in PL_GLOBAL_SEED, which a Trainer
     without `seed=` then takes: a test's call must not decide the next test's seed."""
     monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_torch_flag_outlives_its_test() -> Iterator[None]:
+    """`Trainer(deterministic=..., benchmark=...)` sets torch's global flags, as Lightning's does: a test's Trainer
+    must not make the next test's kernels strict."""
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    benchmark = torch.backends.cudnn.benchmark
+    yield
+    torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+    torch.backends.cudnn.benchmark = benchmark
 
 
 @pytest.fixture(autouse=True)

@@ -62,7 +62,8 @@ def _port_modules(text: str) -> str:
 
 
 def ported_source(text: str) -> str:
-    """`text` with Lightning's imports changed to tracktrain's and the documented renames made (nothing else)."""
+    """`text` with Lightning's imports changed to tracktrain's and the documented renames made (nothing else):
+    a name of the program's own that is one of ours (imagenet.py's `eval_step` helper) becomes `shared_<name>`."""
     lines = []
     for line in text.splitlines(keepends=True):
         match = _IMPORT_LINE.match(line)
@@ -70,6 +71,8 @@ def ported_source(text: str) -> str:
             line = _port_modules(line)
         lines.append(line)
     ported = "".join(lines)
+    for ours in ("train_step", "eval_step"):  # a method of the program's own with our name: renamed first
+        ported = re.sub(rf"\b{ours}\b", f"shared_{ours}", ported)
     return re.sub(r"\b(" + "|".join(_NAMES) + r")\b", lambda m: _NAMES[m.group(1)], ported)
 
 

@@ -5,6 +5,7 @@ against the processes the launcher started). Each used as Lightning users write 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tracktrain import Callback, Trainer
 
@@ -96,3 +97,39 @@ def test_devices_accepts_auto_and_the_processes_started(tmp_path, monkeypatch):
     Trainer(default_root_dir=tmp_path, devices=2)  # per machine, as Lightning counts devices
     with pytest.raises(ValueError, match=r"devices=1\) but 2 process\(es\) run on this machine"):
         Trainer(default_root_dir=tmp_path, devices=1)
+
+
+def _torch_flags() -> tuple[bool, bool, bool]:
+    return (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.backends.cudnn.benchmark,
+    )
+
+
+@pytest.mark.parametrize(
+    ("deterministic", "benchmark"),
+    [(None, None), (None, True), (True, None), ("warn", None), (False, True), (True, False), (False, None)],
+)
+def test_deterministic_and_benchmark_set_torchs_flags_as_lightnings_do(deterministic, benchmark):
+    """imagenet.py's `Trainer(benchmark=True)`; `deterministic=True` strict (an error on a nondeterministic kernel),
+    "warn" a warning, None leaving torch's setting: the flags after our Trainer equal those after Lightning's, from
+    the same starting flags (strict and benchmark on, so that "leave it" shows)."""
+    lightning = pytest.importorskip("lightning.pytorch")
+    after = []
+    for make in (Trainer, lightning.Trainer):
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = True
+        make(deterministic=deterministic, benchmark=benchmark, logger=False, enable_progress_bar=False)
+        after.append(_torch_flags())
+    assert after[0] == after[1]
+
+
+def test_deterministic_with_benchmark_warns_and_bad_values_are_errors():
+    with pytest.warns(UserWarning, match="autotuner"):
+        Trainer(deterministic=True, benchmark=True, loggers=False)
+    assert torch.backends.cudnn.benchmark
+    with pytest.raises(ValueError, match=r'deterministic=\.\.\.\) is True, "warn", False or None, got \'strict\''):
+        Trainer(deterministic="strict")
+    with pytest.raises(TypeError, match=r"benchmark=\.\.\.\) is True, False or None, got 'yes'"):
+        Trainer(benchmark="yes")

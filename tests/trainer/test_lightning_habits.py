@@ -367,6 +367,43 @@ def test_a_module_with_lightnings_step_names_only_is_refused_with_ours(tmp_path)
         quiet_trainer(tmp_path, max_epochs=1).fit(PortedValidation(), make_loader())
 
 
+def test_a_helper_named_like_our_step_beside_lightnings_step_is_refused_naming_both(tmp_path):
+    """Lightning's imagenet example: `validation_step` calls its own `eval_step(batch, batch_idx, prefix)`. Left
+    unrenamed, tracktrain would call the helper as the step (a raw TypeError for `prefix`); the error names both. A
+    module that keeps Lightning's name as an alias of ours (runs under both frameworks) is not refused."""
+
+    class Helper(LoopModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(4, 2)
+
+        def train_step(self, batch, batch_idx):
+            return F.cross_entropy(self.net(batch[0]), batch[1])
+
+        def eval_step(self, batch, batch_idx, prefix):
+            self.log(f"{prefix}_loss", F.cross_entropy(self.net(batch[0]), batch[1]))
+
+        def validation_step(self, batch, batch_idx):
+            return self.eval_step(batch, batch_idx, "val")
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    message = r"defines validation_step\(\) and its own eval_step\(self, batch, batch_idx, prefix\).*shared_eval_step"
+    with pytest.raises(TypeError, match=message):
+        quiet_trainer(tmp_path, max_epochs=1).fit(Helper(), make_loader(), make_loader(n=8))
+
+    class Alias(Helper):
+        def eval_step(self, batch, batch_idx):
+            return super().eval_step(batch, batch_idx, "val")
+
+        validation_step = eval_step
+
+    trainer = quiet_trainer(tmp_path, max_epochs=1)
+    trainer.fit(Alias(), make_loader(), make_loader(n=8))
+    assert "val_loss" in trainer.callback_metrics
+
+
 @pytest.mark.parametrize("several", [lambda a, b: [a, b], lambda a, b: (a, b), lambda a, b: {"a": a, "b": b}])
 def test_several_training_loaders_are_refused_with_what_to_do_not_taken_for_batches(tmp_path, several):
     """Lightning's CombinedLoader for training: read as one iterable, each loader would be taken for a batch (a raw

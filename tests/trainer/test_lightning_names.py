@@ -86,7 +86,7 @@ TRAINER_ARGUMENTS_SAME = frozenset(
         "log_every_n_steps", "enable_checkpointing", "enable_progress_bar", "enable_model_summary",
         "accumulate_grad_batches", "gradient_clip_val", "gradient_clip_algorithm", "deterministic",
         "default_root_dir", "max_time", "min_epochs", "min_steps", "detect_anomaly",
-        "reload_dataloaders_every_n_epochs",
+        "reload_dataloaders_every_n_epochs", "benchmark",
     }
 )  # fmt: skip
 CALLBACK_SAME = frozenset({"state_dict", "load_state_dict", "state_key", *HOOK_EVENTS})

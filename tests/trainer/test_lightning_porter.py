@@ -33,6 +33,7 @@ def test_imports_and_the_four_renames_change_and_nothing_else():
         "    def training_step(self, batch, batch_idx):\n"
         "        self.training_step_outputs = []  # not the method's name\n"
         "        return self.validation_step(batch, batch_idx)\n"
+        "    def eval_step(self, batch, batch_idx, prefix):  # the program's own\n"
         "cb = lightning.pytorch.callbacks.EarlyStopping('val_loss')\n"
         "print('lightning stays lightning in text', check_val_every_n_epoch)\n"
     )
@@ -50,6 +51,7 @@ def test_imports_and_the_four_renames_change_and_nothing_else():
         "    def train_step(self, batch, batch_idx):",
         "        self.training_step_outputs = []  # not the method's name",
         "        return self.eval_step(batch, batch_idx)",
+        "    def shared_eval_step(self, batch, batch_idx, prefix):  # the program's own",
         "cb = tracktrain.callbacks.EarlyStopping('val_loss')",
         "print('lightning stays lightning in text', check_val_every_n_epoch)",
     ]

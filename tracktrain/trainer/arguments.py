@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, overload
 
@@ -290,6 +291,35 @@ def check_callbacks(callbacks: Any, callback_type: type) -> list[Any]:
             )
         check_lightning_callback(callback, callback_type)
     return callbacks
+
+
+def check_deterministic(value: Any) -> bool | str | None:
+    if value is not None and not isinstance(value, bool) and value != "warn":
+        raise ValueError(f'Trainer(deterministic=...) is True, "warn", False or None, got {value!r}.')
+    return value
+
+
+def set_torch_flags(deterministic: bool | str | None, benchmark: bool | None) -> None:
+    """Lightning's rule for torch's global flags: `benchmark` sets cuDNN's autotuner (None: leave it, but off under
+    `deterministic`); `deterministic` True makes a nondeterministic kernel an error, "warn" a warning, False lets
+    them run, None leaves torch's setting as it is."""
+    if benchmark is not None and not isinstance(benchmark, bool):
+        raise TypeError(f"Trainer(benchmark=...) is True, False or None, got {benchmark!r}.")
+    if deterministic:
+        if benchmark:
+            warnings.warn(
+                "Trainer(deterministic=True, benchmark=True): torch ignores cudnn.deterministic while cuDNN's "
+                "autotuner picks kernels, so cuDNN's choices may differ from run to run.",
+                stacklevel=3,
+            )
+        elif benchmark is None:
+            benchmark = False
+    if benchmark is not None:
+        torch.backends.cudnn.benchmark = benchmark
+    if deterministic is not None:
+        torch.use_deterministic_algorithms(bool(deterministic), warn_only=deterministic == "warn")
+    if deterministic:  # cuBLAS is deterministic only with a fixed workspace (read when CUDA starts)
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 
 def check_seed(seed: Any) -> int | None:

@@ -25,7 +25,7 @@ TRAINER_ATTRIBUTES = frozenset(
     {
         # settings, from the constructor's arguments (read when each fit/validate/test/predict starts)
         "accumulate_grad_batches", "activation_checkpointing", "autocast_dtype", "param_dtype", "compile", "default_root_dir",
-        "deterministic", "fast_dev_run", "gradient_clip_algorithm", "gradient_clip_val", "limits",
+        "deterministic", "benchmark", "fast_dev_run", "gradient_clip_algorithm", "gradient_clip_val", "limits",
         "log_every_n_steps", "max_epochs", "max_steps", "min_epochs", "min_steps", "detect_anomaly", "reload_dataloaders_every_n_epochs", "max_time", "training_time", "nonfinite", "num_sanity_val_steps", "overfit_batches",
         "precision", "preemption_timeout", "resume", "resume_with_changes", "seed", "strategy", "strategy_name",
         "val_check_interval", "val_every_n_epochs", "loggers",

@@ -13,6 +13,7 @@ Lightning's built-in callbacks are walked too: each is ours under its name (`CAL
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -188,7 +189,6 @@ TRAINER_NOT_OFFERED = {
 # Trainer(...) arguments of Lightning's that tracktrain does not take (a TypeError), with why and what to use
 TRAINER_ARGUMENTS_NOT_OFFERED = {
     "num_nodes": "torchrun --nnodes: processes come from the launcher",
-    "benchmark": "torch.backends.cudnn.benchmark = True before the fit",
     "inference_mode": "evaluation runs under torch.no_grad() (tensors usable in autograd later)",
     "use_distributed_sampler": "the strategy replaces a DataLoader's sampler only when it is a plain Random/"
     "SequentialSampler; give a DistributedSampler yourself to keep your own",
@@ -266,6 +266,13 @@ def check_lightning_methods(module: object, base: type) -> None:
                 f"{cls.__name__} defines {lightning}(), Lightning's name; tracktrain calls it {ours}(self, batch, "
                 f"batch_idx), so {lightning} would never run. Rename it to {ours}."
             )
+        if hasattr(cls, lightning) and _needs_more_than_a_batch(getattr(cls, ours)):
+            # Lightning's imagenet example: a helper eval_step(batch, batch_idx, prefix) beside validation_step
+            raise TypeError(
+                f"{cls.__name__} defines {lightning}() and its own {ours}{inspect.signature(getattr(cls, ours))}; "
+                f"tracktrain calls {ours}(self, batch, batch_idx) as Lightning calls {lightning}, so the helper "
+                f"would be called in its place. Rename the helper (e.g. shared_{ours}), then {lightning} to {ours}."
+            )
     _check_hooks(cls, MODULE_HOOKS_NOT_CALLED, base)
     instance = vars(module) if hasattr(module, "__dict__") else {}
     for name, instead in MODULE_ATTRIBUTES_NOT_READ.items():
@@ -274,6 +281,16 @@ def check_lightning_methods(module: object, base: type) -> None:
                 f"{cls.__name__} sets {name}, which Lightning reads; nothing in tracktrain does, so it would be "
                 f"silently ignored. Use {instead} (or rename the attribute)."
             )
+
+
+def _needs_more_than_a_batch(method: Any) -> bool:
+    """Whether `method(self, batch, batch_idx)` would miss a required argument."""
+    try:
+        parameters = list(inspect.signature(method).parameters.values())[1:]  # after self
+    except (TypeError, ValueError):
+        return False
+    required = [p for p in parameters if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    return len(required) > 2
 
 
 def check_lightning_callback(callback: object, base: type) -> None:

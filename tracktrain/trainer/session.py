@@ -356,8 +356,6 @@ class Session:
         self.stop_requested = False
         if trainer.seed is not None:
             manual_seed(trainer.seed)
-        if trainer.deterministic:
-            torch.use_deterministic_algorithms(True, warn_only=True)
         check_lightning_methods(module, LoopModule)
         module.trainer = trainer
         context.module, context.datamodule = module, data.datamodule

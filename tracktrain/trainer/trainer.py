@@ -77,14 +77,19 @@ class Trainer:
         callbacks: `Callback`s, run in the order given, after the module's own hooks (a callback's `phase` places it
             elsewhere in the run's order). `trainer.callbacks` holds them with the defaults, and the `LoggerBridge`
             whose state (the trackers' run ids) rides in checkpoints with theirs.
-        loggers: trackers (`tracktrain_integrations.mlflow.MLflowLogger`, `...wandb.WandbLogger`, ...); None: a
-            `CSVLogger` under `default_root_dir/logs`; False: none. Rank 0 only; runs resume with checkpoints.
+        loggers: trackers (`tracktrain_integrations.mlflow.MLflowLogger`, `...wandb.WandbLogger`, ...); None:
+            Lightning's default, a `TensorBoardLogger` where tensorboard is installed, else a `CSVLogger`, both
+            under `default_root_dir/lightning_logs`; False: none. Rank 0 only; runs resume with checkpoints.
         logger: Lightning's name for `loggers` (one logger, a list, True or False); give one of the two.
         seed: seed python, numpy and torch when the Trainer is built (so a model built after it starts from the
             same weights every run) and at the start of each fit/validate/test/predict, and derive the data order
             from it. None: a fit draws a seed, records it in its checkpoints and with the loggers' params.
-        deterministic: ask torch for deterministic algorithms (reproducible kernels). Resume is exact without it:
-            the training engine is a `ResumableEngine` (data order by seed and pass, skipped by index on resume).
+        deterministic: Lightning's: True makes torch's nondeterministic kernels an error
+            (`torch.use_deterministic_algorithms`), "warn" a warning, False allows them, None leaves torch's setting.
+            Resume is exact without it: the training engine is a `ResumableEngine` (data order by seed and pass,
+            skipped by index on resume).
+        benchmark: `torch.backends.cudnn.benchmark` (cuDNN's autotuner: faster convolutions of fixed shapes, kernels
+            chosen per run); None leaves it as it is, but off under `deterministic`. Set when the Trainer is built.
         enable_progress_bar: show a tqdm bar (when the output is a terminal).
         enable_checkpointing: save a checkpoint at each epoch's end under `default_root_dir/checkpoints` unless
             a `ModelCheckpoint` callback is given.
@@ -139,7 +144,8 @@ class Trainer:
         callbacks: Sequence[Callback] | None = None,
         loggers: Sequence[Logger] | bool | None = None,
         seed: int | None = None,
-        deterministic: bool = False,
+        deterministic: bool | str | None = None,
+        benchmark: bool | None = None,
         enable_progress_bar: bool = True,
         enable_checkpointing: bool = True,
         enable_model_summary: bool = True,
@@ -202,7 +208,9 @@ class Trainer:
         self.seed = arguments.check_seed(seed)
         if seed is not None:  # `Trainer(seed=0)` then `fit(Model())`: the model's initial weights follow the seed
             manual_seed(seed)
-        self.deterministic = bool(deterministic)
+        self.deterministic = arguments.check_deterministic(deterministic)
+        self.benchmark = benchmark
+        arguments.set_torch_flags(self.deterministic, benchmark)
         self.default_root_dir = arguments.root_dir_of(default_root_dir)
         self.resume = check_resume(resume)
         self.resume_with_changes = bool(resume_with_changes)
