@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -177,3 +179,70 @@ def test_validate_returns_what_the_epoch_end_hook_logged(tmp_path):
     (result,) = Trainer(**quiet(tmp_path, max_epochs=1)).validate(EpochMetric(), make_loader())
 
     assert result["val_epoch_metric"] == 0.25 and "val_loss" in result
+
+
+def _logging_hidden(base, train_name, eval_name):
+    """A module of `base` (ours or Lightning's) that logs "hidden" and "val_hidden" with logger=False beside
+    "shown" and "val_shown", in its steps named `train_name` and `eval_name`."""
+
+    def train(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self.net(x), y)
+        self.log("shown", loss)
+        self.log("hidden", loss * 2, logger=False, prog_bar=True)
+        self.log("hidden_epoch_only", loss, logger=False, on_step=False, on_epoch=True)
+        return loss
+
+    def evaluate(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self.net(x), y)
+        self.log("val_shown", loss)
+        self.log("val_hidden", loss, logger=False)
+
+    def init(self):
+        base.__init__(self)
+        self.net = torch.nn.Linear(4, 2)
+
+    return type(
+        "Hidden",
+        (base,),
+        {
+            "__init__": init,
+            train_name: train,
+            eval_name: evaluate,
+            "configure_optimizers": lambda self: torch.optim.SGD(self.parameters(), lr=0.1),
+        },
+    )
+
+
+def test_log_with_logger_false_reaches_callbacks_and_the_bar_but_not_the_loggers_as_in_lightning(tmp_path):
+    """`self.log(..., logger=False)` (was refused): in `callback_metrics` and the progress bar, not in
+    `logged_metrics`, the loggers' files or what `validate()` returns — the same names as Lightning's, side by side."""
+    lightning = pytest.importorskip("lightning.pytorch")
+    from tracktrain import LoopModule
+    from tracktrain.loggers import CSVLogger
+
+    seen = {}
+    for name, base, trainer_class, steps in (
+        ("ours", LoopModule, Trainer, ("train_step", "eval_step")),
+        ("lightning", lightning.LightningModule, lightning.Trainer, ("training_step", "validation_step")),
+    ):
+        torch.manual_seed(0)
+        module = _logging_hidden(base, *steps)()
+        logger = (CSVLogger if name == "ours" else lightning.loggers.CSVLogger)(tmp_path / name)
+        trainer = trainer_class(
+            max_epochs=2, log_every_n_steps=1, logger=logger, enable_progress_bar=False, enable_checkpointing=False,
+            enable_model_summary=False, default_root_dir=tmp_path / name, num_sanity_val_steps=0,
+        )  # fmt: skip
+        trainer.fit(module, make_loader(n=32), make_loader(n=16))
+        header = (Path(logger.log_dir) / "metrics.csv").read_text().splitlines()[0].split(",")
+        seen[name] = {
+            "callback": sorted(trainer.callback_metrics),
+            "logged": sorted(trainer.logged_metrics),
+            "bar": sorted(trainer.progress_bar_metrics),
+            "csv": sorted(set(header) - {"samples_seen"}),  # ours: an axis beside the step and the epoch
+        }
+        seen[name]["validate"] = sorted(trainer.validate(module, make_loader(n=16), verbose=False)[0])
+    assert "hidden" in seen["ours"]["callback"] and "hidden" in seen["ours"]["bar"]
+    assert not any("hidden" in column for column in seen["ours"]["csv"] + seen["ours"]["logged"])
+    assert seen["ours"] == seen["lightning"]

@@ -204,7 +204,6 @@ TRAINER_ARGUMENTS_NOT_OFFERED = {
 
 # LightningModule.log(...) arguments that LoopModule.log does not take (a TypeError), with what to use
 LOG_ARGUMENTS_NOT_TAKEN = {
-    "logger": "nothing: every logged value reaches the loggers (log it under another name to keep it out of them)",
     "enable_graph": "nothing: logged values are detached (keep a tensor yourself for a graph)",
     "sync_dist_group": "sync_dist=True reduces over the strategy's ranks (the whole group)",
     "metric_attribute": "nothing: a TorchMetrics metric is found by its object (log the metric attribute itself)",

@@ -32,6 +32,7 @@ class _Logged:
         "on_epoch",
         "reduce",
         "sync_dist",
+        "logger",
         "step_value",
         "step_fresh",
         "total",
@@ -39,11 +40,12 @@ class _Logged:
         "metric",
     )
 
-    def __init__(self, on_step: bool, on_epoch: bool, reduce: str, sync_dist: bool) -> None:
+    def __init__(self, on_step: bool, on_epoch: bool, reduce: str, sync_dist: bool, logger: bool) -> None:
         self.on_step = on_step
         self.on_epoch = on_epoch
         self.reduce = reduce
         self.sync_dist = sync_dist
+        self.logger = logger  # False: in callback_metrics (and the bar), never published
         self.step_value: torch.Tensor | None = None
         self.step_fresh = False
         self.total: torch.Tensor | None = None
@@ -115,13 +117,14 @@ class MetricLog:
         sync_dist: bool = False,
         batch_size: int | None = None,
         add_dataloader_idx: bool = True,
+        logger: bool = True,
     ) -> None:
         if add_dataloader_idx and self.loaders is not None and self.in_step and isinstance(name, str):
             # the epoch hooks' values are every loader's: no index
             name = f"{name}{DATALOADER_SUFFIX}{self.loaders.dataloader_idx}"
         entry = self._entries.get(name)
         if entry is None:
-            entry = self._new_entry(name, prog_bar, on_step, on_epoch, reduce, sync_dist)
+            entry = self._new_entry(name, prog_bar, on_step, on_epoch, reduce, sync_dist, logger)
         elif (
             (on_step is not None and on_step != entry.on_step)
             or (on_epoch is not None and on_epoch != entry.on_epoch)
@@ -172,7 +175,14 @@ class MetricLog:
             self._epoch_values = None
 
     def _new_entry(
-        self, name: str, prog_bar: bool, on_step: bool | None, on_epoch: bool | None, reduce: str, sync_dist: bool
+        self,
+        name: str,
+        prog_bar: bool,
+        on_step: bool | None,
+        on_epoch: bool | None,
+        reduce: str,
+        sync_dist: bool,
+        logger: bool,
     ) -> _Logged:
         if not isinstance(name, str) or not name:
             raise TypeError(f"self.log needs a non-empty string name, got {name!r}.")
@@ -190,7 +200,7 @@ class MetricLog:
             )
         if prog_bar:  # Lightning's names: a value logged per step and per epoch shows as both
             self.progress_bar_names.update((f"{name}_step", f"{name}_epoch") if on_step and on_epoch else (name,))
-        entry = _Logged(on_step, on_epoch, reduce, bool(sync_dist))
+        entry = _Logged(on_step, on_epoch, reduce, bool(sync_dist), bool(logger))
         self._entries[name] = entry
         return entry
 
@@ -245,7 +255,8 @@ class MetricLog:
                 self.callback_metrics.pop(f"{name}_step" if entry.on_epoch else name, None)
 
     def step_values(self) -> dict[str, torch.Tensor]:
-        """The per-step values logged since the last call (`name_step` for names also logged per epoch)."""
+        """The per-step values logged since the last call (`name_step` for names also logged per epoch), but those
+        logged with `logger=False`."""
         values = {}
         for name, entry in self._entries.items():
             if entry.step_fresh:
@@ -253,14 +264,15 @@ class MetricLog:
                 value = entry.step_value
                 assert value is not None  # fresh: a step value was logged
                 if entry.sync_dist and self._strategy.is_distributed:
-                    value = self._reduce_across_ranks(value, "mean")
-                values[f"{name}_step" if entry.on_epoch else name] = value
+                    value = self._reduce_across_ranks(value, "mean")  # on every rank, published or not
+                if entry.logger:
+                    values[f"{name}_step" if entry.on_epoch else name] = value
         return values
 
     def epoch_values(self) -> dict[str, torch.Tensor]:
         """The epoch's aggregates, reduced across processes where `sync_dist` (every rank must call this), and
-        stored in `callback_metrics` under `name` (and `name_epoch` for names also logged per step). Computed
-        again only when something was logged since the last call."""
+        stored in `callback_metrics` under `name` (and `name_epoch` for names also logged per step); those logged
+        with `logger=False` are only stored. Computed again only when something was logged since the last call."""
         self.in_step = False
         if self._epoch_values is not None:
             return dict(self._epoch_values)
@@ -284,7 +296,8 @@ class MetricLog:
             self.callback_metrics[name] = value
             if entry.on_step:
                 self.callback_metrics[f"{name}_epoch"] = value
-            values[f"{name}_epoch" if entry.on_step else name] = value
+            if entry.logger:
+                values[f"{name}_epoch" if entry.on_step else name] = value
         self._epoch_values = values
         return dict(values)
 

@@ -260,6 +260,7 @@ class LoopModule(HyperparametersMixin, nn.Module):
         batch_size: int | None = None,
         add_dataloader_idx: bool = True,
         reduce_fx: str | Callable[..., Any] | None = None,
+        logger: bool | None = None,
         **lightning: Any,
     ) -> None:
         """Log a scalar. Defaults: in `train_step` per step only; in evaluation steps and hooks per epoch only.
@@ -268,7 +269,9 @@ class LoopModule(HyperparametersMixin, nn.Module):
         the batch's length; "sum", "max", "min"; Lightning's `reduce_fx`, a name or `torch.mean`/`sum`/`max`/`min`,
         is the same) and, with `sync_dist`, across processes. A value logged both per step and per epoch appears
         as `name_step` and `name_epoch`. Under several evaluation loaders a step's value is named
-        `name/dataloader_idx_N` (not with `add_dataloader_idx=False`). Values stay tensors: they are read from the
+        `name/dataloader_idx_N` (not with `add_dataloader_idx=False`). `logger=False`: in `callback_metrics` (for
+        callbacks, the progress bar) but neither published to the loggers nor in `logged_metrics` or what
+        `validate()`/`test()` return, as in Lightning. Values stay tensors: they are read from the
         device only when they are published (every `log_every_n_steps`) or shown. Outside a Trainer this does
         nothing. Lightning's other arguments of `log` are refused, naming what to use.
         """
@@ -278,7 +281,16 @@ class LoopModule(HyperparametersMixin, nn.Module):
             reduce = reduction_of(reduce_fx, reduce)
         if self._trainer is not None:
             self._trainer.metric_log.log(
-                name, value, prog_bar, on_step, on_epoch, reduce, sync_dist, batch_size, add_dataloader_idx
+                name,
+                value,
+                prog_bar,
+                on_step,
+                on_epoch,
+                reduce,
+                sync_dist,
+                batch_size,
+                add_dataloader_idx,
+                logger is not False,
             )
 
     def log_dict(self, metrics: Mapping[str, torch.Tensor | float], **options: Any) -> None:
