@@ -43,6 +43,7 @@ from tracktrain.trainer.surface import ModuleHost  # the base of the Protocol be
 if TYPE_CHECKING:
     from tracktrain.trainer.nonfinite import NonFiniteWatch
     from tracktrain.trainer.run_checkpoints import RunCheckpoints
+    from tracktrain.trainer.trainer_state import TrainerState
     from tracktrain.trainer.training_time import TrainingTime
 
 __all__ = ["Ckpt", "Data", "Session"]
@@ -80,6 +81,8 @@ class TrainerForSession(TrainerForRunOrder, TrainerForSanityCheck, TrainerForBui
     def resume(self) -> str | None: ...
     @property
     def preemption_timeout(self) -> float: ...
+    @property
+    def state(self) -> TrainerState: ...
     def merge_module_callbacks(self, module: LoopModule) -> None: ...
 
 
@@ -385,7 +388,15 @@ class Session:
                 [config.interval for config in context.lr_scheduler_configs],
                 context.accumulation.accumulates,
             )
-            trainer.fit_step.setup(train_forward)
+            trainer.fit_step.setup(
+                train_forward,
+                trainer.train_engine,
+                trainer.state,
+                trainer.metrics,
+                max_steps=trainer.max_steps,
+                log_every_n_steps=trainer.log_every_n_steps,
+                param_dtype=trainer.param_dtype,
+            )
             strategy.setup_recovery(trainer.checkpoints.objects())
         elif context.model_engine is None or context.model_engine.model is not module:
             context.model_engine = ModelEngine(

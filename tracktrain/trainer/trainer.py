@@ -238,7 +238,14 @@ class Trainer:
         self._callbacks.append(self.logger_bridge)  # for its state (the runs' ids); the run's order calls it itself
         check_state_keys(self._callbacks)
 
-        self.fit_step = FitStep(self)
+        self.fit_step = FitStep(
+            self.context,
+            self.strategy,
+            self.nonfinite_watch,
+            check_finite=self.check_finite,
+            stop_at_limit=lambda: self.stop(agreed=True, limit=True),
+            take_a_stop_that_waited=self.take_a_stop_that_waited,
+        )
         self.train_engine: Engine = ResumableEngine(self.fit_step, restart_data_each_epoch=True)  # as Lightning
         self.evaluation = EvaluationStages(self)
         self.eval_engine = Engine(self.evaluation.evaluate_batch)
