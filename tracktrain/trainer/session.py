@@ -212,7 +212,7 @@ class Session:
         values: dict[str, Any] = {}
 
         def run() -> None:
-            values.update(self._trainer.run_stage(stage, data.loader(stage)))
+            values.update(self._trainer.evaluation.run(stage, data.loader(stage)))
 
         self.run(self._trainer.context, module, stage, run, data)
         return self._trainer.evaluation.results(values)  # one dict per loader, as Lightning
@@ -226,7 +226,7 @@ class Session:
         data = StageData("predict", module, datamodule, {"predict": loader})
         evaluation = trainer.evaluation
         evaluation.predictions = []
-        self.run(trainer.context, module, "predict", lambda: trainer.run_stage("predict", data.loader("predict")), data)
+        self.run(trainer.context, module, "predict", lambda: evaluation.run("predict", data.loader("predict")), data)
         predictions, evaluation.predictions = evaluation.predictions, []
         return predictions
 
