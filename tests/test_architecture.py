@@ -237,10 +237,7 @@ KEEPS_A_TRAINER_BY_DESIGN = {
 }
 # the Trainer's own parts that still keep it: to be built with what they use instead, so this list only shrinks
 KEEPS_A_TRAINER_TO_REMOVE = {
-    "tracktrain/trainer/evaluation.py:EvaluationStages",
-    "tracktrain/trainer/fit_step.py:FitStep",
     "tracktrain/trainer/run_checkpoints.py:RunCheckpoints",
-    "tracktrain/trainer/run_checkpoints.py:WeightsOnlyState",
     "tracktrain/trainer/session.py:Session",
     "tracktrain/trainer/run_order.py:RunOrder",
     "tracktrain/trainer/run_order.py:_FitWork",

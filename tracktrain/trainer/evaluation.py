@@ -3,7 +3,7 @@ no gradients and the module in eval mode.
 
 Several loaders of a stage (Lightning's `fit(model, train, [val_a, val_b])`, `validate(model, [a, b])`, a list or
 dict of DataLoaders from a `*_dataloader()` method) are read one after the other in that one pass, as Lightning's
-sequential mode: the stage's epoch hooks run once, each loader is this process's shard of it (`Trainer.loader_for`)
+sequential mode: the stage's epoch hooks run once, each loader is this process's shard of it (`Session.loader_for`)
 under the stage's `limit_*_batches` (and the sanity check's batches) each, and the step gets the loader's index:
 `eval_step(batch, batch_idx, dataloader_idx)` (`test_step`, `predict_step` too), `batch_idx` counted within the
 loader. What `self.log` records in the steps and batch hooks is named `name/dataloader_idx_N`, as Lightning names it;
@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -26,13 +26,15 @@ from tracktrain.trainer.batches import SequentialLoaders, epoch_length_of, loade
 from tracktrain.trainer.hooks import batch_index
 from tracktrain.trainer.metric_log import DATALOADER_SUFFIX, to_floats
 from tracktrain.trainer.module import LoopModule
-from tracktrain.trainer.surface import ModuleHost  # the base of the Protocol below: needed at run time
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from tracktrain.trainer.metric_log import MetricLog
+    from tracktrain.engine.model_engine import ModelEngine
+    from tracktrain.trainer.callback import Callback
+    from tracktrain.trainer.fit_context import FitContext
     from tracktrain.trainer.metrics_hub import MetricsHub
+    from tracktrain.trainer.strategies.base import Strategy
 
 __all__ = ["EvaluationStages", "print_results"]
 
@@ -40,57 +42,72 @@ _LIMIT_NAMES = {"fit": "train", "validate": "val", "test": "test", "predict": "p
 _STAGE_LOADERS = {"validate": "validation", "test": "test", "predict": "prediction"}
 
 
-class TrainerForEvaluation(ModuleHost, Protocol):
-    """What an evaluation reads of its Trainer: what the module's own methods use, and its engines, loaders, logs
-    and the weights' dtype."""
-
-    @property
-    def running_module(self) -> LoopModule: ...
-    @property
-    def engines(self) -> dict[str, Engine]: ...
-    @property
-    def logs(self) -> dict[str, MetricLog]: ...
-    @property
-    def metrics(self) -> MetricsHub: ...
-    @property
-    def param_dtype(self) -> torch.dtype | None: ...
-    def loader_for(self, loader: Iterable[Any], shuffle_default: bool) -> Iterable[Any]: ...
-
-
 class EvaluationStages:
-    """The process functions of the evaluation engines, and one pass of a stage (`run`)."""
+    """The evaluation engines (`engines`: validate, test, predict), their process functions, and one pass of a stage
+    (`run`)."""
 
-    def __init__(self, trainer: TrainerForEvaluation) -> None:
-        self._trainer = trainer
+    def __init__(
+        self,
+        context: FitContext,
+        strategy: Strategy,
+        metrics: MetricsHub,
+        callbacks: list[Callback],
+        limits: dict[str, int | float | None],
+        param_dtype: torch.dtype | None,
+        loader_for: Callable[[Iterable[Any], bool], Iterable[Any]],
+    ) -> None:
+        """`context`: the entry point's (its module, model engine and device, read at each pass and batch);
+        `strategy`: runs each step (`evaluation_forward`); `metrics`: the stages' logs and values; `callbacks`: the
+        Trainer's one list (their batch hooks are checked under several loaders); `limits`: the Trainer's
+        `limit_*_batches` by stage; `param_dtype`: a "true" precision's weights' dtype (floating inputs are cast to it);
+        `loader_for(loader, shuffle_default)`: `loader` as the strategy reads it, made once per entry point."""
+        self._context, self._strategy, self._metrics = context, strategy, metrics
+        self._callbacks, self._limits, self._param_dtype, self._loader_for = callbacks, limits, param_dtype, loader_for
+        self.engines = {
+            "validate": Engine(self.evaluate_batch),
+            "test": Engine(self.evaluate_batch),
+            "predict": Engine(self.predict_batch),
+        }
         self.predictions: list[Any] = []
         self.loader_count = 1  # the loaders of the last pass that ran (what `results` splits its values into)
         self._several: SequentialLoaders | None = None  # the loaders of the pass under way, when several
         self._indexed_steps: list[Callable[[Any, int], Any]] = []  # its step, given each loader's index
 
+    def _module(self) -> LoopModule:
+        module = self._context.module
+        if module is None:
+            raise RuntimeError("The Trainer has no module yet: call fit/validate/test/predict first.")
+        return module
+
+    def _model_engine(self) -> ModelEngine:
+        model_engine = self._context.model_engine
+        if model_engine is None:
+            raise RuntimeError("The Trainer has no model engine yet: call fit/validate/test/predict first.")
+        return model_engine
+
     def run(self, stage: str, loader: Any, max_batches: int | None = None) -> dict[str, Any]:
         """Run the engine of `stage` once over `loader` (at most `max_batches` of it; of each loader when there
         are several); returns the epoch's values."""
-        trainer = self._trainer
-        module, outer_log = trainer.running_module, trainer.metric_log
+        module, outer_log = self._module(), self._metrics.current
         training = module.training
         limit_name = f"limit_{_LIMIT_NAMES[stage]}_batches"
         given = several_loaders(loader)
         several: SequentialLoaders | None = None
         if given is None:
-            loader = trainer.loader_for(loader, shuffle_default=False)
-            epoch_length = _at_most(epoch_length_of(limit_name, loader, trainer.limits[stage]), max_batches)
+            loader = self._loader_for(loader, False)
+            epoch_length = _at_most(epoch_length_of(limit_name, loader, self._limits[stage]), max_batches)
         else:
-            read = [trainer.loader_for(item, shuffle_default=False) for item in given]
-            lengths = [_at_most(epoch_length_of(limit_name, item, trainer.limits[stage]), max_batches) for item in read]
+            read = [self._loader_for(item, False) for item in given]
+            lengths = [_at_most(epoch_length_of(limit_name, item, self._limits[stage]), max_batches) for item in read]
             several = loader = SequentialLoaders(read, lengths)
             epoch_length = 0 if all(length == 0 for length in lengths) else loader_length(several)
         steps = self._steps(stage, module, 1 if given is None else len(given))
         if given is not None:
-            _check_batch_hooks(stage, [module, *trainer.callbacks])
+            _check_batch_hooks(stage, [module, *self._callbacks])
         if epoch_length == 0:
             return {}
         self.loader_count = 1 if given is None else len(given)
-        log = trainer.logs.get(stage)
+        log = self._metrics.logs.get(stage)
         outer_several, outer_steps = self._several, self._indexed_steps
         self._several, self._indexed_steps = several, steps
         if log is not None:
@@ -100,14 +117,14 @@ class EvaluationStages:
         module.eval()
         try:
             with torch.no_grad():
-                trainer.engines[stage].run(loader, max_epochs=1, epoch_length=epoch_length)
+                self.engines[stage].run(loader, max_epochs=1, epoch_length=epoch_length)
         finally:
             self._several, self._indexed_steps = outer_several, outer_steps
             if log is not None:
                 log.loaders = None
             module.train(training)
-            trainer.metrics.leave_stage(outer_log)
-        return trainer.metrics.take_epoch_values(stage)
+            self._metrics.leave_stage(outer_log)
+        return self._metrics.take_epoch_values(stage)
 
     def results(self, values: dict[str, Any]) -> list[dict[str, float]]:
         """What `validate()`/`test()` return for a pass's `values`: as Lightning, one dict per loader, each with the
@@ -125,31 +142,29 @@ class EvaluationStages:
         return per_loader
 
     def evaluate_batch(self, engine: Engine, batch: Any) -> Any:
-        trainer = self._trainer
         batch = self._to_device(batch)
-        log = trainer.metric_log
+        log = self._metrics.current
         log.batch = batch
         log.count_batch()
         several = self._several
         if several is not None:
-            step = trainer.strategy.evaluation_forward(self._indexed_steps[several.dataloader_idx])
-            with trainer.running_model_engine.autocast():
+            step = self._strategy.evaluation_forward(self._indexed_steps[several.dataloader_idx])
+            with self._model_engine().autocast():
                 return step(batch, several.batch_idx)
-        module = trainer.running_module
-        step = trainer.strategy.evaluation_forward(module.test_step if log.stage == "test" else module.eval_step)
-        with trainer.running_model_engine.autocast():
+        module = self._module()
+        step = self._strategy.evaluation_forward(module.test_step if log.stage == "test" else module.eval_step)
+        with self._model_engine().autocast():
             return step(batch, batch_index(engine))
 
     def predict_batch(self, engine: Engine, batch: Any) -> Any:
-        trainer = self._trainer
         batch = self._to_device(batch)
         several = self._several
         if several is not None:
-            step = trainer.strategy.evaluation_forward(self._indexed_steps[several.dataloader_idx])
-            with torch.no_grad(), trainer.running_model_engine.autocast():
+            step = self._strategy.evaluation_forward(self._indexed_steps[several.dataloader_idx])
+            with torch.no_grad(), self._model_engine().autocast():
                 return step(batch, several.batch_idx)
-        step = trainer.strategy.evaluation_forward(trainer.running_module.predict_step)
-        with torch.no_grad(), trainer.running_model_engine.autocast():
+        step = self._strategy.evaluation_forward(self._module().predict_step)
+        with torch.no_grad(), self._model_engine().autocast():
             return step(batch, batch_index(engine))
 
     def keep_prediction(self, engine: Engine) -> None:
@@ -192,12 +207,11 @@ class EvaluationStages:
         return [_with_index(method, dataloader_idx) for dataloader_idx in range(count)]
 
     def _to_device(self, batch: Any) -> Any:
-        trainer = self._trainer
-        device = trainer.device
+        device = self._context.device
         if device.type != "cpu":  # CPU: no walk over the batch
             batch = move_to_device(batch, device)
-        if trainer.param_dtype is not None:  # a "true" precision: floating inputs in the weights' dtype
-            batch = cast_floating(batch, trainer.param_dtype)
+        if self._param_dtype is not None:  # a "true" precision: floating inputs in the weights' dtype
+            batch = cast_floating(batch, self._param_dtype)
         return batch
 
 

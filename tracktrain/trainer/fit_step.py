@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -18,7 +18,6 @@ from tracktrain.trainer.hooks import batch_index
 from tracktrain.trainer.module import LoopModule, checked_loss
 from tracktrain.trainer.scaled_optimizer import HookOptimizer
 from tracktrain.trainer.strategies.base import Strategy
-from tracktrain.trainer.surface import ModuleHost  # the base of the Protocol below: needed at run time
 
 if TYPE_CHECKING:
     from tracktrain.trainer.fit_context import FitContext
@@ -27,26 +26,6 @@ if TYPE_CHECKING:
     from tracktrain.trainer.trainer_state import TrainerState
 
 __all__ = ["FitStep"]
-
-
-class TrainerForStep(ModuleHost, Protocol):
-    """What a training step reads of its Trainer: what the module's own methods use, and the values' hub, the
-    non-finite watch, the weights' dtype and the step counters."""
-
-    @property
-    def running_module(self) -> LoopModule: ...
-    @property
-    def metrics(self) -> MetricsHub: ...
-    @property
-    def nonfinite_watch(self) -> NonFiniteWatch: ...
-    @property
-    def param_dtype(self) -> torch.dtype | None: ...
-    @property
-    def state(self) -> TrainerState: ...
-    def check_finite(self) -> None: ...
-    def take_a_stop_that_waited(self) -> None: ...
-    @property
-    def context(self) -> FitContext: ...
 
 
 class FitStep:
@@ -58,30 +37,67 @@ class FitStep:
     followed through the optimizers' step hooks, so that they count the same.
     """
 
-    def __init__(self, trainer: TrainerForStep) -> None:
-        self._trainer = trainer
+    def __init__(
+        self,
+        context: FitContext,
+        strategy: Strategy,
+        nonfinite_watch: NonFiniteWatch,
+        *,
+        check_finite: Callable[[], None],
+        stop_at_limit: Callable[[], None],
+        take_a_stop_that_waited: Callable[[], None],
+    ) -> None:
+        """`context`: the fit's (its module, model engine, optimizers, schedulers and accumulation, read at `setup`);
+        `nonfinite_watch`: judges each loss; `check_finite`: acts on the losses seen (at each log step); `stop_at_limit`: ends the fit now,
+        every rank alike (max_steps); `take_a_stop_that_waited`: a stop that waited for min_epochs/min_steps, taken
+        once they are done (at each step's end)."""
+        self._context, self._strategy, self._nonfinite_watch = context, strategy, nonfinite_watch
+        self._check_finite, self._stop_at_limit = check_finite, stop_at_limit
+        self._take_a_stop_that_waited = take_a_stop_that_waited
         self._step_hooks: list[Any] = []
         # set by `setup` for each fit
         self._training_step: TrainingStep
         self._module: LoopModule
         self._model_engine: ModelEngine
+        self._engine: Engine
+        self._state: TrainerState
+        self._metrics: MetricsHub
+        self._max_steps: int | None = None
+        self._log_every_n_steps = 1
         self._train_forward: Callable[[Any, int], Any]
         self._device: torch.device | None = None  # where batches go; None: they stay where they are (CPU)
-        self._dtype: torch.dtype | None = None
+        self._dtype: torch.dtype | None = None  # a "true" precision's: floating inputs cast to the weights' dtype
 
     def _accumulation(self) -> AccumulationSchedule:
-        schedule = self._trainer.context.accumulation
+        schedule = self._context.accumulation
         assert schedule is not None  # set before the step is (`Session._setup`)
         return schedule
 
-    def setup(self, train_forward: Callable[[Any, int], Any]) -> None:
-        """Build the step for the fit starting (the module, its optimizers and model engine are set up)."""
-        trainer = self._trainer
-        module, model_engine, strategy = trainer.running_module, trainer.running_model_engine, trainer.strategy
+    def setup(
+        self,
+        train_forward: Callable[[Any, int], Any],
+        engine: Engine,
+        state: TrainerState,
+        metrics: MetricsHub,
+        *,
+        max_steps: int | None,
+        log_every_n_steps: int,
+        param_dtype: torch.dtype | None,
+    ) -> None:
+        """Build the step for the fit starting (the module, its optimizers and model engine are set up in the
+        context). `engine`: the training engine this step is the process function of; `state` and `metrics` (the
+        step counters, the values' hub) are built over that engine, so they come here rather than at construction;
+        `max_steps`, `log_every_n_steps` and `param_dtype` (a "true" precision's weights' dtype) are the Trainer's
+        settings as this fit starts (settable between fits)."""
+        context, strategy = self._context, self._strategy
+        module, model_engine = context.module, context.model_engine
+        assert module is not None and model_engine is not None  # set before the step is (`Session._setup`)
         self._module, self._model_engine = module, model_engine
-        self._device = trainer.device if trainer.device.type != "cpu" else None
-        self._dtype = trainer.param_dtype  # a "true" precision's: floating inputs cast to the weights' dtype
-        for optimizer in trainer.optimizers:
+        self._engine, self._state, self._metrics = engine, state, metrics
+        self._max_steps, self._log_every_n_steps = max_steps, log_every_n_steps
+        self._device = context.device if context.device.type != "cpu" else None
+        self._dtype = param_dtype
+        for optimizer in context.optimizers:
             optimizer.zero_grad()
         self._training_step = TrainingStep(
             model_engine,
@@ -98,7 +114,7 @@ class FitStep:
         if not module.automatic_optimization:  # the module steps its optimizers itself: follow those steps
             self._step_hooks = [
                 hook
-                for optimizer in trainer.optimizers
+                for optimizer in context.optimizers
                 for hook in (
                     optimizer.register_step_pre_hook(self._manual_step_starting),
                     optimizer.register_step_post_hook(lambda *_: self.count_step()),
@@ -136,13 +152,12 @@ class FitStep:
         self._step_hooks = []
 
     def __call__(self, engine: Engine, batch: Any) -> Any:
-        trainer = self._trainer
         if self._device is not None:  # CPU tensors stay where they are: no walk over the batch
             batch = move_to_device(batch, self._device)
         if self._dtype is not None:
             batch = cast_floating(batch, self._dtype)
-        trainer.metrics.current.batch = batch  # the log `self.log` writes to (`trainer.metric_log`)
-        trainer.state.samples_seen += batch_size_of(batch)  # from shapes: no device sync
+        self._metrics.current.batch = batch  # the log `self.log` writes to (`trainer.metric_log`)
+        self._state.samples_seen += batch_size_of(batch)  # from shapes: no device sync
         if self._module.automatic_optimization:
             return self._training_step(engine, batch)
         model_engine = self._model_engine
@@ -157,44 +172,42 @@ class FitStep:
         self._training_step.flush()
 
     def step_epoch_schedulers(self, engine: Engine) -> None:
-        for config in self._trainer.lr_scheduler_configs:
+        for config in self._context.lr_scheduler_configs:
             if config.interval == "epoch" and engine.state.epoch % config.frequency == 0:
-                config.step(self._trainer.callback_metrics)
+                config.step(self._metrics.callback_metrics)
 
     def count_step(self) -> None:
         """One optimizer step done: count it, publish the step's values at the log interval, stop at max_steps."""
-        trainer = self._trainer
-        state = trainer.state
+        state, metrics = self._state, self._metrics
         state.global_step += 1
-        if state.global_step % trainer.log_every_n_steps == 0:
-            trainer.check_finite()  # where values are read back anyway: no sync of its own
-            trainer.publish({**trainer.metric_log.step_values(), **trainer.strategy.step_values()})
-        if trainer.max_steps is not None and state.global_step >= trainer.max_steps:
-            trainer.stop(agreed=True, limit=True)  # every rank counts the same steps
+        if state.global_step % self._log_every_n_steps == 0:
+            self._check_finite()  # where values are read back anyway: no sync of its own
+            metrics.publish({**metrics.current.step_values(), **self._strategy.step_values()})
+        if self._max_steps is not None and state.global_step >= self._max_steps:
+            self._stop_at_limit()  # every rank counts the same steps
         else:  # a stop asked for before min_steps were done (nothing to do otherwise: one flag read)
-            trainer.take_a_stop_that_waited()
+            self._take_a_stop_that_waited()
 
     def _accept_loss(self, loss: torch.Tensor) -> bool:
-        trainer = self._trainer
-        return trainer.nonfinite_watch.observe(loss, trainer.state.global_step + 1)
+        return self._nonfinite_watch.observe(loss, self._state.global_step + 1)
 
     def _after_optimizer_step(self) -> None:
         self.count_step()
-        trainer = self._trainer
-        for config in trainer.lr_scheduler_configs:
-            if config.interval == "step" and trainer.state.global_step % config.frequency == 0:
-                config.step(trainer.callback_metrics)
+        global_step = self._state.global_step
+        for config in self._context.lr_scheduler_configs:
+            if config.interval == "step" and global_step % config.frequency == 0:
+                config.step(self._metrics.callback_metrics)
 
     def _update_scaler(self) -> None:
         """fp16 manual optimization: one scale update per batch, after the module stepped its optimizers."""
-        trainer = self._trainer
         scaler = self._model_engine.scaler
-        if scaler is not None and any(optimizer.stepped for optimizer in trainer.manual_optimizers):
+        manual_optimizers = self._context.manual_optimizers
+        if scaler is not None and any(optimizer.stepped for optimizer in manual_optimizers):
             scaler.update()
-            for optimizer in trainer.manual_optimizers:
+            for optimizer in manual_optimizers:
                 optimizer.stepped = False
 
     def _manual_step_starting(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
-        engine = self._trainer.train_engine
+        engine = self._engine
         engine.state.step_optimizer = optimizer
         engine.fire_event(StepEvents.OPTIMIZER_STEP_STARTED)

@@ -25,6 +25,7 @@ from tracktrain.handlers.checkpoint import Checkpoint
 from tracktrain.rng import global_seed
 from tracktrain.trainer.arguments import check_location
 from tracktrain.trainer.datamodule import datamodule_settings
+from tracktrain.trainer.fit_context import current_epoch
 from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.module_loading import class_path
 from tracktrain.trainer.surface import Checkpointer, TrainerSurface
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from contextlib import AbstractContextManager
 
+    from tracktrain.engine.engine import Engine
     from tracktrain.engine.model_engine import ModelEngine
     from tracktrain.trainer.fit_context import FitContext
     from tracktrain.trainer.trainer_state import TrainerState
@@ -50,6 +52,8 @@ class TrainerForCheckpoints(TrainerSurface, Protocol):
 
     @property
     def module(self) -> LoopModule | None: ...
+    @property
+    def context(self) -> FitContext: ...
     @property
     def model_engine(self) -> ModelEngine | None: ...
     @property
@@ -93,7 +97,8 @@ class RunCheckpoints:
         from (its class and hparams, with the step and epoch), nothing a fit resumes from (see `WeightsOnlyState`)."""
         trainer = self._trainer
         if weights_only:
-            return trainer.strategy.checkpoint_objects({"model": trainer.module, "trainer": WeightsOnlyState(trainer)})
+            weights = WeightsOnlyState(trainer.context, trainer.state, trainer.train_engine, trainer.check_finite)
+            return trainer.strategy.checkpoint_objects({"model": trainer.module, "trainer": weights})
         objects: dict[str, Any] = {
             "model": trainer.module,
             "train_engine": trainer.train_engine,
@@ -329,24 +334,28 @@ class WeightsOnlyState:
 
     state_dict_has_side_effects = True  # it runs a hook: `Checkpoint.load_objects` must not call it
 
-    def __init__(self, trainer: TrainerForCheckpoints) -> None:
-        self._trainer = trainer
+    def __init__(
+        self, context: FitContext, state: TrainerState, train_engine: Engine, check_finite: Callable[[], None]
+    ) -> None:
+        """`context`: the fit's (its module and settings, read as the checkpoint is taken); `state`: the step
+        counters; `train_engine`: the epoch and iteration; `check_finite`: acts on the losses seen before saving."""
+        self._context, self._state, self._train_engine, self._check_finite = context, state, train_engine, check_finite
 
     def state_dict(self) -> dict[str, Any]:
-        trainer = self._trainer
-        trainer.check_finite()  # as for a full checkpoint: never the parameters of a step after a non-finite loss
-        engine = trainer.train_engine.state
+        self._check_finite()  # as for a full checkpoint: never the parameters of a step after a non-finite loss
+        context, state = self._context, self._state
+        engine = self._train_engine.state
         checkpoint: dict[str, Any] = {
             "weights_only": True,
-            "global_step": trainer.state.global_step,
-            "samples_seen": trainer.state.samples_seen,
-            "epoch": trainer.current_epoch,
+            "global_step": state.global_step,
+            "samples_seen": state.samples_seen,
+            "epoch": current_epoch(self._train_engine, context.fitting),
             "iteration": int(engine.iteration),
             # completed epochs, as a full checkpoint's manifest counts them (the engine's iteration / epoch length)
             "epochs_done": int(engine.iteration) // int(engine.epoch_length) if engine.epoch_length else engine.epoch,
-            "settings": trainer.settings,
+            "settings": context.settings,
         }
-        module = trainer.module
+        module = context.module
         if module is not None:
             checkpoint["module_class"] = class_path(type(module))
             module.on_save_checkpoint(checkpoint)

@@ -92,7 +92,6 @@ class TrainerForRunOrder(TrainerSurface, Protocol):
     def reload_loaders(self) -> None: ...
     @property
     def reload_dataloaders_every_n_epochs(self) -> int: ...
-    def run_stage(self, stage: str, loader: Any) -> dict[str, Any]: ...
     def reduce_epoch(self, stage: str, engine: Engine) -> None: ...
 
 
@@ -395,7 +394,7 @@ class _FitWork:
         return Events.ITERATION_COMPLETED(event_filter=self._due), self._run_validation
 
     def _run_validation(self) -> None:
-        self._trainer.run_stage("validate", self._trainer.val_dataloaders)  # reloaded every n epochs, if asked
+        self._trainer.evaluation.run("validate", self._trainer.val_dataloaders)  # reloaded every n epochs, if asked
 
     @property
     def exchange_preemption(self) -> Step:

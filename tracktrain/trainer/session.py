@@ -43,6 +43,7 @@ from tracktrain.trainer.surface import ModuleHost  # the base of the Protocol be
 if TYPE_CHECKING:
     from tracktrain.trainer.nonfinite import NonFiniteWatch
     from tracktrain.trainer.run_checkpoints import RunCheckpoints
+    from tracktrain.trainer.trainer_state import TrainerState
     from tracktrain.trainer.training_time import TrainingTime
 
 __all__ = ["Ckpt", "Data", "Session"]
@@ -80,6 +81,8 @@ class TrainerForSession(TrainerForRunOrder, TrainerForSanityCheck, TrainerForBui
     def resume(self) -> str | None: ...
     @property
     def preemption_timeout(self) -> float: ...
+    @property
+    def state(self) -> TrainerState: ...
     def merge_module_callbacks(self, module: LoopModule) -> None: ...
 
 
@@ -209,7 +212,7 @@ class Session:
         values: dict[str, Any] = {}
 
         def run() -> None:
-            values.update(self._trainer.run_stage(stage, data.loader(stage)))
+            values.update(self._trainer.evaluation.run(stage, data.loader(stage)))
 
         self.run(self._trainer.context, module, stage, run, data)
         return self._trainer.evaluation.results(values)  # one dict per loader, as Lightning
@@ -223,7 +226,7 @@ class Session:
         data = StageData("predict", module, datamodule, {"predict": loader})
         evaluation = trainer.evaluation
         evaluation.predictions = []
-        self.run(trainer.context, module, "predict", lambda: trainer.run_stage("predict", data.loader("predict")), data)
+        self.run(trainer.context, module, "predict", lambda: evaluation.run("predict", data.loader("predict")), data)
         predictions, evaluation.predictions = evaluation.predictions, []
         return predictions
 
@@ -385,7 +388,15 @@ class Session:
                 [config.interval for config in context.lr_scheduler_configs],
                 context.accumulation.accumulates,
             )
-            trainer.fit_step.setup(train_forward)
+            trainer.fit_step.setup(
+                train_forward,
+                trainer.train_engine,
+                trainer.state,
+                trainer.metrics,
+                max_steps=trainer.max_steps,
+                log_every_n_steps=trainer.log_every_n_steps,
+                param_dtype=trainer.param_dtype,
+            )
             strategy.setup_recovery(trainer.checkpoints.objects())
         elif context.model_engine is None or context.model_engine.model is not module:
             context.model_engine = ModelEngine(

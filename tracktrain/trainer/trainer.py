@@ -238,29 +238,43 @@ class Trainer:
         self._callbacks.append(self.logger_bridge)  # for its state (the runs' ids); the run's order calls it itself
         check_state_keys(self._callbacks)
 
-        self.fit_step = FitStep(self)
+        self.fit_step = FitStep(
+            self.context,
+            self.strategy,
+            self.nonfinite_watch,
+            check_finite=self.check_finite,
+            stop_at_limit=lambda: self.stop(agreed=True, limit=True),
+            take_a_stop_that_waited=self.take_a_stop_that_waited,
+        )
         self.train_engine: Engine = ResumableEngine(self.fit_step, restart_data_each_epoch=True)  # as Lightning
-        self.evaluation = EvaluationStages(self)
-        self.eval_engine = Engine(self.evaluation.evaluate_batch)
-        self.test_engine = Engine(self.evaluation.evaluate_batch)
-        self.predict_engine = Engine(self.evaluation.predict_batch)
         self.train_engine.register_events(*TrainerEvents)
-        self.engines = {
-            "fit": self.train_engine,
-            "validate": self.eval_engine,
-            "test": self.test_engine,
-            "predict": self.predict_engine,
-        }
-
         self.state = TrainerState(
             self.context, self._callbacks, self.strategy, self.training_time, self.train_engine, self.check_finite
         )
         self.metrics = MetricsHub(
             self.context, self.state, self.train_engine, self.strategy, self.logger_bridge.log_metrics
         )
+        self.session = Session(self)  # how each entry point sets up, runs and tears down
+        self.evaluation = EvaluationStages(
+            self.context,
+            self.strategy,
+            self.metrics,
+            self._callbacks,
+            self.limits,
+            self.param_dtype,
+            self.session.loader_for,
+        )
+        self.eval_engine = self.evaluation.engines["validate"]
+        self.test_engine = self.evaluation.engines["test"]
+        self.predict_engine = self.evaluation.engines["predict"]
+        self.engines = {
+            "fit": self.train_engine,
+            "validate": self.eval_engine,
+            "test": self.test_engine,
+            "predict": self.predict_engine,
+        }
         self.checkpoints = RunCheckpoints(self)
         self.preemption = PreemptionControl(self.strategy, self.engines, self.checkpoints, self.state)
-        self.session = Session(self)  # how each entry point sets up, runs and tears down
 
     own_attributes: ClassVar[frozenset[str]] = frozenset()  # what a subclass adds to TRAINER_ATTRIBUTES
 
@@ -724,10 +738,6 @@ class Trainer:
         return self.session.loader_for(loader, shuffle_default)
 
     # ------------------------------------------------------------------------------------------ evaluation
-    def run_stage(self, stage: str, loader: Any) -> dict[str, Any]:
-        """One pass of `stage`'s evaluation engine over `loader` (no gradients, eval mode); its epoch's values."""
-        return self.evaluation.run(stage, loader)
-
     def reduce_epoch(self, stage: str, engine: Engine) -> None:
         """A stage's epoch ended: act on its losses (training), gather its values."""
         extra: dict[str, Any] = {}
