@@ -1,12 +1,18 @@
 """One torchft replica group for tests/trainer/test_ft_ddp.py: trains a small MLP with `strategy="ft_ddp"`, prints
-`step N participants P` after every optimizer step (slowed by STEP_SLEEP so that the test can kill it mid-fit), and
-at the end saves its parameters and global step to OUT.
+`step N participants P checksum C manager M` after every optimizer step (slowed by STEP_SLEEP so that the test can
+kill it mid-fit; M: torchft's Manager step), and at the end saves its parameters and global step to OUT.
 
-    python -m tests.trainer._ft_group GROUP GROUPS MAX_STEPS OUT    (TORCHFT_LIGHTHOUSE names the lighthouse)
+    python -m tests.trainer._ft_group GROUP GROUPS MAX_STEPS OUT [EVERY]    (TORCHFT_LIGHTHOUSE names the lighthouse)
+
+EVERY: save a checkpoint every EVERY steps (ModelCheckpoint under `OUT.root`, all kept) and resume the newest
+committed one (`Trainer(resume="auto")`), printing `resumed PATH STEP` as the training starts — the same command,
+run again after a kill, continues the run. With HOLD_AT in the environment, the group stops after that step and
+sleeps (at most 60 s: nothing waits forever) for the test to kill it there.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -16,9 +22,11 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from tracktrain import Callback, LoopModule, Trainer
+from tracktrain.callbacks import ModelCheckpoint
 from tracktrain.trainer.strategies import FTDDPStrategy
 
 STEP_SLEEP = 0.05
+HOLD_AT = "HOLD_AT"
 
 
 class MLP(LoopModule):
@@ -40,18 +48,31 @@ class MLP(LoopModule):
 
 
 class Progress(Callback):
-    def __init__(self, strategy: FTDDPStrategy) -> None:
+    def __init__(self, strategy: FTDDPStrategy, hold_at: int | None) -> None:
         self.strategy = strategy
+        self.hold_at = hold_at
+
+    def on_train_start(self, trainer, module):
+        print(f"resumed {trainer.ckpt_path} {trainer.global_step}", flush=True)
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         manager = self.strategy.manager
         checksum = sum(float(p.double().sum()) for p in module.parameters())
-        print(f"step {trainer.global_step} participants {manager.num_participants()} checksum {checksum!r}", flush=True)
+        print(
+            f"step {trainer.global_step} participants {manager.num_participants()} checksum {checksum!r} "
+            f"manager {manager.current_step()}",
+            flush=True,
+        )
+        if trainer.global_step == self.hold_at:
+            print("holding", flush=True)
+            time.sleep(60)
         time.sleep(STEP_SLEEP)
 
 
 def main() -> None:
     group, groups, max_steps, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    every = int(sys.argv[5]) if len(sys.argv) > 5 else None
+    hold_at = int(os.environ[HOLD_AT]) if HOLD_AT in os.environ else None
     generator = torch.Generator().manual_seed(1)
     x = torch.randn(512, 8, generator=generator)
     y = (x[:, 0] - x[:, 1] > 0).long()
@@ -63,10 +84,12 @@ def main() -> None:
         max_epochs=None,
         seed=0,
         logger=False,
-        enable_checkpointing=False,
+        enable_checkpointing=every is not None,
+        resume="auto" if every is not None else None,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[Progress(strategy)],
+        callbacks=[Progress(strategy, hold_at)]
+        + ([ModelCheckpoint(every_n_train_steps=every, save_top_k=-1, async_save=False)] if every else []),
         default_root_dir=f"{out}.root",
     )
     module = MLP()

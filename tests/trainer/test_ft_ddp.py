@@ -1,6 +1,7 @@
 """strategy="ft_ddp" (torchft): two replica groups at a lighthouse started here; one is SIGKILLed mid-fit and
-restarted, rejoins, is healed from the survivor, and both end with the same weights. Also the errors of a bad
-lighthouse address."""
+restarted, rejoins, is healed from the survivor, and both end with the same weights; both are SIGKILLed after a
+checkpoint and restarted, resume it and end bit-identical to an uninterrupted run (or, having resumed different
+steps, both refuse). Also the errors of a bad lighthouse address."""
 
 from __future__ import annotations
 
@@ -22,8 +23,10 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from tracktrain import LoopModule, Trainer
+from tracktrain.callbacks import ModelCheckpoint
+from tracktrain.checkpoint.discovery import committed_checkpoints
 from tracktrain.trainer.strategies import FTDDPStrategy
-from tracktrain.trainer.strategies.ft_ddp import PARTICIPANTS, check_lighthouse
+from tracktrain.trainer.strategies.ft_ddp import MANAGER_ENTRY, PARTICIPANTS, check_lighthouse
 
 needs_torchft = pytest.mark.skipif(importlib.util.find_spec("torchft") is None, reason="torchft is not installed")
 
@@ -64,10 +67,13 @@ def test_bad_arguments():
         FTDDPStrategy(min_replicas=0)
 
 
-def _group(group: int, steps: int, out: Path, env: dict[str, str]) -> tuple[subprocess.Popen, Path]:
-    log = out.with_suffix(".log")
+def _group(
+    group: int, steps: int, out: Path, env: dict[str, str], every: int | None = None, log: Path | None = None
+) -> tuple[subprocess.Popen, Path]:
+    log = log or out.with_suffix(".log")
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.trainer._ft_group", str(group), "2", str(steps), str(out)],
+        [sys.executable, "-m", "tests.trainer._ft_group", str(group), "2", str(steps), str(out)]
+        + ([str(every)] if every else []),
         cwd=ROOT,
         env=env,
         stdout=log.open("w"),
@@ -79,6 +85,43 @@ def _group(group: int, steps: int, out: Path, env: dict[str, str]) -> tuple[subp
 def _steps(log: Path) -> list[tuple[int, int, str]]:
     lines = [line.split() for line in log.read_text().splitlines() if line.startswith("step ")]
     return [(int(words[1]), int(words[3]), words[5]) for words in lines]
+
+
+def _managed(log: Path) -> dict[int, tuple[str, int]]:
+    """step -> (parameter checksum, torchft Manager step) of a worker's log."""
+    lines = [line.split() for line in log.read_text().splitlines() if line.startswith("step ")]
+    return {int(words[1]): (words[5], int(words[7])) for words in lines}
+
+
+def _resumed(log: Path) -> list[str]:
+    return [line for line in log.read_text().splitlines() if line.startswith("resumed ")]
+
+
+def _committed_steps(root: Path) -> list[int]:
+    return sorted(c.summary["global_step"] for c in committed_checkpoints(root / "checkpoints")[0])
+
+
+def _lighthouse(log: Path, min_replicas: int) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    process = subprocess.Popen(
+        [str(LIGHTHOUSE), "--bind", f"127.0.0.1:{port}", "--min_replicas", str(min_replicas)]
+        + ["--join_timeout_ms", "1000", "--heartbeat_timeout_ms", "1000"],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        _wait(lambda: socket.socket().connect_ex(("127.0.0.1", port)) == 0, 30, "the lighthouse did not start")
+    except TimeoutError:
+        process.kill()
+        raise
+    return process, f"http://127.0.0.1:{port}"
+
+
+def _stop(processes: list[subprocess.Popen]) -> None:
+    for process in reversed(processes):
+        if process.poll() is None:
+            process.kill()  # by its PID
+            process.wait(10)
 
 
 def _wait(predicate, timeout: float, what: str) -> None:
@@ -145,6 +188,98 @@ def test_killed_group_rejoins_healed_and_ends_equal(tmp_path):
                 process.wait(10)
 
 
+STEPS, EVERY, HOLD = 40, 10, 25  # checkpoints at 10, 20, 30, 40; both groups are killed at step 25
+
+
+def _held_and_killed(tmp_path: Path, name: str, env: dict[str, str], processes: list) -> tuple[Path, Path]:
+    """Both groups train with checkpoints every EVERY steps, stop after step HOLD and are SIGKILLed there."""
+    outs = tmp_path / f"{name}0.pt", tmp_path / f"{name}1.pt"
+    held = [_group(g, STEPS, outs[g], {**env, "HOLD_AT": str(HOLD)}, EVERY) for g in (0, 1)]
+    processes += [process for process, _ in held]
+    for _, log in held:
+        _wait(lambda log=log: "holding" in log.read_text(), 120, f"{log.name} did not reach step {HOLD}")
+    for process, _ in held:
+        os.kill(process.pid, signal.SIGKILL)
+    for process, _ in held:
+        process.wait(10)
+    return outs
+
+
+@needs_torchft
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
+@pytest.mark.slow  # two runs of two groups and a lighthouse each, side by side: timed waits
+def test_every_group_killed_and_restarted_resumes_its_checkpoint_exactly(tmp_path):
+    """The lighthouse waits for both groups (--min_replicas 2), as a cold restart that is to resume exactly needs:
+    a group that stepped alone before the other arrived would heal it to its step, with the other's data position."""
+    processes: list[subprocess.Popen] = []
+    try:
+        whole_lighthouse, whole_address = _lighthouse(tmp_path / "whole-lighthouse.log", 2)
+        cut_lighthouse, cut_address = _lighthouse(tmp_path / "cut-lighthouse.log", 2)
+        processes += [whole_lighthouse, cut_lighthouse]
+        # the uninterrupted run, beside the one that is killed
+        whole = [
+            _group(g, STEPS, tmp_path / f"whole{g}.pt", {**os.environ, "TORCHFT_LIGHTHOUSE": whole_address}, EVERY)
+            for g in (0, 1)
+        ]
+        processes += [process for process, _ in whole]
+        env = {**os.environ, "TORCHFT_LIGHTHOUSE": cut_address}
+        outs = _held_and_killed(tmp_path, "cut", env, processes)
+        for out in outs:  # killed after the checkpoint of step 20 committed, before that of step 30
+            assert _committed_steps(Path(f"{out}.root")) == [10, 20]
+        restarted = [_group(g, STEPS, outs[g], env, EVERY, log=tmp_path / f"cut{g}-restarted.log") for g in (0, 1)]
+        processes += [process for process, _ in restarted]
+        for process, log in whole + restarted:
+            assert process.wait(120) == 0, log.read_text()[-3000:]
+        for g, (_, log) in enumerate(restarted):
+            assert _resumed(log) == [f"resumed {outs[g]}.root/checkpoints/checkpoint_20.pt 20"]
+            steps = _managed(log)
+            # the Manager resumed at the checkpoint's step (21 after step 21), not at 0: no group was healed
+            assert sorted(steps) == list(range(21, STEPS + 1))
+            expected = _managed(whole[g][1])
+            assert all(steps[step] == expected[step] for step in steps), (steps, expected)
+        final = [torch.load(tmp_path / "whole0.pt"), torch.load(tmp_path / "whole1.pt")] + [torch.load(o) for o in outs]
+        assert all(result["global_step"] == STEPS for result in final)
+        for name, value in final[0]["params"].items():
+            assert all(torch.equal(value, result["params"][name]) for result in final[1:]), name
+    finally:
+        _stop(processes)
+
+
+@needs_torchft
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
+@pytest.mark.slow
+def test_groups_restarted_from_different_checkpoints_both_refuse_naming_the_steps(tmp_path):
+    """Group 1's newest checkpoint is lost (as when it was killed before its save committed): it resumes step 10,
+    group 0 step 20. torchft would heal group 1 to group 0's step with its own data position; both refuse instead,
+    before any optimizer step, so neither writes a checkpoint."""
+    processes: list[subprocess.Popen] = []
+    try:
+        lighthouse, address = _lighthouse(tmp_path / "lighthouse.log", 2)
+        processes.append(lighthouse)
+        env = {**os.environ, "TORCHFT_LIGHTHOUSE": address}
+        outs = _held_and_killed(tmp_path, "g", env, processes)
+        for path in (Path(f"{outs[1]}.root") / "checkpoints").glob("checkpoint_20.pt*"):
+            path.unlink()
+        restarted = [_group(g, STEPS, outs[g], env, EVERY, log=tmp_path / f"g{g}-restarted.log") for g in (0, 1)]
+        processes += [process for process, _ in restarted]
+        codes = [process.wait(90) for process, _ in restarted]
+        logs = [log.read_text() for _, log in restarted]
+        assert codes[0] != 0 and codes[1] != 0, logs
+        assert (
+            "RuntimeError: strategy='ft_ddp': replica group 1 resumed global step 10, but group 0 resumed global step 20"
+            in logs[1]
+        )
+        assert "RuntimeError: strategy='ft_ddp': replica group 0 resumed its checkpoint at global step 20" in logs[0]
+        assert "Trainer(resume=PATH)" in logs[0] and "Trainer(resume=PATH)" in logs[1]
+        assert not any(line.startswith("step ") for log in logs for line in log.splitlines())  # nothing stepped
+        assert _committed_steps(Path(f"{outs[0]}.root")) == [10, 20]
+        assert _committed_steps(Path(f"{outs[1]}.root")) == [10]
+    finally:
+        _stop(processes)
+
+
 # ---------------------------------------------------------------- one group on a stand-in torchft (no lighthouse run)
 EVENTS: list[str] = []
 
@@ -154,13 +289,25 @@ class FakeManager:
 
     def __init__(self, **options):
         self.options = options
+        self.step = 0
 
     def start_quorum(self):
         EVENTS.append("quorum")
 
     def should_commit(self):
         EVENTS.append("commit")
+        self.step += 1
         return True
+
+    def state_dict(self):
+        return {"step": self.step, "batches_committed": 2 * self.step}
+
+    def load_state_dict(self, state):
+        EVENTS.append(f"manager at {state['step']}")
+        self.step = state["step"]
+
+    def batches_committed(self):
+        return 2 * self.step
 
     def num_participants(self):
         return 2
@@ -256,3 +403,26 @@ def test_what_hangs_on_a_groups_own_epoch_is_refused_at_setup(fake_torchft, tmp_
     with pytest.raises(ValueError, match=message):
         fit(fake_torchft, Net(interval), default_root_dir=tmp_path, **options)
     assert "quorum" not in EVENTS and "forward" not in EVENTS  # refused before any step
+
+
+# refusing the other group's checkpoint rolls the objects loaded before back; the fresh engine's state has no seed
+@pytest.mark.filterwarnings("ignore:The state_dict has no 'seed'")
+def test_a_checkpoint_holds_the_manager_step_and_belongs_to_its_group(fake_torchft, tmp_path):
+    """The Manager step is saved and restored with the checkpoint (a checkpoint without it, another strategy's,
+    starts the Manager at its global step); a group given another group's checkpoint is refused by name."""
+    saving = ModelCheckpoint(every_n_train_steps=2, save_top_k=-1, async_save=False)
+    fit(fake_torchft, Net(), default_root_dir=tmp_path, enable_checkpointing=True, callbacks=[saving])
+    path = tmp_path / "checkpoints" / "checkpoint_2.pt"
+    assert torch.load(path, weights_only=False)[MANAGER_ENTRY] == {"step": 2, "batches_committed": 4, "group": 0}
+    EVENTS.clear()
+    fit(fake_torchft, Net(), default_root_dir=tmp_path / "resumed", resume=path, max_steps=4)
+    assert EVENTS[0] == "manager at 2" and EVENTS.count("forward") == 2
+    states = torch.load(path, weights_only=False)
+    del states[MANAGER_ENTRY]
+    torch.save(states, tmp_path / "without.pt")
+    EVENTS.clear()
+    fit(fake_torchft, Net(), default_root_dir=tmp_path / "without", resume=tmp_path / "without.pt", max_steps=4)
+    assert EVENTS[0] == "manager at 2"
+    other = FTDDPStrategy(lighthouse=fake_torchft, group=1, groups=2)
+    with pytest.raises(ValueError, match="replica group 1 is resuming a checkpoint of group 0.*own Trainer"):
+        fit(fake_torchft, Net(), default_root_dir=tmp_path / "other", resume=path, max_steps=4, strategy=other)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -16,6 +16,16 @@ from tracktrain.checkpoint.manifest import SUMMARY_COUNTERS, CheckpointCorrupted
 from tracktrain.checkpoint.plain_data import gist, load_plain
 
 PARALLEL_WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
+
+
+@runtime_checkable
+class OptionalEntry(Protocol):
+    """A checkpoint object that older checkpoints (or those of another strategy) may lack: resuming one of those
+    calls `load_absent(checkpoint)` (the checkpoint as read) instead of refusing it for the missing entry."""
+
+    def state_dict(self) -> Any: ...
+    def load_state_dict(self, state_dict: Any) -> None: ...
+    def load_absent(self, checkpoint: Mapping[str, Any]) -> None: ...
 
 
 def is_container(value: Any) -> bool:

@@ -49,11 +49,14 @@ class AccumulationSchedule:
         return sum(math.ceil(epoch_length / self.factor(epoch)) for epoch in range(first, first + epochs))
 
     def epochs_for(self, steps: int, epoch_length: int) -> int:
-        """How many epochs `steps` optimizer steps take (the last one possibly part of an epoch)."""
-        epoch, done = 0, 0
-        while done < steps:
+        """How many epochs `steps` optimizer steps take (the last one possibly part of an epoch). Epoch by epoch up
+        to the schedule's last change, then at once: `Trainer(max_steps=10**9)` as "until stopped" costs nothing."""
+        epoch, done, last_change = 0, 0, self._epochs[-1]
+        while done < steps and epoch < last_change:
             done += math.ceil(epoch_length / self.factor(epoch))
             epoch += 1
+        if done < steps:  # from here every epoch takes the same number of steps
+            epoch += math.ceil((steps - done) / math.ceil(epoch_length / self.factor(epoch)))
         return epoch
 
     def setting(self) -> int | dict[str, int]:

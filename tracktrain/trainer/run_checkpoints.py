@@ -19,7 +19,7 @@ from tracktrain.checkpoint.lightning_format import from_lightning, is_lightning_
 from tracktrain.checkpoint.resume import RESUME_CHOICES, load_newest
 from tracktrain.checkpoint.run_settings import changed_settings, check_resumable, describe, run_settings
 from tracktrain.checkpoint.savers import deliver_left_over
-from tracktrain.checkpoint.state import check_summary, read_checkpoint, state_of
+from tracktrain.checkpoint.state import OptionalEntry, check_summary, read_checkpoint, state_of
 from tracktrain.distributed.logger import get_dist_logger
 from tracktrain.handlers.checkpoint import Checkpoint
 from tracktrain.rng import global_seed
@@ -262,9 +262,15 @@ class RunCheckpoints:
         changes = changed_settings(saved, current)
         check_resumable(changes, ckpt_path, trainer.resume_with_changes)
         objects = self.objects()
-        if isinstance(states, Mapping) and "datamodule" not in states:  # saved without one: it keeps its own state
-            objects.pop("datamodule", None)
+        absent: list[OptionalEntry] = []
+        if isinstance(states, Mapping):
+            if "datamodule" not in states:  # saved without one: it keeps its own state
+                objects.pop("datamodule", None)
+            # a strategy's own entry that this checkpoint predates (e.g. strategy="ft_ddp"'s Manager step)
+            absent = [objects.pop(key) for key in list(objects) if key not in states and _optional(objects[key])]
         Checkpoint.load_objects(objects, states)
+        for entry in absent:
+            entry.load_absent(states)
         context.resume_changes = changes
         limits = {key: change for key, change in changes.items() if key in _LIMIT_SETTINGS}
         others = {key: change for key, change in changes.items() if key not in _LIMIT_SETTINGS}
@@ -381,6 +387,10 @@ def summarize(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
             epoch=int(trainer.get("epochs_done", 0)), iteration=int(trainer.get("iteration", 0)), weights_only=True
         )
     return summary
+
+
+def _optional(obj: Any) -> bool:
+    return isinstance(obj, OptionalEntry)
 
 
 def _draw_seed() -> int:

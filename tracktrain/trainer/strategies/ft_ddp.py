@@ -15,6 +15,14 @@ its `lighthouse` argument or from `TORCHFT_LIGHTHOUSE`. Every optimizer step:
 
 torchft is imported when the fit starts (`setup_environment`), never when tracktrain is.
 
+Checkpoints: each group's checkpoints (its own `default_root_dir`) also hold its Manager's step (`ft_manager`), so
+that after every group was stopped — killed, pre-empted — and all were started again, each resumes its newest
+committed checkpoint with the Manager where it was: groups that resumed the same step form their first quorum at
+that step, none is healed, and the run continues exactly as if it had not stopped. Groups that resumed different
+steps (one was killed before its newest save committed) refuse to go on, each with an error naming both steps
+(`_cold_mismatch`): healing the one behind from the one ahead would pair the ahead group's weights with the
+behind group's data position, which is not the run that was checkpointed.
+
 Data: a DataLoader is split into `groups` shards, and group `group` reads shard `group` (torchft's own rule, its
 `DistributedSampler`): while a group is down its shard is not read by anyone, and a healed group continues reading
 its shard from where its own loader is (torchft drops or repeats those batches; it never re-balances shards).
@@ -24,7 +32,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -46,6 +54,9 @@ INSTALL = "pip install 'tracktrain[ft]'"
 # what a recovering group copies from a peer: a checkpoint's objects without the engine's loop position (which
 # the running loop owns) and without the DataModule (whose data a group reads on its own)
 _RECOVERED = ("model", "optimizers", "lr_schedulers", "grad_scaler", "trainer")
+MANAGER_ENTRY = "ft_manager"
+"""The checkpoint entry holding the group's torchft Manager state (its step, the batches committed) and index."""
+_START = "ft_start"  # the recovery state's record of how the serving group's fit started (see `_cold_mismatch`)
 
 
 class FTDDPStrategy(ParallelStrategy):
@@ -102,6 +113,9 @@ class FTDDPStrategy(ParallelStrategy):
         self._manager: Any = None
         self._store: Any = None  # torch.distributed.TCPStore (its stubs do not export it)
         self._recovered: dict[str, Any] = {}
+        self._resumed: int | None = None  # the Manager step this fit's checkpoint restored (None: a new run)
+        self._stepped = False  # whether this fit took part in a quorum yet
+        self._refusal: RuntimeError | None = None  # raised at this group's first optimizer step (a peer disagreed)
 
     # ------------------------------------------------------------------------------- the group and its manager
     @property
@@ -125,6 +139,7 @@ class FTDDPStrategy(ParallelStrategy):
                 f"WORLD_SIZE={os.environ['WORLD_SIZE']}. Start each group as one process (no torchrun)."
             )
         cuda = device.type == "cuda"
+        self._resumed, self._stepped, self._refusal = None, False, None
         backend = self.backend or ("nccl" if cuda else "gloo")
         self._store = torch.distributed.TCPStore(  # type: ignore[attr-defined]
             "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=self.timeout
@@ -169,6 +184,8 @@ class FTDDPStrategy(ParallelStrategy):
         manager = self._manager
 
         def step_if_committed(optimizer: torch.optim.Optimizer) -> None:
+            if self._refusal is not None:  # after the step's all-reduce: the peer that refused has its message
+                raise self._refusal
             if manager.should_commit():  # every group of the quorum agrees the step's gradients are whole
                 optimizer.step()
 
@@ -179,6 +196,7 @@ class FTDDPStrategy(ParallelStrategy):
         so the step runs on the peer's weights — then clear the gradients (`zero`: the module's
         `optimizer_zero_grad` or the optimizer's)."""
         self._manager.start_quorum()  # waits for the quorum (use_async_quorum=False)
+        self._stepped = True
         zero()
 
     def check_schedule(
@@ -218,6 +236,14 @@ class FTDDPStrategy(ParallelStrategy):
     def setup_recovery(self, objects: dict[str, Any]) -> None:
         self._recovered = {key: objects[key] for key in _RECOVERED if key in objects}
 
+    def checkpoint_objects(self, objects: dict[str, Any]) -> dict[str, Any]:
+        """A full checkpoint also holds this group's Manager state (`ft_manager`), restored with it: a cold restart
+        of every group starts their Managers at the step they were at, not at 0 (where torchft would heal every
+        group but one from that one, whatever checkpoint each had resumed)."""
+        if "train_engine" not in objects or self._manager is None:  # weights only, or outside a fit
+            return objects
+        return {**objects, MANAGER_ENTRY: ManagerState(self._manager, self.group, self._note_resumed)}
+
     def distribute(self, loader: Iterable[Any], shuffle_default: bool, seed: int = 0) -> Iterable[Any]:
         """`loader` reading this group's shard (one of `groups`): a DataLoader rebuilt around a DistributedSampler;
         other iterables are taken as sharded already."""
@@ -254,10 +280,30 @@ class FTDDPStrategy(ParallelStrategy):
             manager.shutdown(wait=False)
         self._store = None
         self._recovered = {}
+        self._refusal = None
 
     # ----------------------------------------------------------------------------------------- recovery state
+    def _note_resumed(self, step: int) -> None:
+        self._resumed = step
+
+    def _start_record(self) -> dict[str, Any]:
+        return {"group": self.group, "resumed": self._resumed, "first_step": not self._stepped, "step": self._step()}
+
+    def _step(self) -> int:
+        trainer = self._recovered.get("trainer")
+        return int(getattr(trainer, "global_step", 0))
+
     def _recovered_state(self) -> dict[str, Any]:
-        return {key: _state_of(value) for key, value in self._recovered.items()}
+        """What a peer that heals from this group gets (torchft calls it while serving, in the quorum)."""
+        if self._resumed is not None and not self._stepped:
+            # a peer is behind this group's first step after its checkpoint: it resumed an older one, or none
+            self._refusal = RuntimeError(
+                f"strategy='ft_ddp': replica group {self.group} resumed its checkpoint at global step {self._step()}, "
+                "and a peer group joined its first step from an earlier step (it resumed an older checkpoint, or "
+                "none): after a restart of every group they must all resume the same step, or the groups' weights "
+                "and data positions would not be the run's. The peer's error names its step. " + _FIX
+            )
+        return {key: _state_of(value) for key, value in self._recovered.items()} | {_START: self._start_record()}
 
     def _load_recovered(self, state: dict[str, Any]) -> None:
         missing = [key for key in self._recovered if key not in state]
@@ -266,8 +312,70 @@ class FTDDPStrategy(ParallelStrategy):
                 f"strategy='ft_ddp': the peer this group heals from sent no {missing} (it sent {sorted(state)}): "
                 "every group must run the same module, optimizers and schedulers."
             )
+        self._refusal = self._cold_mismatch(state.get(_START) or {})
+        if self._refusal is not None:
+            return  # this group keeps its own state; the step's all-reduce runs, then it refuses (step_if_committed)
         for key, value in self._recovered.items():
             _load_into(value, state[key])
+
+    def _cold_mismatch(self, peer: dict[str, Any]) -> RuntimeError | None:
+        """The error when this fit's first step would heal from a peer at its own first step while either resumed a
+        checkpoint: every group was restarted, and they resumed different steps (torchft heals only a group behind
+        its peer). Healing would give this group the peer's weights and counters with its own data position: not the
+        run that was checkpointed, nor what either group resumed. Both groups take the step's forward and backward
+        (so neither waits for the other's all-reduce) and raise before the optimizer step, with the same story: the
+        one ahead from `_recovered_state`, the one behind from here, naming both steps."""
+        if self._stepped or not peer.get("first_step") or (self._resumed is None and peer.get("resumed") is None):
+            return None  # a live peer heals a group that rejoins: torchft's rule (the module's description)
+        mine = "started a new run (no checkpoint)" if self._resumed is None else f"resumed global step {self._step()}"
+        theirs = "started a new run" if peer.get("resumed") is None else f"resumed global step {peer.get('step')}"
+        return RuntimeError(
+            f"strategy='ft_ddp': replica group {self.group} {mine}, but group {peer.get('group')} {theirs}, and both "
+            "are at their first step: after a restart of every group they must all resume the same step, or the "
+            "groups' weights and data positions would not be the run's. " + _FIX
+        )
+
+
+_FIX = (
+    "Start every group again from the same step: give the groups ahead Trainer(resume=PATH), PATH their committed "
+    "checkpoint at the lowest step the groups resumed (ModelCheckpoint(save_top_k=...) keeps more than the newest), "
+    "or remove their newer checkpoints; or start every group on a new run (an empty default_root_dir each)."
+)
+
+
+class ManagerState:
+    """The `ft_manager` checkpoint entry: the group's torchft Manager state (its step and the batches committed,
+    torchft's `Manager.state_dict()`) and the group's index. Loading it restores the Manager's step — so that groups
+    restarted from the same step meet at it, and none is healed — and tells the strategy (`resumed`) the fit resumed
+    a checkpoint; a checkpoint of another group is refused (each group needs its own `default_root_dir`)."""
+
+    def __init__(self, manager: Any, group: int, resumed: Callable[[int], None]) -> None:
+        self._manager = manager
+        self._group = group
+        self._resumed = resumed
+
+    def state_dict(self) -> dict[str, int]:
+        return {**self._manager.state_dict(), "group": self._group}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        if state.get("group") != self._group:
+            raise ValueError(
+                f"strategy='ft_ddp': replica group {self._group} is resuming a checkpoint of group {state.get('group')}: "
+                "each group must keep its checkpoints apart. Give each group its own Trainer(default_root_dir=...) "
+                "(or ModelCheckpoint(dirpath=...))."
+            )
+        self._manager.load_state_dict(
+            {"step": int(state["step"]), "batches_committed": int(state["batches_committed"])}
+        )
+        self._resumed(int(state["step"]))
+
+    def load_absent(self, checkpoint: Mapping[str, Any]) -> None:
+        """A checkpoint without the entry (written by another strategy, or before it existed): the Manager starts at
+        the checkpoint's global step — the same for every group that resumed that step (off only by the steps that
+        were dropped), so they meet there as if it had been saved."""
+        step = int((checkpoint.get("trainer") or {}).get("global_step", 0))
+        self._manager.load_state_dict({"step": step, "batches_committed": self._manager.batches_committed()})
+        self._resumed(step)
 
 
 def check_lighthouse(address: str, timeout: timedelta) -> None:
