@@ -402,14 +402,3 @@ def test_a_helper_named_like_our_step_beside_lightnings_step_is_refused_naming_b
     trainer = quiet_trainer(tmp_path, max_epochs=1)
     trainer.fit(Alias(), make_loader(), make_loader(n=8))
     assert "val_loss" in trainer.callback_metrics
-
-
-@pytest.mark.parametrize("several", [lambda a, b: [a, b], lambda a, b: (a, b), lambda a, b: {"a": a, "b": b}])
-def test_several_training_loaders_are_refused_with_what_to_do_not_taken_for_batches(tmp_path, several):
-    """Lightning's CombinedLoader for training: read as one iterable, each loader would be taken for a batch (a raw
-    unpacking error in train_step); refused before anything runs. (Several validation, test and predict loaders are
-    Lightning's: tests/trainer/test_several_loaders.py.)"""
-    trainer = quiet_trainer(tmp_path, max_epochs=1)
-    loaders = several(make_loader(), make_loader())
-    with pytest.raises(TypeError, match=r"got 2 DataLoaders in a (list|tuple|dict).*ConcatDataset"):
-        trainer.fit(Classifier(), loaders)

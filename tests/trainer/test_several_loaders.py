@@ -128,12 +128,6 @@ def test_a_step_without_dataloader_idx_under_several_loaders_is_refused_with_the
         trainer.validate(RequiredIndex(), make_loader())
 
 
-def test_several_training_loaders_are_refused_naming_what_to_do(tmp_path):
-    trainer = quiet_trainer(tmp_path, max_epochs=1)
-    with pytest.raises(TypeError, match=r"train_dataloaders got 2 DataLoaders in a list.*ConcatDataset"):
-        trainer.fit(Recorder(), [ramp(0, 4), ramp(0, 4)])
-
-
 class TwoValidationSets(DataModule):
     def train_dataloader(self):
         return ramp(0, 4)
@@ -146,13 +140,7 @@ def test_a_datamodule_may_give_several_validation_loaders(tmp_path):
     trainer = quiet_trainer(tmp_path, max_epochs=1, num_sanity_val_steps=0)
     trainer.fit(Recorder(), datamodule=TwoValidationSets())
     assert float(trainer.callback_metrics["x/dataloader_idx_1"]) == 50.5
-
-    class TwoTrainingSets(TwoValidationSets):
-        def train_dataloader(self):
-            return [ramp(0, 4), ramp(0, 4)]
-
-    with pytest.raises(TypeError, match=r"TwoTrainingSets.train_dataloader\(\) got 2 DataLoaders.*training"):
-        trainer.fit(Recorder(), datamodule=TwoTrainingSets())
+    # several training loaders: Lightning's CombinedLoader, tests/trainer/test_combined_training.py
 
 
 class SyncedMean(LoopModule):

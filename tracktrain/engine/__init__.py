@@ -16,6 +16,7 @@ from tracktrain.engine.state import State
 
 if TYPE_CHECKING:
     from tracktrain.engine.batches import convert_tensor
+    from tracktrain.engine.combined_loader import CombinedLoader
     from tracktrain.engine.deterministic import DeterministicEngine, ReproducibleBatchSampler
     from tracktrain.engine.model_engine import BaseOpHook, ModelEngine, StepEvents, initialize
     from tracktrain.engine.supervised import (
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "convert_tensor": "tracktrain.engine.batches",
+    "CombinedLoader": "tracktrain.engine.combined_loader",
     "BaseOpHook": "tracktrain.engine.model_engine",
     "ModelEngine": "tracktrain.engine.model_engine",
     "StepEvents": "tracktrain.engine.model_engine",
@@ -49,6 +51,7 @@ _LAZY = {
 __all__ = [
     "BaseOpHook",
     "CallableEventWithFilter",
+    "CombinedLoader",
     "DeterministicEngine",
     "Engine",
     "EventEnum",

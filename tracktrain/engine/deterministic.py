@@ -35,7 +35,15 @@ from tracktrain.engine.events import Events
 from tracktrain.engine.state import State
 from tracktrain.rng import get_rng_states, manual_seed, set_rng_states
 
-__all__ = ["DeterministicEngine", "ReproducibleBatchSampler", "ResumableEngine", "stateful_data"]
+__all__ = [
+    "DeterministicEngine",
+    "ReproducibleBatchSampler",
+    "ResumableEngine",
+    "make_reproducible",
+    "open_pass",
+    "seed_pass",
+    "stateful_data",
+]
 
 _SEED_SPACE = 2**62
 
@@ -295,41 +303,60 @@ class ResumableEngine(Engine):
         # _setup_engine rejects data=None and draws a seed before any pass; set_data() only takes iterables
         assert data is not None and seed is not None
         pass_seed = seed + self._pass_index
-        batch_sampler = getattr(data, "batch_sampler", None)
-        # the sampler that orders the data: inside our batch sampler when the loader was made reproducible
-        sampler = getattr(batch_sampler, "sampler", None) or getattr(data, "sampler", None)
-        own_generators = (getattr(sampler, "generator", None), getattr(data, "generator", None))
-        for generator in dict.fromkeys(g for g in own_generators if isinstance(g, torch.Generator)):
-            generator.manual_seed(pass_seed)  # a sampler or loader with its own generator ignores the global seed
-        if sampler is not None and hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(self._pass_index)
-        manual_seed(pass_seed)  # what iter() draws (worker seeds, an unwrapped sampler's shuffle) follows the pass
-        replayed = False
         keeper = stateful_data(data) if data_state is not None else None
         if keeper is not None:  # its own position, also at a pass boundary (an iterable may count its passes)
+            seed_pass(data, pass_seed, self._pass_index)
             keeper.load_state_dict(data_state)
             iterator = iter(data)
-        elif isinstance(batch_sampler, ReproducibleBatchSampler):
-            batch_sampler.start_iteration, batch_sampler.pass_seed = skip, pass_seed
-            try:
-                iterator = iter(data)
-            finally:
-                batch_sampler.start_iteration = None
-        else:
-            iterator = iter(data)
-            for skipped in range(skip):  # data without index access: replay it up to the resume point
-                try:
-                    next(iterator)
-                except StopIteration:  # it ran dry on the way: the next pass, as the run that saved it went on
-                    self._pass_index += 1
-                    self._pass_start += skipped
-                    return self._pass_iterator(skip - skipped)
-            replayed = skip > 0
-        # and again after it: the training step's randomness starts the same however many draws iter() made (not
-        # after a replay: the generators are then where the replayed batches left them, as in the run that saved)
-        if not replayed:
             manual_seed(pass_seed)
+            return iterator
+        iterator, skipped = open_pass(data, pass_seed, self._pass_index, skip)
+        if skipped < skip:  # it ran dry on the way: the next pass, as the run that saved it went on
+            self._pass_index += 1
+            self._pass_start += skipped
+            return self._pass_iterator(skip - skipped)
         return iterator
+
+
+def seed_pass(data: Any, pass_seed: int, epoch: int) -> None:
+    """Seed what draws a pass of `data`: its sampler's or loader's own generator, a distributed sampler's epoch
+    (`epoch`, the same on every rank), and the global generators (worker seeds, an unwrapped sampler's shuffle)."""
+    batch_sampler = getattr(data, "batch_sampler", None)
+    # the sampler that orders the data: inside our batch sampler when the loader was made reproducible
+    sampler = getattr(batch_sampler, "sampler", None) or getattr(data, "sampler", None)
+    own_generators = (getattr(sampler, "generator", None), getattr(data, "generator", None))
+    for generator in dict.fromkeys(g for g in own_generators if isinstance(g, torch.Generator)):
+        generator.manual_seed(pass_seed)  # a sampler or loader with its own generator ignores the global seed
+    if sampler is not None and hasattr(sampler, "set_epoch"):
+        sampler.set_epoch(epoch)
+    manual_seed(pass_seed)
+
+
+def open_pass(data: Any, pass_seed: int, epoch: int, skip: int = 0) -> tuple[Iterator[Any], int]:
+    """An iterator over one pass of `data` drawn from `pass_seed` (`seed_pass`), `skip` batches in, and how many
+    batches it skipped: fewer than `skip` when data without index access ran dry on the way. A loader made
+    reproducible skips by index (the skipped samples are never loaded); other data is replayed up to `skip`."""
+    seed_pass(data, pass_seed, epoch)
+    batch_sampler = getattr(data, "batch_sampler", None)
+    if isinstance(batch_sampler, ReproducibleBatchSampler):
+        batch_sampler.start_iteration, batch_sampler.pass_seed = skip, pass_seed
+        try:
+            iterator = iter(data)
+        finally:
+            batch_sampler.start_iteration = None
+    else:
+        iterator = iter(data)
+        for skipped in range(skip):
+            try:
+                next(iterator)
+            except StopIteration:
+                return iterator, skipped
+        if skip > 0:
+            # the generators are where the replayed batches left them, as in the run that saved
+            return iterator, skip
+    # and again after iter(): the training step's randomness starts the same however many draws iter() made
+    manual_seed(pass_seed)
+    return iterator, skip
 
 
 class DeterministicEngine(ResumableEngine):

@@ -13,6 +13,7 @@ from torch import nn
 
 from tracktrain.checks.numeric import is_integral, is_real
 from tracktrain.distributed.ranks import rank_and_world_size
+from tracktrain.engine.combined_loader import COMBINED_MODES, CombinedLoader
 from tracktrain.engine.compiling import compile_options
 from tracktrain.trainer.batches import several_loaders
 from tracktrain.trainer.lightning_names import check_lightning_callback
@@ -241,23 +242,24 @@ def device_of(accelerator: Any) -> torch.device:
     raise ValueError(f"Trainer(accelerator=...) must be 'auto', 'cpu' or 'cuda', got {accelerator!r}.")
 
 
-def check_loader(name: str, loader: Any, required: bool = False, several_allowed: bool = True) -> None:
-    """A stage's loader: an iterable of batches; for evaluation stages (`several_allowed`) also Lightning's several
-    loaders (a list, tuple or dict of DataLoaders: `batches.several_loaders`), read one after the other."""
+def check_loader(name: str, loader: Any, required: bool = False, training: bool = False) -> None:
+    """A stage's loader: an iterable of batches, or Lightning's several loaders (a list, tuple or dict of DataLoaders,
+    or a `CombinedLoader`): read one after the other by evaluation stages, together by training
+    (`batches.combined_for_training`), whose loop cannot read them one after the other (Lightning's rule)."""
     if loader is None:
         if required:
             raise ValueError(f"{name} is required: pass a DataLoader or another iterable of batches.")
         return
-    several = several_loaders(loader)
-    if several is not None:
-        if several_allowed:
-            return
-        # Lightning's CombinedLoader for training: read as one iterable, each loader would be taken for a batch
-        raise TypeError(
-            f"{name} got {len(several)} DataLoaders in a {type(loader).__name__}: training reads one loader (several "
-            "are for validation, test and predict). Join their datasets in one loader "
-            "(torch.utils.data.ConcatDataset), or zip the loaders into one iterable of batch pairs yourself."
-        )
+    if isinstance(loader, CombinedLoader):
+        if training and loader.mode == "sequential":
+            raise ValueError(
+                f'{name} got a CombinedLoader(mode="sequential"): training reads its loaders together, one batch of '
+                f"each per step. Use one of the modes {[m for m in COMBINED_MODES if m != 'sequential']}, or join "
+                "the datasets in one loader (torch.utils.data.ConcatDataset) to read one after the other."
+            )
+        return
+    if several_loaders(loader) is not None:
+        return
     if not isinstance(loader, Iterable) or isinstance(loader, (str, bytes, Mapping)):
         raise TypeError(
             f"{name} must be a DataLoader or another iterable of batches, got {type(loader).__name__}: {loader!r:.80}."

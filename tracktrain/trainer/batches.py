@@ -8,7 +8,16 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-__all__ = ["SequentialLoaders", "batch_size_of", "epoch_length_of", "loader_length", "several_loaders"]
+from tracktrain.engine.combined_loader import CombinedLoader
+
+__all__ = [
+    "SequentialLoaders",
+    "batch_size_of",
+    "combined_for_training",
+    "epoch_length_of",
+    "loader_length",
+    "several_loaders",
+]
 
 
 def batch_size_of(batch: Any) -> int:
@@ -54,12 +63,23 @@ def epoch_length_of(name: str, loader: Iterable[Any], limit: int | float | None)
 
 
 def several_loaders(loader: Any) -> list[Any] | None:
-    """Lightning's several loaders of one stage: a list or tuple of DataLoaders, or a dict of them (in its order);
-    None for one loader. (Only DataLoaders count: a list of batches is one loader, as it always was.)"""
+    """Lightning's several loaders of one evaluation stage: a list or tuple of DataLoaders, a dict of them (in its
+    order), or a `CombinedLoader(mode="sequential")`'s; None for one loader (a CombinedLoader of another mode is one:
+    a batch of each per step). (Only DataLoaders count: a list of batches is one loader, as it always was.)"""
+    if isinstance(loader, CombinedLoader):
+        return loader.flattened if loader.mode == "sequential" else None
     several = loader.values() if isinstance(loader, Mapping) else loader if isinstance(loader, (list, tuple)) else ()
     if several and all(isinstance(item, DataLoader) for item in several):
         return list(several)
     return None
+
+
+def combined_for_training(loader: Any) -> Any:
+    """The training loader as a fit reads it, Lightning's rule: several loaders (a list, tuple or dict of DataLoaders)
+    are one `CombinedLoader(mode="max_size_cycle")`; a CombinedLoader is read as one; another loader as it is."""
+    if not isinstance(loader, CombinedLoader) and several_loaders(loader) is not None:
+        return CombinedLoader(loader, "max_size_cycle")
+    return loader
 
 
 class SequentialLoaders:

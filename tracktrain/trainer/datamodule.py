@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracktrain.checkpoint.run_settings import run_settings
 from tracktrain.distributed import ranks
+from tracktrain.engine.combined_loader import CombinedLoader
 from tracktrain.trainer.arguments import check_loader
 from tracktrain.trainer.batches import several_loaders
 from tracktrain.trainer.hparams import HyperparametersMixin
@@ -144,7 +145,7 @@ class StageData:
                 "loaders themselves."
             )
         for stage, loader in given.items():
-            check_loader(self._argument(entry, stage), loader, several_allowed=stage != "fit")
+            check_loader(self._argument(entry, stage), loader, training=stage == "fit")
         both = [self._argument(entry, stage) for stage, loader in given.items() if loader is not None]
         if datamodule is not None and both:
             raise ValueError(
@@ -232,8 +233,8 @@ class StageData:
     def _ask(self, source: Any, stage: str) -> Any:
         method = LOADER_METHODS[stage]
         loader = getattr(source, method)()
-        if several_loaders(loader) is not None:  # several (a list or dict of DataLoaders): evaluation stages only
-            check_loader(f"{type(source).__name__}.{method}()", loader, several_allowed=stage != "fit")
+        if several_loaders(loader) is not None or isinstance(loader, CombinedLoader):  # Lightning's several loaders
+            check_loader(f"{type(source).__name__}.{method}()", loader, training=stage == "fit")
             return loader
         if loader is None or not isinstance(loader, Iterable) or isinstance(loader, (str, bytes, Mapping)):
             raise TypeError(

@@ -18,13 +18,14 @@ import torch
 from tracktrain.distributed.boundary import Boundary, Decision
 from tracktrain.distributed.logger import get_dist_logger
 from tracktrain.distributed.lost_ranks import lost_peers_line
+from tracktrain.engine.combined_loader import CombinedLoader
 from tracktrain.engine.deterministic import ResumableEngine
 from tracktrain.engine.events import RemovableEventHandle
 from tracktrain.engine.model_engine import ModelEngine
 from tracktrain.rng import manual_seed
 from tracktrain.trainer import arguments
 from tracktrain.trainer.accumulation import AccumulationSchedule, schedule_of
-from tracktrain.trainer.batches import epoch_length_of
+from tracktrain.trainer.batches import combined_for_training, epoch_length_of
 from tracktrain.trainer.building import TrainerForBuilding, configure_optimizers, model_engine_for
 from tracktrain.trainer.callback import CallbackPhase
 from tracktrain.trainer.datamodule import StageData
@@ -112,7 +113,10 @@ class Session:
         self._fit_data = data
 
         def run() -> None:
-            if epoch_length_of("limit_train_batches", data.loader("fit"), trainer.limits["fit"]) == 0:
+            if (
+                epoch_length_of("limit_train_batches", combined_for_training(data.loader("fit")), trainer.limits["fit"])
+                == 0
+            ):
                 return  # nothing to train
             if context.limit_reached_before:
                 get_dist_logger().info(
@@ -162,9 +166,14 @@ class Session:
             raise RuntimeError("The training loader is known once fit() starts (in configure_optimizers and hooks).")
         seed = trainer.context.run_seed
         if self._train is None or self._train[2] != seed:
-            given = self._fit_loader
-            if trainer.overfit_batches:  # the same first batches every epoch
-                given = first_batches(given, trainer.overfit_batches)
+            given = combined_for_training(self._fit_loader)
+            if trainer.overfit_batches:  # the same first batches every epoch (of each loader, for several)
+                count = trainer.overfit_batches
+                given = (
+                    given.map(lambda loader: first_batches(loader, count))
+                    if isinstance(given, CombinedLoader)
+                    else first_batches(given, count)
+                )
             loader = self.loader_for(given, shuffle_default=True)
             self._train = loader, epoch_length_of("limit_train_batches", loader, trainer.limits["fit"]), seed
         return self._train[0], self._train[1]
@@ -334,7 +343,12 @@ class Session:
         seed = self._trainer.context.run_seed or 0
         key = (id(loader), seed)
         if key not in self._distributed_loaders:
-            self._distributed_loaders[key] = self._trainer.strategy.distribute(loader, shuffle_default, seed)
+            distribute = self._trainer.strategy.distribute
+            if isinstance(loader, CombinedLoader):  # each of its loaders sharded, read together for their batches
+                read: Iterable[Any] = loader.map(lambda inner: distribute(inner, shuffle_default, seed)).batches()
+            else:
+                read = distribute(loader, shuffle_default, seed)
+            self._distributed_loaders[key] = read
         return self._distributed_loaders[key]
 
     def _module_for(self, stage: str, module: LoopModule | None) -> LoopModule:
