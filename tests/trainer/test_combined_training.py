@@ -253,3 +253,42 @@ def test_under_ddp_each_loader_is_sharded_between_the_ranks(tmp_path):
         first_pass = [sample for rank in seen for step in rank[: 2 if loader == 0 else 3] for sample in step[loader]]
         offset = 0 if loader == 0 else 100
         assert sorted(first_pass) == list(range(offset, offset + size))  # every sample once, on one rank
+
+
+def test_a_nested_collection_of_training_loaders_is_combined_as_lightning_combines_it(tmp_path):
+    """Lightning's docs' `{"a": [dl1, dl2], "b": dl3}`: the batch has the collection's structure."""
+
+    def nested():
+        a, b = loaders()["a"], loaders()["b"]
+        return {"a": [a, b], "b": loaders()["b"]}
+
+    def ids(batch):
+        return [batch["a"][0][2].tolist(), batch["a"][1][2].tolist(), batch["b"][2].tolist()]
+
+    class Nested(Combined):
+        def train_step(self, batch, batch_idx):
+            self.seen.append(ids(batch))
+            return combined_loss(self.net, [batch["a"][0], batch["a"][1], batch["b"]])
+
+    lightning = pytest.importorskip("lightning.pytorch")
+
+    class LightningNested(lightning.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Linear(4, 2)
+            self.seen: list = []
+
+        def training_step(self, batch, batch_idx):
+            self.seen.append(ids(batch))
+            return combined_loss(self.net, [batch["a"][0], batch["a"][1], batch["b"]])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    theirs = LightningNested()
+    lightning.Trainer(
+        max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, default_root_dir=tmp_path
+    ).fit(theirs, nested())
+    ours = Nested()
+    Trainer(**quiet(tmp_path / "ours", max_epochs=1, logger=False)).fit(ours, nested())
+    assert ours.seen == theirs.seen and len(ours.seen) == 5

@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader
 from tracktrain.engine.deterministic import make_reproducible, open_pass
 from tracktrain.rng import get_rng_states, set_rng_states
 
-__all__ = ["COMBINED_MODES", "CombinedBatches", "CombinedLoader"]
+__all__ = ["COMBINED_MODES", "CombinedBatches", "CombinedLoader", "loaders_in"]
 
 COMBINED_MODES = ("min_size", "max_size_cycle", "max_size", "sequential")
 _SEED_SPACE = 2**62
@@ -43,6 +43,17 @@ def _is_leaf(tree: Any) -> bool:
         return True
     children, _ = pytree.tree_flatten(tree, is_leaf=lambda node: node is not tree)
     return all(isinstance(child, (int, float, str)) for child in children)
+
+
+def loaders_in(collection: Any) -> list[DataLoader] | None:
+    """The DataLoaders of Lightning's collection of loaders (a dict, list or tuple of them, nested too), in order;
+    None when `collection` is not one (a loader, or a list of batches: only DataLoaders make a collection)."""
+    if _is_leaf(collection):
+        return None
+    flattened, _ = pytree.tree_flatten(collection, is_leaf=_is_leaf)
+    if flattened and all(isinstance(item, DataLoader) for item in flattened):
+        return flattened
+    return None
 
 
 class CombinedLoader(Iterable):

@@ -6,9 +6,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
 
-from tracktrain.engine.combined_loader import CombinedLoader
+from tracktrain.engine.combined_loader import CombinedLoader, loaders_in
 
 __all__ = [
     "SequentialLoaders",
@@ -63,15 +62,12 @@ def epoch_length_of(name: str, loader: Iterable[Any], limit: int | float | None)
 
 
 def several_loaders(loader: Any) -> list[Any] | None:
-    """Lightning's several loaders of one evaluation stage: a list or tuple of DataLoaders, a dict of them (in its
-    order), or a `CombinedLoader(mode="sequential")`'s; None for one loader (a CombinedLoader of another mode is one:
-    a batch of each per step). (Only DataLoaders count: a list of batches is one loader, as it always was.)"""
+    """Lightning's several loaders of one evaluation stage, in order: a dict, list or tuple of DataLoaders (nested
+    too: `{"a": [dl1, dl2]}`), or a `CombinedLoader(mode="sequential")`'s; None for one loader (a CombinedLoader of
+    another mode is one: a batch of each per step). (Only DataLoaders count: a list of batches is one loader.)"""
     if isinstance(loader, CombinedLoader):
         return loader.flattened if loader.mode == "sequential" else None
-    several = loader.values() if isinstance(loader, Mapping) else loader if isinstance(loader, (list, tuple)) else ()
-    if several and all(isinstance(item, DataLoader) for item in several):
-        return list(several)
-    return None
+    return loaders_in(loader)
 
 
 def combined_for_training(loader: Any) -> Any:
