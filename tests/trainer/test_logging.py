@@ -246,3 +246,35 @@ def test_log_with_logger_false_reaches_callbacks_and_the_bar_but_not_the_loggers
     assert "hidden" in seen["ours"]["callback"] and "hidden" in seen["ours"]["bar"]
     assert not any("hidden" in column for column in seen["ours"]["csv"] + seen["ours"]["logged"])
     assert seen["ours"] == seen["lightning"]
+
+
+def test_each_entry_point_starts_with_no_values_of_the_one_before_as_in_lightning(tmp_path):
+    """Lightning forgets `callback_metrics`, `logged_metrics` and the bar's values when `fit`, `validate`, `test` or
+    `predict` starts: after `validate()` only validation's values are there, not the fit's (ours kept them)."""
+    lightning = pytest.importorskip("lightning.pytorch")
+    from tracktrain import LoopModule
+
+    seen = {}
+    for name, base, trainer_class, steps in (
+        ("ours", LoopModule, Trainer, ("train_step", "eval_step")),
+        ("lightning", lightning.LightningModule, lightning.Trainer, ("training_step", "validation_step")),
+    ):
+        module = _logging_hidden(base, *steps)()
+        trainer = trainer_class(
+            max_epochs=1, log_every_n_steps=1, logger=False, enable_progress_bar=False, enable_checkpointing=False,
+            enable_model_summary=False, default_root_dir=tmp_path / name, num_sanity_val_steps=0,
+        )  # fmt: skip
+        after = []
+
+        def names():
+            after.append((sorted(trainer.callback_metrics), sorted(trainer.progress_bar_metrics)))
+
+        trainer.fit(module, make_loader(n=32), make_loader(n=16))
+        names()
+        trainer.validate(module, make_loader(n=16), verbose=False)
+        names()
+        trainer.fit(module, make_loader(n=32))  # its limit reached already: nothing trains
+        names()
+        seen[name] = after
+    assert seen["ours"][1] == (["val_hidden", "val_shown"], []) and seen["ours"][2] == ([], [])
+    assert seen["ours"] == seen["lightning"]

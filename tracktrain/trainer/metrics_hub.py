@@ -53,6 +53,14 @@ class MetricsHub:
         self._epoch_values: dict[str, dict[str, Any]] = {}
         self._discarding = False
 
+    def start_over(self) -> None:
+        """An entry point (`fit`, `validate`, `test`, `predict`) starts: the values of the one before are forgotten
+        (`callback_metrics`, `logged_metrics`, the progress bar's), as Lightning forgets them at each."""
+        self.callback_metrics.clear()  # in place: the stages' logs hold these very containers
+        self.logged_metrics.clear()
+        self.progress_bar_names.clear()
+        self._epoch_values.clear()
+
     def enter_stage(self, stage: str) -> None:
         """A stage's period starts (a training epoch, an evaluation run): its values start over."""
         self.current = self.logs[stage]

@@ -248,6 +248,8 @@ class Session:
         handles: list[RemovableEventHandle] = []
         exception_hooks: ExceptionHooks | None = None
         outer_stages = self.attached_stages
+        if not outer_stages:  # not an entry point called inside another's hooks
+            trainer.metrics.start_over()
         try:
             self._setup(context, module, data)
             val_loader = context.val_dataloaders if outermost == "fit" else None
