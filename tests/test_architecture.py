@@ -296,9 +296,7 @@ def test_no_part_keeps_the_trainer():
 TRAINER_PROTOCOLS_BY_DESIGN = {"tracktrain/trainer/surface.py:ModuleHost"}
 # those still there: each goes when its part is built with what it uses, so this list only shrinks
 TRAINER_PROTOCOLS_TO_REMOVE = {
-    "tracktrain/trainer/building.py:TrainerForBuilding",
     "tracktrain/trainer/run_order.py:TrainerForRunOrder",
-    "tracktrain/trainer/sanity_check.py:TrainerForSanityCheck",
     "tracktrain/trainer/session.py:TrainerForSession",
 }
 _SURFACES = {"TrainerSurface", "ModuleHost"}

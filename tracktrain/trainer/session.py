@@ -25,7 +25,7 @@ from tracktrain.rng import manual_seed
 from tracktrain.trainer import arguments
 from tracktrain.trainer.accumulation import AccumulationSchedule, schedule_of
 from tracktrain.trainer.batches import epoch_length_of
-from tracktrain.trainer.building import TrainerForBuilding, configure_optimizers, model_engine_for
+from tracktrain.trainer.building import configure_optimizers, model_engine_for
 from tracktrain.trainer.callback import CallbackPhase
 from tracktrain.trainer.datamodule import StageData
 from tracktrain.trainer.fit_context import FitContext
@@ -35,7 +35,7 @@ from tracktrain.trainer.model_preparation import prepare_module
 from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.quick_checks import first_batches
 from tracktrain.trainer.run_order import ExceptionHooks, TrainerForRunOrder, attach_handlers, hook_targets
-from tracktrain.trainer.sanity_check import TrainerForSanityCheck, run_sanity_check
+from tracktrain.trainer.sanity_check import run_sanity_check
 from tracktrain.trainer.scaled_optimizer import ScaledOptimizer
 from tracktrain.trainer.stage_checkpoint import load_stage_checkpoint
 from tracktrain.trainer.surface import ModuleHost  # the base of the Protocol below: needed at run time
@@ -55,9 +55,9 @@ Ckpt = (
 )  # ckpt_path: "best", "last", a checkpoint's path or URL, or None (the weights as they are)
 
 
-class TrainerForSession(TrainerForRunOrder, TrainerForSanityCheck, TrainerForBuilding, ModuleHost, Protocol):
-    """What the entry points read of their Trainer: what the run's order, the sanity check, the model engine's
-    building and the module (attached to it) read, and the fit's context, checkpoints, limits and watches."""
+class TrainerForSession(TrainerForRunOrder, ModuleHost, Protocol):
+    """What the entry points read of their Trainer: what the run's order and the module (attached to it) read, and
+    the fit's context, checkpoints, precision, limits, watches and sanity check's batches."""
 
     @property
     def module(self) -> LoopModule | None: ...
@@ -77,6 +77,12 @@ class TrainerForSession(TrainerForRunOrder, TrainerForSanityCheck, TrainerForBui
     def training_time(self) -> TrainingTime: ...
     @property
     def overfit_batches(self) -> int | float | None: ...
+    @property
+    def num_sanity_val_steps(self) -> int: ...
+    @property
+    def autocast_dtype(self) -> torch.dtype | None: ...
+    @property
+    def param_dtype(self) -> torch.dtype | None: ...
     @property
     def resume(self) -> str | None: ...
     @property
@@ -129,7 +135,14 @@ class Session:
             self._first_epoch = trainer.current_epoch
             trainer.preemption.start(trainer.preemption_timeout)
             try:
-                run_sanity_check(trainer, context, context.val_dataloaders)
+                run_sanity_check(
+                    context,
+                    context.val_dataloaders,
+                    trainer.num_sanity_val_steps,
+                    trainer.train_engine,
+                    trainer.metrics,
+                    trainer.evaluation,
+                )
                 context.fitting = True
                 trainer.training_time.start()
                 # Lightning's detect_anomaly: autograd checks each backward for the op that made a NaN (slow)
@@ -377,7 +390,16 @@ class Session:
             train_forward = strategy.setup_module(module, trainer.autocast_dtype)
             context.optimizers, context.lr_scheduler_configs = configure_optimizers(module)
             trainer.nonfinite_watch.reset()
-            model_engine = context.model_engine = model_engine_for(trainer, module)
+            model_engine = context.model_engine = model_engine_for(
+                module,
+                context.optimizers,
+                strategy,
+                context.device,
+                autocast_dtype=trainer.autocast_dtype,
+                param_dtype=trainer.param_dtype,
+                gradient_clip_val=trainer.gradient_clip_val,
+                gradient_clip_algorithm=trainer.gradient_clip_algorithm,
+            )
             model_engine.attach(trainer.train_engine)
             context.manual_optimizers = list(context.optimizers)
             if model_engine.scaler is not None and not module.automatic_optimization:
