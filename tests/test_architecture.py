@@ -238,9 +238,6 @@ KEEPS_A_TRAINER_BY_DESIGN = {
 # the Trainer's own parts that still keep it: to be built with what they use instead, so this list only shrinks
 KEEPS_A_TRAINER_TO_REMOVE = {
     "tracktrain/trainer/session.py:Session",
-    "tracktrain/trainer/run_order.py:RunOrder",
-    "tracktrain/trainer/run_order.py:_FitWork",
-    "tracktrain/trainer/run_order.py:_EvaluationWork",
 }
 
 
@@ -296,7 +293,6 @@ def test_no_part_keeps_the_trainer():
 TRAINER_PROTOCOLS_BY_DESIGN = {"tracktrain/trainer/surface.py:ModuleHost"}
 # those still there: each goes when its part is built with what it uses, so this list only shrinks
 TRAINER_PROTOCOLS_TO_REMOVE = {
-    "tracktrain/trainer/run_order.py:TrainerForRunOrder",
     "tracktrain/trainer/session.py:TrainerForSession",
 }
 _SURFACES = {"TrainerSurface", "ModuleHost"}

@@ -34,15 +34,22 @@ from tracktrain.trainer.lightning_names import check_lightning_methods
 from tracktrain.trainer.model_preparation import prepare_module
 from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.quick_checks import first_batches
-from tracktrain.trainer.run_order import ExceptionHooks, TrainerForRunOrder, attach_handlers, hook_targets
+from tracktrain.trainer.run_order import ExceptionHooks, hook_targets
 from tracktrain.trainer.sanity_check import run_sanity_check
 from tracktrain.trainer.scaled_optimizer import ScaledOptimizer
 from tracktrain.trainer.stage_checkpoint import load_stage_checkpoint
 from tracktrain.trainer.surface import ModuleHost  # the base of the Protocol below: needed at run time
 
 if TYPE_CHECKING:
+    from tracktrain.engine.engine import Engine
+    from tracktrain.trainer.evaluation import EvaluationStages
+    from tracktrain.trainer.fit_step import FitStep
+    from tracktrain.trainer.metric_log import MetricLog
+    from tracktrain.trainer.metrics_hub import MetricsHub
     from tracktrain.trainer.nonfinite import NonFiniteWatch
+    from tracktrain.trainer.preemption_control import PreemptionControl
     from tracktrain.trainer.run_checkpoints import RunCheckpoints
+    from tracktrain.trainer.run_order import RunOrder
     from tracktrain.trainer.trainer_state import TrainerState
     from tracktrain.trainer.training_time import TrainingTime
 
@@ -55,9 +62,10 @@ Ckpt = (
 )  # ckpt_path: "best", "last", a checkpoint's path or URL, or None (the weights as they are)
 
 
-class TrainerForSession(TrainerForRunOrder, ModuleHost, Protocol):
-    """What the entry points read of their Trainer: what the run's order and the module (attached to it) read, and
-    the fit's context, checkpoints, precision, limits, watches and sanity check's batches."""
+class TrainerForSession(ModuleHost, Protocol):
+    """What the entry points read of their Trainer: what the module (attached to it) reads, and the fit's context,
+    parts (its run's order, checkpoints, step, evaluations, values' hub), precision, limits, watches and sanity
+    check's batches."""
 
     @property
     def module(self) -> LoopModule | None: ...
@@ -90,6 +98,20 @@ class TrainerForSession(TrainerForRunOrder, ModuleHost, Protocol):
     @property
     def state(self) -> TrainerState: ...
     def merge_module_callbacks(self, module: LoopModule) -> None: ...
+    @property
+    def run_order(self) -> RunOrder: ...
+    @property
+    def engines(self) -> dict[str, Engine]: ...
+    @property
+    def fit_step(self) -> FitStep: ...
+    @property
+    def evaluation(self) -> EvaluationStages: ...
+    @property
+    def metrics(self) -> MetricsHub: ...
+    @property
+    def logs(self) -> dict[str, MetricLog]: ...
+    @property
+    def preemption(self) -> PreemptionControl: ...
 
 
 class Session:
@@ -256,7 +278,7 @@ class Session:
             self._setup(context, module, data)
             val_loader = context.val_dataloaders if outermost == "fit" else None
             stages = {outermost} | ({"validate"} if val_loader is not None else set())
-            handles, exception_hooks = attach_handlers(trainer, stages, outermost, val_loader)
+            handles, exception_hooks = trainer.run_order.attach(trainer, stages, outermost, val_loader)
             self.attached_stages = outer_stages | stages
             body()
         except BaseException as exception:
@@ -285,7 +307,7 @@ class Session:
             return
         phases = list(CallbackPhase)
         # stable: within a phase, the module first, then the callbacks in their order
-        targets = sorted(hook_targets(trainer, module), key=lambda target: phases.index(target[3]))
+        targets = sorted(hook_targets(trainer, module, trainer.callbacks), key=lambda target: phases.index(target[3]))
         handles = [
             trainer.train_engine.add_event_handler(event, handler)
             for target, base, leading, _ in targets
