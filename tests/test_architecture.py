@@ -237,11 +237,7 @@ KEEPS_A_TRAINER_BY_DESIGN = {
 }
 # the Trainer's own parts that still keep it: to be built with what they use instead, so this list only shrinks
 KEEPS_A_TRAINER_TO_REMOVE = {
-    "tracktrain/trainer/run_checkpoints.py:RunCheckpoints",
     "tracktrain/trainer/session.py:Session",
-    "tracktrain/trainer/run_order.py:RunOrder",
-    "tracktrain/trainer/run_order.py:_FitWork",
-    "tracktrain/trainer/run_order.py:_EvaluationWork",
 }
 
 
@@ -290,3 +286,45 @@ def test_no_part_keeps_the_trainer():
         _classes_keeping_a_trainer("class Part:\n    def f(self, trainer):\n        self.step = trainer.step\n")
         == set()
     )
+
+
+# A Protocol of the Trainer written for one part (`TrainerFor<the part>`, or any Protocol over the extension surface)
+# means that part is handed the whole Trainer. `ModuleHost` is the surface a module's own methods call, by design.
+TRAINER_PROTOCOLS_BY_DESIGN = {"tracktrain/trainer/surface.py:ModuleHost"}
+# those still there: each goes when its part is built with what it uses, so this list only shrinks
+TRAINER_PROTOCOLS_TO_REMOVE = {
+    "tracktrain/trainer/session.py:TrainerForSession",
+}
+_SURFACES = {"TrainerSurface", "ModuleHost"}
+
+
+def _trainer_protocols(source: str, filename: str = "<text>") -> set[str]:
+    """The classes named `TrainerFor...`, and the Protocols built on the Trainer's surface or on such a class."""
+    found = set()
+    for cls in ast.walk(ast.parse(source, filename)):
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        bases = {base.id if isinstance(base, ast.Name) else getattr(base, "attr", "") for base in cls.bases}
+        on_a_trainer = bool(bases & _SURFACES) or any(base.startswith("TrainerFor") for base in bases)
+        if cls.name.startswith("TrainerFor") or ("Protocol" in bases and on_a_trainer):
+            found.add(cls.name)
+    return found
+
+
+def test_no_part_is_typed_by_a_protocol_of_the_trainer():
+    protocols = {
+        f"{_relative(path)}:{name}"
+        for path in _modules(PACKAGE) + _modules(INTEGRATIONS)
+        for name in _trainer_protocols(path.read_text(), str(path))
+    }
+    assert protocols - TRAINER_PROTOCOLS_BY_DESIGN - TRAINER_PROTOCOLS_TO_REMOVE == set(), (
+        "a Protocol of the Trainer for one part: build the part with the values and collaborators it reads instead"
+    )
+    assert TRAINER_PROTOCOLS_TO_REMOVE - protocols == set(), "a Trainer Protocol is gone: take it off the list"
+    example = (
+        "class TrainerForCheckpoints(TrainerSurface, Protocol): ...\n"
+        "class Reads(surface.ModuleHost, Protocol): ...\n"
+        "class Own(Protocol): ...\n"
+        "class Checkpoints(TrainerSurface): ...\n"
+    )
+    assert _trainer_protocols(example) == {"TrainerForCheckpoints", "Reads"}

@@ -31,7 +31,7 @@ TRAINER_ATTRIBUTES = frozenset(
         "val_check_interval", "val_every_n_epochs", "loggers",
         # the Trainer's parts (`_callbacks`: the one list the `callbacks` property shows and sets)
         "_callbacks", "checkpoints", "engines", "eval_engine", "evaluation", "fit_step", "metrics", "nonfinite_watch",
-        "predict_engine", "preemption", "session", "state", "test_engine", "train_engine", "logger_bridge",
+        "predict_engine", "preemption", "run_order", "session", "state", "test_engine", "train_engine", "logger_bridge",
         # what a fit creates (module, optimizers, the resumed checkpoint, ...): read through the Trainer's read-only
         # properties of the same names
         "context",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -47,62 +47,53 @@ def configure_optimizers(module: LoopModule) -> tuple[list, list]:
     return optimizers, schedulers
 
 
-class TrainerForBuilding(Protocol):
-    """What a model engine is built from: the Trainer's precision, clipping, device, strategy and optimizers."""
-
-    @property
-    def autocast_dtype(self) -> torch.dtype | None: ...
-    @property
-    def param_dtype(self) -> torch.dtype | None: ...
-    @property
-    def gradient_clip_val(self) -> float | None: ...
-    @property
-    def gradient_clip_algorithm(self) -> str: ...
-    @property
-    def device(self) -> torch.device: ...
-    @property
-    def strategy(self) -> Strategy: ...
-    @property
-    def optimizers(self) -> list[torch.optim.Optimizer]: ...
-
-
-def model_engine_for(trainer: TrainerForBuilding, module: LoopModule) -> ModelEngine:
-    """The ModelEngine that runs `module`'s steps under the Trainer's precision and clipping."""
+def model_engine_for(
+    module: LoopModule,
+    optimizers: list[torch.optim.Optimizer],
+    strategy: Strategy,
+    device: torch.device,
+    *,
+    autocast_dtype: torch.dtype | None,
+    param_dtype: torch.dtype | None,
+    gradient_clip_val: float | None,
+    gradient_clip_algorithm: str,
+) -> ModelEngine:
+    """The ModelEngine that runs `module`'s steps with its `optimizers` under the strategy, on `device`, with the
+    Trainer's precision (`autocast_dtype`, `param_dtype`) and clipping."""
     if not module.automatic_optimization:
-        if trainer.gradient_clip_val is not None:
+        if gradient_clip_val is not None:
             raise ValueError(
-                f"Trainer(gradient_clip_val={trainer.gradient_clip_val}) applies to automatic optimization; under "
+                f"Trainer(gradient_clip_val={gradient_clip_val}) applies to automatic optimization; under "
                 "manual optimization call self.clip_gradients(optimizer, gradient_clip_val=...) in train_step."
             )
         return ModelEngine(
             module,
-            autocast_dtype=trainer.autocast_dtype,
-            param_dtype=trainer.param_dtype,
-            device_type=trainer.device.type,
-            scaler=_grad_scaler(trainer),
-            **trainer.strategy.model_engine_options(None),
+            autocast_dtype=autocast_dtype,
+            param_dtype=param_dtype,
+            device_type=device.type,
+            scaler=_grad_scaler(device, autocast_dtype),
+            **strategy.model_engine_options(None),
         )
     given = getattr(module, "model_engine", None)
     if isinstance(module, SupervisedModule) and given is not None:
-        if trainer.gradient_clip_val is not None:
+        if gradient_clip_val is not None:
             raise ValueError(
-                f"Trainer(gradient_clip_val={trainer.gradient_clip_val}) with a ModelEngine from initialize(): clip "
+                f"Trainer(gradient_clip_val={gradient_clip_val}) with a ModelEngine from initialize(): clip "
                 "in the engine instead, initialize(..., clip_grad_norm=...), so the engine stays as you built it."
             )
         return given
-    clip = trainer.gradient_clip_val
     return ModelEngine(
         module,
-        trainer.optimizers[0],
-        clip_grad_norm=clip if trainer.gradient_clip_algorithm == "norm" else None,
-        clip_grad_value=clip if trainer.gradient_clip_algorithm == "value" else None,
-        scaler=_grad_scaler(trainer),
-        autocast_dtype=trainer.autocast_dtype,
-        param_dtype=trainer.param_dtype,
-        device_type=trainer.device.type,
-        **trainer.strategy.model_engine_options(trainer.optimizers[0]),
+        optimizers[0],
+        clip_grad_norm=gradient_clip_val if gradient_clip_algorithm == "norm" else None,
+        clip_grad_value=gradient_clip_val if gradient_clip_algorithm == "value" else None,
+        scaler=_grad_scaler(device, autocast_dtype),
+        autocast_dtype=autocast_dtype,
+        param_dtype=param_dtype,
+        device_type=device.type,
+        **strategy.model_engine_options(optimizers[0]),
     )
 
 
-def _grad_scaler(trainer: TrainerForBuilding) -> torch.amp.GradScaler | None:
-    return torch.amp.GradScaler(trainer.device.type) if trainer.autocast_dtype == torch.float16 else None
+def _grad_scaler(device: torch.device, autocast_dtype: torch.dtype | None) -> torch.amp.GradScaler | None:
+    return torch.amp.GradScaler(device.type) if autocast_dtype == torch.float16 else None

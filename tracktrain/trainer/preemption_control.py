@@ -16,6 +16,8 @@ from tracktrain.distributed.preemption import SignalWatch, Terminated
 from tracktrain.engine.events import Events, RemovableEventHandle
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tracktrain.distributed.collectives import AsyncAnyRank
     from tracktrain.engine.engine import Engine
     from tracktrain.trainer.run_checkpoints import RunCheckpoints
@@ -29,14 +31,21 @@ class PreemptionControl:
     """Args:
     strategy: whether ranks step in lockstep, and the exchange of the flag between them.
     engines: the stages' engines, by name (a signal attaches its check to the fit's and the validation's).
-    checkpoints: the run's, saved when a signal stops it.
+    checkpoints: the run's: whether any checkpointer saves, and the newest checkpoint.
     state: the Trainer's (the step it stopped after).
+    save_all_now: every checkpointer saves now, within this many seconds; whether all of it was committed.
     """
 
     def __init__(
-        self, strategy: Strategy, engines: dict[str, Engine], checkpoints: RunCheckpoints, state: TrainerState
+        self,
+        strategy: Strategy,
+        engines: dict[str, Engine],
+        checkpoints: RunCheckpoints,
+        state: TrainerState,
+        save_all_now: Callable[[float], bool],
     ) -> None:
         self._strategy, self._engines, self._checkpoints, self._state = strategy, engines, checkpoints, state
+        self._save_all_now = save_all_now
         self._timeout = 0.0
         self._signals = SignalWatch(on_signal=self._arm)
         self._checks: list[RemovableEventHandle] = []
@@ -80,7 +89,7 @@ class PreemptionControl:
 
     def _preempt(self, signum: int) -> None:
         checkpoints = self._checkpoints
-        saved = checkpoints.save_all_now(self._timeout)
+        saved = self._save_all_now(self._timeout)
         if not checkpoints.checkpointers:
             outcome = "nothing was saved (no ModelCheckpoint): a new run starts over"
         elif not saved:

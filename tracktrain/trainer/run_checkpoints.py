@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from tracktrain import storage
 from tracktrain.checkpoint.discovery import committed_checkpoints, resume_candidates
@@ -37,49 +38,67 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
     from tracktrain.engine.engine import Engine
-    from tracktrain.engine.model_engine import ModelEngine
     from tracktrain.trainer.fit_context import FitContext
+    from tracktrain.trainer.strategies.base import Strategy
     from tracktrain.trainer.trainer_state import TrainerState
 
-__all__ = ["RunCheckpoints", "WeightsOnlyState", "is_weights_only", "summarize"]
+__all__ = ["CheckpointSettings", "RunCheckpoints", "WeightsOnlyState", "is_weights_only", "summarize"]
 
 _LIMIT_SETTINGS = ("trainer/max_epochs", "trainer/max_steps", "trainer/max_time")
 
 
-class TrainerForCheckpoints(TrainerSurface, Protocol):
-    """What a run's checkpoints read of its Trainer: its extension surface (handed on to the checkpointers) and the
-    run's limits, seed, state and model engine."""
+@dataclass(frozen=True)
+class CheckpointSettings:
+    """The Trainer's settings the run's checkpoints read, as they are when read (a setting may change between fits:
+    `trainer.max_epochs = 4`): where they go by default, the seed, whether a changed module may resume, the limits
+    (whether a resumed run is finished) and what the run's settings record."""
 
-    @property
-    def module(self) -> LoopModule | None: ...
-    @property
-    def context(self) -> FitContext: ...
-    @property
-    def model_engine(self) -> ModelEngine | None: ...
-    @property
-    def max_time(self) -> datetime.timedelta | None: ...
-    @property
-    def run_seed(self) -> int | None: ...
-    def train_epoch_length(self) -> int | None: ...
-    @property
-    def resume_with_changes(self) -> bool: ...
-    @property
-    def state(self) -> TrainerState: ...
-    @property
-    def strategy_name(self) -> str: ...
-    def check_finite(self) -> None: ...
+    default_root_dir: str
+    seed: int | None
+    resume_with_changes: bool
+    max_epochs: int | None
+    max_steps: int | None
+    max_time: datetime.timedelta | None
+    accumulate_grad_batches: int
+    gradient_clip_val: float | None
+    precision: str | int
+    strategy_name: str
+    log_every_n_steps: int
 
 
 class RunCheckpoints:
-    """The checkpoints of one Trainer's runs (see the module's description)."""
+    """The checkpoints of one Trainer's runs (see the module's description).
 
-    def __init__(self, trainer: TrainerForCheckpoints) -> None:
-        self._trainer = trainer
+    Args:
+        callbacks: the Trainer's one list (setting `trainer.callbacks` replaces its content): the checkpointers in it.
+        strategy: saves, loads and gathers the checkpoints' state; the rank that writes.
+        context: the fit's (its module, optimizers, model engine, resumed checkpoint and settings).
+        state: the Trainer's (step counters, callbacks' state), saved and loaded.
+        train_engine: its state saved and loaded (epoch, iteration, the data order's seed).
+        settings: the Trainer's settings as they are now (`CheckpointSettings`).
+        train_epoch_length: the batches of one training epoch of the fit under way (to place a Lightning checkpoint).
+        check_finite: acts on the losses seen before a weights-only checkpoint is taken.
+    """
+
+    def __init__(
+        self,
+        callbacks: Sequence[object],
+        strategy: Strategy,
+        context: FitContext,
+        state: TrainerState,
+        train_engine: Engine,
+        settings: Callable[[], CheckpointSettings],
+        train_epoch_length: Callable[[], int | None],
+        check_finite: Callable[[], None],
+    ) -> None:
+        self._callbacks, self._strategy, self._context, self._state = callbacks, strategy, context, state
+        self._train_engine, self._settings = train_engine, settings
+        self._train_epoch_length, self._check_finite = train_epoch_length, check_finite
 
     @property
     def checkpointers(self) -> list[Checkpointer]:
         """The checkpointing callbacks (`ModelCheckpoint`s), in the order they save."""
-        return [callback for callback in self._trainer.callbacks if isinstance(callback, Checkpointer)]
+        return [callback for callback in self._callbacks if isinstance(callback, Checkpointer)]
 
     @property
     def first(self) -> Checkpointer | None:
@@ -87,7 +106,7 @@ class RunCheckpoints:
         return next(iter(self.checkpointers), None)
 
     def directories(self) -> list[str]:
-        default = storage.join(self._trainer.default_root_dir, "checkpoints")
+        default = storage.join(self._settings().default_root_dir, "checkpoints")
         return [checkpointer.dirpath or default for checkpointer in self.checkpointers]
 
     def objects(self, weights_only: bool = False) -> dict[str, Any]:
@@ -95,24 +114,24 @@ class RunCheckpoints:
         Trainer's own (global step, callbacks) and the fit's DataModule, as the strategy saves them. `weights_only`
         (`ModelCheckpoint(save_weights_only=True)`): the module's weights and what `load_from_checkpoint` rebuilds it
         from (its class and hparams, with the step and epoch), nothing a fit resumes from (see `WeightsOnlyState`)."""
-        trainer = self._trainer
+        context, strategy = self._context, self._strategy
         if weights_only:
-            weights = WeightsOnlyState(trainer.context, trainer.state, trainer.train_engine, trainer.check_finite)
-            return trainer.strategy.checkpoint_objects({"model": trainer.module, "trainer": weights})
+            weights = WeightsOnlyState(context, self._state, self._train_engine, self._check_finite)
+            return strategy.checkpoint_objects({"model": context.module, "trainer": weights})
         objects: dict[str, Any] = {
-            "model": trainer.module,
-            "train_engine": trainer.train_engine,
-            "trainer": trainer.state,
+            "model": context.module,
+            "train_engine": self._train_engine,
+            "trainer": self._state,
         }
-        if trainer.optimizers:
-            objects["optimizers"] = list(trainer.optimizers)
-        if trainer.lr_scheduler_configs:
-            objects["lr_schedulers"] = [config.scheduler for config in trainer.lr_scheduler_configs]
-        if trainer.model_engine is not None and trainer.model_engine.scaler is not None:
-            objects["grad_scaler"] = trainer.model_engine.scaler
-        if trainer.datamodule is not None:  # its state_dict(), restored on resume (after its setup) as Lightning does
-            objects["datamodule"] = trainer.datamodule
-        return trainer.strategy.checkpoint_objects(objects)
+        if context.optimizers:
+            objects["optimizers"] = list(context.optimizers)
+        if context.lr_scheduler_configs:
+            objects["lr_schedulers"] = [config.scheduler for config in context.lr_scheduler_configs]
+        if context.model_engine is not None and context.model_engine.scaler is not None:
+            objects["grad_scaler"] = context.model_engine.scaler
+        if context.datamodule is not None:  # its state_dict(), restored on resume (after its setup) as Lightning does
+            objects["datamodule"] = context.datamodule
+        return strategy.checkpoint_objects(objects)
 
     def save(
         self,
@@ -128,7 +147,6 @@ class RunCheckpoints:
         `save_checkpoint(path, weights_only=True)`, what `ModelCheckpoint(save_weights_only=True)` writes."""
         if not isinstance(weights_only, bool):
             raise TypeError(f"save_checkpoint(weights_only=...) must be True or False, got {weights_only!r}.")
-        trainer = self._trainer
         url = check_location("Trainer.save_checkpoint(filepath=...)", filepath, "a checkpoint file's path or URL")
         module = context.module
         if module is None:
@@ -140,22 +158,23 @@ class RunCheckpoints:
         if not name:
             raise ValueError(f"Trainer.save_checkpoint(filepath=...) names a directory, not a file: {url!r}.")
         if not context.settings:  # no fit yet: what load_from_checkpoint rebuilds the module from
-            context.settings = _run_settings(trainer, context, module)
-        saver = trainer.strategy.checkpoint_saver(directory, summarize, None)
+            context.settings = _run_settings(self._settings(), context, module)
+        saver = self._strategy.checkpoint_saver(directory, summarize, None)
         with save_hooks(module):  # the on_save_checkpoint hooks, in a fit's order (`Session.save_hooks`)
             objects = self.objects(weights_only)
             states = {key: state_of(obj, f"checkpoint_objects()[{key!r}]") for key, obj in objects.items()}
         saver(states, name)
         return url
 
-    def save_all_now(self, timeout: float) -> bool:
-        """Every checkpointer saves now; whether all of it was committed within `timeout` seconds."""
+    def save_all_now(self, trainer: TrainerSurface, timeout: float) -> bool:
+        """Every checkpointer saves now (`trainer`: their hook's argument); whether all of it was committed within
+        `timeout` seconds."""
         import time
 
         deadline = time.monotonic() + timeout
         checkpointers = self.checkpointers
         for checkpointer in checkpointers:
-            checkpointer.save_now(self._trainer)
+            checkpointer.save_now(trainer)
         # wait for every one, also after one timed out (all() over a generator would stop at the first False)
         finished = [checkpointer.wait(max(0.0, deadline - time.monotonic())) for checkpointer in checkpointers]
         return all(finished)
@@ -177,27 +196,26 @@ class RunCheckpoints:
     def start_run(self, context: FitContext, target: str | os.PathLike | None, module: LoopModule) -> None:
         """Load the checkpoint `target` names, or start a new run; then fix the run's seed and settings (what its
         checkpoints save), the same on every rank, in the fit's `context`."""
-        trainer, strategy = self._trainer, self._trainer.strategy
+        strategy = self._strategy
         context.resume_changes = {}
         context.ckpt_path = self.resume(context, target, module)
         if context.ckpt_path is None:  # a new run starts over, even after an interrupted or crashed fit of this Trainer
-            trainer.state.start_new_run()
-        strategy.check_same("global step after loading the checkpoint", trainer.global_step)
+            self._state.start_new_run()
+        strategy.check_same("global step after loading the checkpoint", self._state.global_step)
         seed: int | None
         if context.ckpt_path is None:  # the Trainer's seed, else seed_everything's (Lightning's), else a drawn one
-            seed = next((value for value in (trainer.seed, global_seed()) if value is not None), None)
+            seed = next((value for value in (self._settings().seed, global_seed()) if value is not None), None)
             seed = _draw_seed() if seed is None else seed
         else:
-            seed = trainer.train_engine.state.seed  # the data order of the run being continued
+            seed = self._train_engine.state.seed  # the data order of the run being continued
         # rank 0's, on every rank (the same collective on all of them): the DistributedSampler shuffles alike
         context.run_seed = strategy.rank_zero_value(seed)
-        context.settings = _run_settings(trainer, context, module)
+        context.settings = _run_settings(self._settings(), context, module)
 
     def resume(self, context: FitContext, target: str | os.PathLike | None, module: LoopModule) -> str | None:
         """Load the checkpoint `target` names ("auto"/"last": the newest complete one); returns what was loaded,
         None for a new run."""
-        trainer = self._trainer
-        strategy = trainer.strategy
+        strategy = self._strategy
         if target is None:
             return None
         if os.fspath(target) not in RESUME_CHOICES:
@@ -205,7 +223,7 @@ class RunCheckpoints:
             return os.fspath(target)
         if strategy.global_rank == 0:  # rank 0's spool: what an earlier run could not write goes first
             for directory in self.directories():
-                deliver_left_over(directory, trainer.default_root_dir)
+                deliver_left_over(directory, self._settings().default_root_dir)
         strategy.rank_zero_value(None)  # no rank lists the directory before that
         candidates = resume_candidates(self.directories())
         # a weights-only checkpoint holds nothing to resume a fit from (no optimizer, engine or callback state)
@@ -235,11 +253,11 @@ class RunCheckpoints:
     def load(self, context: FitContext, ckpt_path: str, module: LoopModule) -> None:
         """Read `ckpt_path`, refuse it when it was written for another module (see `settings`), then load it; the
         Trainer settings that changed are warned about here and recorded by the loggers."""
-        trainer = self._trainer
         from tracktrain.checkpoint.sharded import VerifyShare  # torch.distributed.checkpoint: when loading
 
+        strategy, settings = self._strategy, self._settings()
         # each rank reads its own shards (on any number of ranks), and checks its share of a sharded one's files
-        share = VerifyShare(trainer.strategy.global_rank, trainer.strategy.world_size, trainer.strategy.gather)
+        share = VerifyShare(strategy.global_rank, strategy.world_size, strategy.gather)
         states = read_checkpoint(ckpt_path, lazy_shards=True, share=share)
         if is_lightning_checkpoint(states):
             states = self._from_lightning(states, ckpt_path)
@@ -254,13 +272,13 @@ class RunCheckpoints:
                 "resume, pass a full checkpoint (a ModelCheckpoint without save_weights_only)."
             )
         saved = (states.get("trainer") or {}).get("settings") if isinstance(states, Mapping) else None
-        current = _run_settings(trainer, context, module)
-        if trainer.seed is None:  # the seed is the checkpoint's unless one is given
+        current = _run_settings(settings, context, module)
+        if settings.seed is None:  # the seed is the checkpoint's unless one is given
             current["trainer"].pop("seed")
             if saved:
                 saved = {**saved, "trainer": {k: v for k, v in saved.get("trainer", {}).items() if k != "seed"}}
         changes = changed_settings(saved, current)
-        check_resumable(changes, ckpt_path, trainer.resume_with_changes)
+        check_resumable(changes, ckpt_path, settings.resume_with_changes)
         objects = self.objects()
         absent: list[OptionalEntry] = []
         if isinstance(states, Mapping):
@@ -288,19 +306,20 @@ class RunCheckpoints:
         loader), said once: what is resumed and what is not."""
         states, position, left = from_lightning(checkpoint)
         states["trainer"]["settings"] = {}  # Lightning's records nothing to compare this fit's settings with
-        epoch_length = self._trainer.train_epoch_length()
+        epoch_length = self._train_epoch_length()
         if epoch_length is None:
             raise ValueError(
                 f"fit(ckpt_path={ckpt_path!r}) is a Lightning checkpoint, which records epochs and batches: resuming "
                 "it needs a training loader with a length, to place the run's position in it."
             )
-        state = self._trainer.train_engine.state_dict()
+        state = self._train_engine.state_dict()
+        seed = self._settings().seed
         states["train_engine"] = {
             **state,
             "epoch_length": epoch_length,
             "iteration": position.iteration(epoch_length),
             "max_epochs": max(position.epochs_done, 1),  # a run under way: this fit's limit is set when it runs
-            "seed": self._trainer.seed if self._trainer.seed is not None else _draw_seed(),
+            "seed": seed if seed is not None else _draw_seed(),
         }
         for key in ("data_pass", "data_state", "epoch"):  # what this engine would replay: not Lightning's
             states["train_engine"].pop(key, None)
@@ -314,19 +333,19 @@ class RunCheckpoints:
 
     def already_finished(self) -> bool:
         """Whether the checkpoint resumed already reached the limits: then nothing is trained, nothing is logged."""
-        trainer = self._trainer
-        if trainer.ckpt_path is None:
+        ckpt_path, settings, global_step = self._context.ckpt_path, self._settings(), self._state.global_step
+        if ckpt_path is None:
             return False
-        state = trainer.train_engine.state
+        state = self._train_engine.state
         epochs_done = state.iteration // state.epoch_length if state.epoch_length else state.epoch
-        if trainer.max_steps is not None and trainer.global_step >= trainer.max_steps:
-            limit, value = "max_steps", trainer.max_steps
-        elif trainer.max_epochs is not None and epochs_done >= trainer.max_epochs:
-            limit, value = "max_epochs", trainer.max_epochs
+        if settings.max_steps is not None and global_step >= settings.max_steps:
+            limit, value = "max_steps", settings.max_steps
+        elif settings.max_epochs is not None and epochs_done >= settings.max_epochs:
+            limit, value = "max_epochs", settings.max_epochs
         else:
             return False
         get_dist_logger().info(
-            f"Run already finished at epoch {epochs_done}, step {trainer.global_step} ({trainer.ckpt_path}); raise "
+            f"Run already finished at epoch {epochs_done}, step {global_step} ({ckpt_path}); raise "
             f"{limit} (now {value}) to train more."
         )
         return True
@@ -398,24 +417,24 @@ def _draw_seed() -> int:
     return int.from_bytes(os.urandom(4), "little") >> 1
 
 
-def _run_settings(trainer: TrainerForCheckpoints, context: FitContext, module: LoopModule) -> dict[str, Any]:
+def _run_settings(settings: CheckpointSettings, context: FitContext, module: LoopModule) -> dict[str, Any]:
     """What the run's checkpoints save of its settings and the loggers record: the module's class and hparams, the
     datamodule's (if the fit has one), and the Trainer's."""
-    return run_settings(module, _trainer_settings(trainer, context)) | datamodule_settings(context.datamodule)
+    return run_settings(module, _trainer_settings(settings, context)) | datamodule_settings(context.datamodule)
 
 
-def _trainer_settings(trainer: TrainerForCheckpoints, context: FitContext) -> dict[str, Any]:
+def _trainer_settings(settings: CheckpointSettings, context: FitContext) -> dict[str, Any]:
     """The Trainer's part of the run's settings: what changes the run's result, compared when a fit resumes."""
     return {
-        "max_epochs": trainer.max_epochs,
-        "max_steps": trainer.max_steps,
-        "max_time": None if trainer.max_time is None else str(trainer.max_time),
+        "max_epochs": settings.max_epochs,
+        "max_steps": settings.max_steps,
+        "max_time": None if settings.max_time is None else str(settings.max_time),
         "accumulate_grad_batches": (
-            context.accumulation.setting() if context.accumulation is not None else trainer.accumulate_grad_batches
+            context.accumulation.setting() if context.accumulation is not None else settings.accumulate_grad_batches
         ),
-        "gradient_clip_val": trainer.gradient_clip_val,
-        "precision": trainer.precision,
-        "strategy": trainer.strategy_name,
-        "seed": trainer.run_seed,
-        "log_every_n_steps": trainer.log_every_n_steps,
+        "gradient_clip_val": settings.gradient_clip_val,
+        "precision": settings.precision,
+        "strategy": settings.strategy_name,
+        "seed": context.run_seed,
+        "log_every_n_steps": settings.log_every_n_steps,
     }

@@ -1,5 +1,5 @@
 """The order of a Trainer's run: at each event of its engines, what the Trainer does and where the module's and
-the callbacks' hooks run — written once, top to bottom, as a fit goes (`RunOrder.plan`).
+the callbacks' hooks run — written once, top to bottom, as a fit goes (`_Plan.plan`).
 
 Each entry point (fit, validate, test, predict) attaches, in this order, one handler per piece of work and per
 overridden hook; an Engine runs the handlers of one event in the order they were attached (Ignite's rule), so the
@@ -12,30 +12,32 @@ the Trainer attaches for its run (they were attached first).
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tracktrain.distributed.boundary import Boundary, Decision, decide
 from tracktrain.engine.deterministic import ResumableEngine
-from tracktrain.engine.engine import Engine
 from tracktrain.engine.events import Events, RemovableEventHandle
 from tracktrain.engine.handler_registry import event_key
 from tracktrain.trainer.callback import Callback, CallbackPhase
 from tracktrain.trainer.hooks import TrainerEvents, batch_index, hook_handlers
 from tracktrain.trainer.module import LoopModule
-from tracktrain.trainer.surface import TrainerSurface  # the base of the Protocol below: needed at run time
 
 if TYPE_CHECKING:
+    from tracktrain.engine.engine import Engine
     from tracktrain.trainer.evaluation import EvaluationStages
     from tracktrain.trainer.fit_context import FitContext
     from tracktrain.trainer.fit_step import FitStep
-    from tracktrain.trainer.metric_log import MetricLog
     from tracktrain.trainer.metrics_hub import MetricsHub
     from tracktrain.trainer.preemption_control import PreemptionControl
+    from tracktrain.trainer.strategies.base import Strategy
+    from tracktrain.trainer.surface import TrainerSurface
 
-__all__ = ["ExceptionHooks", "attach_handlers", "hook_targets", "phase_of"]
+__all__ = ["ExceptionHooks", "RunOrder", "RunOrderSettings", "hook_targets", "phase_of"]
 
 FIRST, METRICS, HOOKS, AFTER_DECISIONS, LAST = CallbackPhase  # the callbacks' places in the order, by phase
 PREEMPTION_EXCHANGE_EVERY = 8  # steps between exchanges of the pre-emption flag under DDP
@@ -56,43 +58,16 @@ class TrackerRuns(Protocol):
     def finish_entry_runs(self) -> None: ...
 
 
-class TrainerForRunOrder(TrainerSurface, Protocol):
-    """What the run's order reads of its Trainer: its extension surface (handed to the hooks), and the parts whose
-    work it orders — the step, the evaluations, the values' hub, the pre-emption control, the decisions, the
-    trackers' runs."""
+@dataclass(frozen=True)
+class RunOrderSettings:
+    """The Trainer's settings the run's order reads, as each entry point attaches it (they may change between fits):
+    when validation is due, the minimum a stop waits for, and how often the loaders are reloaded."""
 
-    @property
-    def callbacks(self) -> list[Callback]: ...
-    @property
-    def running_module(self) -> LoopModule: ...
-    @property
-    def val_every_n_epochs(self) -> int: ...
-    @property
-    def engines(self) -> dict[str, Engine]: ...
-    @property
-    def logs(self) -> dict[str, MetricLog]: ...
-    @property
-    def metrics(self) -> MetricsHub: ...
-    @property
-    def fit_step(self) -> FitStep: ...
-    @property
-    def evaluation(self) -> EvaluationStages: ...
-    @property
-    def preemption(self) -> PreemptionControl: ...
-    @property
-    def logger_bridge(self) -> TrackerRuns: ...
-    def decisions(self) -> list[Decision]: ...
-    def take_a_stop_that_waited(self) -> None: ...
-    @property
-    def context(self) -> FitContext: ...
-    @property
-    def min_epochs(self) -> int | None: ...
-    @property
-    def min_steps(self) -> int | None: ...
-    def reload_loaders(self) -> None: ...
-    @property
-    def reload_dataloaders_every_n_epochs(self) -> int: ...
-    def reduce_epoch(self, stage: str, engine: Engine) -> None: ...
+    val_every_n_epochs: int
+    val_check_interval: int | float | None
+    min_epochs: int | None
+    min_steps: int | None
+    reload_dataloaders_every_n_epochs: int
 
 
 class ExceptionHooks:
@@ -138,41 +113,88 @@ class ExceptionHooks:
         raise exception
 
 
-def attach_handlers(
-    trainer: TrainerForRunOrder, stages: set[str], outermost: str, val_loader: Any = None
-) -> tuple[list[RemovableEventHandle], ExceptionHooks]:
-    """Attach everything `stages` need, in the run's order; returns the handles (for removal) and the run's
-    exception hooks."""
-    order = RunOrder(trainer, stages, val_loader, outermost)
-    order.plan()
-    exception_hooks = order.exception_hooks()
-    order.planned.append((outermost, Events.EXCEPTION_RAISED, exception_hooks))  # last of all: nothing swallows it
-    handles: list[RemovableEventHandle] = []
-    try:
-        for stage, event, handler in order.planned:
-            handles.append(trainer.engines[stage].add_event_handler(event, handler))
-    except BaseException:
-        for handle in handles:  # nothing of a run that could not start stays attached
-            handle.remove()
-        raise
-    return handles, exception_hooks
-
-
 class RunOrder:
+    """The run's order of one Trainer, built with the parts whose work it orders; `attach` plans what an entry point
+    attaches and attaches it.
+
+    Args:
+        context: the fit's (its module, validation loader, LR schedulers, accumulation; whether it trains).
+        callbacks: the Trainer's one list: whose hooks run, and the decisions they declare.
+        strategy: whether ranks step in lockstep; the exchange of the decisions.
+        engines: the stages' engines, by name.
+        metrics: the values' hub (each stage's logs, published per step and per epoch).
+        evaluation: the validation, test and predict passes.
+        fit_step: the training step (its last accumulation window, its epoch's LR schedulers).
+        preemption: its check, exchanged every few steps when ranks step in lockstep.
+        runs: the trackers' runs, started and ended with the entry points.
+        settings: the Trainer's settings as they are now (`RunOrderSettings`).
+        decisions: the Trainer's own decisions at the boundaries.
+        reduce_epoch: a stage's epoch ended (`Trainer.reduce_epoch`).
+        reload_loaders: an epoch starts: the loaders reloaded when due.
+        take_a_stop_that_waited: a stop that waited for min_epochs / min_steps, taken once they are done.
+    """
+
+    def __init__(
+        self,
+        context: FitContext,
+        callbacks: list[Callback],
+        strategy: Strategy,
+        engines: dict[str, Engine],
+        metrics: MetricsHub,
+        evaluation: EvaluationStages,
+        fit_step: FitStep,
+        preemption: PreemptionControl,
+        runs: TrackerRuns,
+        *,
+        settings: Callable[[], RunOrderSettings],
+        decisions: Callable[[], list[Decision]],
+        reduce_epoch: Callable[[str, Engine], None],
+        reload_loaders: Callable[[], None],
+        take_a_stop_that_waited: Callable[[], None],
+    ) -> None:
+        self._context, self._callbacks, self._strategy, self._engines = context, callbacks, strategy, engines
+        self._metrics, self._evaluation, self._fit_step, self._preemption = metrics, evaluation, fit_step, preemption
+        self._runs, self._settings, self._decisions = runs, settings, decisions
+        self._reduce_epoch, self._reload_loaders = reduce_epoch, reload_loaders
+        self._take_a_stop_that_waited = take_a_stop_that_waited
+
+    def attach(
+        self, trainer: TrainerSurface, stages: set[str], outermost: str, val_loader: Any = None
+    ) -> tuple[list[RemovableEventHandle], ExceptionHooks]:
+        """Attach everything `stages` need, in the run's order; returns the handles (for removal) and the run's
+        exception hooks. `trainer`: the argument the hooks, the callbacks' decisions and the trackers' runs get."""
+        plan = _Plan(self, trainer, stages, val_loader, outermost)
+        plan.plan()
+        exception_hooks = plan.exception_hooks()
+        plan.planned.append((outermost, Events.EXCEPTION_RAISED, exception_hooks))  # last of all: nothing swallows it
+        handles: list[RemovableEventHandle] = []
+        try:
+            for stage, event, handler in plan.planned:
+                handles.append(self._engines[stage].add_event_handler(event, handler))
+        except BaseException:
+            for handle in handles:  # nothing of a run that could not start stays attached
+                handle.remove()
+            raise
+        return handles, exception_hooks
+
+
+class _Plan:
     """The handlers one entry point attaches, in the order they run (`plan` writes it)."""
 
     def __init__(
-        self, trainer: TrainerForRunOrder, stages: set[str], val_loader: Any = None, outermost: str = "fit"
+        self, order: RunOrder, trainer: TrainerSurface, stages: set[str], val_loader: Any, outermost: str
     ) -> None:
-        self._trainer, self._stages, self._outermost = trainer, stages, outermost
+        self._order, self._stages, self._outermost = order, stages, outermost
         self.planned: list[tuple[str, Any, Callable]] = []
         # the module's and callbacks' handlers: (phase, stage, event name) -> [(event as given, handler)], in the
         # module-then-callbacks order; on_exception hooks by phase
         self._hooks: dict[tuple[CallbackPhase, str, str], list[tuple[Any, Callable]]] = defaultdict(list)
         self._on_exception: dict[CallbackPhase, list[Callable]] = defaultdict(list)
+        settings = order._settings()
         # the fit's own work (its validation on `val_loader`)
-        self._fit = _FitWork(trainer, val_loader) if "fit" in stages else None
-        self._collect_hooks()
+        self._fit = _FitWork(order, trainer, settings, val_loader) if "fit" in stages else None
+        self._start_entry_runs = functools.partial(order._runs.start_entry_runs, trainer)
+        self._collect_hooks(trainer)
 
     def plan(self) -> None:
         """The run's order: the fit's events, each evaluation's, then what is left — the events where only hooks run
@@ -183,11 +205,11 @@ class RunOrder:
         for stage in sorted(self._stages & {"validate", "test"}):
             self._plan_evaluation(stage, fit)
         if "predict" in self._stages:
-            keep = self._trainer.evaluation.keep_prediction
+            keep = self._order._evaluation.keep_prediction
             self._at("predict", Events.ITERATION_COMPLETED, FIRST, METRICS, keep, HOOKS, AFTER_DECISIONS, LAST)
         if self._outermost in ("validate", "test"):  # on their own: their values reach the trackers, as Lightning's
-            runs, stage = self._trainer.logger_bridge, self._outermost
-            self._at(stage, Events.STARTED, lambda: runs.start_entry_runs(self._trainer), FIRST)
+            runs, stage = self._order._runs, self._outermost
+            self._at(stage, Events.STARTED, self._start_entry_runs, FIRST)
             self._at(stage, Events.COMPLETED, LAST, runs.finish_entry_runs)
         for phase, stage, name in list(self._hooks):
             if (phase, stage, name) in self._hooks:
@@ -226,7 +248,7 @@ class RunOrder:
 
     def _plan_evaluation(self, stage: str, fit: _FitWork | None) -> None:
         """A validation or test pass (`fit`: the fit it validates, if any)."""
-        at, evaluation = self._at, _EvaluationWork(self._trainer, stage)
+        at, evaluation = self._at, _EvaluationWork(self._order, stage)
         # its logs start with the pass (on_validation_start may log already); values log per step in its epoch
         at(stage, Events.STARTED, FIRST, METRICS, evaluation.start_logs, HOOKS, AFTER_DECISIONS, LAST)
         at(stage, Events.EPOCH_STARTED, FIRST, METRICS, HOOKS, AFTER_DECISIONS, LAST, evaluation.log_per_step)
@@ -251,7 +273,7 @@ class RunOrder:
         """The run's `on_exception` hooks, by phase (within one, the module's first, then the callbacks' in order);
         then, in a fit, the trackers' runs end, FAILED or KILLED (after what the hooks handed them)."""
         hooks = [hook for phase in CallbackPhase for hook in self._on_exception[phase]]
-        bridge = self._trainer.logger_bridge
+        bridge = self._order._runs
         return ExceptionHooks(hooks, last=lambda engine, exception: bridge.fail_runs(exception))
 
     def _at(self, stage: str, event: Any, *steps: Step) -> None:
@@ -267,9 +289,9 @@ class RunOrder:
             else:
                 self.planned.append((stage, event, step))
 
-    def _collect_hooks(self) -> None:
-        trainer, stages = self._trainer, self._stages
-        for target, base, leading, phase in hook_targets(trainer, trainer.running_module):
+    def _collect_hooks(self, trainer: TrainerSurface) -> None:
+        stages, order = self._stages, self._order
+        for target, base, leading, phase in hook_targets(trainer, order._context.module, order._callbacks):
             for stage, event, handler in hook_handlers(target, base, leading, stages | {"outermost"}):
                 if stage == "outermost":
                     self._on_exception[phase].append(handler)
@@ -281,11 +303,14 @@ class RunOrder:
                         self._hooks[(phase, stage, event_key(event))].append((event, handler))
 
 
-def hook_targets(trainer: TrainerForRunOrder, module: LoopModule) -> list[tuple[Any, type, tuple, CallbackPhase]]:
+def hook_targets(
+    trainer: TrainerSurface, module: LoopModule, callbacks: list[Callback]
+) -> list[tuple[Any, type, tuple, CallbackPhase]]:
     """Whose hooks a run calls, in the order given: `(target, its base class, the hooks' leading arguments, its
-    phase)` — the module (its hooks at HOOKS, before the callbacks'), then each callback with its checked phase."""
+    phase)` — the module (its hooks at HOOKS, before the callbacks'), then each callback with its checked phase
+    (`trainer`: the callbacks' hooks' first argument)."""
     targets: list[tuple[Any, type, tuple, CallbackPhase]] = [(module, LoopModule, (), HOOKS)]
-    return targets + [(callback, Callback, (trainer, module), phase_of(callback)) for callback in trainer.callbacks]
+    return targets + [(callback, Callback, (trainer, module), phase_of(callback)) for callback in callbacks]
 
 
 def phase_of(callback: Callback) -> CallbackPhase:
@@ -308,49 +333,48 @@ def phase_of(callback: Callback) -> CallbackPhase:
 
 
 class _FitWork:
-    """The Trainer's own work in a fit, one method per piece, each named where `RunOrder.plan` places it."""
+    """The Trainer's own work in a fit, one method per piece, each named where `_Plan.plan` places it."""
 
-    def __init__(self, trainer: TrainerForRunOrder, val_loader: Any) -> None:
-        self._trainer, self._val_loader = trainer, val_loader
-        self._log = trainer.logs["fit"]
-        automatic = trainer.running_module.automatic_optimization
+    def __init__(self, order: RunOrder, trainer: TrainerSurface, settings: RunOrderSettings, val_loader: Any) -> None:
+        self._order, self._settings, self._val_loader = order, settings, val_loader
+        context, fit_step = order._context, order._fit_step
+        self._log = order._metrics.logs["fit"]
+        automatic = context.module.automatic_optimization
         self._due: ValidationInEpoch | None = None
-        if val_loader is not None and trainer.val_check_interval is not None:
-            self._due = ValidationInEpoch(trainer.val_every_n_epochs, trainer.val_check_interval)
-        accumulates = trainer.context.accumulation is not None and trainer.context.accumulation.accumulates
-        self.flush_accumulation = trainer.fit_step.flush if automatic and accumulates else None
-        epoch_schedulers = any(config.interval == "epoch" for config in trainer.lr_scheduler_configs)
-        self.step_epoch_schedulers = trainer.fit_step.step_epoch_schedulers if automatic and epoch_schedulers else None
-        self._decisions: list[Decision] = trainer.decisions()
-        for callback in trainer.callbacks:
+        if val_loader is not None and settings.val_check_interval is not None:
+            self._due = ValidationInEpoch(settings.val_every_n_epochs, settings.val_check_interval)
+        accumulates = context.accumulation is not None and context.accumulation.accumulates
+        self.flush_accumulation = fit_step.flush if automatic and accumulates else None
+        epoch_schedulers = any(config.interval == "epoch" for config in context.lr_scheduler_configs)
+        self.step_epoch_schedulers = fit_step.step_epoch_schedulers if automatic and epoch_schedulers else None
+        self._decisions: list[Decision] = order._decisions()
+        for callback in order._callbacks:
             self._decisions += callback.decisions(trainer)
-
-    def start_tracker_runs(self) -> None:
-        """The trackers' runs start, or resume those of the checkpoint the fit resumed."""
-        self._trainer.logger_bridge.start_runs(self._trainer, self._trainer.running_module)
+        # the trackers' runs start, or resume those of the checkpoint the fit resumed (handed the hooks' argument)
+        self.start_tracker_runs = functools.partial(order._runs.start_runs, trainer, context.module)
 
     @property
     def reload_loaders(self) -> Step:
         """Every `reload_dataloaders_every_n_epochs` epochs, the loaders asked for again (nothing to do otherwise)."""
-        return self._trainer.reload_loaders if self._trainer.reload_dataloaders_every_n_epochs else None
+        return self._order._reload_loaders if self._settings.reload_dataloaders_every_n_epochs else None
 
     @property
     def take_a_stop_that_waited(self) -> Step:
         """A stop asked for before min_epochs / min_steps were done, once they are (only with one of them)."""
-        trainer = self._trainer
-        return trainer.take_a_stop_that_waited if trainer.min_epochs or trainer.min_steps else None
+        settings = self._settings
+        return self._order._take_a_stop_that_waited if settings.min_epochs or settings.min_steps else None
 
     def flush_tracker_runs(self) -> None:
         """The epoch's records are handed over for delivery."""
-        self._trainer.logger_bridge.flush_runs()
+        self._order._runs.flush_runs()
 
     def finish_tracker_runs(self) -> None:
         """The fit ended: its runs are FINISHED."""
-        self._trainer.logger_bridge.finish_runs(self._trainer.running_module)
+        self._order._runs.finish_runs(self._order._context.module)
 
     def fail_tracker_runs(self, engine: Engine, exception: BaseException) -> None:
         """The fit stopped on `exception`: its runs are FAILED (KILLED on pre-emption or Ctrl-C)."""
-        self._trainer.logger_bridge.fail_runs(exception)
+        self._order._runs.fail_runs(exception)
 
     @property
     def validation_in_epoch_start(self) -> Step:
@@ -366,25 +390,25 @@ class _FitWork:
 
     def start_logs(self) -> None:
         """The epoch's logs start empty, the module in training mode."""
-        self._trainer.running_module.train()
-        self._trainer.metrics.enter_stage("fit")
+        self._order._context.module.train()
+        self._order._metrics.enter_stage("fit")
 
     def log_per_step(self) -> None:
         """From here to the epoch's end, values log per step by default (Lightning's default for training)."""
         self._log.enter_steps()
 
     def reduce_epoch(self, engine: Engine) -> None:
-        self._trainer.reduce_epoch("fit", engine)
+        self._order._reduce_epoch("fit", engine)
 
     def publish_epoch(self) -> None:
-        self._trainer.metrics.publish_epoch("fit")
+        self._order._metrics.publish_epoch("fit")
 
     @property
     def validate(self) -> Step:
         """Validation at the end of every `val_every_n_epochs`-th epoch (unless it is due within the epochs)."""
         if self._val_loader is None or self._due is not None:
             return None
-        return Events.EPOCH_COMPLETED(every=self._trainer.val_every_n_epochs), self._run_validation
+        return Events.EPOCH_COMPLETED(every=self._settings.val_every_n_epochs), self._run_validation
 
     @property
     def validate_in_epoch(self) -> Step:
@@ -394,16 +418,17 @@ class _FitWork:
         return Events.ITERATION_COMPLETED(event_filter=self._due), self._run_validation
 
     def _run_validation(self) -> None:
-        self._trainer.evaluation.run("validate", self._trainer.val_dataloaders)  # reloaded every n epochs, if asked
+        order = self._order
+        order._evaluation.run("validate", order._context.val_dataloaders)  # reloaded every n epochs, if asked
 
     @property
     def exchange_preemption(self) -> Step:
         """Under DDP, a signal on any rank stops every rank at the same step: every few steps the ranks exchange the
         flag and act on the previous exchange (reading it is a host sync on CUDA, hence not every step). Without
         DDP the check is attached by the signal itself, and steps carry nothing until then."""
-        if not self._trainer.strategy.steps_in_lockstep:
+        if not self._order._strategy.steps_in_lockstep:
             return None
-        return Events.ITERATION_COMPLETED(every=PREEMPTION_EXCHANGE_EVERY), self._trainer.preemption.check
+        return Events.ITERATION_COMPLETED(every=PREEMPTION_EXCHANGE_EVERY), self._order._preemption.check
 
     def decide(self, boundary: Boundary) -> Step:
         """The decisions declared for `boundary` (the Trainer's and the callbacks'), agreed by every rank in one
@@ -411,11 +436,11 @@ class _FitWork:
         decisions = [decision for decision in self._decisions if decision.boundary is boundary]
         if not decisions:
             return None
-        trainer = self._trainer
+        context, strategy = self._order._context, self._order._strategy
 
         def decide_at_boundary() -> None:
-            if trainer.fitting:  # a validate() of its own is no boundary of a fit
-                decide(decisions, trainer.strategy.gather_floats)  # the strategy issues the exchange
+            if context.fitting:  # a validate() of its own is no boundary of a fit
+                decide(decisions, strategy.gather_floats)  # the strategy issues the exchange
 
         return decide_at_boundary
 
@@ -423,24 +448,24 @@ class _FitWork:
 class _EvaluationWork:
     """The Trainer's own work in a validation or test pass (`stage`)."""
 
-    def __init__(self, trainer: TrainerForRunOrder, stage: str) -> None:
-        self._trainer, self._stage = trainer, stage
+    def __init__(self, order: RunOrder, stage: str) -> None:
+        self._metrics, self._reduce_epoch, self._stage = order._metrics, order._reduce_epoch, stage
 
     def start_logs(self) -> None:
         """An evaluation's logs start empty as the pass starts (`on_validation_start` may log already)."""
-        self._trainer.metrics.enter_stage(self._stage)
+        self._metrics.enter_stage(self._stage)
 
     def log_per_step(self) -> None:
-        self._trainer.logs[self._stage].enter_steps()
+        self._metrics.logs[self._stage].enter_steps()
 
     def reduce_epoch(self, engine: Engine) -> None:
-        self._trainer.reduce_epoch(self._stage, engine)
+        self._reduce_epoch(self._stage, engine)
 
     def publish_epoch(self) -> None:
-        self._trainer.metrics.publish_epoch(self._stage)
+        self._metrics.publish_epoch(self._stage)
 
     def publish_step(self) -> None:
-        self._trainer.metrics.publish_evaluation_step(self._stage)
+        self._metrics.publish_evaluation_step(self._stage)
 
 
 class ValidationInEpoch:

@@ -12,7 +12,7 @@ checks `trainer.sanity_checking`, as in Lightning.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from tracktrain.rng import get_rng_states, set_rng_states
 from tracktrain.trainer.hooks import TrainerEvents
@@ -37,32 +37,25 @@ def sanity_steps(value: Any, fast_dev_run: int) -> int:
     return 0 if fast_dev_run else value
 
 
-class TrainerForSanityCheck(Protocol):
-    """What the sanity check reads of its Trainer."""
-
-    @property
-    def num_sanity_val_steps(self) -> int: ...
-    @property
-    def train_engine(self) -> Engine: ...
-    @property
-    def metrics(self) -> MetricsHub: ...
-    @property
-    def evaluation(self) -> EvaluationStages: ...
-
-
-def run_sanity_check(trainer: TrainerForSanityCheck, context: FitContext, val_loader: Any) -> None:
-    """Run `trainer.num_sanity_val_steps` batches of `val_loader` through validation, leaving nothing behind."""
-    steps = trainer.num_sanity_val_steps
+def run_sanity_check(
+    context: FitContext,
+    val_loader: Any,
+    steps: int,
+    train_engine: Engine,
+    metrics: MetricsHub,
+    evaluation: EvaluationStages,
+) -> None:
+    """Run `steps` batches (`num_sanity_val_steps`) of `val_loader` through `evaluation`'s validation, its values
+    discarded by `metrics`, between the sanity-check events of `train_engine`; leaving nothing behind."""
     if val_loader is None or steps == 0:
         return
-    engine = trainer.train_engine
     rng_states = get_rng_states()  # a loader's iterator draws its base seed from torch's generator
     context.sanity_checking = True
     try:
-        engine.fire_event(TrainerEvents.SANITY_CHECK_STARTED)
-        with trainer.metrics.discarding():
-            trainer.evaluation.run("validate", val_loader, max_batches=None if steps == -1 else steps)
-        engine.fire_event(TrainerEvents.SANITY_CHECK_COMPLETED)
+        train_engine.fire_event(TrainerEvents.SANITY_CHECK_STARTED)
+        with metrics.discarding():
+            evaluation.run("validate", val_loader, max_batches=None if steps == -1 else steps)
+        train_engine.fire_event(TrainerEvents.SANITY_CHECK_COMPLETED)
     finally:
         context.sanity_checking = False
         set_rng_states(rng_states)

@@ -26,7 +26,7 @@ from tracktrain.rng import manual_seed
 from tracktrain.trainer import arguments
 from tracktrain.trainer.accumulation import AccumulationSchedule, schedule_of
 from tracktrain.trainer.batches import combined_for_training, epoch_length_of
-from tracktrain.trainer.building import TrainerForBuilding, configure_optimizers, model_engine_for
+from tracktrain.trainer.building import configure_optimizers, model_engine_for
 from tracktrain.trainer.callback import CallbackPhase
 from tracktrain.trainer.datamodule import StageData
 from tracktrain.trainer.fit_context import FitContext
@@ -35,15 +35,22 @@ from tracktrain.trainer.lightning_names import check_lightning_methods
 from tracktrain.trainer.model_preparation import prepare_module
 from tracktrain.trainer.module import LoopModule
 from tracktrain.trainer.quick_checks import first_batches
-from tracktrain.trainer.run_order import ExceptionHooks, TrainerForRunOrder, attach_handlers, hook_targets
-from tracktrain.trainer.sanity_check import TrainerForSanityCheck, run_sanity_check
+from tracktrain.trainer.run_order import ExceptionHooks, hook_targets
+from tracktrain.trainer.sanity_check import run_sanity_check
 from tracktrain.trainer.scaled_optimizer import ScaledOptimizer
 from tracktrain.trainer.stage_checkpoint import load_stage_checkpoint
 from tracktrain.trainer.surface import ModuleHost  # the base of the Protocol below: needed at run time
 
 if TYPE_CHECKING:
+    from tracktrain.engine.engine import Engine
+    from tracktrain.trainer.evaluation import EvaluationStages
+    from tracktrain.trainer.fit_step import FitStep
+    from tracktrain.trainer.metric_log import MetricLog
+    from tracktrain.trainer.metrics_hub import MetricsHub
     from tracktrain.trainer.nonfinite import NonFiniteWatch
+    from tracktrain.trainer.preemption_control import PreemptionControl
     from tracktrain.trainer.run_checkpoints import RunCheckpoints
+    from tracktrain.trainer.run_order import RunOrder
     from tracktrain.trainer.trainer_state import TrainerState
     from tracktrain.trainer.training_time import TrainingTime
 
@@ -56,9 +63,10 @@ Ckpt = (
 )  # ckpt_path: "best", "last", a checkpoint's path or URL, or None (the weights as they are)
 
 
-class TrainerForSession(TrainerForRunOrder, TrainerForSanityCheck, TrainerForBuilding, ModuleHost, Protocol):
-    """What the entry points read of their Trainer: what the run's order, the sanity check, the model engine's
-    building and the module (attached to it) read, and the fit's context, checkpoints, limits and watches."""
+class TrainerForSession(ModuleHost, Protocol):
+    """What the entry points read of their Trainer: what the module (attached to it) reads, and the fit's context,
+    parts (its run's order, checkpoints, step, evaluations, values' hub), precision, limits, watches and sanity
+    check's batches."""
 
     @property
     def module(self) -> LoopModule | None: ...
@@ -79,12 +87,32 @@ class TrainerForSession(TrainerForRunOrder, TrainerForSanityCheck, TrainerForBui
     @property
     def overfit_batches(self) -> int | float | None: ...
     @property
+    def num_sanity_val_steps(self) -> int: ...
+    @property
+    def autocast_dtype(self) -> torch.dtype | None: ...
+    @property
+    def param_dtype(self) -> torch.dtype | None: ...
+    @property
     def resume(self) -> str | None: ...
     @property
     def preemption_timeout(self) -> float: ...
     @property
     def state(self) -> TrainerState: ...
     def merge_module_callbacks(self, module: LoopModule) -> None: ...
+    @property
+    def run_order(self) -> RunOrder: ...
+    @property
+    def engines(self) -> dict[str, Engine]: ...
+    @property
+    def fit_step(self) -> FitStep: ...
+    @property
+    def evaluation(self) -> EvaluationStages: ...
+    @property
+    def metrics(self) -> MetricsHub: ...
+    @property
+    def logs(self) -> dict[str, MetricLog]: ...
+    @property
+    def preemption(self) -> PreemptionControl: ...
 
 
 class Session:
@@ -133,7 +161,14 @@ class Session:
             self._first_epoch = trainer.current_epoch
             trainer.preemption.start(trainer.preemption_timeout)
             try:
-                run_sanity_check(trainer, context, context.val_dataloaders)
+                run_sanity_check(
+                    context,
+                    context.val_dataloaders,
+                    trainer.num_sanity_val_steps,
+                    trainer.train_engine,
+                    trainer.metrics,
+                    trainer.evaluation,
+                )
                 context.fitting = True
                 trainer.training_time.start()
                 # Lightning's detect_anomaly: autograd checks each backward for the op that made a NaN (slow)
@@ -254,7 +289,7 @@ class Session:
             self._setup(context, module, data)
             val_loader = context.val_dataloaders if outermost == "fit" else None
             stages = {outermost} | ({"validate"} if val_loader is not None else set())
-            handles, exception_hooks = attach_handlers(trainer, stages, outermost, val_loader)
+            handles, exception_hooks = trainer.run_order.attach(trainer, stages, outermost, val_loader)
             self.attached_stages = outer_stages | stages
             body()
         except BaseException as exception:
@@ -283,7 +318,7 @@ class Session:
             return
         phases = list(CallbackPhase)
         # stable: within a phase, the module first, then the callbacks in their order
-        targets = sorted(hook_targets(trainer, module), key=lambda target: phases.index(target[3]))
+        targets = sorted(hook_targets(trainer, module, trainer.callbacks), key=lambda target: phases.index(target[3]))
         handles = [
             trainer.train_engine.add_event_handler(event, handler)
             for target, base, leading, _ in targets
@@ -393,7 +428,16 @@ class Session:
             train_forward = strategy.setup_module(module, trainer.autocast_dtype)
             context.optimizers, context.lr_scheduler_configs = configure_optimizers(module)
             trainer.nonfinite_watch.reset()
-            model_engine = context.model_engine = model_engine_for(trainer, module)
+            model_engine = context.model_engine = model_engine_for(
+                module,
+                context.optimizers,
+                strategy,
+                context.device,
+                autocast_dtype=trainer.autocast_dtype,
+                param_dtype=trainer.param_dtype,
+                gradient_clip_val=trainer.gradient_clip_val,
+                gradient_clip_algorithm=trainer.gradient_clip_algorithm,
+            )
             model_engine.attach(trainer.train_engine)
             context.manual_optimizers = list(context.optimizers)
             if model_engine.scaler is not None and not module.automatic_optimization:

@@ -38,7 +38,8 @@ from tracktrain.trainer.nonfinite import NonFiniteWatch
 from tracktrain.trainer.optimizers import LRSchedulerConfig
 from tracktrain.trainer.preemption_control import PreemptionControl
 from tracktrain.trainer.quick_checks import FastDevRun, check_fast_dev_run
-from tracktrain.trainer.run_checkpoints import RunCheckpoints
+from tracktrain.trainer.run_checkpoints import CheckpointSettings, RunCheckpoints
+from tracktrain.trainer.run_order import RunOrder, RunOrderSettings
 from tracktrain.trainer.sanity_check import sanity_steps
 from tracktrain.trainer.session import Ckpt, Data, Session
 from tracktrain.trainer.strategies import Strategy, strategy_for
@@ -273,10 +274,68 @@ class Trainer:
             "test": self.test_engine,
             "predict": self.predict_engine,
         }
-        self.checkpoints = RunCheckpoints(self)
-        self.preemption = PreemptionControl(self.strategy, self.engines, self.checkpoints, self.state)
+        self.checkpoints = RunCheckpoints(
+            self._callbacks,
+            self.strategy,
+            self.context,
+            self.state,
+            self.train_engine,
+            self._checkpoint_settings,
+            self.train_epoch_length,
+            self.check_finite,
+        )
+        self.preemption = PreemptionControl(
+            self.strategy,
+            self.engines,
+            self.checkpoints,
+            self.state,
+            # the checkpointers' `save_now` takes the Trainer, as their other hooks do
+            save_all_now=lambda timeout: self.checkpoints.save_all_now(self, timeout),
+        )
+        self.run_order = RunOrder(  # what each entry point attaches, in the order it runs
+            self.context,
+            self._callbacks,
+            self.strategy,
+            self.engines,
+            self.metrics,
+            self.evaluation,
+            self.fit_step,
+            self.preemption,
+            self.logger_bridge,
+            settings=self._run_order_settings,
+            decisions=self.decisions,
+            reduce_epoch=self.reduce_epoch,
+            reload_loaders=self.reload_loaders,
+            take_a_stop_that_waited=self.take_a_stop_that_waited,
+        )
 
     own_attributes: ClassVar[frozenset[str]] = frozenset()  # what a subclass adds to TRAINER_ATTRIBUTES
+
+    def _run_order_settings(self) -> RunOrderSettings:
+        """The settings the run's order reads, as they are now (read as each entry point attaches it)."""
+        return RunOrderSettings(
+            val_every_n_epochs=self.val_every_n_epochs,
+            val_check_interval=self.val_check_interval,
+            min_epochs=self.min_epochs,
+            min_steps=self.min_steps,
+            reload_dataloaders_every_n_epochs=self.reload_dataloaders_every_n_epochs,
+        )
+
+    def _checkpoint_settings(self) -> CheckpointSettings:
+        """The settings the run's checkpoints read, as they are now (read when used: they may change between fits)."""
+        return CheckpointSettings(
+            default_root_dir=self.default_root_dir,
+            seed=self.seed,
+            resume_with_changes=self.resume_with_changes,
+            max_epochs=self.max_epochs,
+            max_steps=self.max_steps,
+            max_time=self.max_time,
+            accumulate_grad_batches=self.accumulate_grad_batches,
+            gradient_clip_val=self.gradient_clip_val,
+            precision=self.precision,
+            strategy_name=self.strategy_name,
+            log_every_n_steps=self.log_every_n_steps,
+        )
 
     def __setattr__(self, name: str, value: Any) -> None:
         """Only the Trainer's own attributes (`tracktrain.trainer.attributes`) and settable properties can be set:
