@@ -178,3 +178,59 @@ def test_deterministic_only_asks_torch_for_deterministic_kernels(tmp_path):
         torch.use_deterministic_algorithms(False)
     plain, _ = fit(tmp_path / "plain", max_epochs=1)
     assert type(trainer.train_engine) is type(plain.train_engine)  # exact resume either way
+
+
+def _worsening_from_epoch_two(base, train_name, eval_name):
+    """A module of `base` (ours or Lightning's) whose "v" worsens from epoch 2 (EarlyStopping(patience=1) stops the
+    fit after epoch 1), recording the epochs it trains."""
+
+    def init(self):
+        base.__init__(self)
+        torch.manual_seed(0)
+        self.net = torch.nn.Linear(4, 2)
+        self.epochs = []
+
+    def train(self, batch, batch_idx):
+        return torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+
+    def evaluate(self, batch, batch_idx):
+        self.log("v", float(self.current_epoch >= 2))
+
+    def on_train_epoch_start(self):
+        self.epochs.append(self.current_epoch)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    methods = {"__init__": init, train_name: train, eval_name: evaluate, "on_train_epoch_start": on_train_epoch_start}
+    return type("Worsening", (base,), {**methods, "configure_optimizers": configure_optimizers})
+
+
+@pytest.mark.parametrize("checkpoints", [False, True], ids=["in-memory", "with-checkpoints"])
+def test_a_fit_after_an_early_stopped_one_continues_its_counters_as_lightnings(tmp_path, checkpoints):
+    """Lightning's Trainer counts epochs and steps across fits: after EarlyStopping ended a fit before max_epochs, the
+    next fit on it goes on from that epoch and step (ours started a new run at 0)."""
+    lightning = pytest.importorskip("lightning.pytorch")
+    from tracktrain import LoopModule
+    from tracktrain.callbacks import EarlyStopping
+
+    seen = {}
+    for name, base, trainer_class, stopping, steps in (
+        ("ours", LoopModule, Trainer, EarlyStopping, ("train_step", "eval_step")),
+        ("lightning", lightning.LightningModule, lightning.Trainer, lightning.callbacks.EarlyStopping,
+         ("training_step", "validation_step")),
+    ):  # fmt: skip
+        module = _worsening_from_epoch_two(base, *steps)()
+        trainer = trainer_class(
+            max_epochs=10, logger=False, enable_checkpointing=checkpoints, enable_progress_bar=False,
+            enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=tmp_path / name,
+            callbacks=[stopping("v", patience=1)],
+        )  # fmt: skip
+        runs = []
+        for _ in range(2):
+            module.epochs = []
+            trainer.fit(module, make_loader(n=32), make_loader(n=16))
+            runs.append((module.epochs, trainer.current_epoch, trainer.global_step))
+        seen[name] = runs
+    assert seen["ours"] == [([0, 1], 2, 8), ([2], 3, 12)]
+    assert seen["ours"] == seen["lightning"]

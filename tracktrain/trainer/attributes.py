@@ -30,7 +30,7 @@ TRAINER_ATTRIBUTES = frozenset(
         "precision", "preemption_timeout", "resume", "resume_with_changes", "seed", "strategy", "strategy_name",
         "val_check_interval", "val_every_n_epochs", "loggers",
         # the Trainer's parts (`_callbacks`: the one list the `callbacks` property shows and sets)
-        "_callbacks", "checkpoints", "engines", "eval_engine", "evaluation", "fit_step", "metrics", "nonfinite_watch",
+        "_callbacks", "_last_fit_stopped", "checkpoints", "engines", "eval_engine", "evaluation", "fit_step", "metrics", "nonfinite_watch",
         "predict_engine", "preemption", "run_order", "session", "state", "test_engine", "train_engine", "logger_bridge",
         # what a fit creates (module, optimizers, the resumed checkpoint, ...): read through the Trainer's read-only
         # properties of the same names

@@ -59,8 +59,9 @@ class FitContext:
     stop_waits: bool = False
     #: the batches each optimizer step adds up, epoch by epoch (`tracktrain.trainer.accumulation`)
     accumulation: AccumulationSchedule | None = None
-    #: this Trainer's previous fit reached its limit (max_epochs / max_steps): as Lightning's, this one trains nothing
-    limit_reached_before: bool = False
+    #: how this Trainer's previous fit ended (`Trainer._last_fit_end`): "limit" (as Lightning's, this one trains
+    #: nothing), "stopped" (this one continues its counters, as Lightning's), None (this one is a new run)
+    last_fit_end: str | None = None
 
     def start_next_fit(self) -> None:
         """A new fit starts from nothing of the last one but the device and the data-order seed asked for. In place:

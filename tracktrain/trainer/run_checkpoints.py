@@ -199,11 +199,14 @@ class RunCheckpoints:
         strategy = self._strategy
         context.resume_changes = {}
         context.ckpt_path = self.resume(context, target, module)
-        if context.ckpt_path is None:  # a new run starts over, even after an interrupted or crashed fit of this Trainer
+        # a new run starts over, even after an interrupted or crashed fit of this Trainer; after a fit that stopped
+        # early this one continues it in memory, as Lightning's (the state a stop leaves is complete)
+        continues = context.ckpt_path is not None or context.last_fit_end == "stopped"
+        if not continues:
             self._state.start_new_run()
         strategy.check_same("global step after loading the checkpoint", self._state.global_step)
         seed: int | None
-        if context.ckpt_path is None:  # the Trainer's seed, else seed_everything's (Lightning's), else a drawn one
+        if not continues:  # the Trainer's seed, else seed_everything's (Lightning's), else a drawn one
             seed = next((value for value in (self._settings().seed, global_seed()) if value is not None), None)
             seed = _draw_seed() if seed is None else seed
         else:

@@ -146,7 +146,7 @@ class Session:
                 == 0
             ):
                 return  # nothing to train
-            if context.limit_reached_before:
+            if context.last_fit_end == "limit":
                 get_dist_logger().info(
                     f"Trainer.fit stopped: this Trainer's previous fit reached its limit (max_epochs="
                     f"{trainer.max_epochs}, max_steps={trainer.max_steps}), as in Lightning. A new Trainer trains a "

@@ -256,6 +256,7 @@ class Trainer:
             self.context, self.state, self.train_engine, self.strategy, self.logger_bridge.log_metrics
         )
         self.session = Session(self)  # how each entry point sets up, runs and tears down
+        self._last_fit_stopped = False  # the last fit ended by a stop before its limit (`_last_fit_end`)
         self.evaluation = EvaluationStages(
             self.context,
             self.strategy,
@@ -698,7 +699,9 @@ class Trainer:
         """Train `model` (a `LoopModule`) on `train_dataloaders`, validating on `val_dataloaders` (or on a
         `datamodule`'s loaders, or on the module's own `train_dataloader()`/`val_dataloader()`); resume from
         `ckpt_path`: a path or URL, or "last" (the newest complete checkpoint of the run). Without it,
-        `Trainer(resume=...)` decides; with neither, a fit is a new run: step and epoch counters start at 0.
+        `Trainer(resume=...)` decides; with neither, a fit is a new run (step and epoch counters start at 0), but after
+        a fit of this Trainer that stopped early (EarlyStopping, `should_stop`) it continues that one's counters, and
+        after one that reached `max_epochs`/`max_steps` it trains nothing, as Lightning's.
         Lightning's names: `fit(model=..., train_dataloaders=..., datamodule=..., ckpt_path=...)`.
 
         `model` may also be a plain `nn.Module` (with `optimizer=` and `criterion=`) or a `ModelEngine` from
@@ -717,21 +720,27 @@ class Trainer:
             )
             val_dataloaders = None
         data = StageData("fit", module, datamodule, {"fit": train_dataloaders, "validate": val_dataloaders})
-        # Lightning's rule: a Trainer counts its epochs and steps across fits, so once its limit is reached a fit
-        # sets up (the module given becomes the Trainer's: a later test() evaluates it) and trains nothing
-        limit_reached = ckpt_path is None and self._limit_reached_by_last_fit()
+        last_fit_end = self._last_fit_end() if ckpt_path is None else None
         self.context.start_next_fit()
-        self.context.limit_reached_before = limit_reached
+        self.context.last_fit_end = last_fit_end
+        self._last_fit_stopped = False
         self.session.fit(self.context, module, data, ckpt_path)
+        self._last_fit_stopped = self.should_stop  # ended by a stop (EarlyStopping, should_stop), not by an error
 
-    def _limit_reached_by_last_fit(self) -> bool:
+    def _last_fit_end(self) -> str | None:
+        """How this Trainer's last fit ended, for the next one (Lightning's rule: a Trainer counts its epochs and steps
+        across fits): "limit" (max_epochs / max_steps reached: the next fit sets up, so that the module given becomes
+        the Trainer's, and trains nothing), "stopped" (a stop before the limit, whose state is complete: the next fit
+        continues its counters), None (no fit, or one that failed: the next is a new run)."""
         state = self.train_engine.state
         if not state.iteration:
-            return False
+            return None
         epochs_done = state.iteration // state.epoch_length if state.epoch_length else state.epoch
-        return (self.max_epochs is not None and epochs_done >= self.max_epochs) or (
+        if (self.max_epochs is not None and epochs_done >= self.max_epochs) or (
             self.max_steps is not None and self.global_step >= self.max_steps
-        )
+        ):
+            return "limit"
+        return "stopped" if self._last_fit_stopped else None
 
     def validate(
         self,
