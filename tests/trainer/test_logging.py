@@ -278,3 +278,35 @@ def test_each_entry_point_starts_with_no_values_of_the_one_before_as_in_lightnin
         seen[name] = after
     assert seen["ours"][1] == (["val_hidden", "val_shown"], []) and seen["ours"][2] == ([], [])
     assert seen["ours"] == seen["lightning"]
+
+
+def test_logged_metrics_hold_each_training_steps_values_at_its_end_as_in_lightning(tmp_path):
+    """Lightning's `trainer.logged_metrics` has the step's values at every batch end, not only every
+    `log_every_n_steps` (a callback reading `trainer.logged_metrics["shown"]` each step found it missing or stale)."""
+    lightning = pytest.importorskip("lightning.pytorch")
+    from tracktrain import Callback, LoopModule
+
+    seen = {}
+    for name, base, trainer_class, callback_base, steps in (
+        ("ours", LoopModule, Trainer, Callback, ("train_step", "eval_step")),
+        ("lightning", lightning.LightningModule, lightning.Trainer, lightning.Callback,
+         ("training_step", "validation_step")),
+    ):  # fmt: skip
+        read = []
+
+        class Reading(callback_base):
+            def on_train_batch_end(self, trainer, *args):
+                read.append({key: round(float(value), 5) for key, value in trainer.logged_metrics.items()})
+
+        torch.manual_seed(0)
+        module = _logging_hidden(base, *steps)()
+        trainer = trainer_class(
+            max_epochs=2, logger=False, enable_progress_bar=False, enable_checkpointing=False,
+            enable_model_summary=False, default_root_dir=tmp_path / name, num_sanity_val_steps=0,
+            callbacks=[Reading()],
+        )  # fmt: skip
+        trainer.fit(module, make_loader(n=32), make_loader(n=16))
+        seen[name] = read, sorted(trainer.logged_metrics)
+    assert len(seen["ours"][0]) == 8 and all("shown" in step for step in seen["ours"][0])
+    assert len({step["shown"] for step in seen["ours"][0]}) == 8  # each step's own value
+    assert seen["ours"] == seen["lightning"]

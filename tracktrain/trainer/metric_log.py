@@ -254,6 +254,17 @@ class MetricLog:
             if entry.on_step:
                 self.callback_metrics.pop(f"{name}_step" if entry.on_epoch else name, None)
 
+    def latest_step_values(self) -> dict[str, torch.Tensor]:
+        """The latest per-step value of each name for the loggers (`name_step` for names also logged per epoch),
+        read without marking them published; a `sync_dist` value under several processes is left out (it is reduced,
+        a collective of every rank, only when published)."""
+        distributed = self._strategy.is_distributed
+        return {
+            f"{name}_step" if entry.on_epoch else name: entry.step_value
+            for name, entry in self._entries.items()
+            if entry.step_value is not None and entry.logger and not (entry.sync_dist and distributed)
+        }
+
     def step_values(self) -> dict[str, torch.Tensor]:
         """The per-step values logged since the last call (`name_step` for names also logged per epoch), but those
         logged with `logger=False`."""

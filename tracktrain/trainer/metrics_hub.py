@@ -20,7 +20,8 @@ __all__ = ["MetricsHub"]
 
 class MetricsHub:
     """The values of a Trainer's stages ("fit", "validate", "test"): what `self.log` records per step and per
-    epoch (`logs`), the latest of each (`callback_metrics`), and what reached the loggers (`logged_metrics`).
+    epoch (`logs`), the latest of each (`callback_metrics`), and the latest of those that go to the loggers
+    (`logged_metrics`).
 
     Args:
         context: the fit's (whether it trains: the epoch and samples seen are logged axes then).
@@ -41,7 +42,7 @@ class MetricsHub:
         self._context, self._state, self._train_engine = context, state, train_engine
         self._send = send
         self.callback_metrics: dict[str, Any] = {}
-        self.logged_metrics: dict[str, float] = {}
+        self._published: dict[str, float] = {}  # what reached the loggers, latest first
         self.progress_bar_names: set[str] = set()
         self.logs = {
             stage: MetricLog(
@@ -57,9 +58,11 @@ class MetricsHub:
         """An entry point (`fit`, `validate`, `test`, `predict`) starts: the values of the one before are forgotten
         (`callback_metrics`, `logged_metrics`, the progress bar's), as Lightning forgets them at each."""
         self.callback_metrics.clear()  # in place: the stages' logs hold these very containers
-        self.logged_metrics.clear()
+        self._published.clear()
         self.progress_bar_names.clear()
         self._epoch_values.clear()
+        for log in self.logs.values():
+            log.reset()
 
     def enter_stage(self, stage: str) -> None:
         """A stage's period starts (a training epoch, an evaluation run): its values start over."""
@@ -97,7 +100,7 @@ class MetricsHub:
     def discarding(self) -> Iterator[None]:
         """Values logged inside are dropped when it ends (the sanity check's): nothing reaches the loggers, and
         `callback_metrics`, `logged_metrics` and the progress bar's names are as they were before."""
-        callback_metrics, logged_metrics = dict(self.callback_metrics), dict(self.logged_metrics)
+        callback_metrics, published = dict(self.callback_metrics), dict(self._published)
         progress_bar_names = set(self.progress_bar_names)
         self._discarding = True
         try:
@@ -107,8 +110,8 @@ class MetricsHub:
             # restored in place: the stages' logs hold these very containers
             self.callback_metrics.clear()
             self.callback_metrics.update(callback_metrics)
-            self.logged_metrics.clear()
-            self.logged_metrics.update(logged_metrics)
+            self._published.clear()
+            self._published.update(published)
             self.progress_bar_names.clear()
             self.progress_bar_names.update(progress_bar_names)
             self._epoch_values.pop("validate", None)
@@ -126,7 +129,7 @@ class MetricsHub:
         if not values or self._discarding:
             return
         floats = to_floats(dict(values))
-        self.logged_metrics.update(floats)
+        self._published.update(floats)
         fitting = self._context.fitting
         if fitting:  # the same axes for every tracker: the step, and the epoch and samples behind it
             floats = {
@@ -135,6 +138,13 @@ class MetricsHub:
                 "samples_seen": float(self._state.samples_seen),
             }
         self._send(floats, self._state.global_step if step is None else step)
+
+    @property
+    def logged_metrics(self) -> dict[str, float]:
+        """The latest value of each name logged for the loggers (`logger=True`), as Lightning's: what reached them,
+        and the training step's own values at every step, not only every `log_every_n_steps` (read from the device
+        only here, when asked for; a `sync_dist` value under several processes once it is published, reduced)."""
+        return {**self._published, **to_floats(self.logs["fit"].latest_step_values())}
 
     def progress_bar_metrics(self) -> dict[str, Any]:
         """The latest values logged with `prog_bar=True` (tensors; read them only when shown)."""

@@ -272,7 +272,7 @@ class LoopModule(HyperparametersMixin, nn.Module):
         `name/dataloader_idx_N` (not with `add_dataloader_idx=False`). `logger=False`: in `callback_metrics` (for
         callbacks, the progress bar) but neither published to the loggers nor in `logged_metrics` or what
         `validate()`/`test()` return, as in Lightning. Values stay tensors: they are read from the
-        device only when they are published (every `log_every_n_steps`) or shown. Outside a Trainer this does
+        device only when they are published (every `log_every_n_steps`), shown or read (`logged_metrics`). Outside a Trainer this does
         nothing. Lightning's other arguments of `log` are refused, naming what to use.
         """
         if lightning:
