@@ -106,9 +106,7 @@ def lightning_run(tmp_path, train, max_epochs=2):
 
 
 def lightning_combined(train, mode):
-    from lightning.pytorch.utilities import CombinedLoader as LightningCombinedLoader
-
-    return LightningCombinedLoader(train, mode)
+    return pytest.importorskip("lightning.pytorch.utilities").CombinedLoader(train, mode)
 
 
 CASES = {
