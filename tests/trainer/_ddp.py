@@ -9,7 +9,11 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from tracktrain import Callback, Trainer
+from tracktrain import Trainer
+
+from ._tasks import CrashAtStep
+
+__all__ = ["CrashAtStep", "ddp_trainer", "load_per_rank", "save_per_rank"]
 
 
 def ddp_trainer(root: str, **kwargs) -> Trainer:
@@ -23,17 +27,6 @@ def ddp_trainer(root: str, **kwargs) -> Trainer:
         **kwargs,
     }
     return Trainer(**options)
-
-
-class CrashAtStep(Callback):
-    """Raises at global step `step` on every rank: a run stopped at the same step everywhere (the "kill")."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        if trainer.global_step == self.step:
-            raise RuntimeError("killed")
 
 
 def save_per_rank(out: str, name: str, value) -> None:

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from tracktrain import LoopModule
+from tracktrain import Callback, LoopModule
 
 
 def make_loader(n: int = 64, batch_size: int = 8, seed: int = 0, shuffle: bool = False) -> DataLoader:
@@ -97,3 +97,14 @@ def checkpoint_files(directory) -> list[str]:
         assert f"{name}.manifest.json" in names, f"{name} has no manifest: it was not committed"
     assert len(names) == 2 * len(data), f"stray files in {directory}: {names}"
     return data
+
+
+class CrashAtStep(Callback):
+    """Raises at global step `step` on every rank: a run stopped at the same step everywhere (the "kill")."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            raise RuntimeError("killed")

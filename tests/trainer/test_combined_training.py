@@ -11,13 +11,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from tracktrain import Callback, LoopModule, Trainer
+from tracktrain import LoopModule, Trainer
 from tracktrain.callbacks import ModelCheckpoint
 from tracktrain.distributed.collectives import spawn
 from tracktrain.utilities import CombinedLoader
 
 from ._ddp import ddp_trainer, load_per_rank, save_per_rank
-from ._tasks import quiet
+from ._tasks import CrashAtStep, quiet
 
 
 class Numbered(Dataset):
@@ -54,7 +54,10 @@ def combined_loss(net: nn.Module, batch) -> torch.Tensor:
     return torch.stack(losses).sum()
 
 
-class Combined(LoopModule):
+class SeesCombined:
+    """The module both Trainers train (a mixin before each one's module class): records each step's samples and
+    loss."""
+
     def __init__(self) -> None:
         super().__init__()
         torch.manual_seed(0)
@@ -62,7 +65,7 @@ class Combined(LoopModule):
         self.seen: list[list[list[int] | None]] = []
         self.losses: list[float] = []
 
-    def train_step(self, batch, batch_idx):
+    def step(self, batch) -> torch.Tensor:
         self.seen.append(samples(batch))
         loss = combined_loss(self.net, batch)
         self.losses.append(loss.item())
@@ -72,25 +75,17 @@ class Combined(LoopModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
+class Combined(SeesCombined, LoopModule):
+    def train_step(self, batch, batch_idx):
+        return self.step(batch)
+
+
 def lightning_run(tmp_path, train, max_epochs=2):
     lightning = pytest.importorskip("lightning.pytorch")
 
-    class LightningCombined(lightning.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            torch.manual_seed(0)
-            self.net = nn.Linear(4, 2)
-            self.seen: list[list[list[int] | None]] = []
-            self.losses: list[float] = []
-
+    class LightningCombined(SeesCombined, lightning.LightningModule):
         def training_step(self, batch, batch_idx):
-            self.seen.append(samples(batch))
-            loss = combined_loss(self.net, batch)
-            self.losses.append(loss.item())
-            return loss
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
+            return self.step(batch)
 
     module = LightningCombined()
     trainer = lightning.Trainer(
@@ -151,15 +146,6 @@ def test_estimated_stepping_batches_count_the_combined_length(tmp_path):
         assert module.estimated == 2 * per_epoch == len(module.seen)
 
 
-class CrashAt(Callback):
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        if trainer.global_step == self.step:
-            raise RuntimeError("crash")
-
-
 @pytest.mark.parametrize(
     ("mode", "crash_at"),
     [("max_size_cycle", 5), ("max_size_cycle", 7), ("max_size_cycle", 11), ("min_size", 5), ("max_size", 9)],
@@ -178,8 +164,8 @@ def test_a_killed_run_over_combined_shuffled_loaders_resumes_exactly(tmp_path, m
         return module
 
     uninterrupted = run(tmp_path / "full", [])
-    with pytest.raises(RuntimeError, match="crash"):
-        run(tmp_path / "cut", [CrashAt(crash_at)])
+    with pytest.raises(RuntimeError, match="killed"):
+        run(tmp_path / "cut", [CrashAtStep(crash_at)])
     resumed = run(tmp_path / "cut", [])  # from the checkpoint of step crash_at - 1
     assert resumed.seen == uninterrupted.seen[crash_at - 1 :]
     assert resumed.losses == uninterrupted.losses[crash_at - 1 :]

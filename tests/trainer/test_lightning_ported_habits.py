@@ -19,16 +19,7 @@ from torch import nn
 from tracktrain import Callback, LoopModule, Trainer
 from tracktrain.callbacks import EarlyStopping, ModelCheckpoint, ModelSummary
 
-from ._tasks import GAN, Classifier, make_loader, quiet
-
-
-class CrashAt(Callback):
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        if trainer.global_step == self.step:
-            raise RuntimeError("crash")
+from ._tasks import GAN, Classifier, CrashAtStep, make_loader, quiet
 
 
 def test_fit_validate_test_predict_take_lightnings_keyword_names(tmp_path, capsys):
@@ -372,7 +363,7 @@ def test_gradient_accumulation_scheduler_trains_as_lightnings_and_resumes_exactl
             GradientAccumulationScheduler(scheduling),
             ModelCheckpoint(dirpath=root / "ckpt", every_n_train_steps=2),
         ]
-        callbacks += [CrashAt(crash_at)] if crash_at else []
+        callbacks += [CrashAtStep(crash_at)] if crash_at else []
         module = Classifier()
         Trainer(**quiet(root, max_epochs=3, seed=1, resume="auto", callbacks=callbacks)).fit(
             module, make_loader(shuffle=True)
@@ -380,7 +371,7 @@ def test_gradient_accumulation_scheduler_trains_as_lightnings_and_resumes_exactl
         return module
 
     whole = resumable(tmp_path / "whole")
-    with pytest.raises(RuntimeError, match="crash"):
+    with pytest.raises(RuntimeError, match="killed"):
         resumable(tmp_path / "cut", crash_at=11)  # in the second epoch's windows of 3: resumed from step 10
     resumed = resumable(tmp_path / "cut")
     assert torch.equal(whole.net.weight, resumed.net.weight)
