@@ -23,9 +23,10 @@ def make_loader(n: int = 64, batch_size: int = 8, seed: int = 0, shuffle: bool =
 class Classifier(LoopModule):
     """Linear classifier; logs train_loss per step and val_loss per epoch."""
 
-    def __init__(self, lr: float = 0.1) -> None:
+    def __init__(self, lr: float = 0.1, seed: int | None = 0) -> None:
         super().__init__()
-        torch.manual_seed(0)
+        if seed is not None:  # None: torch's generator as it is
+            torch.manual_seed(seed)
         self.net = nn.Linear(4, 2)
         self.lr = lr
 

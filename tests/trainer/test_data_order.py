@@ -33,10 +33,10 @@ class Seen(Callback):
         self.batches.append(batch[0][:, 0].long().tolist())
 
 
-def order_of_a_run(tmp_path, **trainer_options) -> list[list[int]]:
+def order_of_a_run(tmp_path, module_seed: int | None = 0, **trainer_options) -> list[list[int]]:
     seen = Seen()
     Trainer(**quiet(tmp_path, max_epochs=2, callbacks=[seen], **trainer_options)).fit(
-        Classifier(), numbered_loader(True)
+        Classifier(seed=module_seed), numbered_loader(True)
     )
     return seen.batches
 
@@ -50,9 +50,20 @@ def test_seed_everything_then_a_shuffling_loader_repeats_the_run(tmp_path):
     assert order_of_a_run(tmp_path / "c") != first  # the seed decides it
 
 
+def test_a_script_that_seeds_torch_itself_repeats_its_runs_as_under_lightning(tmp_path, monkeypatch):
+    """`torch.manual_seed(0)` at the top and no `seed=`: the run's seed is drawn from torch's generator, so the data
+    order (and what each step draws: dropout) repeats, as Lightning's leaves torch's stream to decide it."""
+    monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+    torch.manual_seed(7)
+    first = order_of_a_run(tmp_path / "a")
+    torch.manual_seed(7)
+    assert order_of_a_run(tmp_path / "b") == first
+
+
 def test_without_any_seed_each_run_draws_its_own_order(tmp_path, monkeypatch):
     monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
-    assert order_of_a_run(tmp_path / "a") != order_of_a_run(tmp_path / "b")
+    torch.seed()  # torch's generator as a process that seeds nothing has it: seeded from the OS at start-up
+    assert order_of_a_run(tmp_path / "a", module_seed=None) != order_of_a_run(tmp_path / "b", module_seed=None)
 
 
 def test_limit_train_batches_starts_each_epoch_from_the_loaders_start_as_lightning(tmp_path):

@@ -102,7 +102,9 @@ def test_without_a_seed_one_is_drawn_kept_in_the_checkpoint_and_reused_on_resume
     assert first.settings["trainer"]["seed"] == first.run_seed  # what the loggers record as a param
     params = yaml.safe_load(next(tmp_path.glob("lightning_logs/version_*/hparams.yaml")).read_text())
     assert params["trainer/seed"] == first.run_seed
-    other, _ = fit(tmp_path / "other", max_epochs=1)
+    module = Counting()  # it seeds torch (0) as the first one did: the same seed would be drawn
+    torch.seed()  # as in a script that seeds nothing: another run, another seed
+    other, _ = fit(tmp_path / "other", module, max_epochs=1)
     assert other.run_seed != first.run_seed
     again, _ = fit(tmp_path, max_epochs=2)
     assert again.run_seed == first.run_seed

@@ -217,7 +217,7 @@ def test_module_optimizer_and_generators_come_back_bit_for_bit(tmp_path):
 
 def test_a_fit_after_lr_find_equals_one_without(tmp_path):
     def fitted(with_lr_find: bool) -> dict[str, torch.Tensor]:
-        # seeded: without a seed each fit draws its data order from os.urandom, and no two fits are alike
+        # seeded: without a seed each fit draws its data order from torch's generator, which lr_find moved on
         trainer = Trainer(**quiet(tmp_path, loggers=False, max_epochs=2, seed=3))
         module = Classifier(lr=0.05)
         loader = make_loader(shuffle=True)

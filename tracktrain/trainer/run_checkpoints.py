@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from tracktrain import storage
 from tracktrain.checkpoint.discovery import committed_checkpoints, resume_candidates
 from tracktrain.checkpoint.lightning_format import from_lightning, is_lightning_checkpoint
@@ -416,8 +418,10 @@ def _optional(obj: Any) -> bool:
 
 
 def _draw_seed() -> int:
-    """A fresh seed for a run given none (recorded in its checkpoints and params, so the run can be repeated)."""
-    return int.from_bytes(os.urandom(4), "little") >> 1
+    """The seed of a run given none (recorded in its checkpoints and params, so the run can be repeated), drawn from
+    torch's global generator: a script that seeds torch itself (`torch.manual_seed(0)`) repeats its runs, as it
+    does under Lightning, and one that seeds nothing gets a fresh order each run."""
+    return int(torch.randint(0, 2**31 - 1, ()).item())
 
 
 def _run_settings(settings: CheckpointSettings, context: FitContext, module: LoopModule) -> dict[str, Any]:
