@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.trainer import _resume_run as harness
-from tests.trainer._tasks import Classifier, make_loader, quiet
+from tests.trainer._tasks import Classifier, CrashAtStep, make_loader, quiet
 from tracktrain import Callback, Trainer, storage
 from tracktrain.callbacks import CallbackPhase, ModelCheckpoint
 from tracktrain.checkpoint.discovery import committed_checkpoints
@@ -49,15 +49,6 @@ def where(request, tmp_path) -> str:
     return request.getfixturevalue("s3_bucket") + "/runs/ckpt"
 
 
-class Crash(Callback):
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        if trainer.global_step == self.step:
-            raise RuntimeError("killed")
-
-
 class AtStart(Callback):
     """Records the committed checkpoints once ModelCheckpoint's fit start is done (and its deletions with it)."""
 
@@ -86,7 +77,7 @@ def test_checkpoints_kills_left_behind_are_counted_and_deleted_at_the_next_start
     # every deletion is lost, as when each save is killed right after its commit; then the run dies at step 17
     with monkeypatch.context() as patch:
         patch.setattr(FsspecSaver, "remove", lambda self, filename: None)
-        first, _ = trainer(Crash(17))
+        first, _ = trainer(CrashAtStep(17))
         with pytest.raises(RuntimeError, match="killed"):
             first.fit(Classifier(), make_loader())
     steps = [4, 8, 12, 16]
@@ -234,7 +225,7 @@ def _fit_with_lost_deletions_then_resume_from_an_older_one(out: str) -> None:
     remove = FsspecSaver.remove
     FsspecSaver.remove = lambda self, filename: None
     try:
-        fit(lambda checkpoint: [Crash(7)])
+        fit(lambda checkpoint: [CrashAtStep(7)])
     except RuntimeError:
         pass
     finally:
